@@ -1,0 +1,152 @@
+"""The catalog of known errors: `rules/CODE.yaml`, one entry a file, validated on load."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kvdoctor.errors import InputError
+
+CODE_RE = re.compile(r"^[A-Z]{2,5}[0-9]{3}$")
+NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+MAX_ENTRY_BYTES = 256 * 1024
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineRange(_Strict):
+    name: str
+    versions: str = Field(description="a version specifier such as '>=0.5.23' or '==0.5.23'")
+
+
+class EngineErrorFact(_Strict):
+    class_: str = Field(alias="class")
+    message: str
+    pattern: str
+    source: str = Field(description="file:line at a version, verbatim from the engine")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"pattern does not compile: {exc}") from None
+        return value
+
+
+class Fix(_Strict):
+    summary: str
+    before: Optional[str] = None
+    after: Optional[str] = None
+
+
+class Entry(_Strict):
+    code: str
+    name: str
+    severity: Literal["error", "warning", "info"]
+    summary: str
+    engines: list[EngineRange]
+    error: Optional[EngineErrorFact] = None
+    meaning: str
+    triggers: list[str]
+    fixes: list[Fix] = Field(min_length=1)
+    prevention: list[str] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    check: str = Field(description="the module that implements the check, or 'none yet'")
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, value: str) -> str:
+        if not CODE_RE.match(value):
+            raise ValueError("code must be 2-5 capital letters and 3 digits, e.g. SWA001")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError("name must be kebab-case")
+        return value
+
+    @property
+    def family(self) -> str:
+        return self.code.rstrip("0123456789")
+
+    @property
+    def implemented(self) -> bool:
+        return self.check != "none yet"
+
+
+def default_catalog_dir() -> Path:
+    """`rules/` beside the package in a checkout, or the copy installed as package data."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "rules", here / "data" / "rules"):
+        if candidate.is_dir():
+            return candidate
+    raise InputError(f"kvdoctor's catalog directory is missing (looked in {here.parent / 'rules'})")
+
+
+def load_entry(path: Path) -> Entry:
+    try:
+        if path.stat().st_size > MAX_ENTRY_BYTES:
+            raise InputError(f"{path}: catalog entry larger than {MAX_ENTRY_BYTES} bytes")
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except InputError:
+        raise
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise InputError(f"{where}: catalog entry is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read catalog entry: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: catalog entry must be a YAML mapping")
+    try:
+        entry = Entry.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(entry)"
+        raise InputError(f"{path}: field {field!r}: {err['msg']}") from None
+    if path.stem != entry.code:
+        raise InputError(f"{path}: file name must be the entry's code ({entry.code}.yaml)")
+    return entry
+
+
+class Catalog:
+    def __init__(self, entries: dict[str, Entry]):
+        self.entries = entries
+
+    def __getitem__(self, code: str) -> Entry:
+        return self.entries[code]
+
+    def get(self, code: str) -> Entry | None:
+        return self.entries.get(code)
+
+    def codes(self) -> list[str]:
+        return sorted(self.entries)
+
+
+def load_catalog(directory: Path | None = None, extra_dirs: tuple[Path, ...] = ()) -> Catalog:
+    entries: dict[str, Entry] = {}
+    for folder in (directory or default_catalog_dir(), *extra_dirs):
+        if not folder.is_dir():
+            raise InputError(f"{folder}: catalog directory not found")
+        for path in sorted(folder.glob("*.yaml")):
+            entry = load_entry(path)
+            if entry.code in entries:
+                raise InputError(f"{path}: duplicate catalog code {entry.code}")
+            entries[entry.code] = entry
+    return Catalog(entries)
+
+
+@lru_cache(maxsize=1)
+def builtin_catalog() -> Catalog:
+    return load_catalog()

@@ -1,0 +1,86 @@
+"""One check of one target: load -> plan -> rules -> findings with catalog facts attached."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvdoctor.catalog import Catalog
+from kvdoctor.checks import CHECKS
+from kvdoctor.context import Context
+from kvdoctor.deploy import Deploy
+from kvdoctor.engines import plan_for
+from kvdoctor.errors import InputError
+from kvdoctor.loader import load_model
+from kvdoctor.model import SEVERITIES, Finding, Result
+from kvdoctor.selection import Selection
+
+
+@dataclass
+class Options:
+    catalog: Catalog
+    engine: str = "hf"
+    selection: Selection = field(default_factory=Selection)
+    deploy: Deploy = field(default_factory=Deploy)
+    static: bool = False
+    severity_overrides: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def finalize(finding: Finding, opts: Options) -> Finding:
+    """Attach the catalog's name, severity and fixes to a finding a rule produced."""
+    entry = opts.catalog.get(finding.code)
+    if entry is None:
+        raise RuntimeError(f"rule emitted {finding.code}, which has no catalog entry")
+    finding.name = entry.name
+    finding.severity = opts.severity_overrides.get(finding.code) or finding.severity or entry.severity
+    if not finding.fixes:
+        finding.fixes = [fix.summary for fix in entry.fixes]
+    return finding
+
+
+def layer_rows(ctx: Context) -> list[dict[str, Any]]:
+    plans = {p.index: p for p in ctx.plan.layers}
+    rows = []
+    for layer in ctx.spec.layers:
+        plan = plans.get(layer.index)
+        row = {
+            "index": layer.index, "kind": layer.kind, "window": layer.window,
+            "engine_window": plan.engine_window if plan else None,
+            "cache": plan.cache if plan else None,
+            "heads": layer.n_heads, "kv_heads": layer.n_kv_heads, "head_dim": layer.head_dim,
+            "dtype": layer.dtype,
+        }
+        if plan is not None and plan.state is not None:
+            row["state"] = plan.state
+        rows.append(row)
+    return rows
+
+
+def check_target(target: str, opts: Options) -> Result:
+    try:
+        spec = load_model(target)
+        plan = plan_for(opts.engine, spec, opts.deploy)
+        ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, options=opts.extra)
+        findings: list[Finding] = []
+        for check in CHECKS:
+            if check.engines is not None and opts.engine not in check.engines:
+                continue
+            if opts.static and not check.static:
+                continue
+            if not any(opts.selection.enabled(code) for code in check.codes):
+                continue
+            for finding in check.runner()(ctx):
+                if opts.selection.enabled(finding.code):
+                    findings.append(finalize(finding, opts))
+    except InputError as exc:
+        return Result(target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[],
+                      findings=[], error=str(exc))
+    findings.sort(key=lambda f: (SEVERITIES.index(f.severity), f.code, -1 if f.layer is None else f.layer))
+    info = {"family": spec.family, "num_hidden_layers": spec.num_hidden_layers, "defaults": spec.defaults,
+            "notes": spec.notes, "hf_id": spec.hf_id, "dtype": spec.dtype,
+            "checkpoint": None if spec.checkpoint is None else {
+                "files": len(spec.checkpoint.files), "tensors": len(spec.checkpoint.tensors),
+                "bytes": spec.checkpoint.total_bytes}}
+    info.update(plan.data.get("report", {}))
+    return Result(target=target, model_type=spec.model_type, engine=plan.engine, engine_versions=plan.versions,
+                  layers=layer_rows(ctx), findings=findings, spec=spec, info=info)

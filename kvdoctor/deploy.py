@@ -1,0 +1,101 @@
+"""Deploy settings (`--deploy deploy.yaml`): what the engine will be started with.
+
+Unknown keys and wrong types are refused with the file, line and field; YAML tags that would build
+objects are refused by the safe loader. Every setting has the engine's own default.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvdoctor.errors import InputError
+from kvdoctor.jsonfile import read_bounded
+from kvdoctor.model import Source
+
+MAX_DEPLOY_BYTES = 1024 * 1024
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SglangMlxSettings(_Section):
+    """sglang 0.5.23's MLX backend (server defaults)."""
+
+    chunked_prefill_size: int = Field(8192, ge=1)
+    radix_cache: bool = True
+    use_custom_rope: bool = Field(False, description="SGLANG_MLX_USE_CUSTOM_ROPE=1")
+    pool_size: Optional[int] = Field(None, ge=1, description="pool slots; None: sized by the runner")
+    full_kv_pool_index_by_layer: Optional[dict[int, int]] = Field(
+        None, description="a map to check instead of the one the layout derives")
+
+
+class SglangSettings(_Section):
+    """sglang 0.5.23 on CUDA: the KDA / ReplaySSM state caches."""
+
+    tp_size: Optional[int] = Field(None, ge=1, description="attention tensor-parallel size; None: check 1, 2, 4, 8")
+    enable_linear_replayssm: bool = False
+    linear_replayssm_cache_len: int = Field(16, description="--linear-replayssm-cache-len")
+    linear_attn_decode_backend: Literal["triton", "helion", "flashinfer", "cutedsl"] = "triton"
+    max_mamba_cache_size: Optional[int] = Field(None, ge=0)
+    mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    kda_recipe: str = Field("sglang-0.5.23", description="a built-in recipe name or a recipe YAML path")
+
+
+class Deploy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Optional[str] = None
+    context_length: Optional[int] = Field(None, ge=1)
+    sglang_mlx: SglangMlxSettings = Field(default_factory=SglangMlxSettings)
+    sglang: SglangSettings = Field(default_factory=SglangSettings)
+    path: Optional[str] = Field(None, exclude=True)
+    lines: dict[str, int] = Field(default_factory=dict, exclude=True)
+
+    def source(self, dotted: str) -> Source:
+        """Where a setting came from: its line in the deploy file, or the engine default."""
+        if self.path and dotted in self.lines:
+            return Source("deploy", dotted, self.path, self.lines[dotted])
+        return Source("default", dotted)
+
+
+def _key_lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
+    lines: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = f"{prefix}{key_node.value}"
+            lines[key] = key_node.start_mark.line + 1
+            lines.update(_key_lines(value_node, key + "."))
+    return lines
+
+
+def load_deploy(path: str | None) -> Deploy:
+    if path is None:
+        return Deploy()
+    file = Path(path)
+    text = read_bounded(file, MAX_DEPLOY_BYTES, "deploy file").decode("utf-8", errors="replace")
+    try:
+        data = yaml.safe_load(text)
+        lines = _key_lines(yaml.compose(text, Loader=yaml.SafeLoader)) if data else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"{where}: deploy file is not valid YAML: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: deploy file must be a YAML mapping of settings")
+    try:
+        deploy = Deploy.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        line = lines.get(field)
+        where = f"{path}:{line}" if line else path
+        raise InputError(f"{where}: setting {field!r}: {err['msg']}") from None
+    deploy.path, deploy.lines = path, lines
+    return deploy

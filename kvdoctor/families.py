@@ -1,0 +1,273 @@
+"""Per-layer meaning of a config, family by family, in Hugging Face semantics.
+
+Each family lists the defaults its transformers configuration class applies when a key is absent
+(tests compare them with the installed transformers classes) and a rule that turns the config
+into one layer kind per hidden layer. Every value records where it came from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kvdoctor.model import (ATTN_MAMBA, CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, UNKNOWN,
+                            LayerSpec, Source)
+
+# Layer-type strings as written in configs -> our kinds. Family-specific meanings of
+# "linear_attention" are resolved by the family (KDA for Kimi, gated DeltaNet for Qwen3-Next).
+TYPE_STRINGS = {
+    "full_attention": FULL,
+    "sliding_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+    "attention": FULL,
+    "mamba": MAMBA,
+    "mamba2": MAMBA,
+}
+LINEAR_TYPE = "linear_attention"
+
+
+class Lookup:
+    """Reads text-config keys, falling back to the family default and recording which it was."""
+
+    def __init__(self, cfg: dict[str, Any], defaults: dict[str, Any], source_of: Callable[[str], Source]):
+        self.cfg = cfg
+        self.defaults = defaults
+        self.source_of = source_of
+        self.used_defaults: dict[str, Any] = {}
+
+    def has(self, key: str) -> bool:
+        return key in self.cfg
+
+    def get(self, key: str, fallback: Any = None) -> Any:
+        if key in self.cfg:
+            return self.cfg[key]
+        if key in self.defaults:
+            self.used_defaults[key] = self.defaults[key]
+            return self.defaults[key]
+        return fallback
+
+    def source(self, key: str) -> Source:
+        if key in self.cfg:
+            return self.source_of(key)
+        return Source("default", key)
+
+
+@dataclass
+class Family:
+    name: str
+    model_types: tuple[str, ...]
+    defaults: dict[str, Any] = field(default_factory=dict)
+    # Builds (kind, window, source-of-kind) per layer when `layer_types` is absent.
+    rule: Callable[[Lookup, int], list[tuple[str, Source]]] | None = None
+    linear_kind: str = GDN
+    uses_layer_types: bool = True
+
+
+def _all(kind: str, n: int, src: Source) -> list[tuple[str, Source]]:
+    return [(kind, src)] * n
+
+
+def every_nth_full(pattern_key: str, default_src: str | None = None):
+    """Sliding unless (i + 1) % pattern == 0: Gemma 3, Cohere 2, Exaone 4, Olmo 3 style."""
+
+    def rule(look: Lookup, n: int) -> list[tuple[str, Source]]:
+        pattern = look.get(pattern_key)
+        src = look.source(pattern_key)
+        if isinstance(pattern, str):  # Exaone 4 "LLLG": L local, G global
+            if not pattern:
+                return _all(FULL, n, src)
+            return [((SLIDING if pattern[i % len(pattern)] == "L" else FULL), src) for i in range(n)]
+        if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern <= 0:
+            return _all(FULL, n, src)
+        return [((SLIDING if (i + 1) % pattern else FULL), src) for i in range(n)]
+
+    return rule
+
+
+def _olmo3(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    src = Source("default", "layer_types (3 sliding : 1 full)")
+    return [((SLIDING if (i + 1) % 4 else FULL), src) for i in range(n)]
+
+
+def _alternating(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    src = Source("default", "layer_types (sliding, full alternating)")
+    return [((SLIDING if (i + 1) % 2 else FULL), src) for i in range(n)]
+
+
+def _window_everywhere(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    """Mistral and Phi-3: a non-null `sliding_window` applies to every layer in transformers."""
+    window = look.get("sliding_window")
+    return _all(SLIDING if window is not None else FULL, n, look.source("sliding_window"))
+
+
+def _qwen(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    on = bool(look.get("use_sliding_window")) and look.get("sliding_window") is not None
+    first = look.get("max_window_layers")
+    src = look.source("use_sliding_window")
+    if not on or not isinstance(first, int):
+        return _all(FULL, n, src)
+    return [((SLIDING if i >= first else FULL), look.source("max_window_layers")) for i in range(n)]
+
+
+def _qwen3_next(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    interval = look.get("full_attention_interval")
+    src = look.source("full_attention_interval")
+    if not isinstance(interval, int) or interval <= 0:
+        return _all(GDN, n, src)
+    return [((GDN if (i + 1) % interval else FULL), src) for i in range(n)]
+
+
+def _jamba(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    period, offset = look.get("attn_layer_period"), look.get("attn_layer_offset")
+    src = look.source("attn_layer_period")
+    if not isinstance(period, int) or period <= 0 or not isinstance(offset, int):
+        return _all(MAMBA, n, src)
+    return [((FULL if i % period == offset else MAMBA), src) for i in range(n)]
+
+
+def _nemotron_h(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    """`hybrid_override_pattern`: M = Mamba-2, * = attention, - = MLP, E = MoE (no KV state)."""
+    pattern = look.get("hybrid_override_pattern")
+    src = look.source("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        table = {"M": MAMBA, "*": FULL, "-": "mlp", "E": "moe"}
+        return [(table.get(pattern[i], UNKNOWN) if i < len(pattern) else UNKNOWN, src) for i in range(n)]
+    blocks = look.get("layers_block_type")
+    if isinstance(blocks, list):
+        table = {"mamba": MAMBA, "attention": FULL, "full_attention": FULL, "linear_attention": MAMBA,
+                 "mlp": "mlp", "moe": "moe"}
+        src = look.source("layers_block_type")
+        return [(table.get(str(blocks[i]), UNKNOWN) if i < len(blocks) else UNKNOWN, src) for i in range(n)]
+    return _all(UNKNOWN, n, src)
+
+
+def _falcon_h1(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    return _all(ATTN_MAMBA, n, Source("default", "every Falcon-H1 layer has attention and a Mamba-2 mixer"))
+
+
+def _llama(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    return _all(FULL, n, Source("default", "all layers full attention"))
+
+
+FAMILIES = [
+    Family("llama", ("llama",), {"num_hidden_layers": 32, "num_attention_heads": 32}, _llama),
+    Family("mistral", ("mistral",), {"sliding_window": 4096}, _window_everywhere),
+    Family("phi3", ("phi3",), {"sliding_window": None}, _window_everywhere),
+    Family("qwen2", ("qwen2", "qwen3"), {"use_sliding_window": False, "sliding_window": 4096,
+                                         "max_window_layers": 28}, _qwen),
+    Family("gemma2", ("gemma2", "vaultgemma"), {"sliding_window": 4096, "head_dim": 256}, _alternating),
+    Family("gemma3", ("gemma3", "gemma3_text"), {"sliding_window": 4096, "sliding_window_pattern": 6,
+                                                 "head_dim": 256}, every_nth_full("sliding_window_pattern")),
+    Family("gpt_oss", ("gpt_oss",), {"sliding_window": 128, "head_dim": 64}, _alternating),
+    Family("olmo3", ("olmo3",), {"sliding_window": 4096}, _olmo3),
+    Family("exaone4", ("exaone4",), {"sliding_window": 4096, "sliding_window_pattern": 4},
+           every_nth_full("sliding_window_pattern")),
+    Family("cohere2", ("cohere2",), {"sliding_window": 4096, "sliding_window_pattern": 4, "head_dim": 128},
+           every_nth_full("sliding_window_pattern")),
+    Family("kimi_linear", ("kimi_linear",), {}, None, linear_kind=KDA),
+    Family("qwen3_next", ("qwen3_next",), {"full_attention_interval": 4, "head_dim": 256}, _qwen3_next),
+    Family("nemotron_h", ("nemotron_h",), {}, _nemotron_h, linear_kind=MAMBA),
+    Family("jamba", ("jamba",), {"attn_layer_period": 8, "attn_layer_offset": 4}, _jamba, linear_kind=MAMBA),
+    Family("falcon_h1", ("falcon_h1",), {}, _falcon_h1, linear_kind=MAMBA, uses_layer_types=False),
+]
+BY_MODEL_TYPE = {mt: fam for fam in FAMILIES for mt in fam.model_types}
+UNKNOWN_FAMILY = Family("unknown", (), {}, _window_everywhere)
+
+
+def family_for(model_type: str) -> Family | None:
+    return BY_MODEL_TYPE.get(model_type)
+
+
+def kind_of_string(value: Any, family: Family) -> str:
+    if value == LINEAR_TYPE:
+        return family.linear_kind
+    return TYPE_STRINGS.get(value, UNKNOWN) if isinstance(value, str) else UNKNOWN
+
+
+def _kimi_kinds(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    """Kimi Linear: `linear_attn_config.kda_layers` / `full_attn_layers`, 1-indexed; full layers are MLA."""
+    lac = look.get("linear_attn_config")
+    if not isinstance(lac, dict):
+        return _all(MLA, n, Source("default", "no linear_attn_config: every layer full (MLA)"))
+    kinds: list[tuple[str, Source]] = [(UNKNOWN, look.source("linear_attn_config"))] * n
+    for key, kind in (("full_attn_layers", MLA), ("kda_layers", KDA)):
+        for one_based in lac.get(key) or []:
+            if isinstance(one_based, int) and 1 <= one_based <= n:
+                kinds[one_based - 1] = (kind, look.source(f"linear_attn_config.{key}"))
+    return kinds
+
+
+def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
+    """One LayerSpec per hidden layer with kind, window, heads and head dims and their sources."""
+    layer_types = look.cfg.get("layer_types")
+    if family.name == "kimi_linear" and not isinstance(layer_types, list):
+        kinds = _kimi_kinds(look, n)
+    elif family.uses_layer_types and isinstance(layer_types, list):
+        src = look.source("layer_types")
+        kinds = [(kind_of_string(layer_types[i], family) if i < len(layer_types) else UNKNOWN, src)
+                 for i in range(n)]
+    else:
+        kinds = (family.rule or _window_everywhere)(look, n)
+
+    n_heads = look.get("num_attention_heads")
+    n_kv = look.get("num_key_value_heads") if look.get("num_key_value_heads") is not None else n_heads
+    kv_src = look.source("num_key_value_heads") if look.get("num_key_value_heads") is not None else look.source("num_attention_heads")
+    hidden = look.get("hidden_size")
+    head_dim = look.get("head_dim")
+    hd_src = look.source("head_dim")
+    if head_dim is None and isinstance(hidden, int) and isinstance(n_heads, int) and n_heads > 0:
+        head_dim, hd_src = hidden // n_heads, Source("derived", "hidden_size // num_attention_heads")
+    window = look.get("sliding_window")
+    if window is None and family.name == "unknown":
+        window = look.get("window_size")
+    chunk = look.get("attention_chunk_size")
+
+    layers = []
+    for i, (kind, kind_src) in enumerate(kinds):
+        layer = LayerSpec(index=i, kind=kind, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
+                          v_head_dim=head_dim,
+                          sources={"kind": kind_src, "n_heads": look.source("num_attention_heads"),
+                                   "n_kv_heads": kv_src, "head_dim": hd_src})
+        if kind == SLIDING:
+            layer.window = window
+            layer.sources["window"] = look.source("sliding_window")
+        elif kind == CHUNKED:
+            layer.window = chunk
+            layer.sources["window"] = look.source("attention_chunk_size")
+        elif kind == KDA:
+            _kda_dims(layer, look)
+        elif kind == GDN:
+            _gdn_dims(layer, look)
+        elif kind == MLA:
+            _mla_dims(layer, look)
+        layers.append(layer)
+    return layers
+
+
+def _kda_dims(layer: LayerSpec, look: Lookup) -> None:
+    lac = look.get("linear_attn_config") or {}
+    if isinstance(lac, dict):
+        layer.n_heads = layer.n_kv_heads = lac.get("num_heads")
+        layer.head_dim = layer.v_head_dim = lac.get("head_dim")
+        for name, key in (("n_heads", "num_heads"), ("n_kv_heads", "num_heads"), ("head_dim", "head_dim"),
+                          ("v_head_dim", "head_dim")):
+            layer.sources[name] = look.source(f"linear_attn_config.{key}")
+
+
+def _gdn_dims(layer: LayerSpec, look: Lookup) -> None:
+    layer.n_heads = look.get("linear_num_key_heads")
+    layer.n_kv_heads = look.get("linear_num_value_heads")
+    layer.head_dim = look.get("linear_key_head_dim")
+    layer.v_head_dim = look.get("linear_value_head_dim")
+    for name, key in (("n_heads", "linear_num_key_heads"), ("n_kv_heads", "linear_num_value_heads"),
+                      ("head_dim", "linear_key_head_dim"), ("v_head_dim", "linear_value_head_dim")):
+        layer.sources[name] = look.source(key)
+
+
+def _mla_dims(layer: LayerSpec, look: Lookup) -> None:
+    nope, rope = look.get("qk_nope_head_dim"), look.get("qk_rope_head_dim")
+    if isinstance(nope, int) and isinstance(rope, int):
+        layer.head_dim = nope + rope
+        layer.sources["head_dim"] = Source("derived", "qk_nope_head_dim + qk_rope_head_dim")
+    if isinstance(look.get("v_head_dim"), int):
+        layer.v_head_dim = look.get("v_head_dim")
+        layer.sources["v_head_dim"] = look.source("v_head_dim")

@@ -1,0 +1,175 @@
+"""The data every stage shares: where a value came from, the per-layer spec, findings and results.
+
+Data flows one way: load -> ModelSpec -> engine plan -> probes -> findings -> report.
+Nothing here imports torch, mlx or any engine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Layer kinds, in the Hugging Face sense of what the model means.
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+CHUNKED = "chunked_attention"
+KDA = "kda"
+GDN = "gated_deltanet"
+MAMBA = "mamba"
+MLA = "mla"
+LINEAR = "linear_attention"
+ATTN_MAMBA = "attention+mamba"  # Falcon-H1: attention and a Mamba mixer side by side in every layer
+UNKNOWN = "unknown"
+
+ATTENTION_KINDS = frozenset({FULL, SLIDING, CHUNKED, MLA, ATTN_MAMBA})
+STATE_KINDS = frozenset({KDA, GDN, MAMBA, LINEAR, ATTN_MAMBA})
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one value came from, so a report can point at it.
+
+    kind: "key" (read from a config key), "default" (the family default transformers applies),
+    "tensor" (read from a checkpoint header), "derived" (computed from other values),
+    "deploy" (a deploy-file setting).
+    """
+
+    kind: str
+    ref: str
+    file: str | None = None
+    line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "ref": self.ref, "file": self.file, "line": self.line}
+
+
+@dataclass
+class LayerSpec:
+    index: int
+    kind: str
+    window: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    v_head_dim: int | None = None
+    dtype: str | None = None
+    sources: dict[str, Source] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: str
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class Checkpoint:
+    """Safetensors headers only: names, dtypes, shapes. Never tensor data."""
+
+    files: list[str]
+    tensors: dict[str, TensorInfo]
+    index_file: str | None = None
+    missing_shards: list[str] = field(default_factory=list)
+    extra_shards: list[str] = field(default_factory=list)
+    total_bytes: int = 0
+
+    def get(self, name: str) -> TensorInfo | None:
+        return self.tensors.get(name)
+
+
+@dataclass
+class ModelSpec:
+    target: str
+    model_dir: Path
+    model_type: str
+    family: str
+    raw_config: dict[str, Any]
+    config: dict[str, Any]
+    config_prefix: str
+    layers: list[LayerSpec]
+    num_hidden_layers: int
+    hidden_size: int | None
+    vocab_size: int | None
+    dtype: str | None
+    checkpoint: Checkpoint | None
+    key_lines: dict[str, int]
+    sources: dict[str, Source] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    hf_id: str | None = None
+
+    def key_source(self, key: str) -> Source:
+        """A Source for a config key (relative to the text config), with its line when present."""
+        path = self.config_prefix + key
+        return Source("key", path, "config.json", self.line_of(key))
+
+    def line_of(self, key: str) -> int | None:
+        """Line of a text-config key in config.json (nested keys as 'a.b'); falls back to the parent."""
+        path = self.config_prefix + key
+        while path:
+            if path in self.key_lines:
+                return self.key_lines[path]
+            path = path.rpartition(".")[0]
+        return None
+
+    def kinds(self) -> set[str]:
+        return {layer.kind for layer in self.layers}
+
+
+@dataclass
+class Finding:
+    """One problem. Rules fill code, message and location; the catalog supplies name, severity, fixes."""
+
+    code: str
+    message: str
+    layer: int | None = None
+    file: str | None = None
+    line: int | None = None
+    key: str | None = None  # the offending config key or deploy setting, for fingerprints
+    engine_error: dict[str, Any] | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    severity: str | None = None  # None: the catalog's severity
+    name: str = ""
+    fixes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def at(cls, code: str, message: str, source: Source | None, **kw: Any) -> "Finding":
+        """A finding located at a Source (config key, tensor or deploy setting)."""
+        if source is None:
+            return cls(code, message, **kw)
+        kw.setdefault("key", source.ref)
+        return cls(code, message, file=source.file, line=source.line, **kw)
+
+
+@dataclass
+class LayerPlan:
+    """What one engine will do with one layer."""
+
+    index: int
+    engine_window: int | None
+    cache: str
+    state: dict[str, Any] | None = None
+
+
+@dataclass
+class Result:
+    target: str
+    model_type: str | None
+    engine: str
+    engine_versions: dict[str, str]
+    layers: list[dict[str, Any]]
+    findings: list[Finding]
+    error: str | None = None  # an input error for this target (exit 2), reported without a traceback
+    spec: ModelSpec | None = None
+    info: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,132 @@
+"""The terminal report: a model summary, the layer layout as coloured cells, and each finding with its fixes."""
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from kvdoctor.model import Finding, Result
+from kvdoctor.report import summary
+
+KIND_STYLE = {
+    "full_attention": ("F", "black on green"),
+    "sliding_attention": ("S", "black on cyan"),
+    "chunked_attention": ("C", "black on bright_cyan"),
+    "mla": ("L", "white on blue"),
+    "kda": ("K", "white on magenta"),
+    "gated_deltanet": ("G", "white on dark_magenta"),
+    "mamba": ("M", "black on yellow"),
+    "linear_attention": ("N", "white on purple"),
+    "attention+mamba": ("H", "black on bright_yellow"),
+    "mlp": ("-", "black on grey50"),
+    "moe": ("E", "black on grey70"),
+    "unknown": ("?", "white on red"),
+}
+CACHE_STYLE = {
+    "full": ("F", "black on green"), "contiguous": ("F", "black on green"),
+    "windowed": ("W", "black on cyan"), "rotating": ("R", "black on cyan"),
+    "kda-replayssm": ("K", "white on magenta"), "state": ("S", "black on yellow"),
+    "native": ("N", "black on yellow"), "none": ("-", "black on grey50"),
+}
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
+
+
+def _cells(values: list[tuple[str, str]], width: int = 48) -> Text:
+    text = Text()
+    for i, (char, style) in enumerate(values):
+        if i and i % width == 0:
+            text.append("\n")
+        text.append(char, style=style)
+    return text
+
+
+def layout(result: Result) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", justify="right")
+    grid.add_column()
+    kinds = [KIND_STYLE.get(row["kind"], KIND_STYLE["unknown"]) for row in result.layers]
+    grid.add_row("model", _cells(kinds))
+    if result.engine != "hf":
+        caches = [CACHE_STYLE.get(row.get("cache") or "none", ("?", "white on red")) for row in result.layers]
+        grid.add_row(result.engine, _cells(caches))
+    windows = sorted({row["window"] for row in result.layers if row["window"] is not None})
+    engine_windows = sorted({row["engine_window"] for row in result.layers if row["engine_window"] is not None})
+    legend = Text("model: ", style="dim")
+    present = dict.fromkeys(row["kind"] for row in result.layers)
+    for kind in present:
+        char, style = KIND_STYLE.get(kind, KIND_STYLE["unknown"])
+        count = sum(1 for row in result.layers if row["kind"] == kind)
+        legend.append(char, style=style).append(f" {kind} x{count}  ")
+    if windows:
+        legend.append(f"window {', '.join(map(str, windows))}  ", style="cyan")
+    grid.add_row("", legend)
+    if result.engine != "hf":
+        legend = Text(f"{result.engine}: ", style="dim")
+        for cache in dict.fromkeys(row.get("cache") or "none" for row in result.layers):
+            char, style = CACHE_STYLE.get(cache, ("?", "white on red"))
+            count = sum(1 for row in result.layers if (row.get("cache") or "none") == cache)
+            legend.append(char, style=style).append(f" {cache} x{count}  ")
+        legend.append(f"window {', '.join(map(str, engine_windows)) or 'none'}", style="cyan")
+        grid.add_row("", legend)
+    return grid
+
+
+def model_summary(result: Result) -> Table:
+    info = result.info
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="dim")
+    table.add_column()
+    table.add_row("model_type", f"{result.model_type}  (family: {info.get('family')})")
+    table.add_row("layers", str(info.get("num_hidden_layers")))
+    if info.get("dtype"):
+        table.add_row("dtype", str(info["dtype"]))
+    ckpt = info.get("checkpoint")
+    table.add_row("checkpoint", "none (config checks only)" if not ckpt else
+                  f"{ckpt['tensors']} tensors in {ckpt['files']} file(s), {ckpt['bytes'] / 2**30:.2f} GiB (headers read)")
+    table.add_row("engine", f"{result.engine} " + " ".join(f"{k} {v}" for k, v in result.engine_versions.items()))
+    for key, value in (info.get("defaults") or {}).items():
+        table.add_row("default", f"{key} = {value!r} (absent from config.json; the family default)")
+    for note in info.get("notes") or []:
+        table.add_row("note", note)
+    for note in info.get("engine_notes") or []:
+        table.add_row("engine note", note)
+    return table
+
+
+def finding_block(f: Finding) -> Group:
+    head = Text()
+    head.append(f"{f.code} ", style=SEVERITY_STYLE[f.severity])
+    head.append(f"{f.severity} ", style=SEVERITY_STYLE[f.severity])
+    head.append(f"[{f.name}] ", style="dim")
+    if f.file:
+        head.append(f"{f.file}{':' + str(f.line) if f.line else ''} ", style="underline")
+    if f.layer is not None:
+        head.append(f"layer {f.layer} ", style="bold")
+    parts = [head, Text("  " + f.message)]
+    if f.engine_error:
+        err = f.engine_error
+        parts.append(Text(f"  engine would raise at {err.get('stage')}: {err.get('class')}: {err.get('message')}",
+                          style="red"))
+    for fix in f.fixes:
+        parts.append(Text(f"  fix: {fix}", style="green"))
+    return Group(*parts)
+
+
+def render(results: list[Result], console: Console | None = None) -> None:
+    console = console or Console()
+    for result in results:
+        if result.error:
+            console.print(Panel(Text(result.error, style="red"), title=f"{result.target}: cannot check",
+                                border_style="red"))
+            continue
+        body = [model_summary(result), Text(""), layout(result), Text("")]
+        if result.findings:
+            body.extend(finding_block(f) for f in result.findings)
+        else:
+            body.append(Text("no findings", style="green"))
+        console.print(Panel(Group(*body), title=result.target, border_style="cyan"))
+    counts = summary(results)
+    console.print(f"[bold]{counts['targets']}[/] target(s): [red]{counts['errors']} error(s)[/], "
+                  f"[yellow]{counts['warnings']} warning(s)[/], [blue]{counts['info']} info[/]"
+                  + (f", [red]{counts['input_errors']} unreadable[/]" if counts['input_errors'] else ""))
