@@ -161,7 +161,7 @@ FAMILIES = [
     Family("olmo3", ("olmo3",), {"sliding_window": 4096}, _olmo3),
     Family("exaone4", ("exaone4",), {"sliding_window": 4096, "sliding_window_pattern": 4},
            every_nth_full("sliding_window_pattern")),
-    Family("cohere2", ("cohere2",), {"sliding_window": 4096, "sliding_window_pattern": 4, "head_dim": 128},
+    Family("cohere2", ("cohere2",), {"sliding_window": 4096, "sliding_window_pattern": 4},
            every_nth_full("sliding_window_pattern")),
     Family("kimi_linear", ("kimi_linear",), {}, None, linear_kind=KDA),
     Family("qwen3_next", ("qwen3_next",), {"full_attention_interval": 4, "head_dim": 256}, _qwen3_next),
