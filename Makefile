@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-DEMO ?= fixtures/demo/gpt-oss-20b
+DEMO_ENGINE ?= hf
 
 .PHONY: venv demo test bench clean
 
@@ -17,7 +17,11 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/kvdoctor check $(DEMO) --fail-on error
+	$(PY) -m kvdoctor.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b 3
+	$(PY) -m kvdoctor.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b-broken 3
+	cp fixtures/demo/gpt-oss-20b-broken/config.json build/demo/gpt-oss-20b-broken/config.json
+	$(VENV)/bin/kvdoctor check build/demo/gpt-oss-20b build/demo/gpt-oss-20b-broken --engine $(DEMO_ENGINE); \
+	  echo "kvdoctor exit code: $$? (0 clean, 1 findings at or above --fail-on, 2 input error)"
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2
@@ -26,4 +30,4 @@ bench: $(STAMP)
 	$(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) build .pytest_cache .hypothesis
