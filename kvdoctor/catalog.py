@@ -6,10 +6,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kvdoctor.errors import InputError
+from kvdoctor.yamlfile import load_yaml
 
 CODE_RE = re.compile(r"^[A-Z]{2,5}[0-9]{3}$")
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -95,18 +95,7 @@ def default_catalog_dir() -> Path:
 
 
 def load_entry(path: Path) -> Entry:
-    try:
-        if path.stat().st_size > MAX_ENTRY_BYTES:
-            raise InputError(f"{path}: catalog entry larger than {MAX_ENTRY_BYTES} bytes")
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except InputError:
-        raise
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InputError(f"{where}: catalog entry is not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read catalog entry: {exc}") from None
+    data, lines = load_yaml(path, "catalog entry", MAX_ENTRY_BYTES)
     if not isinstance(data, dict):
         raise InputError(f"{path}: catalog entry must be a YAML mapping")
     try:
@@ -114,7 +103,8 @@ def load_entry(path: Path) -> Entry:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "(entry)"
-        raise InputError(f"{path}: field {field!r}: {err['msg']}") from None
+        where = f"{path}:{lines[field]}" if field in lines else str(path)
+        raise InputError(f"{where}: field {field!r}: {err['msg']}") from None
     if path.stem != entry.code:
         raise InputError(f"{path}: file name must be the entry's code ({entry.code}.yaml)")
     return entry

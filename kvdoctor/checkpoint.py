@@ -1,8 +1,10 @@
 """Safetensors checkpoints, headers only.
 
 Each file's 8-byte length prefix is checked against a bound and the file size before anything else
-is read; the header is then parsed (duplicate names refused) and the file is opened with the
-safetensors library, which validates offsets, dtypes and byte spans. Tensor data is never read.
+is read. The header is then parsed and every entry checked: known dtype, shape of non-negative
+integers, byte span matching the shape, spans contiguous and covering the data, no name twice. The
+safetensors library then opens the file as a second opinion (it maps the file, never reads data).
+Tensor data is never read.
 """
 from __future__ import annotations
 
@@ -10,79 +12,133 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 from kvdoctor.errors import InputError
-from kvdoctor.jsonfile import load_json
+from kvdoctor.jsonfile import is_utf8, load_json, open_regular, reject_constant, require_inside, show
+from kvdoctor.limits import MAX_HEADER_BYTES, MAX_SHARDS, MAX_TOTAL_HEADER_BYTES
 from kvdoctor.model import Checkpoint, TensorInfo
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own bound
-MAX_SHARDS = 4096
+MAX_RANK = 64  # numpy's own limit on dimensions
 
 # Bits per element of every safetensors dtype.
 DTYPE_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
     "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
     "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 FLOAT_DTYPES = {"F16", "BF16", "F32", "F64", "F8_E5M2", "F8_E4M3"}
 
 
-def _reject_duplicates(pairs: list[tuple[str, object]]) -> dict:
-    seen: dict[str, object] = {}
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise ValueError(f"duplicate tensor name {key!r}")
+            raise ValueError(f"name {show(key)} appears twice; expected each tensor once")
         seen[key] = value
     return seen
 
 
-def read_header(path: Path, label: str) -> dict[str, TensorInfo]:
-    """Read one safetensors header: {name: TensorInfo}. Raises InputError on anything malformed."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            prefix = fh.read(8)
-            if len(prefix) < 8:
-                raise InputError(f"{path}: truncated safetensors file: {len(prefix)} bytes, the 8-byte header length is missing")
-            (length,) = struct.unpack("<Q", prefix)
-            if length > MAX_HEADER_BYTES:
-                raise InputError(f"{path}: safetensors header length {length} at byte 0 exceeds the {MAX_HEADER_BYTES}-byte bound")
-            if 8 + length > size:
-                raise InputError(f"{path}: truncated safetensors header: length prefix says {length} bytes but the file has {size - 8} after byte 8")
+def read_header(path: Path, label: str, limit: int = MAX_HEADER_BYTES) -> tuple[dict[str, TensorInfo], int]:
+    """Read one safetensors header: ({name: TensorInfo}, header length). InputError on anything malformed."""
+    tensors, length = _parse_header(path, label, limit)
+    _validate_with_library(path)  # after the parsed header is freed: one copy in memory at a time
+    return tensors, length
+
+
+def _parse_header(path: Path, label: str, limit: int) -> tuple[dict[str, TensorInfo], int]:
+    fh, size = open_regular(path, "safetensors file")
+    with fh:
+        prefix = fh.read(8)
+        if len(prefix) < 8:
+            raise InputError(f"{path}: truncated safetensors file: {len(prefix)} bytes; expected an 8-byte "
+                             "header length at byte 0")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > limit:
+            raise InputError(f"{path}: safetensors header length {length} at byte 0 exceeds the {limit}-byte bound "
+                             f"(at most {MAX_HEADER_BYTES} a file and {MAX_TOTAL_HEADER_BYTES} a checkpoint)")
+        if 8 + length > size:
+            raise InputError(f"{path}: truncated safetensors header: the length at byte 0 says {length} bytes but "
+                             f"the file has {size - 8} after byte 8")
+        try:
             raw = fh.read(length)
-    except InputError:
-        raise
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read safetensors file: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read safetensors file: {exc.strerror or exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: safetensors header is not UTF-8 (byte offset {8 + exc.start})") from None
     try:
-        header = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        header = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=reject_constant)
     except RecursionError:
-        raise InputError(f"{path}: safetensors header nests too deeply") from None
+        raise InputError(f"{path}: safetensors header (bytes 8..{8 + length}) nests too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: safetensors header is not valid JSON at byte offset {8 + exc.pos}: "
+                         f"{exc.msg}") from None
     except ValueError as exc:
-        raise InputError(f"{path}: safetensors header (bytes 8..{8 + length}) is not valid JSON: {exc}") from None
+        raise InputError(f"{path}: safetensors header (bytes 8..{8 + length}) is not valid: {exc}") from None
     if not isinstance(header, dict):
         raise InputError(f"{path}: safetensors header must be a JSON object, got {type(header).__name__}")
-    _validate_with_library(path)
+    return _entries(path, header, data_start=8 + length, data_size=size - 8 - length, label=label), length
+
+
+def _entries(path: Path, header: dict, data_start: int, data_size: int, label: str) -> dict[str, TensorInfo]:
+    """Check each entry against the safetensors format and return the tensors it describes."""
     tensors: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
         if name == "__metadata__":
+            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+                raise InputError(f"{path}: safetensors __metadata__ must map names to strings")
             continue
-        if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list):
-            raise InputError(f"{path}: tensor {name!r}: header entry must have 'dtype', 'shape' and 'data_offsets'")
-        tensors[name] = TensorInfo(name, str(entry.get("dtype")), tuple(int(d) for d in entry["shape"]), label)
+        where = f"{path}: tensor {show(name)}"
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+            raise InputError(f"{where}: expected an entry with 'dtype', 'shape' and 'data_offsets'")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+            raise InputError(f"{where}: unknown dtype {show(dtype)}; expected one of {', '.join(DTYPE_BITS)}")
+        if not isinstance(shape, list) or not all(_count(d) for d in shape):
+            raise InputError(f"{where}: shape {show(shape)}; expected a list of non-negative integers")
+        if len(shape) > MAX_RANK:
+            raise InputError(f"{where}: shape has {len(shape)} dimensions; at most {MAX_RANK} are accepted")
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets)
+                or offsets[0] > offsets[1]):
+            raise InputError(f"{where}: data_offsets {show(offsets)}; expected [begin, end] with 0 <= begin <= end")
+        numel = 1
+        for d in shape:
+            numel *= d
+        bits = numel * DTYPE_BITS[dtype]
+        if bits % 8:
+            raise InputError(f"{where}: {numel} elements of {dtype} do not fill whole bytes")
+        begin, end = offsets
+        if end - begin != bits // 8:
+            raise InputError(f"{where}: shape {shape} of {dtype} is {bits // 8} bytes but data_offsets {offsets} "
+                             f"span {end - begin} (file bytes {data_start + begin}..{data_start + end})")
+        spans.append((begin, end, name))
+        tensors[name] = TensorInfo(name, dtype, tuple(shape), label)
+    position, previous = 0, None
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            problem = f"overlaps tensor {show(previous)}" if begin < position else "leaves a gap before it"
+            raise InputError(f"{path}: tensor {show(name)} starts at file byte {data_start + begin}, which {problem}; "
+                             f"expected the next tensor to start at byte {data_start + position}")
+        position, previous = end, name
+    if position != data_size:
+        raise InputError(f"{path}: the tensors' data ends at file byte {data_start + position} but the file ends at "
+                         f"byte {data_start + data_size}; expected them to match")
     return tensors
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _validate_with_library(path: Path) -> None:
-    """Let the safetensors library check offsets, dtypes and byte spans (it maps, never reads data)."""
+    """Let the safetensors library open the file too: what it refuses, an engine's loader refuses."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -94,23 +150,19 @@ def _validate_with_library(path: Path) -> None:
         raise InputError(f"{path}: invalid safetensors file: {exc}") from None
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except (ValueError, OSError, RuntimeError):
-        return False
-
-
-def _shard_path(model_dir: Path, root: Path, name: object, index_path: Path) -> Path:
-    if not isinstance(name, str) or not name:
-        raise InputError(f"{index_path}: weight_map values must be shard file names, got {name!r}")
+def _shard_path(model_dir: Path, root: Path, name: str, index_path: Path) -> Path:
+    """The path of a shard the index names: a .safetensors file inside the model directory."""
+    if not name or any(ord(c) < 32 for c in name):
+        raise InputError(f"{index_path}: shard name {show(name)}; expected a file name")
     rel = Path(name)
     if rel.is_absolute() or ".." in rel.parts:
-        raise InputError(f"{index_path}: shard path {name!r} leaves the model directory; expected a file name inside it")
+        raise InputError(f"{index_path}: shard path {show(name)} leaves the model directory; "
+                         "expected a file name inside it")
+    if not name.endswith(".safetensors"):
+        raise InputError(f"{index_path}: shard {show(name)}; expected a .safetensors file name")
     path = model_dir / rel
-    if path.exists() and not _inside(path, root):
-        raise InputError(f"{index_path}: shard {name!r} resolves outside the model directory")
+    if os.path.lexists(path):
+        require_inside(path, root, f"shard {name}")
     return path
 
 
@@ -121,45 +173,64 @@ def load_checkpoint(model_dir: Path, root: Path | None = None) -> Checkpoint | N
     local Hugging Face cache, whose snapshots link into `blobs/`).
     """
     root = root or model_dir
-    index_path = model_dir / INDEX_NAME
     present = sorted(p.name for p in model_dir.glob("*.safetensors"))
-    if index_path.exists():
-        index, _ = load_json(index_path, "safetensors index")
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict):
-            raise InputError(f"{index_path}: expected an object with a 'weight_map' of tensor name -> shard file")
-        shards = sorted(set(map(str, weight_map.values())))
-        if len(shards) > MAX_SHARDS:
-            raise InputError(f"{index_path}: {len(shards)} shards, more than the {MAX_SHARDS} accepted")
-        paths = {s: _shard_path(model_dir, root, s, index_path) for s in shards}
-        missing = [s for s in shards if not paths[s].is_file()]
-        extra = [p for p in present if p not in paths and not p.startswith("consolidated")]
-        ckpt = Checkpoint(files=[s for s in shards if s not in missing], tensors={}, index_file=INDEX_NAME,
-                          missing_shards=missing, extra_shards=extra)
-        for shard in ckpt.files:
-            _add_file(ckpt, paths[shard], shard, root)
-        for name, shard in weight_map.items():
-            info = ckpt.tensors.get(name)
-            if info is not None and info.file != shard:
-                raise InputError(f"{index_path}: tensor {name!r} is mapped to {shard} but stored in {info.file}")
-        return ckpt
+    if len(present) > MAX_SHARDS:
+        raise InputError(f"{model_dir}: {len(present)} safetensors files, more than the {MAX_SHARDS} accepted")
+    for name in present:
+        if not is_utf8(name):
+            raise InputError(f"{model_dir}: file name {show(name, 300)} is not UTF-8; "
+                             "expected names a report can show")
+    if os.path.lexists(model_dir / INDEX_NAME):
+        return _load_indexed(model_dir, root, present)
     if SINGLE_NAME in present:
         files = [SINGLE_NAME]
     else:
         files = [p for p in present if not p.startswith("consolidated")] or present
     if not files:
         return None
-    ckpt = Checkpoint(files=files, tensors={})
     for name in files:
-        _add_file(ckpt, model_dir / name, name, root)
+        require_inside(model_dir / name, root, name)
+    ckpt = Checkpoint(files=files, tensors={})
+    _read_files(ckpt, [(model_dir / name, name) for name in files])
     return ckpt
 
 
-def _add_file(ckpt: Checkpoint, path: Path, label: str, root: Path) -> None:
-    if not _inside(path, root):
-        raise InputError(f"{path}: resolves outside the model directory")
-    for name, info in read_header(path, label).items():
-        if name in ckpt.tensors:
-            raise InputError(f"{path}: tensor {name!r} is also stored in {ckpt.tensors[name].file}; expected each tensor in one shard")
-        ckpt.tensors[name] = info
-    ckpt.total_bytes += os.path.getsize(path)
+def _load_indexed(model_dir: Path, root: Path, present: list[str]) -> Checkpoint:
+    """The shards `model.safetensors.index.json` names; missing ones are recorded (CKPT005), not read."""
+    index_path = model_dir / INDEX_NAME
+    require_inside(index_path, root, INDEX_NAME)
+    index, _ = load_json(index_path, "safetensors index")
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise InputError(f"{index_path}: expected an object with a 'weight_map' of tensor name -> shard file")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise InputError(f"{index_path}: weight_map[{show(name)}] = {show(shard)}; expected a shard file name")
+    shards = sorted(set(weight_map.values()))
+    if len(shards) > MAX_SHARDS:
+        raise InputError(f"{index_path}: {len(shards)} shards, more than the {MAX_SHARDS} accepted")
+    paths = {s: _shard_path(model_dir, root, s, index_path) for s in shards}
+    missing = [s for s in shards if not os.path.lexists(paths[s])]
+    extra = [p for p in present if p not in paths and not p.startswith("consolidated")]
+    ckpt = Checkpoint(files=[s for s in shards if s not in missing], tensors={}, index_file=INDEX_NAME,
+                      missing_shards=missing, extra_shards=extra)
+    _read_files(ckpt, [(paths[s], s) for s in ckpt.files])
+    for name, shard in weight_map.items():
+        info = ckpt.tensors.get(name)
+        if info is not None and info.file != shard:
+            raise InputError(f"{index_path}: tensor {show(name)} is mapped to {shard} but stored in {info.file}")
+    return ckpt
+
+
+def _read_files(ckpt: Checkpoint, files: list[tuple[Path, str]]) -> None:
+    """Read every file's header into `ckpt`, within the total header budget."""
+    left = MAX_TOTAL_HEADER_BYTES
+    for path, label in files:
+        tensors, length = read_header(path, label, limit=min(MAX_HEADER_BYTES, left))
+        left -= length
+        for name, info in tensors.items():
+            if name in ckpt.tensors:
+                raise InputError(f"{path}: tensor {show(name)} is also stored in {ckpt.tensors[name].file}; "
+                                 "expected each tensor in one shard")
+            ckpt.tensors[name] = info
+        ckpt.total_bytes += os.path.getsize(path)

@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvdoctor.budget.settings import BudgetSettings
 from kvdoctor.errors import InputError
-from kvdoctor.jsonfile import read_bounded
 from kvdoctor.model import Source
+from kvdoctor.yamlfile import load_yaml
 
 MAX_DEPLOY_BYTES = 1024 * 1024
 
@@ -52,6 +52,7 @@ class Deploy(BaseModel):
     context_length: Optional[int] = Field(None, ge=1)
     sglang_mlx: SglangMlxSettings = Field(default_factory=SglangMlxSettings)
     sglang: SglangSettings = Field(default_factory=SglangSettings)
+    budget: Optional[BudgetSettings] = None
     path: Optional[str] = Field(None, exclude=True)
     lines: dict[str, int] = Field(default_factory=dict, exclude=True)
 
@@ -62,29 +63,10 @@ class Deploy(BaseModel):
         return Source("default", dotted)
 
 
-def _key_lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
-    lines: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = f"{prefix}{key_node.value}"
-            lines[key] = key_node.start_mark.line + 1
-            lines.update(_key_lines(value_node, key + "."))
-    return lines
-
-
 def load_deploy(path: str | None) -> Deploy:
     if path is None:
         return Deploy()
-    file = Path(path)
-    text = read_bounded(file, MAX_DEPLOY_BYTES, "deploy file").decode("utf-8", errors="replace")
-    try:
-        data = yaml.safe_load(text)
-        lines = _key_lines(yaml.compose(text, Loader=yaml.SafeLoader)) if data else {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(f"{where}: deploy file is not valid YAML: {problem}") from None
+    data, lines = load_yaml(Path(path), "deploy file", MAX_DEPLOY_BYTES)
     if data is None:
         data = {}
     if not isinstance(data, dict):

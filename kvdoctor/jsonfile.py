@@ -1,121 +1,192 @@
-"""Strict JSON reading with the line of every key, so findings can point at `config.json:LINE`."""
+"""Bounded, strict reading of input files, and JSON with the line of every key.
+
+Every file kvdoctor reads goes through `read_bounded` (or `open_regular`): only regular files are
+read (a FIFO or a device would block or never end), opened without following the path twice, and
+refused past a size bound before a byte is read. `require_inside` keeps symlinks from leading out
+of the model directory. JSON is parsed strictly so findings can point at `config.json:LINE`.
+"""
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from kvdoctor.errors import InputError
+from kvdoctor.limits import MAX_JSON_BYTES, MAX_JSON_DEPTH
 
-MAX_JSON_BYTES = 16 * 1024 * 1024
-MAX_DEPTH = 64
+MAX_INT_DIGITS = 30
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:\n]')
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def show(value: Any, width: int = 40) -> str:
+    """A value for an error message: its repr, cut to `width` characters."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def is_utf8(text: str) -> bool:
+    """False for text holding lone surrogates: a file name that was not UTF-8 on disk, or an escape
+    such as "\\ud800" in JSON."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def open_regular(path: Path, what: str) -> tuple[BinaryIO, int]:
+    """Open a regular file for reading: (file, size). Anything else is an InputError.
+
+    The file is opened first and checked after (fstat), so a path swapped between the check and
+    the open cannot slip through; O_NONBLOCK keeps a FIFO from blocking the open.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise InputError(f"{path}: {what} must be a regular file, found a directory") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: {what} must be a regular file, found {_kind(info.st_mode)}")
+    return os.fdopen(fd, "rb"), info.st_size
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "something else"
 
 
 def read_bounded(path: Path, limit: int, what: str) -> bytes:
-    """Read a small file whole, refusing one over `limit` bytes before reading it."""
-    try:
-        size = path.stat().st_size
+    """Read a small regular file whole, refusing one over `limit` bytes before reading it."""
+    fh, size = open_regular(path, what)
+    with fh:
         if size > limit:
             raise InputError(f"{path}: {what} is {size} bytes, more than the {limit}-byte limit")
-        with path.open("rb") as fh:
-            return fh.read(limit + 1)
-    except InputError:
-        raise
-    except IsADirectoryError:
-        raise InputError(f"{path}: expected a {what} file, found a directory") from None
+        try:
+            data = fh.read(limit + 1)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:  # grew since fstat
+        raise InputError(f"{path}: {what} is more than the {limit}-byte limit")
+    return data
+
+
+def require_inside(path: Path, root: Path, what: str) -> None:
+    """Refuse a path whose symlinks lead outside `root` (or loop, or dangle)."""
+    try:
+        real = path.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13 reports a symlink loop this way
+        raise InputError(f"{path}: {what} is a symlink loop") from None
+    except FileNotFoundError:
+        raise InputError(f"{path}: {what} is missing or a broken symlink") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        if exc.errno == 40:  # ELOOP
+            raise InputError(f"{path}: {what} is a symlink loop") from None
+        raise InputError(f"{path}: cannot resolve {what}: {exc.strerror or exc}") from None
+    try:
+        real.relative_to(root.resolve())
+    except ValueError:
+        raise InputError(f"{path}: {what} resolves to {real}, outside {root}; "
+                         "expected files inside the model directory") from None
 
 
-def _reject_constant(name: str) -> Any:
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {show(text, 24)} overflows to infinity")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer {show(text, 24)} has {len(text.lstrip('-'))} digits; "
+                         f"at most {MAX_INT_DIGITS} are accepted")
+    return int(text)
+
+
+def reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
 def load_json(path: Path, what: str = "JSON") -> tuple[Any, dict[str, int]]:
-    """Parse a JSON file strictly (no NaN/Infinity, bounded size and depth).
-
-    Returns the value and a map from dotted key path (`text_config.sliding_window`) to its line.
-    """
+    """Parse a JSON file strictly: bounded size and depth; no NaN, Infinity, overflowing numbers or
+    duplicate keys. Returns the value and a map from dotted key path (`text_config.sliding_window`)
+    to its line."""
     data = read_bounded(path, MAX_JSON_BYTES, what)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: {what} is not UTF-8 (byte offset {exc.start})") from None
-    depth = _max_depth(text)
-    if depth > MAX_DEPTH:
-        raise InputError(f"{path}: {what} nests {depth} levels deep; at most {MAX_DEPTH} are accepted")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=reject_constant, parse_float=_finite_float,
+                           parse_int=_bounded_int)
+    except RecursionError:
+        raise InputError(f"{path}: {what} nests too deeply; at most {MAX_JSON_DEPTH} levels are accepted") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}:{exc.colno}: {what} is not valid JSON: {exc.msg}") from None
     except ValueError as exc:
         raise InputError(f"{path}: {what} is not valid JSON: {exc}") from None
-    return value, key_lines(text)
+    lines, depth, duplicate, surrogate = _scan(text)
+    if depth > MAX_JSON_DEPTH:
+        raise InputError(f"{path}: {what} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted")
+    if duplicate:
+        key, line = duplicate
+        raise InputError(f"{path}:{line}: key {show(key)} appears twice in one object; expected each key once")
+    if surrogate:
+        raise InputError(f"{path}:{surrogate}: {what} has a string with an unpaired \\uD800-\\uDFFF escape; "
+                         "expected valid Unicode")
+    return value, lines
 
 
-def _max_depth(text: str) -> int:
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+def _scan(text: str) -> tuple[dict[str, int], int, tuple[str, int] | None, int | None]:
+    """One pass over valid JSON text: (key lines, deepest nesting, first duplicate key and its line,
+    line of the first string that escapes half a UTF-16 surrogate pair, which no file name, tensor
+    name or report can carry).
 
-
-def key_lines(text: str) -> dict[str, int]:
-    """Map each object key's dotted path to the 1-based line it sits on (first occurrence wins).
-
-    Array elements are not numbered: a key inside an array of objects is recorded under the
-    array's own path, which is where a reader would look.
+    Key lines map each object key's dotted path to the 1-based line it sits on. Array elements are
+    not numbered: a key inside an array of objects is recorded under the array's own path, which
+    is where a reader would look.
     """
     lines: dict[str, int] = {}
-    stack: list[tuple[str, str]] = []  # (container type, path of the container)
+    surrogate: int | None = None
+    stack: list[tuple[str, str, set[str]]] = []  # (bracket, path of the container, keys seen in it)
     pending_key: str | None = None
+    previous = ""
+    duplicate: tuple[str, int] | None = None
     line = 1
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\n":
+    deepest = 0
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token == "\n":
             line += 1
-        elif ch == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            raw = text[i : j + 1]
-            k = j + 1
-            while k < n and text[k] in " \t\r\n":
-                k += 1
-            if stack and stack[-1][0] == "{" and k < n and text[k] == ":":
-                try:
-                    key = json.loads(raw)
-                except ValueError:
-                    key = raw.strip('"')
-                parent = stack[-1][1]
-                pending_key = f"{parent}.{key}" if parent else key
-                lines.setdefault(pending_key, line)
-            line += raw.count("\n")
-            i = j
-        elif ch in "{[":
-            if stack and stack[-1][0] == "[":
-                path = stack[-1][1]
-            else:
-                path = pending_key or ""
-            stack.append((ch, path))
+            continue
+        if surrogate is None and token.startswith('"') and _SURROGATE_ESCAPE.search(token):
+            if not is_utf8(json.loads(token)):
+                surrogate = line
+        if token == ":" and stack and stack[-1][0] == "{" and previous.startswith('"'):
+            key = json.loads(previous)
+            _, parent, seen = stack[-1]
+            if key in seen and duplicate is None:
+                duplicate = (f"{parent}.{key}" if parent else key, line)
+            seen.add(key)
+            pending_key = f"{parent}.{key}" if parent else key
+            lines.setdefault(pending_key, line)
+        elif token in "{[":
+            path = stack[-1][1] if stack and stack[-1][0] == "[" else (pending_key or "")
+            stack.append((token, path, set()))
+            deepest = max(deepest, len(stack))
             pending_key = None
-        elif ch in "}]":
-            if stack:
-                stack.pop()
-        i += 1
-    return lines
+        elif token in "}]":
+            stack.pop()
+        previous = token
+    return lines, deepest, duplicate, surrogate

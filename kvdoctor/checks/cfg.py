@@ -29,7 +29,7 @@ def run(ctx: Context) -> Iterable[Finding]:
 
     if isinstance(layer_types, list):
         for i, value in enumerate(layer_types):
-            if value not in KNOWN_TYPE_STRINGS:
+            if not isinstance(value, str) or value not in KNOWN_TYPE_STRINGS:
                 yield Finding.at("CFG002", f"layer_types[{i}] = {value!r} is not a known layer type "
                                  f"(known: {', '.join(sorted(KNOWN_TYPE_STRINGS))})",
                                  spec.key_source("layer_types"), layer=i, evidence={"value": value})

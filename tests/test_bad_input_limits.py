@@ -1,0 +1,176 @@
+"""Bounded resources: probes size their caches up front and a cache past the budget is never built;
+the check reports LIM001 instead and the other checks still run."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+from helpers import make_model
+
+from kvdoctor import check as check_module
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.check import Options, check_target
+from kvdoctor.checks import Check
+from kvdoctor.limits import (PROBE_BUDGET_BYTES, PROBE_MIN_TOKENS, ProbeOverBudget, human_bytes,
+                             require_within_budget, smallest_probe_bytes, tensor_nbytes)
+from kvdoctor.model import ATTENTION_KINDS
+from kvdoctor.report import exit_code
+from kvdoctor.selection import Selection
+
+PROBE_SLOTS, PROBE_TOKENS = 2, 64
+TORCH_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "BF16": "bfloat16",
+                "F16": "float16", "F32": "float32"}
+
+
+@dataclass(frozen=True)
+class LocalCheck(Check):
+    """A check whose run function lives in this test module."""
+
+    fn: Callable | None = None
+
+    def runner(self):
+        return self.fn
+
+
+def kv_probe(built: list):
+    """A small real probe: K and V caches [slots, kv_heads, tokens, head_dim] for every attention
+    layer, in the layer's dtype, sized and checked against the budget before any is allocated."""
+
+    def run(ctx):
+        import torch
+
+        layers = [l for l in ctx.spec.layers if l.kind in ATTENTION_KINDS]
+        shapes = [(l, (PROBE_SLOTS, l.n_kv_heads, PROBE_TOKENS, l.head_dim),
+                   TORCH_DTYPES.get(l.dtype or "bfloat16", "bfloat16")) for l in layers]
+        total = sum(2 * tensor_nbytes(shape, dtype) for _, shape, dtype in shapes)
+        biggest = max(shapes, key=lambda s: tensor_nbytes(s[1], s[2]))[0]
+        require_within_budget(f"K/V caches for {len(layers)} attention layers", total,
+                              source=biggest.sources.get("n_kv_heads"), layer=biggest.index)
+        for _, shape, dtype in shapes:
+            for _ in "kv":
+                cache = torch.zeros(shape, dtype=getattr(torch, dtype))
+                built.append(cache.nbytes)
+        assert sum(built) == total  # the up-front size is what was really allocated
+        return iter(())
+
+    return run
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    built: list[int] = []
+    checks = list(check_module.CHECKS) + [LocalCheck("budget-probe", ("LIM001",), static=False, fn=kv_probe(built))]
+    monkeypatch.setattr(check_module, "CHECKS", checks)
+    return built
+
+
+def huge_heads(cfg: dict) -> None:
+    """Within the sanity bounds, yet far past the probe budget: an extra digit or three."""
+    cfg.update(num_attention_heads=4096, num_key_value_heads=4096, head_dim=16384)
+
+
+def big_heads(cfg: dict) -> None:
+    """The smallest probe caches fit the budget (512 MiB); the test probe's own do not (8 GiB)."""
+    cfg.update(num_attention_heads=256, num_key_value_heads=256, head_dim=1024)
+
+
+def lim001(result):
+    return [f for f in result.findings if f.code == "LIM001"]
+
+
+def config_line(model_dir, key: str) -> int:
+    lines = (model_dir / "config.json").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if f'"{key}"' in line)
+
+
+def test_healthy_model_builds_its_caches(tmp_path, probe):
+    m = make_model(tmp_path, "gpt-oss-20b", checkpoint=False)
+    result = check_target(str(m), Options(catalog=builtin_catalog()))
+    assert result.error is None and lim001(result) == []
+    assert len(probe) == 2 * 24 and sum(probe) < PROBE_BUDGET_BYTES
+    # gpt-oss's config.json names no dtype: the up-front size assumes 4 bytes, the widest.
+    assert smallest_probe_bytes(result.spec)[0] == 24 * PROBE_MIN_TOKENS * 8 * (64 + 64) * 4
+
+
+def test_no_probe_runs_when_even_the_smallest_caches_pass_the_budget(tmp_path, probe):
+    m = make_model(tmp_path, "llama-3.1-8b", edit=huge_heads)
+    result = check_target(str(m), Options(catalog=builtin_catalog()))
+    assert result.error is None and probe == []  # nothing was allocated
+    [finding] = lim001(result)
+    assert finding.name == "probe-over-budget" and finding.severity == "warning"
+    assert finding.file == "config.json" and finding.key == "num_key_value_heads"
+    assert finding.line == config_line(m, "num_key_value_heads")
+    expected = 32 * PROBE_MIN_TOKENS * 4096 * (16384 + 16384) * 2  # BF16, from the checkpoint
+    assert finding.evidence == {"what": "the smallest probe caches for 32 layers", "bytes": expected,
+                                "budget_bytes": PROBE_BUDGET_BYTES}
+    assert "CKPT001" in [f.code for f in result.findings]  # the other checks still ran
+    assert exit_code([result], "warning") == 1
+
+
+def test_a_probe_refuses_caches_past_the_budget(tmp_path, probe):
+    m = make_model(tmp_path, "llama-3.1-8b", edit=big_heads, checkpoint=False)
+    result = check_target(str(m), Options(catalog=builtin_catalog()))
+    assert result.error is None and probe == []
+    [finding] = lim001(result)
+    expected = 32 * 2 * tensor_nbytes((PROBE_SLOTS, 256, PROBE_TOKENS, 1024), "bfloat16")
+    assert finding.evidence == {"what": "K/V caches for 32 attention layers", "bytes": expected,
+                                "budget_bytes": PROBE_BUDGET_BYTES}
+    assert finding.key == "num_key_value_heads" and finding.layer == 0
+    assert "CFG009" not in [f.code for f in result.findings] and "CKPT008" in [f.code for f in result.findings]
+
+
+def test_lim001_can_be_ignored(tmp_path, probe):
+    m = make_model(tmp_path, "llama-3.1-8b", edit=huge_heads, checkpoint=False)
+    opts = Options(catalog=builtin_catalog(), selection=Selection(ignore=("LIM001",)))
+    result = check_target(str(m), opts)
+    assert lim001(result) == [] and probe == []
+
+
+def test_static_runs_build_nothing_and_still_warn(tmp_path, probe):
+    m = make_model(tmp_path, "llama-3.1-8b", edit=huge_heads, checkpoint=False)
+    result = check_target(str(m), Options(catalog=builtin_catalog(), static=True))
+    assert probe == [] and len(lim001(result)) == 1
+
+
+def test_budget_boundary():
+    require_within_budget("exactly the budget", PROBE_BUDGET_BYTES)
+    with pytest.raises(ProbeOverBudget) as exc:
+        require_within_budget("one byte more", PROBE_BUDGET_BYTES + 1)
+    assert str(exc.value) == ("one byte more would need 1.0 GiB, more than the 1.0 GiB probe budget, so they "
+                              "were not built and the checks that need them did not run")
+    assert exc.value.finding().evidence["bytes"] == PROBE_BUDGET_BYTES + 1
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int8", "BF16", "F32"])
+def test_sizes_match_real_torch_and_mlx_arrays(dtype):
+    import mlx.core as mx
+    import torch
+
+    shape = (3, 5, 7)
+    name = {"BF16": "bfloat16", "F32": "float32"}.get(dtype, dtype)
+    assert tensor_nbytes(shape, dtype) == torch.zeros(shape, dtype=getattr(torch, name)).nbytes
+    assert tensor_nbytes(shape, dtype) == mx.zeros(shape, dtype=getattr(mx, name)).nbytes
+    assert tensor_nbytes(shape, str(getattr(torch, name))) == tensor_nbytes(shape, dtype)
+
+
+def test_human_bytes():
+    assert [human_bytes(n) for n in (0, 1023, 1024, 3 * 1024**3, 5 * 1024**6)] == [
+        "0 B", "1023 B", "1.0 KiB", "3.0 GiB", "5120.0 PiB"]
+
+
+def test_headers_share_one_budget_per_checkpoint(tmp_path, monkeypatch):
+    """Each shard's header is within the per-file bound, but together they pass the checkpoint's."""
+    from badinput_gen import base_model
+
+    from kvdoctor import checkpoint
+    from kvdoctor.errors import InputError
+
+    m = base_model(tmp_path, shards=2)
+    lengths = [checkpoint.read_header(p, p.name)[1] for p in sorted(m.glob("*.safetensors"))]
+    monkeypatch.setattr(checkpoint, "MAX_TOTAL_HEADER_BYTES", sum(lengths) - 1)
+    with pytest.raises(InputError, match=r"model-00002-of-00002\.safetensors: safetensors header length \d+ at "
+                                         rf"byte 0 exceeds the {lengths[1] - 1}-byte bound"):
+        checkpoint.load_checkpoint(m)
+    monkeypatch.setattr(checkpoint, "MAX_TOTAL_HEADER_BYTES", sum(lengths))
+    assert len(checkpoint.load_checkpoint(m).files) == 2
