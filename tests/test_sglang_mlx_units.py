@@ -1,0 +1,120 @@
+"""The sglang-mlx profile's pieces on their own: the runner's start-up checks on model views that no
+mlx-lm 0.32.2 class produces, the fallback table against the real mlx-lm classes, and the cheap import."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REAL, SHORT
+from kvdoctor.context import Context, EnginePlan
+from kvdoctor.deploy import Deploy
+from kvdoctor.engines.sglang_mlx import (KvConfig, MlxFacts, build_layout, kv_config, mlx_config, startup_refusals,
+                                         table_view)
+from kvdoctor.loader import load_model
+from kvdoctor.mlx.mlxlm import LayerView, ModelView, build_skeleton, module_name_for, read_view
+from kvdoctor.model import Source
+
+
+def view_of(kinds: list[str], layer_types=None, window=None, make_cache=True) -> ModelView:
+    """A model view: "a" = attention layer, "x" = auxiliary (no attention child), "f" = flagged sliding."""
+    layers = []
+    for i, kind in enumerate(kinds):
+        layer = LayerView(index=i, layer_class="custom.Block")
+        if kind in "af":
+            layer.attention_attr, layer.contract_children = "self_attn", ["self_attn"]
+            layer.n_heads, layer.n_kv_heads, layer.head_dim = 8, 2, 64
+            layer.sliding_flag = "self_attn.is_swa" if kind == "f" else None
+        layers.append(layer)
+    return ModelView(model_class="custom.Model", container_class="custom.Inner", layer_types=layer_types,
+                     window=window, window_attr="sliding_window" if window else None, layers=layers,
+                     has_make_cache=make_cache)
+
+
+def refusals(view: ModelView, kv: dict | None = None) -> list:
+    layout = build_layout(view)
+    kv = kv or {i: KvConfig(2, 64, "bfloat16", Source("default", "x")) for i in layout.attention}
+    return startup_refusals(view, layout, kv, model=None)
+
+
+def test_auxiliary_state_with_sliding_layers_is_refused():
+    view = view_of(["x", "a", "x", "a"], layer_types=["linear_attention", "sliding_attention"] * 2, window=64)
+    got = refusals(view)
+    assert [(r.code, r.error_class, r.layer) for r in got] == [("ENG006", "NotImplementedError", 1)]
+    assert got[0].message == ("MLX runner does not support models with both auxiliary cache state and "
+                              "sliding-window attention layers.")
+
+
+def test_auxiliary_state_without_make_cache_is_refused():
+    got = refusals(view_of(["x", "a"], make_cache=False))
+    assert [r.code for r in got] == ["ENG008"]
+    assert got[0].message == "MLX models with auxiliary cache state require model.make_cache()."
+
+
+def test_no_layer_list_at_all():
+    got = refusals(view_of([]))
+    assert [(r.code, r.message) for r in got] == [("ENG007", "MLX model has no supported attention layers")]
+
+
+def test_kv_head_count_present_but_none():
+    view = view_of(["a", "a"])
+    src = Source("default", "x")
+    kv = {0: KvConfig(2, 64, "bfloat16", src), 1: KvConfig(None, 64, "bfloat16", src)}
+    got = refusals(view, kv)
+    assert [(r.code, r.message) for r in got][0] == (
+        "ENG013", "Cannot determine n_kv_heads from attention module at layer 1")
+
+
+def test_flagged_layer_without_map_is_refused_at_its_index():
+    got = refusals(view_of(["a", "a", "f", "a"]))
+    assert [(r.code, r.layer) for r in got] == [("ENG004", 2)]
+
+
+def test_healthy_view_is_served():
+    view = view_of(["a", "a", "a", "a"], layer_types=["sliding_attention", "full_attention"] * 2, window=64)
+    assert refusals(view) == []
+    layout = build_layout(view)
+    assert layout.sliding == [0, 2] and layout.full_pool_index == {1: 0, 3: 1}
+    assert layout.attention_index == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
+def test_eng006_finding_points_at_layer_types():
+    from kvdoctor.checks import eng
+
+    spec = load_model(str(REAL / SHORT["gpt-oss-20b"]))
+    view = view_of(["x", "a"] * 12, layer_types=["linear_attention", "sliding_attention"] * 12, window=128)
+    layout = build_layout(view)
+    facts = MlxFacts(view=view, layout=layout, kv={}, refusals=refusals(view))
+    plan = EnginePlan(engine="sglang-mlx", versions={}, layers=[], data={"sglang_mlx": facts})
+    ctx = Context(spec=spec, engine="sglang-mlx", deploy=Deploy(), plan=plan)
+    (finding,) = list(eng.run(ctx))
+    assert finding.code == "ENG006" and finding.key == "layer_types" and finding.line is not None
+    assert "layers 0, 2, 4" in finding.message
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "mistral-7b", "gemma-3-1b-it", "gemma-2-2b", "qwen2.5-7b",
+                                  "phi3-mini", "olmo3", "llama-3.1-8b"])
+def test_fallback_table_agrees_with_the_real_mlx_lm_class(name):
+    spec = load_model(str(REAL / SHORT[name]))
+    real_view = read_view(build_skeleton(mlx_config(spec)).model)
+    table = table_view(module_name_for(mlx_config(spec)), spec)
+    assert table is not None and table.source == "table"
+    real_layout, table_layout = build_layout(real_view), build_layout(table)
+    assert (table_layout.attention, table_layout.windows) == (real_layout.attention, real_layout.windows)
+    kv = {i: kv_config(spec, real_view.layers[i]) for i in real_layout.attention}
+    expect = [(r.code, r.message) for r in startup_refusals(real_view, real_layout, kv, None)]
+    assert [(r.code, r.message) for r in startup_refusals(table, table_layout, kv, None)] == expect
+
+
+def test_mistral_is_remapped_to_llama():
+    assert module_name_for({"model_type": "mistral"}) == "llama"
+    assert module_name_for({"model_type": "gpt_oss"}) == "gpt_oss"
+
+
+def test_cheap_import_still_completes_the_package_on_demand():
+    code = ("import sys; from kvdoctor.mlx.mlxlm import use_cheap_import; use_cheap_import(); "
+            "import mlx_lm.models.cache; before = 'mlx_lm.utils' in sys.modules; "
+            "from mlx_lm import load; print(before, callable(load))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
