@@ -1,0 +1,75 @@
+"""What the three oracle scripts share: the model list, the setting grids and the JSON writer.
+
+Each oracle runs in its own venv (see README.md) and imports only its engine; this module imports
+nothing but the standard library so all three can use it.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CONFIGS = HERE.parent.parent / "shared" / "configs"
+if not CONFIGS.is_dir():  # a checkout beside shared/ (…/main) or the repo's own fixtures
+    CONFIGS = HERE.parent / "fixtures" / "models"
+GiB = 1 << 30
+
+
+def model_dirs(drop_keys: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Model name -> a temporary directory holding only its config.json (engines want a dir).
+
+    `drop_keys` removes top-level keys an oracle cannot load on a CPU box and that do not touch
+    KV sizing (SGLang rejects gpt-oss's mxfp4 `quantization_config` when the device is CPU)."""
+    root = Path(tempfile.mkdtemp(prefix="kvdoctor-goldens-"))
+    out: dict[str, Path] = {}
+    for path in sorted(CONFIGS.iterdir()):
+        src = path / "config.json" if path.is_dir() else path
+        if src.suffix != ".json" or not src.exists():
+            continue
+        name = path.stem if path.is_file() else path.name
+        (root / name).mkdir()
+        if drop_keys:
+            cfg = json.loads(src.read_text())
+            for key in drop_keys:
+                cfg.pop(key, None)
+            (root / name / "config.json").write_text(json.dumps(cfg, indent=2))
+        else:
+            shutil.copy(src, root / name / "config.json")
+        out[name] = root / name
+    return out
+
+
+def max_position(config_dir: Path) -> int:
+    cfg = json.loads((config_dir / "config.json").read_text())
+    text = cfg.get("text_config") or cfg
+    return int(text.get("max_position_embeddings") or 131072)
+
+
+def contexts(limit: int) -> list[int]:
+    """The context lengths of the grid that the model accepts, plus its own maximum."""
+    return sorted({c for c in (4096, 32768, 131072) if c <= limit} | {limit})
+
+
+def write(name: str, engine: str, versions: dict[str, str], points: list[dict]) -> Path:
+    doc = {
+        "schema": "kvdoctor.goldens/1",
+        "engine": engine,
+        "versions": versions,
+        "generated": datetime.date.today().isoformat(),
+        "configs": "shared/configs",
+        "points": points,
+    }
+    path = HERE / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    print(f"wrote {path} ({len(points)} points)")
+    return path
+
+
+def only_models() -> set[str] | None:
+    """KVDOCTOR_GOLDEN_MODELS=a,b limits a run to some models (for debugging an oracle)."""
+    value = os.environ.get("KVDOCTOR_GOLDEN_MODELS")
+    return set(value.split(",")) if value else None

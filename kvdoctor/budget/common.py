@@ -1,0 +1,62 @@
+"""Pieces every engine calculator shares: a refusal the engine would raise, rounding helpers and
+the result shape of one (engine, mode) budget."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class EngineRefusal(Exception):
+    """What the engine raises for these settings: its exception class and its exact message."""
+
+    cls: str
+    message: str
+    stage: str = "startup"
+
+    def to_json(self) -> dict[str, str]:
+        return {"class": self.cls, "message": self.message, "stage": self.stage}
+
+
+@dataclass
+class Budget:
+    """One engine in one mode. `capacity.unit` says what its token counts mean, because vLLM's
+    'tokens' (concurrency x context) and SGLang's pool tokens are different quantities."""
+
+    engine: str
+    version: str
+    mode: dict[str, Any]
+    layer_kinds: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[dict[str, Any]] | None = None
+    pools: list[dict[str, Any]] | None = None
+    pool: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
+    capacity: dict[str, Any] = field(default_factory=dict)
+    error: EngineRefusal | None = None
+    notes: list[str] = field(default_factory=list)  # what the engine logs about these choices
+    facts: dict[str, Any] = field(default_factory=dict)  # numbers rules read (not printed)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"engine": self.engine, "version": self.version, "mode": self.mode,
+                               "layer_kinds": self.layer_kinds}
+        if self.groups is not None:
+            out["groups"] = self.groups
+        if self.pools is not None:
+            out["pools"] = self.pools
+        if self.pool is not None:
+            out["pool"] = self.pool
+        out["state"] = self.state
+        out["capacity"] = self.capacity
+        if self.error is not None:
+            out["error"] = self.error.to_json()
+        out["notes"] = self.notes
+        out["provenance"] = self.provenance
+        return out

@@ -1,0 +1,159 @@
+"""The engine-neutral facts a budget needs, read once from a ModelSpec.
+
+Every engine calculator works from these: layer kinds with heads, head dims and windows, the
+linear-attention state dimensions, the MLA latent width and the dtypes. Nothing here imports an
+engine; the facts are the model's (Hugging Face) meaning, and each engine module applies its own
+rules on top.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvdoctor.errors import InputError
+from kvdoctor.model import FULL, GDN, KDA, MLA, SLIDING, ModelSpec
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+               "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
+# Keys an engine derives the longest context from, in the order vLLM tries them.
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_sequence_length")
+KIND_NAMES = {FULL: "full", SLIDING: "sliding", MLA: "mla", GDN: "gdn", KDA: "kda"}
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    kind: str  # full | sliding | mla | gdn | kda
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class GdnDims:
+    key_heads: int
+    value_heads: int
+    key_dim: int
+    value_dim: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True)
+class KdaDims:
+    heads: int
+    head_dim: int
+    conv_kernel: int
+
+
+@dataclass
+class ModelFacts:
+    name: str
+    model_type: str
+    architectures: list[str]
+    layers: list[Layer]
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    config_dtype: str | None  # torch_dtype / dtype in config.json
+    weight_dtype: str | None  # the checkpoint's attention weight dtype, when headers were read
+    max_position: int | None
+    mla_latent: tuple[int, int] | None = None  # (kv_lora_rank, qk_rope_head_dim)
+    gdn: GdnDims | None = None
+    kda: KdaDims | None = None
+    config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
+    weights_bytes: int | None = None
+    sources: dict[str, Any] = field(default_factory=dict)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for layer in self.layers if layer.kind == kind)
+
+    def kinds(self) -> Counter:
+        return Counter(layer.kind for layer in self.layers)
+
+    @property
+    def state_kind(self) -> str | None:
+        return "gdn" if self.gdn else "kda" if self.kda else None
+
+    @property
+    def windows(self) -> set[int]:
+        return {layer.window for layer in self.layers if layer.kind == "sliding" and layer.window}
+
+    @property
+    def serving_dtype(self) -> str:
+        """The dtype vLLM and SGLang serve with under dtype=auto: the config's 16-bit dtype, and
+        bfloat16 when the config says float32 or nothing (both engines downcast)."""
+        if self.config_dtype in ("bfloat16", "float16"):
+            return self.config_dtype
+        return "bfloat16"
+
+    @property
+    def activation_dtype(self) -> str:
+        """The dtype mlx-lm's caches take: that of the activations, i.e. of the stored weights."""
+        return self.weight_dtype or self.config_dtype or "bfloat16"
+
+
+def dtype_bytes(name: str) -> int:
+    try:
+        return DTYPE_BYTES[name]
+    except KeyError:
+        raise InputError(f"unknown dtype {name!r}; expected one of {', '.join(sorted(DTYPE_BYTES))}") from None
+
+
+def _positive(cfg: dict[str, Any], key: str, where: str) -> int:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{where}: {key} must be a positive integer for a budget, got {value!r}")
+    return value
+
+
+def facts_from_spec(spec: ModelSpec) -> ModelFacts:
+    """The facts of one loaded model; layer kinds a budget cannot price yet are refused clearly."""
+    cfg = spec.config
+    where = f"{spec.model_dir / 'config.json'}"
+    layers = []
+    for layer in spec.layers:
+        kind = KIND_NAMES.get(layer.kind)
+        if kind is None:
+            raise InputError(f"{where}: layer {layer.index} is {layer.kind!r}; kvdoctor budget prices full, "
+                             "sliding, MLA, gated DeltaNet and KDA layers")
+        layers.append(Layer(layer.index, kind, layer.window if kind == "sliding" else None))
+    attn = next((l for l in spec.layers if l.kind in (FULL, SLIDING)), None)
+    heads = cfg.get("num_attention_heads")
+    facts = ModelFacts(
+        name=spec.hf_id or spec.model_dir.name, model_type=spec.model_type,
+        architectures=list(spec.raw_config.get("architectures") or []), layers=layers,
+        attention_heads=heads if isinstance(heads, int) else 0,
+        kv_heads=attn.n_kv_heads if attn and attn.n_kv_heads else (cfg.get("num_key_value_heads") or heads or 0),
+        head_dim=attn.head_dim if attn and attn.head_dim else (cfg.get("head_dim") or 0),
+        config_dtype=spec.dtype, weight_dtype=_weight_dtype(spec),
+        max_position=next((cfg[k] for k in POSITION_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 0), None),
+        config_ssm_dtype=cfg.get("mamba_ssm_dtype"),
+        weights_bytes=spec.checkpoint.total_bytes if spec.checkpoint and spec.checkpoint.total_bytes else None,
+    )
+    kinds = facts.kinds()
+    if kinds["mla"]:
+        facts.mla_latent = (_positive(cfg, "kv_lora_rank", where), _positive(cfg, "qk_rope_head_dim", where))
+    if kinds["gdn"]:
+        facts.gdn = GdnDims(*(_positive(cfg, key, where) for key in (
+            "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+            "linear_conv_kernel_dim")))
+    if kinds["kda"]:
+        lac = cfg.get("linear_attn_config") or {}
+        facts.kda = KdaDims(_positive(lac, "num_heads", where + " linear_attn_config"),
+                            _positive(lac, "head_dim", where + " linear_attn_config"),
+                            _positive(lac, "short_conv_kernel_size", where + " linear_attn_config"))
+    if kinds["full"] + kinds["sliding"] and (facts.kv_heads <= 0 or facts.head_dim <= 0):
+        raise InputError(f"{where}: attention layers need num_key_value_heads and head_dim (or hidden_size)")
+    return facts
+
+
+SAFETENSORS_FLOATS = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+def _weight_dtype(spec: ModelSpec) -> str | None:
+    """The first attention layer's key-projection dtype, when the loader read it from a header."""
+    for layer in spec.layers:
+        src = layer.sources.get("dtype")
+        if src is not None and src.kind == "tensor":
+            return SAFETENSORS_FLOATS.get(str(layer.dtype))
+    return None

@@ -1,0 +1,238 @@
+"""mlx-lm 0.32.2: the caches one request holds after a prompt of L tokens, and their peak on the way.
+
+mlx-lm has no pool and no admission control: memory is per request, and the caller decides how
+many requests share the device. `make_prompt_cache` uses the model's own `make_cache` when the
+class defines one (then `--max-kv-size` is ignored); otherwise every layer gets a RotatingKVCache
+of `max_kv_size` (keep=4) or a growing KVCache. The prompt is fed the way `generate_step` feeds it
+(chunks of `prefill_step_size`, the last token alone), and `--kv-bits` converts growing caches
+once their offset reaches `quantized_kv_start`. Shapes only: this module simulates buffer lengths.
+File:line references are to the mlx_lm 0.32.2 wheel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvdoctor.budget.common import Budget, EngineRefusal
+from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+
+VERSION = "0.32.2"
+STEP = 256  # KVCache / RotatingKVCache / QuantizedKVCache growth step
+# Model types whose mlx-lm class defines make_cache (mlx_lm/models/*.py), after MODEL_REMAPPING
+# (mistral -> llama). For these, --max-kv-size changes nothing.
+MAKE_CACHE_TYPES = frozenset({
+    "afm7", "afmoe", "baichuan_m1", "bailing_hybrid", "bailing_moe_linear", "bailing_moe_v3", "cohere2",
+    "deepseek_v32", "deepseek_v41", "exaone4", "exaone_moe", "falcon_h1", "gear", "gemma3", "gemma3_text",
+    "gemma3n", "gemma4", "gemma4_text", "gpt_oss", "granitemoehybrid", "iquestloopcoder", "jamba", "kimi_k3",
+    "kimi_linear", "laguna", "lfm2-vl", "lfm2", "lfm2_moe", "llama", "llama4", "longcat_flash",
+    "longcat_flash_ngram", "mamba", "mamba2", "mellum", "mimo_v2_flash", "minimax_m3_vl", "ministral3",
+    "muse_glimmer", "muse_spark", "nanbeige", "nemotron-nas", "nemotron_h", "olmo3", "olmo_hybrid", "plamo2",
+    "plamo3", "qwen3_5", "qwen3_next", "recurrent_gemma", "rwkv7", "spark2_5", "step3p5",
+})
+REMAP = {"mistral": "llama", "iquestcoder": "llama", "xverse": "llama"}
+REFS = {
+    "make_prompt_cache": "mlx_lm/models/cache.py:15-40",
+    "kv_cache": "mlx_lm/models/cache.py:339-420",
+    "rotating": "mlx_lm/models/cache.py:423-594",
+    "quantized": "mlx_lm/models/cache.py:251-336",
+    "generate_step": "mlx_lm/generate.py:305-470",
+}
+
+
+@dataclass(frozen=True)
+class Mode:
+    context: int  # tokens in the request (the prompt processed so far)
+    kv_budget_bytes: int
+    max_kv_size: int | None = None
+    kv_bits: int | None = None
+    kv_group_size: int = 64
+    quantized_kv_start: int = 5000
+    prefill_step_size: int = 2048
+
+
+@dataclass
+class CacheSim:
+    """Buffer length along the token axis of one layer's cache, updated as mlx-lm updates it."""
+
+    kind: str  # kv | rotating | quantized
+    max_size: int = 0
+    keep: int = 0
+    length: int = 0
+    offset: int = 0
+    idx: int = 0
+
+    def update(self, n: int) -> None:
+        if self.kind in ("kv", "quantized"):
+            if self.length == 0 or self.offset + n > self.length:
+                grow = (STEP + n - 1) // STEP * STEP
+                if self.length and self.offset % STEP:
+                    self.length = self.offset
+                self.length += grow
+            self.offset += n
+        elif n > 1:
+            self._concat(n)
+        else:
+            self._in_place(n)
+
+    def _concat(self, n: int) -> None:
+        if self.length == 0:
+            self.length = n
+        else:
+            if self.idx != self.length and self.idx >= self.offset:
+                self.length = self.idx  # unused tail sliced off
+            trim = self.length - self.max_size + 1
+            self.length = self.length - max(trim, 0) + n
+        self.offset += n
+        self.idx = self.length
+
+    def _in_place(self, n: int) -> None:
+        prev = self.offset
+        if self.length == 0 or (prev >= self.length and self.length < self.max_size):
+            self.length += min(STEP, self.max_size - prev)
+            self.idx = prev
+        if self.length > self.max_size:
+            self.length = self.max_size
+            self.idx = self.max_size
+        if self.idx == self.max_size:
+            self.idx = self.keep
+        self.offset += n
+        self.idx += n
+
+
+def layer_caches(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> tuple[list[str], bool]:
+    """Each layer's cache kind ('kv', 'rotating:W', 'state') and whether max_kv_size is honoured."""
+    model_type = REMAP.get(facts.model_type, facts.model_type)
+    n = len(facts.layers)
+    if model_type not in MAKE_CACHE_TYPES:
+        if mode.max_kv_size is not None:
+            return [f"rotating:{mode.max_kv_size}:4"] * n, True
+        return ["kv"] * n, True
+    window = config.get("sliding_window")
+    if model_type in ("qwen3_next", "kimi_linear"):
+        return ["state" if layer.kind in ("gdn", "kda") else "kv" for layer in facts.layers], False
+    if model_type == "gemma3_text":
+        pattern = config.get("sliding_window_pattern", 6)
+        return ["kv" if i % pattern == pattern - 1 else f"rotating:{window}:0" for i in range(n)], False
+    if model_type in ("llama", "olmo3", "gpt_oss"):
+        types = config.get("layer_types")
+        if not isinstance(types, list):
+            types = (["full_attention"] * n if model_type == "llama"
+                     else ["sliding_attention" if layer.kind == "sliding" else "full_attention"
+                           for layer in facts.layers])
+        return ["kv" if t == "full_attention" else f"rotating:{window}:0" for t in types[:n]], False
+    raise EngineRefusal("kvdoctor", f"mlx-lm model type {facts.model_type!r} builds its own caches "
+                                    "(make_cache), which kvdoctor does not price yet", stage="load")
+
+
+def kv_token_bytes(facts: ModelFacts, kind: str, bits: int | None, group: int) -> int:
+    """Bytes one token takes in one attention layer's cache (all KV heads, keys and values)."""
+    act = dtype_bytes(facts.activation_dtype)
+    if facts.mla_latent and kind == "mla":
+        dims, heads = facts.mla_latent, 1  # latent as keys, rope part as values
+    else:
+        dims, heads = (facts.head_dim, facts.head_dim), facts.kv_heads
+    if bits is None:
+        return heads * sum(dims) * act
+    return heads * sum(d * bits // 8 + 2 * (d // group) * act for d in dims)
+
+
+def state_bytes(facts: ModelFacts) -> int:
+    """A GDN / KDA layer's ArraysCache: conv states in the activation dtype, recurrent state in fp32."""
+    act = dtype_bytes(facts.activation_dtype)
+    if facts.gdn:
+        g = facts.gdn
+        conv_dim = 2 * g.key_heads * g.key_dim + g.value_heads * g.value_dim
+        return (g.conv_kernel - 1) * conv_dim * act + g.value_heads * g.value_dim * g.key_dim * 4
+    k = facts.kda
+    return 3 * (k.conv_kernel - 1) * k.heads * k.head_dim * act + k.heads * k.head_dim * k.head_dim * 4
+
+
+def simulate(facts: ModelFacts, mode: Mode, kinds: list[str]) -> dict[str, Any]:
+    """Feed a prompt of `mode.context` tokens as generate_step does; return bytes now and at peak."""
+    sims: list[CacheSim | None] = []
+    for kind in kinds:
+        if kind.startswith("rotating"):
+            _, size, keep = kind.split(":")
+            sims.append(CacheSim("rotating", max_size=int(size), keep=int(keep)))
+        else:
+            sims.append(None if kind == "state" else CacheSim("kv"))
+    chunks = []
+    done = 0
+    while mode.context - done > 1:
+        n = min(mode.prefill_step_size, mode.context - done - 1)
+        chunks.append(n)
+        done += n
+    chunks.append(mode.context - done)
+    peak, current = 0, 0
+    for n in chunks:
+        for sim in sims:
+            if sim is not None:
+                sim.update(n)
+        _maybe_quantize(sims, mode)
+        current = _held(facts, mode, sims, kinds)
+        peak = max(peak, current)
+    return {"bytes": current, "peak_bytes": peak, "chunks": len(chunks),
+            "lengths": [None if s is None else s.length for s in sims]}
+
+
+def _maybe_quantize(sims: list[CacheSim | None], mode: Mode) -> None:
+    if mode.kv_bits is None:
+        return
+    for sim in sims:
+        if sim is None or sim.offset < mode.quantized_kv_start:
+            continue
+        if sim.kind == "rotating":
+            raise EngineRefusal("NotImplementedError", "RotatingKVCache Quantization NYI", stage="prefill")
+        sim.kind = "quantized"
+
+
+def _held(facts: ModelFacts, mode: Mode, sims: list[CacheSim | None], kinds: list[str]) -> int:
+    total = 0
+    for layer, sim in zip(facts.layers, sims):
+        if sim is None:
+            total += state_bytes(facts)
+            continue
+        bits = mode.kv_bits if sim.kind == "quantized" else None
+        total += sim.length * kv_token_bytes(facts, layer.kind, bits, mode.kv_group_size)
+    return total
+
+
+def describe_mode(facts: ModelFacts, mode: Mode, honoured: bool | None) -> dict[str, Any]:
+    return {"context": mode.context, "max_kv_size": mode.max_kv_size, "max_kv_size_honored": honoured,
+            "kv_bits": mode.kv_bits, "kv_group_size": mode.kv_group_size,
+            "quantized_kv_start": mode.quantized_kv_start, "prefill_step_size": mode.prefill_step_size,
+            "dtype": facts.activation_dtype}
+
+
+def plan(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> Budget:
+    budget = Budget("mlx-lm", VERSION, describe_mode(facts, mode, None),
+                    provenance={"formula": "kvdoctor.budget.mlxlm", "checked_against": "goldens/mlx.json",
+                                "refs": [f"mlx_lm/{r}" for r in REFS.values()]})
+    budget.capacity = {"unit": "requests", "context": mode.context}
+    try:
+        kinds, honoured = layer_caches(facts, mode, config)
+        budget.mode["max_kv_size_honored"] = honoured if mode.max_kv_size is not None else None
+        if mode.max_kv_size is not None and not honoured:
+            budget.notes.append(f"{facts.model_type} defines make_cache: --max-kv-size {mode.max_kv_size} is ignored")
+        rows: dict[str, dict[str, Any]] = {}
+        for layer, kind in zip(facts.layers, kinds):
+            label = kind.split(":")[0]
+            row = rows.setdefault(f"{layer.kind}/{kind}", {
+                "kind": layer.kind, "cache": {"kv": "KVCache", "rotating": "RotatingKVCache",
+                                              "state": "ArraysCache"}[label],
+                "max_size": int(kind.split(":")[1]) if label == "rotating" else None, "layers": 0,
+                "bytes_per_token_per_layer": 0 if label == "state" else kv_token_bytes(facts, layer.kind, None, 64)})
+            row["layers"] += 1
+        budget.layer_kinds = list(rows.values())
+        if facts.state_kind:
+            budget.state = {"kind": facts.state_kind, "bytes_per_request_per_layer": state_bytes(facts),
+                            "layers": facts.count(facts.state_kind)}
+        sim = simulate(facts, mode, kinds)
+    except EngineRefusal as refusal:
+        budget.error = refusal
+        return budget
+    budget.facts.update(sim)
+    per_request = sim["bytes"]
+    budget.capacity.update(per_request_bytes=per_request, peak_prefill_bytes=sim["peak_bytes"],
+                           max_concurrency=mode.kv_budget_bytes / per_request if per_request else None)
+    return budget

@@ -1,0 +1,144 @@
+"""The terminal view of a budget document: one table per engine, one row per mode."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+UNITS = {
+    "request_tokens_at_L": "concurrency x max_model_len (vLLM's 'GPU KV cache size')",
+    "pool_tokens": "tokens in SGLang's pools, shared by all running requests",
+    "requests": "whole requests of this length; mlx-lm has no pool or admission control",
+}
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
+
+
+def n(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def size(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value} B"
+
+
+def mode_text(row: dict[str, Any]) -> str:
+    m = row["mode"]
+    if row["engine"] == "vllm":
+        parts = [f"hma {'on' if m['hma'] else 'off'}", f"kv {m['kv_cache_dtype']}", f"tp {m['tp']}",
+                 f"block {m['block_size']}", f"in-flight {n(m['in_flight_tokens'])}"]
+        if m.get("mamba_cache_mode"):
+            parts.append(f"mamba {m['mamba_cache_mode']}")
+    elif row["engine"] == "sglang":
+        parts = [f"page {m['page_size']}", f"kv {m['kv_cache_dtype']}", f"tp {m['tp']}"]
+        if "swa_full_tokens_ratio" in m:
+            parts.append(f"swa ratio {m['swa_full_tokens_ratio']}" if m["hybrid_swa"] else "no SWA pool")
+        if "mamba_ssm_dtype" in m:
+            parts.append(f"ssm {m['mamba_ssm_dtype']}")
+        parts.append(f"radix {'on' if m['radix_cache'] else 'off'}")
+    else:
+        parts = [f"kv_bits {m['kv_bits']}", f"max_kv_size {m['max_kv_size']}", m["dtype"]]
+    return "\n".join(parts)
+
+
+def kinds_text(row: dict[str, Any]) -> str:
+    lines = []
+    for k in row["layer_kinds"]:
+        label = f"{k['kind']} x{k['layers']}"
+        if k.get("spec") == "FullAttentionSpec" and k["kind"] == "sliding":
+            label += " as full"
+        if k.get("window"):
+            label += f" w{k['window']}"
+        if k.get("max_size"):
+            label += f" ring {k['max_size']}"
+        per_token = k.get("bytes_per_token_per_layer")
+        lines.append(f"{label}: {n(per_token)} B" if per_token else f"{label}: state")
+    return "\n".join(lines) or "-"
+
+
+def layout_text(row: dict[str, Any]) -> str:
+    if row["engine"] == "vllm" and row.get("groups"):
+        pad = sum(g["padding_layers"] for g in row["groups"])
+        sizes = sorted({g["layers"] for g in row["groups"]})
+        count = len(row["groups"])
+        text = (f"{count} group{'s' if count > 1 else ''} of {'/'.join(map(str, sizes))} layers\n"
+                f"{n(row['pool']['bytes_per_block'])} B/block\n{n(row['pool']['num_blocks'])} blocks")
+        return text + (f"\n+{pad} padding layers" if pad else "")
+    if row["engine"] == "sglang" and row.get("pools"):
+        return "\n".join(f"{p['pool']}: {n(p['tokens'])} tok ({n(p['bytes_per_token'])} B/tok)" for p in row["pools"])
+    if row["engine"] == "mlx-lm":
+        return "\n".join(f"{k['cache']} x{k['layers']}" for k in row["layer_kinds"])
+    return "-"
+
+
+def state_text(row: dict[str, Any]) -> str:
+    s = row.get("state")
+    if not s:
+        return "-"
+    if row["engine"] == "vllm":
+        pad = f" (+{s['padding_pct']:.2f}%)" if s.get("padded_page_bytes") else ""
+        return (f"{s['kind']} {size(s['bytes_per_request_per_layer'])}/layer{pad}\n"
+                f"{s['blocks_per_request']} blocks/request")
+    if row["engine"] == "sglang":
+        slots = "?" if s["slots"] is None else n(s["slots"])
+        return f"{slots} slots x {size(s['bytes_per_slot'])}\n{s['slots_per_request']}/request, ssm {s['ssm_dtype']}"
+    return f"{s['kind']} {size(s['bytes_per_request_per_layer'])}/layer x{s['layers']}"
+
+
+def capacity_text(row: dict[str, Any]) -> Text:
+    if row.get("error"):
+        err = row["error"]
+        message = err["message"] if len(err["message"]) < 160 else err["message"][:157] + "..."
+        return Text(f"{err['class']}: {message}", style="bold red")
+    c = row["capacity"]
+    if row["engine"] == "vllm":
+        return Text(f"{c['max_concurrency']:.2f}x at {n(c['max_model_len'])}\n{n(c['tokens'])} tokens")
+    if row["engine"] == "sglang":
+        return Text(f"max running {n(c['max_running_requests'])}\npool {n(c['max_total_num_tokens'])} tokens\n"
+                    f"{c['concurrency_at_L']:.2f} contexts of {n(c['context_length'])}")
+    return Text(f"{size(c['per_request_bytes'])}/request at {n(c['context'])}\n"
+                f"peak {size(c['peak_prefill_bytes'])}\n{c['max_concurrency']:.2f} requests")
+
+
+def findings_text(row: dict[str, Any]) -> Text:
+    text = Text()
+    for f in row.get("findings", []):
+        if text:
+            text.append("\n")
+        text.append(f["code"], style=SEVERITY_STYLE.get(f["severity"], ""))
+    return text
+
+
+def render(doc: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    model = doc["model"]
+    kinds = ", ".join(f"{v} {k}" for k, v in model["layer_kinds"].items())
+    console.print(f"[bold]{model['id']}[/] ({model['model_type']}): {model['layers']} layers: {kinds}; "
+                  f"context {n(doc['inputs']['context'])}")
+    by_engine: dict[str, list[dict]] = {}
+    for row in doc["engines"]:
+        by_engine.setdefault(row["engine"], []).append(row)
+    for engine, rows in by_engine.items():
+        first = rows[0]
+        budget = first["budget"]
+        source = "given" if budget["source"] == "user" else "ESTIMATED: " + budget["how"]
+        table = Table(title=f"{engine} {first['version']}: KV budget {size(budget['kv_budget_bytes'])} ({source})",
+                      caption=f"capacity unit: {UNITS[first['capacity']['unit']]}", show_lines=True)
+        for column in ("mode", "bytes/token/layer", "groups / pools", "state", "capacity", "largest context",
+                       "findings"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            fit = row["capacity"].get("max_model_len_fit", row["capacity"].get("max_context_fit"))
+            table.add_row(mode_text(row), kinds_text(row), layout_text(row), state_text(row), capacity_text(row),
+                          "-" if fit is None else n(fit), findings_text(row))
+        console.print(table)
+        for row in rows:
+            for f in row.get("findings", []):
+                console.print(Text(f"{f['code']} {f['name']}: ", style=SEVERITY_STYLE.get(f["severity"], "")) +
+                              Text(f["message"]))

@@ -1,0 +1,315 @@
+"""SGLang 0.5.23 (CUDA path): how the memory left after weights becomes token pools and state slots.
+
+Order as in `KVCacheConfigurator`: Mamba/linear state slots come first (`_handle_max_mamba_cache`,
+in GB floats), the rest becomes the token pool (default, hybrid SWA, or SWA sized from a request
+cap), the user's token cap applies, then `resolve_max_num_reqs`. File:line references are to the
+sglang 0.5.23 wheel (`srt/`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvdoctor.budget.common import Budget, EngineRefusal, GiB, MiB
+from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+
+VERSION = "0.5.23"
+MAMBA_SLOTS_PER_REQUEST = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO with the radix cache on
+SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL default
+FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+# configs/model_config.py:2651 `is_hybrid_swa_model`: architectures that get separate SWA pools.
+HYBRID_SWA_ARCHS = frozenset({
+    "BeamForCausalLM", "Llama4ForConditionalGeneration", "DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN",
+    "DeepseekV4ForCausalLMDSpark", "GptOssForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM",
+    "IQuestQ1ForCausalLM", "IQuestQ1MTP", "MiMoV2FlashForCausalLM", "MiMoV2MTP", "Step3p5ForCausalLM",
+    "Step3p5MTP", "Step3p7ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+    "EmbeddingGemma2Model", "Gemma4UnifiedForConditionalGeneration", "DiffusionGemmaForBlockDiffusion",
+    "LagunaForCausalLM", "MellumForCausalLM", "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration",
+    "InklingForConditionalGeneration", "InklingForConditionalGenerationMTP", "UnlimitedOCRForCausalLM",
+})
+# Model classes whose get_attention_sliding_window_size reports sliding_window - 1 (models/*.py);
+# SGLang's SWA floor and request cap use that value.
+WINDOW_MINUS_ONE = frozenset({"GptOssForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+                              "Gemma3ForConditionalGeneration"})
+REFS = {
+    "mamba": "srt/mem_cache/kv_cache_configurator.py:3229-3409",
+    "state_bytes": "srt/configs/mamba_utils.py:116",
+    "ssm_dtype": "srt/configs/mamba_utils.py:46-100",
+    "default_pool": "srt/model_executor/pool_configurator.py:219-653",
+    "hybrid_swa": "srt/model_executor/pool_configurator.py:656-921",
+    "swa_floor": "srt/model_executor/pool_configurator.py:198-216",
+    "request_cap": "srt/model_executor/pool_configurator.py:924-1046",
+    "max_running": "srt/mem_cache/kv_cache_configurator.py:3119-3172",
+    "allow_list": "srt/configs/model_config.py:2651",
+    "window": "srt/model_executor/model_runner_components/load_model_utils.py:144-157",
+}
+
+
+@dataclass(frozen=True)
+class Mode:
+    """The server arguments SGLang's pool sizing reads, with its defaults."""
+
+    context_length: int
+    kv_budget_bytes: int
+    page_size: int = 1  # no static default: the attention backend resolves it (FA3: 1, FlashMLA: 64)
+    swa_full_tokens_ratio: float = 0.8
+    disable_hybrid_swa_memory: bool = False
+    kv_cache_dtype: str = "auto"
+    tp: int = 1
+    max_mamba_cache_size: int | None = None
+    mamba_full_memory_ratio: float = 0.9
+    mamba_ssm_dtype: str | None = None  # None: the config's mamba_ssm_dtype, else float32
+    radix_cache: bool = True
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int = 8192
+    overlap_schedule: bool = True
+
+
+def kv_bytes(facts: ModelFacts, mode: Mode) -> int:
+    if mode.kv_cache_dtype == "auto":
+        return dtype_bytes(facts.serving_dtype)
+    if mode.kv_cache_dtype in FP8_NAMES:
+        return 1
+    return dtype_bytes(mode.kv_cache_dtype)
+
+
+def hybrid_swa(facts: ModelFacts, mode: Mode) -> bool:
+    return bool(set(facts.architectures) & HYBRID_SWA_ARCHS) and not mode.disable_hybrid_swa_memory
+
+
+def ssm_dtype(facts: ModelFacts, mode: Mode) -> str:
+    """--mamba-ssm-dtype, else the config's mamba_ssm_dtype (GDN models only), else float32."""
+    if mode.mamba_ssm_dtype:
+        return mode.mamba_ssm_dtype
+    if facts.gdn and facts.config_ssm_dtype in ("float32", "bfloat16", "float16"):
+        return facts.config_ssm_dtype
+    return "float32"
+
+
+def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]]]:
+    """Bytes of one request's state over all linear layers: conv in bf16, SSM in the SSM dtype."""
+    conv_b, ssm_b = 2, dtype_bytes(ssm_dtype(facts, mode))
+    if facts.gdn:
+        g = facts.gdn
+        groups = g.key_heads
+        if groups % mode.tp:
+            groups += mode.tp - groups  # replicate groups so every head shard has its own
+        conv = ((g.value_dim * g.value_heads + 2 * groups * g.key_dim) // mode.tp, g.conv_kernel - 1)
+        ssm = (g.value_heads // mode.tp, g.value_dim, g.key_dim)
+        layers = facts.count("gdn")
+    else:
+        k = facts.kda
+        conv = (k.conv_kernel - 1, 3 * (k.heads * k.head_dim // mode.tp))
+        ssm = (k.heads // mode.tp, k.head_dim, k.head_dim)
+        layers = facts.count("kda")
+    conv_numel, ssm_numel = conv[0] * conv[1], ssm[0] * ssm[1] * ssm[2]
+    per_layer = conv_numel * conv_b + ssm_numel * ssm_b
+    tensors = [{"tensor": "conv", "shape": list(conv), "dtype_bytes": conv_b, "bytes": conv_numel * conv_b},
+               {"tensor": "ssm", "shape": list(ssm), "dtype_bytes": ssm_b, "bytes": ssm_numel * ssm_b}]
+    return per_layer * layers, tensors
+
+
+def slots_per_request(mode: Mode) -> int:
+    return MAMBA_SLOTS_PER_REQUEST if mode.radix_cache else 1
+
+
+def mamba_slots(rest_gib: float, per_req: int, mode: Mode) -> tuple[int, float]:
+    """(K state slots, GB left for the token pool), in the engine's float arithmetic."""
+    if mode.max_mamba_cache_size is not None:
+        slots = mode.max_mamba_cache_size
+    elif not mode.radix_cache and mode.max_running_requests is not None:
+        slots = max(1, mode.max_running_requests)
+    else:
+        share = rest_gib * mode.mamba_full_memory_ratio / (1 + mode.mamba_full_memory_ratio)
+        slots = int((share * (1 << 30) - per_req) // per_req)
+    if slots <= 0:
+        raise EngineRefusal(
+            "RuntimeError",
+            f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+            f"max_mamba_cache_size={slots} (total_rest_memory={rest_gib:.2f} GB, "
+            f"mamba_cache_per_req={per_req / MiB:.2f} MB). Try: (1) reduce --max-running-requests, "
+            f"(2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
+            f"(4) use GPUs with more memory.")
+    return slots, rest_gib - (slots + 1) * per_req / (1 << 30)
+
+
+def attention_cell(facts: ModelFacts, mode: Mode) -> int:
+    """Bytes one token costs in one attention layer of one rank."""
+    size = kv_bytes(facts, mode)
+    if facts.mla_latent:
+        return sum(facts.mla_latent) * size
+    return max(1, facts.kv_heads // mode.tp) * 2 * facts.head_dim * size
+
+
+def sglang_window(facts: ModelFacts) -> int | None:
+    """The sliding window SGLang's runner works with (some model classes report window - 1)."""
+    if not facts.windows:
+        return None
+    window = min(facts.windows)
+    return window - 1 if set(facts.architectures) & WINDOW_MINUS_ONE else window
+
+
+def swa_floor(swa_tokens: int, window: int, page: int) -> None:
+    if window + page >= swa_tokens:
+        raise EngineRefusal(
+            "ValueError",
+            f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor is "
+            f"sliding_window_size ({window}) + page_size ({page}). Increase --swa-full-tokens-ratio or the "
+            f"total KV budget.")
+
+
+def not_enough_memory() -> EngineRefusal:
+    return EngineRefusal("RuntimeError", "Not enough memory. Please try to increase --mem-fraction-static.")
+
+
+def swa_request_cap(window: int, mode: Mode) -> int:
+    """SWA slots the scheduler can hold live at max_running_requests (no spec decoding)."""
+    per_request = window + SWA_EVICTION_INTERVAL + mode.page_size + mode.page_size
+    chunks = 2 if mode.overlap_schedule else 1
+    return per_request * max(1, mode.max_running_requests) + chunks * mode.chunked_prefill_size + mode.page_size
+
+
+def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int | None]:
+    """(configurator, full-pool tokens (max_total_num_tokens), SWA-pool tokens or None)."""
+    page = mode.page_size
+    cell = attention_cell(facts, mode)
+    window = sglang_window(facts)
+    if hybrid_swa(facts, mode) and facts.count("sliding"):
+        full_layers, swa_layers = facts.count("full"), facts.count("sliding")
+        if mode.max_running_requests is not None and not mode.radix_cache and full_layers:
+            swa = -(-swa_request_cap(window, mode) // page) * page
+            full = int((available - swa * cell * swa_layers) // (cell * full_layers)) // page * page
+            if full <= 0:
+                raise EngineRefusal(
+                    "RuntimeError",
+                    f"SWA pool cap ({swa} tokens, {swa * cell * swa_layers / GiB:.2f} GiB) leaves no room for "
+                    f"the full KV pool within the available {available / GiB:.2f} GiB. Reduce "
+                    f"--max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, or increase "
+                    f"--mem-fraction-static.")
+            full, swa = _cap_total(full, swa, mode, capped_swa=True)
+            return "SWARequestCapPoolConfigurator", full, swa
+        if full_layers == 0:
+            tokens = int(available // (cell * swa_layers)) // page * page
+            tokens = _cap_total(tokens, None, mode)[0]
+            if tokens <= 0:
+                raise not_enough_memory()
+            return "HybridSWAPoolConfigurator", 0, tokens
+        ratio = mode.swa_full_tokens_ratio
+        cell_size = cell * full_layers + ratio * (cell * swa_layers)
+        full = int(available // cell_size) // page * page
+        if mode.max_total_tokens is not None and mode.max_total_tokens < full:
+            full = mode.max_total_tokens // page * page
+        swa = int(full * ratio) // page * page
+        swa_floor(swa, window, page)
+        if full <= 0:
+            raise not_enough_memory()
+        return "HybridSWAPoolConfigurator", full, swa
+    layers = facts.count("full") + facts.count("sliding") + facts.count("mla")
+    tokens = available // (cell * layers) // page * page
+    tokens = _cap_total(tokens, None, mode)[0]
+    if tokens <= 0:
+        raise not_enough_memory()
+    return "DefaultPoolConfigurator", tokens, None
+
+
+def _cap_total(full: int, swa: int | None, mode: Mode, capped_swa: bool = False) -> tuple[int, int | None]:
+    """--max-total-tokens caps the pool the profile gave (page-aligned again)."""
+    cap = mode.max_total_tokens
+    if cap is None or cap >= full:
+        return full, swa
+    full = cap // mode.page_size * mode.page_size
+    return full, (min(swa, cap) if capped_swa and swa is not None else swa)
+
+
+def max_running(tokens: int, mode: Mode, slots: int | None, notes: list[str]) -> int:
+    estimate = max(min(int(tokens / mode.context_length * 512), 4096), 2048)
+    if mode.max_running_requests is not None:
+        value = min(max(1, mode.max_running_requests), tokens // 2)
+    else:
+        value = min(estimate, tokens // 2)
+    if slots is not None:
+        ratio = slots_per_request(mode)
+        cap = slots // ratio
+        if cap < value:
+            notes.append(f"max_running_requests is capped to {cap} by the mamba state cache "
+                         f"(max_mamba_cache_size={slots}, {ratio} state slots per request). To raise it: increase "
+                         "--mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state size with "
+                         "--mamba-ssm-dtype bfloat16.")
+        value = min(value, cap)
+        if value <= 0:
+            raise EngineRefusal(
+                "RuntimeError",
+                f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+                f"max_mamba_cache_size={slots}, mamba_ratio={ratio}, resulting max_num_reqs={value}. Try: (1) "
+                f"reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more "
+                f"memory.")
+    return value
+
+
+def describe_mode(facts: ModelFacts, mode: Mode) -> dict[str, Any]:
+    out: dict[str, Any] = {"context_length": mode.context_length, "page_size": mode.page_size,
+                           "kv_cache_dtype": mode.kv_cache_dtype, "tp": mode.tp,
+                           "hybrid_swa": hybrid_swa(facts, mode) and bool(facts.count("sliding")),
+                           "radix_cache": mode.radix_cache, "max_running_requests": mode.max_running_requests,
+                           "max_total_tokens": mode.max_total_tokens}
+    if facts.count("sliding"):
+        out["swa_full_tokens_ratio"] = mode.swa_full_tokens_ratio
+        out["disable_hybrid_swa_memory"] = mode.disable_hybrid_swa_memory
+    if facts.state_kind:
+        out.update(mamba_ssm_dtype=ssm_dtype(facts, mode), mamba_full_memory_ratio=mode.mamba_full_memory_ratio,
+                   max_mamba_cache_size=mode.max_mamba_cache_size)
+    return out
+
+
+def plan(facts: ModelFacts, mode: Mode) -> Budget:
+    budget = Budget("sglang", VERSION, describe_mode(facts, mode),
+                    provenance={"formula": "kvdoctor.budget.sglang", "checked_against": "goldens/sglang.json",
+                                "refs": [f"sglang/{r}" for r in REFS.values()]})
+    budget.capacity = {"unit": "pool_tokens", "context_length": mode.context_length}
+    cell = attention_cell(facts, mode)
+    kinds = facts.kinds()
+    swa_pool = hybrid_swa(facts, mode) and kinds["sliding"]
+    for kind in ("full", "sliding", "mla"):
+        if kinds[kind]:
+            budget.layer_kinds.append({"kind": kind, "layers": kinds[kind], "bytes_per_token_per_layer": cell,
+                                       "pool": ("swa" if kind == "sliding" and swa_pool else "full")})
+    if kinds["sliding"] and not swa_pool:
+        budget.notes.append(f"hybrid SWA memory is off for {', '.join(facts.architectures) or facts.model_type}: "
+                            "sliding layers get full-length slots in the one token pool")
+    try:
+        rest = mode.kv_budget_bytes / (1 << 30)
+        slots = None
+        if facts.state_kind:
+            per_req, tensors = state_per_request(facts, mode)
+            budget.state = {"kind": facts.state_kind, "slots": None, "bytes_per_slot": per_req,
+                            "slots_per_request": slots_per_request(mode), "bytes": None,
+                            "ssm_dtype": ssm_dtype(facts, mode), "tensors": tensors}
+            budget.layer_kinds.append({"kind": facts.state_kind, "layers": kinds[facts.state_kind],
+                                       "bytes_per_token_per_layer": 0, "pool": "state",
+                                       "bytes_per_request_per_layer": per_req // kinds[facts.state_kind]})
+            slots, rest = mamba_slots(rest, per_req, mode)
+            budget.state.update(slots=slots, bytes=(slots + 1) * per_req)
+        available = int(rest * (1 << 30))
+        configurator, full, swa = pools(facts, mode, available)
+        budget.mode["configurator"] = configurator
+        budget.pools = [{"pool": "full", "tokens": full, "bytes_per_token": cell * _layers_in(facts, mode, "full")}]
+        if swa is not None:
+            budget.pools.append({"pool": "swa", "tokens": swa,
+                                 "bytes_per_token": cell * kinds["sliding"]})
+        tokens = full if full else swa
+        budget.facts.update(available=available, tokens=tokens, full=full, swa=swa, slots=slots)
+        running = max_running(tokens, mode, slots, budget.notes)
+    except EngineRefusal as refusal:
+        budget.error = refusal
+        return budget
+    budget.capacity.update(max_running_requests=running, max_total_num_tokens=tokens,
+                           concurrency_at_L=tokens / mode.context_length)
+    return budget
+
+
+def _layers_in(facts: ModelFacts, mode: Mode, pool: str) -> int:
+    kinds = facts.kinds()
+    if hybrid_swa(facts, mode) and kinds["sliding"]:
+        return kinds["full"]
+    return kinds["full"] + kinds["sliding"] + kinds["mla"]

@@ -1,0 +1,399 @@
+"""vLLM 0.33.0 (v1 engine, CUDA, FlashAttention backends): how it sizes and shares the KV pool.
+
+The steps, in the engine's order: per-layer specs (page bytes per block), the hybrid block
+alignment for Mamba-style state, spec promotion when the hybrid manager is off, page unification,
+grouping with padding, one shared pool of blocks, the admission check with its null block, and
+capacity as concurrency at max_model_len. File:line references are to the vllm 0.33.0 wheel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvdoctor.budget.common import Budget, EngineRefusal, GiB, cdiv
+from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+
+VERSION = "0.33.0"
+DEFAULT_BLOCK = 16  # CacheConfig.DEFAULT_BLOCK_SIZE; FlashAttention(-MLA) on SM90 take any multiple of 16
+KERNEL_BLOCK = 16  # the smallest kernel block those backends declare (MultipleOf(16))
+MLA_HYBRID_ALIGN = 128  # platforms/interface.py: MLA + Mamba hybrids keep blocks a multiple of 128
+FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+REFS = {
+    "page": "v1/kv_cache_interface.py:586-601",
+    "sliding_reserve": "v1/kv_cache_interface.py:918-955",
+    "mamba_reserve": "v1/kv_cache_interface.py:1135-1141",
+    "align": "platforms/interface.py:940-1137",
+    "promote": "v1/core/kv_cache_planning.py:744-876",
+    "groups": "v1/core/kv_cache_planning.py:416-556",
+    "pool": "v1/core/kv_cache_planning.py:574-605",
+    "admission": "v1/core/kv_cache_planning.py:50-86,1461-1560",
+    "capacity": "v1/core/kv_cache_utils.py:1061-1128",
+    "in_flight": "config/vllm.py:588-609",
+    "heads": "config/model.py:1545-1683",
+}
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Every knob vLLM's KV sizing reads, with the H200 server defaults."""
+
+    max_model_len: int
+    kv_budget_bytes: int
+    kv_cache_dtype: str = "auto"
+    tp: int = 1
+    hma: bool = True  # the hybrid KV cache manager (--disable-hybrid-kv-cache-manager turns it off)
+    prefix_caching: bool = True  # on: Mamba state in 'align' mode, off: 'none'
+    num_speculative_tokens: int = 0  # a draft-free method (ngram); EAGLE/MTP draft layers are not priced
+    max_num_batched_tokens: int = 8192  # OpenAI server on a >= 70 GiB non-A100 GPU
+    async_scheduling: bool = True
+    max_num_seqs: int = 1024
+    block_size: int | None = None  # None: the backend default (16)
+
+    @property
+    def in_flight_tokens(self) -> int:
+        """Tokens scheduled but not yet settled: two batches with async scheduling at PP=1."""
+        return (2 if self.async_scheduling else 1) * self.max_num_batched_tokens
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One layer's cache spec: the fields vLLM compares when it groups layers."""
+
+    cls: str  # FullAttentionSpec | SlidingWindowSpec | MLAAttentionSpec | MambaSpec
+    block_size: int
+    per_token: int = 0  # attention bytes per token (all heads of this rank)
+    state_bytes: int = 0  # Mamba: the state of one request (one block), unpadded
+    padded: int | None = None
+    window: int | None = None
+    spec_blocks: int = 0
+    align_mode: bool = False
+
+    @property
+    def page(self) -> int:
+        if self.padded is not None:
+            return self.padded
+        return self.state_bytes if self.cls == "MambaSpec" else self.block_size * self.per_token
+
+    def blocks_per_request(self, mode: Mode, length: int) -> int:
+        """cdiv(max_memory_usage_bytes, page): the blocks one request at `length` holds."""
+        if self.cls == "SlidingWindowSpec":
+            return cdiv(min(self.window - 1 + mode.in_flight_tokens, length), self.block_size) + 1
+        if self.cls == "MambaSpec":
+            return (2 if self.align_mode else 1) + self.spec_blocks
+        return cdiv(length, self.block_size)
+
+
+@dataclass
+class Group:
+    spec: Spec
+    layers: list[int]
+    per_layer: list[Spec]
+    padding_layers: int = 0
+
+    def bytes_per_block(self) -> int:
+        return sum(s.page for s in self.per_layer)
+
+    def blocks_per_request(self, mode: Mode, length: int) -> int:
+        return max(s.blocks_per_request(mode, length) for s in self.per_layer)
+
+
+def kv_dtype_bytes(facts: ModelFacts, mode: Mode) -> int:
+    if mode.kv_cache_dtype == "auto":
+        return dtype_bytes(facts.serving_dtype)
+    if mode.kv_cache_dtype in FP8_NAMES:
+        return 1  # stored as uint8 (utils/torch_utils.py:40-47)
+    return dtype_bytes(mode.kv_cache_dtype)
+
+
+def attention_per_token(facts: ModelFacts, mode: Mode) -> tuple[int, int, int]:
+    """(kv heads per rank, head size K+V, bytes per token) of one attention layer on one rank."""
+    size = kv_dtype_bytes(facts, mode)
+    if facts.mla_latent:
+        rank, rope = facts.mla_latent
+        return 1, rank + rope, (rank + rope) * size  # one latent "head", no separate V
+    heads = max(1, facts.kv_heads // mode.tp)  # TP above kv_heads replicates heads
+    return heads, 2 * facts.head_dim, heads * 2 * facts.head_dim * size
+
+
+def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]]]:
+    """One request's recurrent state in one linear layer (vLLM's MambaSpec page) and its tensors."""
+    act = dtype_bytes(facts.serving_dtype)  # mamba_cache_dtype=auto: the model dtype
+    conv_len = None
+    if facts.gdn:
+        g = facts.gdn
+        conv_dim = g.key_dim * g.key_heads * 2 + g.value_dim * g.value_heads
+        conv_len = g.conv_kernel - 1 + mode.num_speculative_tokens
+        tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
+                   ("ssm", (_split(g.value_heads, mode.tp), g.value_dim, g.key_dim), act)]
+    else:
+        k = facts.kda
+        conv_dim = 3 * k.heads * k.head_dim
+        conv_len = k.conv_kernel - 1 + mode.num_speculative_tokens
+        tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
+                   ("recurrent", (_split(k.heads, mode.tp), k.head_dim, k.head_dim), 4)]  # KDA state: fp32
+    total = 0
+    rows = []
+    for name, shape, size in tensors:
+        numel = 1
+        for d in shape:
+            numel *= d
+        total += numel * size
+        rows.append({"tensor": name, "shape": list(shape), "dtype_bytes": size, "bytes": numel * size})
+    return total, rows
+
+
+def _split(value: int, tp: int) -> int:
+    if value % tp:
+        raise EngineRefusal("AssertionError", f"{value} is not divisible by {tp}")
+    return value // tp
+
+
+def check_tp(facts: ModelFacts, mode: Mode) -> None:
+    if facts.attention_heads and facts.attention_heads % mode.tp:
+        raise EngineRefusal("ValueError", f"Total number of attention heads ({facts.attention_heads}) must be "
+                                          f"divisible by tensor parallel size ({mode.tp}).")
+
+
+def align_hybrid(block: int, attn_per_token: int, state_page: int, mla: bool,
+                 mla_unit: int = MLA_HYBRID_ALIGN) -> tuple[int, int | None]:
+    """Raise the attention block until its page holds one Mamba state; pad the state page to it.
+    `mla_unit` is 128 in 0.33.0; older releases aligned MLA hybrids to 64 (vllm#28228)."""
+    unit = max(KERNEL_BLOCK, block)
+    if mla:
+        unit = max(unit, mla_unit)
+    need = unit * cdiv(state_page, unit * attn_per_token)
+    need = KERNEL_BLOCK * cdiv(need, KERNEL_BLOCK)
+    block = max(block, need)
+    page = block * attn_per_token
+    return block, (None if page == state_page else page)
+
+
+def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[Spec], dict[str, Any]]:
+    block = mode.block_size or DEFAULT_BLOCK
+    heads, head_size, per_token = attention_per_token(facts, mode)
+    info: dict[str, Any] = {"kv_heads_per_rank": heads, "head_size": head_size, "bytes_per_token": per_token}
+    padded = None
+    state = 0
+    align = mode.prefix_caching and facts.state_kind is not None
+    if facts.state_kind:
+        state, tensors = state_bytes(facts, mode)
+        base = block
+        block, padded = align_hybrid(block, per_token, state, bool(facts.mla_latent))
+        info.update(state_bytes=state, state_tensors=tensors, state_padded=padded)
+        if block != base:
+            notes.append(f"Setting attention block size to {block} tokens to ensure that attention page size "
+                         "is >= mamba page size.")
+        if padded is not None:
+            pct = 100 * (padded - state) / state
+            info["state_padding_pct"] = pct
+            notes.append(f"Padding mamba page size by {pct:.2f}% to ensure that mamba page size and attention "
+                         "page size are exactly equal.")
+    state_block = block if align else mode.max_model_len
+    specs = []
+    for layer in facts.layers:
+        if layer.kind in ("gdn", "kda"):
+            specs.append(Spec("MambaSpec", state_block, state_bytes=state, padded=padded,
+                              spec_blocks=mode.num_speculative_tokens, align_mode=align))
+        elif layer.kind == "mla":
+            specs.append(Spec("MLAAttentionSpec", block, per_token))
+        elif layer.kind == "sliding":
+            specs.append(Spec("SlidingWindowSpec", block, per_token, window=layer.window))
+        else:
+            specs.append(Spec("FullAttentionSpec", block, per_token))
+    info["block_size"] = block
+    return specs, info
+
+
+def _mergeable(specs: list[Spec]) -> bool:
+    """Whether vLLM's spec.merge accepts these together (full specs may differ only in window)."""
+    first = specs[0]
+    if all(s == first for s in specs):
+        return True
+    if all(s.cls == "FullAttentionSpec" for s in specs):
+        if len({replace(s, window=None) for s in specs}) == 1:
+            return len({s.window for s in specs if s.window is not None}) <= 1
+    return False
+
+
+def promote(specs: list[Spec], notes: list[str]) -> list[Spec]:
+    """Hybrid manager off: sliding layers become full-length reservations (window kept for compute)."""
+    if _mergeable(specs):
+        return specs
+    classes = {s.cls for s in specs}
+    if "FullAttentionSpec" in classes and "SlidingWindowSpec" in classes:
+        block = next(s.block_size for s in specs if s.cls == "FullAttentionSpec")
+        specs = [replace(s, cls="FullAttentionSpec", block_size=block) if s.cls == "SlidingWindowSpec" else s
+                 for s in specs]
+        notes.append("Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any "
+                     "optimizations for saving KV cache memory (e.g., dropping the KV cache outside the sliding "
+                     "window). The compute of layers like sliding window is still saved.")
+    if not _mergeable(specs):
+        raise EngineRefusal("ValueError", "Failed to promote local KV cache specs to one unified type.")
+    return specs
+
+
+def unify_pages(specs: list[Spec]) -> list[Spec]:
+    top = max(s.page for s in specs)
+    out = []
+    for s in specs:
+        if s.page == top:
+            out.append(s)
+        elif s.cls == "MambaSpec":
+            out.append(replace(s, padded=top))
+        elif top % s.page == 0:
+            out.append(replace(s, block_size=s.block_size * (top // s.page)))
+        elif s.cls != "MLAAttentionSpec":
+            out.append(replace(s, padded=top))
+        else:
+            raise EngineRefusal("NotImplementedError", "page size is not divisible by the maximum page size and "
+                                                       "cannot be padded. Padding is only supported for non-MLA "
+                                                       "attention layers.")
+    return out
+
+
+def make_groups(specs: list[Spec], notes: list[str]) -> list[Group]:
+    indices = list(range(len(specs)))
+    if _mergeable(specs):
+        return [Group(specs[0], indices, list(specs))]
+    specs = unify_pages(specs)
+    buckets: list[tuple[list[int], list[Spec]]] = []
+    by_spec: dict[Spec, list[int]] = {}
+    for i, s in enumerate(specs):
+        by_spec.setdefault(s, []).append(i)
+    for spec, layers in by_spec.items():
+        for bucket_layers, bucket_specs in buckets:
+            if _mergeable([*bucket_specs, spec]):
+                bucket_layers.extend(layers)
+                bucket_specs.append(spec)
+                break
+        else:
+            buckets.append((list(layers), [spec]))
+    sizes = [len(layers) for layers, _ in buckets]
+    size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
+    groups = []
+    for layers, bucket_specs in buckets:
+        pad = size - len(layers) % size
+        if pad != size:
+            notes.append(f"Add {pad} padding layers, may waste at most {pad / len(layers) * 100:.2f}% KV cache memory")
+        count = cdiv(len(layers), size)
+        for i in range(count):
+            members = layers[i::count]
+            groups.append(Group(specs[members[0]], members, [specs[j] for j in members],
+                                padding_layers=size - len(members)))
+    return groups
+
+
+def format_gib(value: int) -> str:
+    return f"{round(value / GiB, 2)}"
+
+
+def largest_fitting_length(groups: list[Group], mode: Mode, stride: int, memory: int) -> int:
+    """vLLM's binary search for the longest max_model_len whose blocks fit `memory`."""
+    def fits(length: int) -> bool:
+        return stride * sum(g.blocks_per_request(mode, length) for g in groups) <= memory
+
+    lo, hi, best = 1, mode.max_model_len, 0
+    if not fits(1):
+        return 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def admission_refusal(needed: int, available: int, length: int, estimate: int) -> EngineRefusal:
+    hint = (f"Based on the available memory, the estimated maximum model length is {estimate}. "
+            if estimate > 0 else "")
+    return EngineRefusal(
+        "ValueError",
+        f"To serve at least one request with the model's max seq len ({length}), ({format_gib(needed)} GiB KV "
+        f"cache is needed, which is larger than the available KV cache memory ({format_gib(available)} GiB). "
+        f"{hint}Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+        f"decreasing `max_model_len` when initializing the engine. See "
+        f"https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+
+
+NO_MEMORY = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing "
+             "the engine (this flag also controls CPU memory reservation on the CPU backend, despite its name). "
+             "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+
+
+def describe_mode(facts: ModelFacts, mode: Mode) -> dict[str, Any]:
+    return {"hma": mode.hma, "kv_cache_dtype": mode.kv_cache_dtype,
+            "dtype": facts.serving_dtype if mode.kv_cache_dtype == "auto" else mode.kv_cache_dtype,
+            "tp": mode.tp, "max_model_len": mode.max_model_len, "prefix_caching": mode.prefix_caching,
+            "mamba_cache_mode": ("align" if mode.prefix_caching else "none") if facts.state_kind else None,
+            "num_speculative_tokens": mode.num_speculative_tokens,
+            "max_num_batched_tokens": mode.max_num_batched_tokens, "async_scheduling": mode.async_scheduling,
+            "in_flight_tokens": mode.in_flight_tokens, "max_num_seqs": mode.max_num_seqs,
+            "block_size": mode.block_size or DEFAULT_BLOCK}
+
+
+def plan(facts: ModelFacts, mode: Mode) -> Budget:
+    """vLLM's plan for this model in this mode: groups, pool, capacity, or the error it raises."""
+    budget = Budget("vllm", VERSION, describe_mode(facts, mode),
+                    provenance={"formula": "kvdoctor.budget.vllm", "checked_against": "goldens/vllm.json",
+                                "refs": [f"vllm/{r}" for r in REFS.values()]})
+    budget.capacity = {"unit": "request_tokens_at_L", "max_model_len": mode.max_model_len}
+    try:
+        check_tp(facts, mode)
+        specs, info = layer_specs(facts, mode, budget.notes)
+        budget.mode["block_size"] = info["block_size"]
+        budget.mode["kv_heads_per_rank"] = info["kv_heads_per_rank"]
+        budget.facts.update(info)
+        if facts.state_kind:
+            budget.state = {"kind": facts.state_kind, "bytes_per_request_per_layer": info["state_bytes"],
+                            "padded_page_bytes": info["state_padded"],
+                            "padding_pct": info.get("state_padding_pct", 0.0),
+                            "tensors": info["state_tensors"],
+                            "blocks_per_request": (2 if budget.mode["mamba_cache_mode"] == "align" else 1)
+                            + mode.num_speculative_tokens}
+        _fill_layer_kinds(budget, facts, mode, specs)
+        if not mode.hma:
+            specs = promote(specs, budget.notes)
+            _fill_layer_kinds(budget, facts, mode, specs)  # what each kind reserves once promoted
+        groups = make_groups(specs, budget.notes)
+    except EngineRefusal as refusal:
+        budget.error = refusal
+        return budget
+    stride = max(g.bytes_per_block() for g in groups)
+    per_request = [g.blocks_per_request(mode, mode.max_model_len) for g in groups]
+    budget.groups = [{"id": i, "spec": g.spec.cls, "layers": len(g.layers), "first_layer": g.layers[0],
+                      "block_size": g.spec.block_size, "page_bytes": g.spec.page, "window": g.spec.window,
+                      "padding_layers": g.padding_layers, "blocks_per_request": n}
+                     for i, (g, n) in enumerate(zip(groups, per_request))]
+    num_blocks = mode.kv_budget_bytes // stride
+    budget.pool = {"bytes_per_block": stride, "num_blocks": num_blocks,
+                   "padding_bytes_per_block": sum(g.padding_layers * g.spec.page for g in groups)}
+    check = mode.kv_budget_bytes - stride  # the null block the block pool holds back
+    fit = largest_fitting_length(groups, mode, stride, check) if check > 0 else 0
+    budget.capacity["max_model_len_fit"] = fit
+    budget.capacity["blocks_per_request"] = sum(per_request)
+    needed = stride * sum(per_request)
+    budget.facts.update(num_blocks=num_blocks, needed_bytes=needed, groups=groups)
+    if check <= 0:
+        budget.error = EngineRefusal("ValueError", NO_MEMORY)
+        return budget
+    if needed > check:
+        budget.error = admission_refusal(needed, check, mode.max_model_len, fit)
+        return budget
+    concurrency = num_blocks / sum(per_request)
+    budget.capacity.update(max_concurrency=concurrency, tokens=int(concurrency * mode.max_model_len))
+    return budget
+
+
+def _fill_layer_kinds(budget: Budget, facts: ModelFacts, mode: Mode, specs: list[Spec]) -> None:
+    rows: dict[tuple, dict[str, Any]] = {}
+    for layer, spec in zip(facts.layers, specs):
+        key = (layer.kind, spec.window)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {"kind": layer.kind, "spec": spec.cls, "layers": 0, "window": spec.window,
+                               "bytes_per_token_per_layer": spec.per_token if spec.cls != "MambaSpec" else 0,
+                               "page_bytes": spec.page, "block_size": spec.block_size,
+                               "reserved_blocks_per_request": spec.blocks_per_request(mode, mode.max_model_len)}
+        row["layers"] += 1
+    budget.layer_kinds = list(rows.values())

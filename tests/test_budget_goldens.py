@@ -1,0 +1,142 @@
+"""kvdoctor's budget calculators against the engines' own numbers.
+
+The golden files in goldens/ were written by goldens/*_oracle.py, which call vLLM's, SGLang's and
+mlx-lm's own sizing code on every config in shared/configs over a grid of settings. These tests
+never import an engine: they read the JSON and compare. Exact equality for block sizes, page
+bytes, group layout, block counts, pool tokens, slots and max running requests; the same error
+class and message where the engine refuses; concurrency within 1e-3.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.budget import mlxlm, sglang, vllm
+from kvdoctor.budget.facts import facts_from_spec
+from kvdoctor.loader import load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDENS = ROOT / "goldens"
+
+
+def golden(name: str) -> dict:
+    return json.loads((GOLDENS / f"{name}.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def facts(model: str):
+    spec = load_model(str(ROOT / "fixtures" / "models" / model), with_checkpoint=False)
+    return facts_from_spec(spec), spec.config
+
+
+def ids(points: list[dict]) -> list[str]:
+    return [f"{p['model'].split('__')[-1]}-{i}" for i, p in enumerate(points)]
+
+
+VLLM = golden("vllm")["points"]
+SGLANG = golden("sglang")["points"]
+MLX = golden("mlx")["points"]
+
+
+def test_goldens_cover_enough_points():
+    assert len(VLLM) + len(SGLANG) + len(MLX) >= 200
+    fixtures = {p.name for p in (ROOT / "fixtures" / "models").iterdir() if (p / "config.json").exists()}
+    for points in (VLLM, SGLANG, MLX):
+        assert {p["model"] for p in points} == fixtures
+
+
+def test_goldens_record_engine_versions():
+    assert golden("vllm")["versions"]["vllm"] == vllm.VERSION
+    assert golden("sglang")["versions"]["sglang"] == sglang.VERSION
+    assert golden("mlx")["versions"]["mlx_lm"] == mlxlm.VERSION
+
+
+@pytest.mark.parametrize("point", VLLM, ids=ids(VLLM))
+def test_vllm_matches_engine(point):
+    s, want = point["settings"], point["result"]
+    mode = vllm.Mode(max_model_len=s["max_model_len"], kv_budget_bytes=s["kv_budget_bytes"],
+                     kv_cache_dtype=s["kv_cache_dtype"], tp=s["tp"], hma=s["hma"],
+                     prefix_caching=s["prefix_caching"], num_speculative_tokens=s["num_speculative_tokens"],
+                     max_num_batched_tokens=s["max_num_batched_tokens"], async_scheduling=s["async_scheduling"],
+                     max_num_seqs=s["max_num_seqs"])
+    got = vllm.plan(facts(point["model"])[0], mode)
+    if "error" in want and got.error is None:
+        pytest.fail(f"vLLM refuses ({want['error']['message'][:120]}) but kvdoctor planned it")
+    if "block_size" in want:
+        assert got.mode["block_size"] == want["block_size"]
+    if want.get("mamba_page_size_padded") is not None or got.state:
+        assert got.state["padded_page_bytes"] == want["mamba_page_size_padded"]
+    if "error" in want:
+        assert got.error.cls == want["error"]["class"]
+        assert got.error.message == want["error"]["message"]
+        return
+    assert got.error is None, got.error.message
+    assert [(g["spec"], g["layers"], g["first_layer"], g["block_size"], g["page_bytes"], g["window"],
+             g["blocks_per_request"]) for g in got.groups] == \
+        [(g["spec"], g["layers"], g["first_layer"], g["block_size"], g["page_bytes"], g["window"],
+          g["blocks_per_request"]) for g in want["groups"]]
+    assert got.pool["bytes_per_block"] == want["bytes_per_block"]
+    assert got.pool["num_blocks"] == want["num_blocks"]
+    assert got.capacity["tokens"] == want["tokens"]
+    assert got.capacity["max_concurrency"] == pytest.approx(want["max_concurrency"], abs=1e-3)
+
+
+@pytest.mark.parametrize("point", SGLANG, ids=ids(SGLANG))
+def test_sglang_matches_engine(point):
+    s, want = point["settings"], point["result"]
+    mode = sglang.Mode(context_length=s["context_length"], kv_budget_bytes=s["kv_budget_bytes"],
+                       page_size=s["page_size"], swa_full_tokens_ratio=s["swa_full_tokens_ratio"],
+                       disable_hybrid_swa_memory=s["disable_hybrid_swa_memory"],
+                       kv_cache_dtype=s["kv_cache_dtype"], tp=s["tp"],
+                       max_mamba_cache_size=s["max_mamba_cache_size"],
+                       mamba_full_memory_ratio=s["mamba_full_memory_ratio"], mamba_ssm_dtype=s["mamba_ssm_dtype"],
+                       radix_cache=s["radix_cache"], max_running_requests=s["max_running_requests"],
+                       max_total_tokens=s["max_total_tokens"])
+    model_facts = facts(point["model"])[0]
+    got = sglang.plan(model_facts, mode)
+    assert got.mode["hybrid_swa"] == (want.get("is_hybrid_swa", False) and model_facts.count("sliding") > 0)
+    if "mamba_cache_per_req" in want:
+        assert got.state is not None and got.state["bytes_per_slot"] == want["mamba_cache_per_req"]
+        assert got.state["ssm_dtype"] == want["ssm_dtype"]
+    if "error" in want:
+        assert got.error is not None, f"SGLang refuses: {want['error']['message'][:120]}"
+        assert (got.error.cls, got.error.message) == (want["error"]["class"], want["error"]["message"])
+        return
+    assert got.error is None, got.error.message
+    if "max_mamba_cache_size" in want:
+        assert got.state["slots"] == want["max_mamba_cache_size"]
+    pools = {p["pool"]: p["tokens"] for p in got.pools}
+    assert got.capacity["max_total_num_tokens"] == want["max_total_num_tokens"]
+    if want["swa_max_total_num_tokens"] is not None:
+        assert pools["full"] == want["full_max_total_num_tokens"]
+        assert pools["swa"] == want["swa_max_total_num_tokens"]
+    else:
+        assert "swa" not in pools
+    assert got.capacity["max_running_requests"] == want["max_running_requests"]
+
+
+@pytest.mark.parametrize("point", MLX, ids=ids(MLX))
+def test_mlx_matches_engine(point):
+    s, want = point["settings"], point["result"]
+    mode = mlxlm.Mode(context=s["context"], kv_budget_bytes=s["kv_budget_bytes"], max_kv_size=s["max_kv_size"],
+                      kv_bits=s["kv_bits"], kv_group_size=s["kv_group_size"],
+                      quantized_kv_start=s["quantized_kv_start"], prefill_step_size=s["prefill_step_size"])
+    model_facts, config = facts(point["model"])
+    got = mlxlm.plan(model_facts, mode, config)
+    classes = {}
+    for row in got.layer_kinds:
+        name = row["cache"] + (f"({row['max_size']},keep={4 if got.mode['max_kv_size_honored'] else 0})"
+                               if row["cache"] == "RotatingKVCache" else "")
+        classes[name] = classes.get(name, 0) + row["layers"]
+    assert classes == want["caches"]
+    if "error" in want:
+        assert got.error is not None and (got.error.cls, got.error.message) == \
+            (want["error"]["class"], want["error"]["message"])
+        return
+    assert got.error is None, got.error.message
+    assert got.facts["lengths"] == want["lengths"]
+    assert got.capacity["per_request_bytes"] == want["bytes"]
+    assert got.capacity["peak_prefill_bytes"] == want["peak_bytes"]
