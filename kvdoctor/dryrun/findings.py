@@ -1,0 +1,309 @@
+"""Turn what a dry run reported into findings and a per-layer record, and hold it against the plan.
+
+- An engine exception becomes a finding under the catalog code whose triage pattern names it, or
+  ENG051 (unknown engine error) carrying the exact text and the engine frame that raised it.
+- What the engine built and attended is compared with kvdoctor's static plan of the same engine
+  version: per-layer windows, cache kinds, keys attended, and the refusal the plan predicts. Any
+  disagreement is ENG057: kvdoctor's model of this engine version is stale for this model.
+- Runs cut short (refused shrink, over budget, a window not crossed, timed out, crashed) each have
+  their own code, so a user can tell "the engine failed" from "the dry run could not look".
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from kvdoctor.model import Finding, Source
+
+STAGES = ("load", "startup", "prefill", "decode")
+CACHE_KINDS = {"WindowedAttentionKVCache": "windowed", "ContiguousAttentionKVCache": "contiguous",
+               "PoolBackedAttentionKVCache": "contiguous"}
+MAX_LISTED = 10
+# Refusals the static plan does not model on purpose: the remote-code gate depends on a CLI option.
+NOT_PLANNED = {"ENG059"}
+
+
+def cache_kind(class_name: str | None) -> str:
+    """The plan's label for a cache class the engine built: windowed, contiguous, native or none."""
+    if class_name is None:
+        return "none"
+    return CACHE_KINDS.get(class_name, "native")
+
+
+def _layers_text(layers: list[int]) -> str:
+    text = ", ".join(map(str, layers[:MAX_LISTED]))
+    return text + (f", ... ({len(layers)} layers)" if len(layers) > MAX_LISTED else "")
+
+
+def _versions_text(versions: dict[str, str]) -> str:
+    return ", ".join(f"{name} {versions[name]}" for name in ("sglang", "mlx-lm", "mlx") if name in versions)
+
+
+class Interpreter:
+    """Reads one ChildOutcome (kvdoctor.dryrun.run) for one model and one static plan."""
+
+    def __init__(self, outcome: Any, spec: Any, plan: Any, catalog: Any):
+        self.outcome, self.spec, self.plan, self.catalog = outcome, spec, plan, catalog
+        versions = outcome.first("versions") or {}
+        self.versions: dict[str, str] = versions.get("versions", {})
+        self.findings: list[Finding] = []
+        self.confirmed: str | None = None  # a predicted refusal the engine really raised
+        self.where = self._where()
+
+    def _predicted(self) -> Any:
+        """The first refusal the static sglang-mlx plan predicts, if any."""
+        if self.plan is None or self.plan.engine != "sglang-mlx":
+            return None
+        refusals = getattr(self.plan.data.get("sglang_mlx"), "refusals", None) or []
+        return refusals[0] if refusals else None
+
+    # -- entry point ------------------------------------------------------------------------------
+
+    def interpret(self) -> tuple[list[Finding], dict[str, Any]]:
+        outcome = self.outcome
+        unavailable = outcome.first("engine_unavailable")
+        if unavailable is not None:
+            self._add("ENG050", f"the sglang MLX backend could not be loaded, so the dry run did not run: "
+                                f"{unavailable['reason']}", evidence={"reason": unavailable["reason"]})
+            return self.findings, {"ran": False, "outcome": "unavailable", "reason": unavailable["reason"]}
+        observed = self._observations()
+        error = outcome.first("error")
+        if error is not None:
+            self._engine_error(error)
+        for refused in outcome.all("refused"):
+            self._refused(refused)
+        self._schedule_cover(observed)
+        if outcome.timed_out:
+            self._add("ENG055", f"the dry run was stopped after {outcome.timeout:g} s during {observed['reached']}; "
+                                "what it saw until then is reported", evidence={"reached": observed["reached"],
+                                                                               "timeout_seconds": outcome.timeout})
+        elif outcome.first("done") is None:
+            last = outcome.stderr_tail.strip().splitlines()[-1:] or ["(no output)"]
+            self._add("ENG056", f"the dry run's process ended with exit code {outcome.returncode} during "
+                                f"{observed['reached']} without reporting why: {last[0]}",
+                      evidence={"returncode": outcome.returncode, "stderr_tail": outcome.stderr_tail})
+        self._compare_with_plan(observed, error)
+        observed["confirms_plan_refusal"] = self.confirmed
+        return self.findings, observed
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _where(self) -> Source:
+        for key in ("layer_types", "sliding_window", "model_type"):
+            if key in self.spec.config:
+                return self.spec.key_source(key)
+        return Source("key", "model_type", "config.json")
+
+    def _add(self, code: str, message: str, layer: int | None = None, **kw: Any) -> None:
+        kw.setdefault("evidence", {})
+        if self.versions:
+            kw["evidence"].setdefault("versions", self.versions)
+        self.findings.append(Finding.at(code, message, self.where, layer=layer, **kw))
+
+    def _triage(self, error_class: str, message: str) -> str | None:
+        """The catalog code whose sglang-mlx error pattern matches this exception, if any."""
+        from kvdoctor.triage import Matcher
+
+        matches = [entry for entry, _, _ in Matcher(self.catalog).spans(message)
+                   if entry.error.class_ == error_class and any(e.name == "sglang-mlx" for e in entry.engines)]
+        return min(matches, key=lambda e: e.code).code if matches else None
+
+    def _engine_error(self, error: dict[str, Any]) -> None:
+        frame, origin = error.get("frame"), error.get("origin") or {}
+        where = f"{frame['file']}:{frame['line']} in {frame['function']}" if frame else \
+            f"{origin.get('file')}:{origin.get('line')}"
+        engine_error = {"class": error["class"], "message": error["message"], "stage": error["stage"]}
+        evidence = {"frame": frame, "origin": origin, "layer_running": error.get("layer")}
+        if frame is None and "/kvdoctor/" in str(origin.get("file", "")):
+            self._add("ENG058", f"kvdoctor's dry-run harness failed during {error['stage']}: {error['class']}: "
+                                f"{error['message']} ({where})", engine_error=engine_error, evidence=evidence)
+            return
+        code = self._triage(error["class"], error["message"]) or "ENG051"
+        predicted = self._predicted()
+        if predicted is not None and predicted.code == code and predicted.stage == error["stage"]:
+            self.confirmed = code  # the static check reports it; the dry run confirms, adds no duplicate
+            return
+        versions = _versions_text(self.versions)
+        lead = "an error no catalog entry names" if code == "ENG051" else "a known error"
+        self._add(code, f"dry run ({versions}): the engine raised {lead} during {error['stage']}: "
+                        f"{error['class']}: {error['message']} (raised in {where})",
+                  layer=error.get("layer"), engine_error=engine_error, evidence=evidence)
+
+    def _refused(self, refused: dict[str, Any]) -> None:
+        if refused["reason"] == "shrink":
+            self._add("ENG052", "the dry run found no shrunk copy of the model that keeps every layer as the "
+                                f"engine sees it ({'; '.join(refused['diff'][:3])}), so it ran nothing past loading",
+                      evidence={"diff": refused["diff"]})
+        else:
+            schedules = self.outcome.all("schedule")
+            self._add("ENG053", f"{refused['message']}: the smallest schedule needs about "
+                                f"{schedules[-1]['estimated_seconds'] if schedules else '?'} s and "
+                                f"{_gib(schedules[-1]['peak_bytes']) if schedules else '?'}; start-up was checked, "
+                                "prefill and decode were not", evidence={"schedules": schedules})
+
+    def _schedule_cover(self, observed: dict[str, Any]) -> None:
+        chosen = next((s for s in self.outcome.all("schedule") if s.get("chosen")), None)
+        if chosen is None or chosen["crosses_windows"] or not chosen["windows"]:
+            return
+        skipped = self.outcome.all("schedule")[0]
+        self._add("ENG054", f"the dry run did not cross the {'/'.join(map(str, chosen['windows']))}-token window: "
+                            f"a schedule that does needs about {skipped['estimated_seconds']} s and "
+                            f"{_gib(skipped['peak_bytes'])} on this machine, past the "
+                            f"{chosen['budget_seconds']:g} s budget; it ran {chosen['unit']}-token chunks instead",
+                  evidence={"skipped": skipped, "ran": chosen})
+
+    # -- what the engine did ----------------------------------------------------------------------
+
+    def _observations(self) -> dict[str, Any]:
+        outcome = self.outcome
+        layouts = outcome.all("layout")
+        layout = layouts[-1] if layouts else None
+        rows: dict[int, dict[str, Any]] = {}
+        if layout is not None:
+            for row in layout["layers"]:
+                rows[row["index"]] = {"index": row["index"], "attention": row["attention_attr"] is not None,
+                                      "engine_window": row["engine_window"], "cache": row["cache"]}
+        for call in outcome.all("attention"):
+            row = rows.setdefault(call["layer"], {"index": call["layer"]}) if call["layer"] is not None else None
+            if row is None:
+                continue
+            if call["stage"] == "prefill":
+                row["prefill_max_keys"] = max(row.get("prefill_max_keys", 0), call["max_keys"])
+                if call["pattern"] != "causal":
+                    row["prefill_window"] = call.get("window", "irregular")
+            else:
+                row.setdefault("decode_keys", []).append(call["last_keys"])
+        error = outcome.first("error")
+        stages = _stages(outcome)
+        started = [stage for stage in STAGES if stages[stage] != "not run"]
+        reached = started[-1] if started else "load"
+        shrink = outcome.first("shrink") or {}
+        chosen = next((s for s in outcome.all("schedule") if s.get("chosen")), None)
+        code = outcome.first("engine_code") or {}
+        versions = outcome.first("versions") or {}
+        return {
+            "ran": True,
+            "outcome": _outcome(outcome, error),
+            "reached": reached,
+            "stages": stages,
+            "versions": self.versions,
+            "pinned": versions.get("pinned"),
+            "seconds": outcome.seconds,
+            "error": None if error is None else {k: error.get(k) for k in ("class", "message", "stage", "frame", "layer")},
+            "shrink": {"candidate": shrink.get("candidate"), "changes": shrink.get("changes")} if shrink else None,
+            "schedule": None if chosen is None else {k: chosen[k] for k in ("unit", "crosses_windows", "windows", "steps",
+                                                                          "estimated_seconds")},
+            "pool": (outcome.first("pool") or {}).get("pool"),
+            "aot_kernels": None if layout is None else layout.get("aot_kernels"),
+            "layers": [rows[i] for i in sorted(rows)],
+            "engine_code": code.get("files", {}),
+            "modelled": versions.get("modelled", []),
+        }
+
+    # -- the plan ---------------------------------------------------------------------------------
+
+    def _compare_with_plan(self, observed: dict[str, Any], error: dict[str, Any] | None) -> None:
+        if self.plan is None or self.plan.engine != "sglang-mlx":
+            return
+        planned = {p.index: p for p in self.plan.layers}
+        rows = {row["index"]: row for row in observed["layers"]}
+        disagree: dict[str, list[dict[str, Any]]] = {"window": [], "cache": [], "keys": []}
+        for index, row in sorted(rows.items()):
+            plan = planned.get(index)
+            if plan is None:
+                continue
+            if "engine_window" in row and row.get("attention") and plan.engine_window != row["engine_window"]:
+                disagree["window"].append({"layer": index, "plan": plan.engine_window, "engine": row["engine_window"]})
+            if "cache" in row and plan.cache is not None and plan.cache != cache_kind(row["cache"]):
+                disagree["cache"].append({"layer": index, "plan": plan.cache, "engine": row["cache"]})
+        for call in self.outcome.all("attention"):
+            plan = planned.get(call["layer"])
+            if plan is None or any(d["layer"] == call["layer"] for d in disagree["keys"]):
+                continue
+            if not _keys_as_planned(call, plan.engine_window):
+                disagree["keys"].append({"layer": call["layer"], "stage": call["stage"], "step": call["step"],
+                                         "plan_window": plan.engine_window, "pattern": call["pattern"],
+                                         "window": call.get("window"), "max_keys": call["max_keys"],
+                                         "positions": call["positions"]})
+        versions = _versions_text(self.versions)
+        describe = {
+            "window": lambda d: f"window {d['engine']} where the plan says {d['plan']}",
+            "cache": lambda d: f"a {d['engine']} where the plan says {d['plan']}",
+            "keys": lambda d: (f"queries attending {d['max_keys']} keys ({d['pattern']}"
+                               f"{' ' + str(d['window']) if d.get('window') else ''}) in {d['stage']} where the "
+                               f"plan's window {d['plan_window']} allows a different count"),
+        }
+        for aspect, items in disagree.items():
+            if not items:
+                continue
+            layers = [d["layer"] for d in items]
+            self._add("ENG057", f"kvdoctor's sglang-mlx plan is stale for this model: the installed engine "
+                                f"({versions}) gave layer{'s' if len(layers) > 1 else ''} {_layers_text(layers)} "
+                                f"{describe[aspect](items[0])}", layer=layers[0],
+                      evidence={"aspect": aspect, "disagreements": items[:MAX_LISTED]})
+        self._compare_refusal(observed, error)
+
+    def _compare_refusal(self, observed: dict[str, Any], error: dict[str, Any] | None) -> None:
+        early = error if error and error["stage"] in ("load", "startup") else None
+        if observed["reached"] in ("load",) and early is None:
+            return  # the run never got as far as the plan's prediction
+        predicted = self._predicted()
+        observed_code = self._triage(early["class"], early["message"]) if early else None
+        if observed_code in NOT_PLANNED or (predicted is None and early is None):
+            return
+        if predicted is not None and early is not None and predicted.code == observed_code \
+                and predicted.stage == early["stage"]:
+            return
+        if predicted is not None and early is None and observed["reached"] == "startup" and error is None:
+            return  # stopped (budget, timeout) before start-up finished: nothing to compare
+        plan_text = (f"{predicted.code} {predicted.error_class} at {predicted.stage}" if predicted
+                     else "a clean start")
+        engine_text = (f"{observed_code or 'an uncatalogued'} {early['class']} at {early['stage']}" if early
+                       else "a clean start")
+        self._add("ENG057", f"kvdoctor's sglang-mlx plan is stale for this model: it predicts {plan_text}, the "
+                            f"installed engine ({_versions_text(self.versions)}) gave {engine_text}",
+                  evidence={"aspect": "refusal", "plan": None if predicted is None else
+                            {"code": predicted.code, "class": predicted.error_class, "stage": predicted.stage,
+                             "message": predicted.message},
+                            "engine": None if early is None else {"code": observed_code, "class": early["class"],
+                                                                  "stage": early["stage"],
+                                                                  "message": early["message"]}})
+
+
+def _keys_as_planned(call: dict[str, Any], window: int | None) -> bool:
+    """Did every query of this SDPA call attend what the plan's window for its layer allows?"""
+    if call["pattern"] == "irregular":
+        return False
+    if window is None:
+        return call["pattern"] == "causal"
+    if call["pattern"] == "window":
+        return call["window"] == window
+    return call["max_keys"] <= window  # causal and never past the window: consistent with it
+
+
+def _stages(outcome: Any) -> dict[str, str]:
+    """Per stage: ok, error, refused, stopped (started, never finished) or not run."""
+    status = {stage: "not run" for stage in STAGES}
+    for event in outcome.all("stage"):
+        status[event["stage"]] = "stopped" if event["status"] == "started" else event["status"]
+    for event in outcome.all("refused"):
+        status[event["stage"]] = "refused"
+    error = outcome.first("error")
+    if error is not None:
+        status[error["stage"]] = "error"
+    return status
+
+
+def _outcome(outcome: Any, error: dict[str, Any] | None) -> str:
+    if error is not None:
+        return "error"
+    if outcome.first("refused") is not None:
+        return "refused"
+    if outcome.timed_out:
+        return "timeout"
+    if outcome.first("done") is None:
+        return "crashed"
+    return "clean"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.1f} GiB"

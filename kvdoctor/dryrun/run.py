@@ -1,0 +1,102 @@
+"""Start a dry run in a child process, bound it in time, and read back what it reported.
+
+The CLI's process never imports the engine: it checks that the packages exist, writes the request,
+runs `python -m kvdoctor.dryrun.child`, and kills the child's whole process group when the time bound
+runs out. The child appends events as it goes, so a killed run still says how far it got.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TIMEOUT_SECONDS = 300.0
+STDERR_TAIL = 2000
+MLX_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
+              "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+
+
+@dataclass
+class ChildOutcome:
+    """Everything the child reported, plus how it ended."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    returncode: int | None = None
+    timed_out: bool = False
+    seconds: float = 0.0
+    stderr_tail: str = ""
+    timeout: float = DEFAULT_TIMEOUT_SECONDS
+
+    def first(self, name: str) -> dict[str, Any] | None:
+        return next((e for e in self.events if e.get("event") == name), None)
+
+    def all(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("event") == name]
+
+
+def kv_dtype(spec: Any) -> str | None:
+    """The dtype the shrunk model's weights get: an attention layer's key-projection dtype when the
+    checkpoint shows it, else the config's."""
+    for layer in spec.layers:
+        if layer.dtype in MLX_DTYPES and "dtype" in layer.sources:
+            return MLX_DTYPES[layer.dtype]
+    return MLX_DTYPES.get(spec.dtype or "")
+
+
+def build_request(spec: Any, deploy: Any, options: dict[str, Any]) -> dict[str, Any]:
+    settings = deploy.sglang_mlx
+    return {
+        "model_dir": str(Path(spec.model_dir).resolve()),
+        "config": spec.raw_config,
+        "dtype": kv_dtype(spec),
+        "trust_remote_code": bool(options.get("trust_remote_code")),
+        "deploy": {"radix_cache": settings.radix_cache, "pool_size": settings.pool_size,
+                   "chunked_prefill_size": settings.chunked_prefill_size,
+                   "use_custom_rope": settings.use_custom_rope},
+        "budget_seconds": options.get("dry_run_budget"),
+    }
+
+
+def launch(request: dict[str, Any], timeout: float) -> ChildOutcome:
+    """Run the child and collect its events; never raises for what happens inside the child."""
+    outcome = ChildOutcome(timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="kvdoctor-dryrun-") as tmp:
+        request_path, events_path = Path(tmp) / "request.json", Path(tmp) / "events.jsonl"
+        request_path.write_text(json.dumps(request))
+        events_path.touch()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}  # nothing may reach the network
+        started = time.monotonic()
+        with open(Path(tmp) / "stderr.txt", "w+") as stderr:
+            proc = subprocess.Popen([sys.executable, "-m", "kvdoctor.dryrun.child", str(request_path),
+                                     str(events_path)], stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+                                    env=env, cwd=tmp, start_new_session=True)
+            try:
+                outcome.returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                outcome.timed_out = True
+                _kill_group(proc)
+            outcome.seconds = round(time.monotonic() - started, 2)
+            stderr.seek(0)
+            outcome.stderr_tail = stderr.read()[-STDERR_TAIL:]
+        for line in events_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                outcome.events.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut short by the kill
+    return outcome
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop the child and anything it started: it leads its own session (process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
