@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
+	# The engine for --dry-run, without its GPU dependency tree (its MLX modules need only msgspec and psutil).
+	$(PY) -m pip install -q --no-deps sglang==0.5.23
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from kvdoctor.catalog import Catalog
-from kvdoctor.checks import CHECKS
+from kvdoctor.checks import CHECKS, Check
 from kvdoctor.context import Context
 from kvdoctor.deploy import Deploy
 from kvdoctor.engines import plan_for
 from kvdoctor.errors import InputError
+from kvdoctor.limits import ProbeOverBudget, probes_fit
 from kvdoctor.loader import load_model
 from kvdoctor.model import SEVERITIES, Finding, Result
 from kvdoctor.selection import Selection
@@ -56,20 +57,38 @@ def layer_rows(ctx: Context) -> list[dict[str, Any]]:
     return rows
 
 
+def active_checks(opts: Options) -> list[Check]:
+    """The checks these options run: for this engine, allowed by --static, with a selected code."""
+    return [check for check in CHECKS
+            if (check.engines is None or opts.engine in check.engines)
+            and not (opts.static and not check.static)
+            and any(opts.selection.enabled(code) for code in check.codes)]
+
+
+def checked_codes(opts: Options) -> list[str]:
+    """The codes a target is checked for under these options (JUnit lists each, passing or not)."""
+    return [code for check in active_checks(opts) for code in check.codes if opts.selection.enabled(code)]
+
+
+def _run_check(check: Check, ctx: Context) -> Iterator[Finding]:
+    """A check's findings. Probes (non-static checks) run only when their smallest caches fit the
+    budget (LIM001 says so otherwise), and a probe the budget refused ends in its LIM001 finding."""
+    if not check.static and not probes_fit(ctx.spec):
+        return
+    try:
+        yield from check.runner()(ctx)
+    except ProbeOverBudget as over:
+        yield over.finding()
+
+
 def check_target(target: str, opts: Options) -> Result:
     try:
         spec = load_model(target)
         plan = plan_for(opts.engine, spec, opts.deploy)
         ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, options=opts.extra)
         findings: list[Finding] = []
-        for check in CHECKS:
-            if check.engines is not None and opts.engine not in check.engines:
-                continue
-            if opts.static and not check.static:
-                continue
-            if not any(opts.selection.enabled(code) for code in check.codes):
-                continue
-            for finding in check.runner()(ctx):
+        for check in active_checks(opts):
+            for finding in _run_check(check, ctx):
                 if opts.selection.enabled(finding.code):
                     findings.append(finalize(finding, opts))
     except InputError as exc:

@@ -1,19 +1,39 @@
-"""Command line: `kvdoctor check | rules | explain`. Input errors exit 2 with one line, never a traceback."""
+"""Command line: `kvdoctor check | rules | explain | triage | config`.
+
+Input errors exit 2 with one line, never a traceback. Each command only parses its options and hands
+over to a module; heavy imports (torch, mlx) happen only inside the checks that need them.
+"""
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from kvdoctor import __version__
 from kvdoctor.errors import InputError
+from kvdoctor.report import FORMATS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Check a model's KV-cache layout against a serving engine before deploy.")
 
-FORMATS = ("rich", "json")
+# Options shared by `check` and `config`: both resolve the same settings.
+ENGINE = typer.Option(None, "--engine", "-e", help="Engine profile (default: the deploy file's, the config "
+                      "file's, else hf).")
+DEPLOY = typer.Option(None, "--deploy", help="Deploy settings (YAML).")
+SELECT = typer.Option(None, "--select", help="Codes or prefixes to run (default ALL); replaces the config "
+                      "file's selection.")
+EXTEND_SELECT = typer.Option(None, "--extend-select", help="Codes or prefixes to add.")
+IGNORE = typer.Option(None, "--ignore", help="Codes or prefixes to skip.")
+SEVERITY = typer.Option(None, "--severity", help="Override a rule's severity: CODE=error|warning|info (repeatable).")
+FAIL_ON = typer.Option(None, "--fail-on", help="Lowest severity that fails: error, warning or info (default error).")
+CONFIG = typer.Option(None, "--config", help="Read this kvdoctor.toml or pyproject.toml instead of searching for one.")
+ISOLATED = typer.Option(False, "--isolated", help="Ignore config files.")
+
+
+DRY_RUN_ENGINES = ("sglang-mlx",)
 
 
 def _fail(message: str) -> None:
@@ -27,10 +47,30 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+# Options given before the command (`kvdoctor --debug --catalog DIR check ...`) hold for the whole run.
+RUN = {"debug": False, "catalog_dirs": ()}
+
+
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+                                       help="Print the version and exit."),
+          debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
+          catalog: Optional[List[str]] = typer.Option(None, "--catalog", help="Also load catalog entries "
+                                                      "(CODE.yaml files) from this directory (repeatable).")) -> None:
     """kvdoctor."""
+    RUN["debug"] = debug
+    RUN["catalog_dirs"] = tuple(catalog or ())
+
+
+def _catalog():
+    """The built-in catalog, plus the user's directories given with --catalog."""
+    from pathlib import Path
+
+    from kvdoctor.catalog import builtin_catalog, load_catalog
+
+    if not RUN["catalog_dirs"]:
+        return builtin_catalog()
+    return load_catalog(extra_dirs=tuple(Path(d) for d in RUN["catalog_dirs"]))
 
 
 def _split(values: Optional[List[str]]) -> tuple[str, ...]:
@@ -40,60 +80,226 @@ def _split(values: Optional[List[str]]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _severities(values: Optional[List[str]]) -> dict[str, str]:
+    out = {}
+    for value in values or []:
+        code, sep, level = value.partition("=")
+        if not sep or not code.strip():
+            _fail(f"--severity {value!r}: expected CODE=error|warning|info")
+        out[code.strip().upper()] = level.strip().lower()
+    return out
+
+
+def _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated):
+    from kvdoctor.settings import CommandLine, resolve
+
+    cli = CommandLine(select=_split(select) if select else None, extend_select=_split(extend_select),
+                      ignore=_split(ignore), severity=_severities(severity), engine=engine, deploy=deploy,
+                      fail_on=fail_on, config=config, isolated=isolated)
+    return resolve(cli, _catalog().codes())
+
+
 @app.command()
 def check(
-    targets: List[str] = typer.Argument(..., help="Model directories or Hugging Face ids (local cache only)."),
-    engine: str = typer.Option("hf", "--engine", "-e", help="Engine profile: hf (the model's own meaning)."),
-    deploy: Optional[str] = typer.Option(None, "--deploy", help="Deploy settings (YAML)."),
+    targets: List[str] = typer.Argument(..., help="Model directories, folders holding model directories, "
+                                        "or Hugging Face ids (local cache only)."),
+    engine: Optional[str] = ENGINE,
+    deploy: Optional[str] = DEPLOY,
     output_format: str = typer.Option("rich", "--format", "--output-format", help=f"One of: {', '.join(FORMATS)}."),
-    select: Optional[List[str]] = typer.Option(None, "--select", help="Codes or prefixes to run (default ALL)."),
-    extend_select: Optional[List[str]] = typer.Option(None, "--extend-select", help="Codes or prefixes to add."),
-    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Codes or prefixes to skip."),
-    fail_on: str = typer.Option("error", "--fail-on", help="Lowest severity that fails: error, warning or info."),
+    output_file: Optional[str] = typer.Option(None, "--output-file", "-o", help="Write --format here, not stdout."),
+    json_output: Optional[str] = typer.Option(None, "--json-output", help="Also write JSON to this file."),
+    sarif_output: Optional[str] = typer.Option(None, "--sarif-output", help="Also write SARIF to this file."),
+    junit_output: Optional[str] = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file."),
+    gitlab_output: Optional[str] = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON."),
+    statistics: bool = typer.Option(False, "--statistics", help="Print counts per code instead of the findings."),
+    select: Optional[List[str]] = SELECT,
+    extend_select: Optional[List[str]] = EXTEND_SELECT,
+    ignore: Optional[List[str]] = IGNORE,
+    severity: Optional[List[str]] = SEVERITY,
+    fail_on: Optional[str] = FAIL_ON,
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (never hides exit 2)."),
     static: bool = typer.Option(False, "--static", help="Config and checkpoint rules only: build no caches."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Also run the installed engine's own code on a "
+                                 "weightless, shrunk copy of the model (sglang-mlx)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let the dry run execute the "
+                                           "model's own code (auto_map, model_file), in a child process."),
+    dry_run_timeout: Optional[float] = typer.Option(None, "--dry-run-timeout", min=1,
+                                                    help="Kill a dry run after this many seconds (default 300)."),
+    dry_run_budget: Optional[float] = typer.Option(None, "--dry-run-budget", min=1,
+                                                   help="Estimated seconds a dry-run schedule may take (default 45)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Report only findings this baseline lacks."),
+    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings here "
+                                                 "(exits 0 unless a target could not be checked)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Targets checked at once (default: all cores)."),
+    config: Optional[str] = CONFIG,
+    isolated: bool = ISOLATED,
 ) -> None:
-    """Check model directories and report findings."""
-    from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.check import Options, check_target
-    from kvdoctor.deploy import load_deploy
-    from kvdoctor.report import document, exit_code
-    from kvdoctor.selection import Selection, validate_selectors
+    """Check models and report findings."""
+    from kvdoctor.baseline import model_identity
+    from kvdoctor.check import Options, checked_codes
+    from kvdoctor.report import Report, exit_code
+    from kvdoctor.runner import available_cores, expand_targets, run_with_progress
 
     if output_format not in FORMATS:
         _fail(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
-    if fail_on not in ("error", "warning", "info"):
-        _fail(f"--fail-on {fail_on!r}: expected error, warning or info")
-    catalog = builtin_catalog()
-    selection = Selection(select=_split(select) or ("ALL",), extend_select=_split(extend_select),
-                          ignore=_split(ignore))
-    unknown = validate_selectors(selection.select + selection.extend_select + selection.ignore, catalog.codes())
-    if unknown:
-        _fail(f"unknown rule selector(s): {', '.join(unknown)} (see `kvdoctor rules`)")
-    settings = load_deploy(deploy)
-    opts = Options(catalog=catalog, engine=settings.engine if engine == "hf" and settings.engine else engine,
-                   selection=selection, deploy=settings, static=static)
-    from kvdoctor.engines import ENGINES
-    if opts.engine not in ENGINES:
-        _fail(f"unknown engine {opts.engine!r}; expected one of: {', '.join(sorted(ENGINES))}")
-    results = [check_target(t, opts) for t in targets]
-    if output_format == "json":
-        typer.echo(json.dumps(document(results), indent=2))
-    else:
-        from kvdoctor.report.rich_report import render
-        render(results)
+    settings = _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
+    if dry_run and (static or settings.engine not in DRY_RUN_ENGINES):
+        _fail(f"--dry-run needs --engine {' or '.join(DRY_RUN_ENGINES)} and cannot be combined with --static")
+    catalog = _catalog()
+    extra = {"dry_run": dry_run, "trust_remote_code": trust_remote_code, "dry_run_timeout": dry_run_timeout,
+             "dry_run_budget": dry_run_budget}
+    work = [(target, Options(catalog=catalog, engine=settings.engine, deploy=settings.deploy, static=static,
+                             selection=settings.selection_for(model_identity(target, settings.root)),
+                             severity_overrides=settings.severity, extra=extra))
+            for target in expand_targets(targets)]
+    results, tracebacks = run_with_progress(work, jobs or available_cores())
+    report = Report(results, catalog, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
+                    checked=[checked_codes(opts) for _, opts in work])
+    _baselines(report, baseline, write_baseline)
+    _emit(report, output_format, output_file, statistics,
+          {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output})
+    for text in tracebacks:
+        typer.echo(text, err=True)
     for r in results:
         if r.error:
             typer.echo(f"kvdoctor: error: {r.error}", err=True)
-    raise typer.Exit(exit_code(results, fail_on, exit_zero))
+    code = exit_code(results, settings.fail_on, exit_zero or write_baseline is not None)
+    raise typer.Exit(code)
+
+
+def _baselines(report, baseline: Optional[str], write_baseline: Optional[str]) -> None:
+    """Read the old baseline first, record today's findings, then hide the known ones.
+
+    A missing --baseline file is an error unless it is also the --write-baseline target (first run).
+    Rewriting a baseline keeps its manual section; a file that is not a baseline is never overwritten.
+    """
+    from kvdoctor.baseline import apply_baseline, load_baseline, write_baseline as write
+
+    first_run = baseline is not None and baseline == write_baseline and not Path(baseline).exists()
+    old = load_baseline(baseline) if baseline is not None and not first_run else None
+    if write_baseline is not None:
+        keep = load_baseline(write_baseline).manual if Path(write_baseline).exists() else []
+        n = write(write_baseline, report.results, report.root, keep)
+        typer.echo(f"kvdoctor: recorded {n} finding(s) in baseline {write_baseline}", err=True)
+    if old is not None:
+        report.baseline = baseline
+        report.suppressed = apply_baseline(report.results, old, report.root)
+
+
+def _emit(report, output_format: str, output_file: Optional[str], statistics: bool,
+          extra: dict[str, Optional[str]]) -> None:
+    from kvdoctor.report import render
+
+    for fmt, path in extra.items():
+        if path:
+            _write(path, render(report, fmt))
+    if statistics:
+        from kvdoctor.report import statistics as stats
+
+        text = stats.render_json(report.results) if output_format in ("json", "json-lines") \
+            else stats.render_text(report.results)
+    elif output_format == "rich":
+        _rich(report, output_file)
+        return
+    else:
+        text = render(report, output_format)
+    if output_file:
+        _write(output_file, text)
+    else:
+        typer.echo(text)
+
+
+def _rich(report, output_file: Optional[str]) -> None:
+    from rich.console import Console
+
+    from kvdoctor.report.rich_report import render
+
+    def show(console: Console) -> None:
+        render(report.results, console)
+        if report.baseline is not None:
+            console.print(f"{report.suppressed} finding(s) suppressed by baseline {report.baseline}", markup=False)
+
+    if not output_file:
+        show(Console())
+        return
+    try:
+        with open(output_file, "w", encoding="utf-8") as fh:
+            show(Console(file=fh, width=120, color_system=None))
+    except OSError as exc:
+        _fail(f"{output_file}: cannot write: {exc.strerror or exc}")
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{path}: cannot write: {exc.strerror or exc}")
+
+
+@app.command("config")
+def config_cmd(
+    engine: Optional[str] = ENGINE,
+    deploy: Optional[str] = DEPLOY,
+    select: Optional[List[str]] = SELECT,
+    extend_select: Optional[List[str]] = EXTEND_SELECT,
+    ignore: Optional[List[str]] = IGNORE,
+    severity: Optional[List[str]] = SEVERITY,
+    fail_on: Optional[str] = FAIL_ON,
+    config: Optional[str] = CONFIG,
+    isolated: bool = ISOLATED,
+    output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json"),
+) -> None:
+    """Show the settings in force (config file and command line merged) and where each came from."""
+    settings = _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
+    rows = settings.shown()
+    if output_format == "json":
+        typer.echo(json.dumps({name: {"value": value, "from": origin} for name, value, origin in rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="kvdoctor settings")
+    for col in ("setting", "value", "from"):
+        table.add_column(col, overflow="fold")
+    for name, value, origin in rows:
+        shown = "-" if value is None else (value if isinstance(value, str) else json.dumps(value))
+        table.add_row(name, Text(shown), Text(origin))
+    Console().print(table)
+
+
+@app.command()
+def triage(
+    log: str = typer.Argument(..., help="A server log or traceback file, or - for standard input."),
+    output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json"),
+) -> None:
+    """Name the known errors in a log or traceback, with their meaning and fixes. Exit 1 if any is found."""
+    from kvdoctor.triage import triage_file
+
+    hits, lines = triage_file(log, _catalog())
+    if output_format == "json":
+        typer.echo(json.dumps({"source": log, "lines_read": lines, "matches": [h.to_json() for h in hits]}, indent=2))
+    else:
+        from rich.console import Console
+        from rich.text import Text
+
+        from kvdoctor.report.explain import render_entry
+
+        console = Console()
+        for hit in hits:
+            where = ", ".join(map(str, hit.lines[:10])) + (" ..." if len(hit.lines) > 10 else "")
+            console.print(Text(f"{hit.entry.code} found at line {where}: ", style="bold red") + Text(hit.text))
+            render_entry(hit.entry, console)
+        source = "standard input" if log == "-" else log
+        console.print(f"{len(hits)} known error(s) in {source} ({lines} line(s) read)", markup=False)
+    raise typer.Exit(1 if hits else 0)
 
 
 @app.command("rules")
 def rules_cmd(output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json")) -> None:
     """List the catalog of known errors."""
-    from kvdoctor.catalog import builtin_catalog
 
-    catalog = builtin_catalog()
+    catalog = _catalog()
     if output_format == "json":
         typer.echo(json.dumps([e.model_dump(by_alias=True) for e in catalog.entries.values()], indent=2))
         return
@@ -114,9 +320,8 @@ def rules_cmd(output_format: str = typer.Option("rich", "--format", "--output-fo
 def explain(code: str = typer.Argument(..., help="A rule code, e.g. SWA001."),
             output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json")) -> None:
     """Explain one catalog entry: meaning, triggers, fixes with examples, references."""
-    from kvdoctor.catalog import builtin_catalog
 
-    entry = builtin_catalog().get(code.upper())
+    entry = _catalog().get(code.upper())
     if entry is None:
         _fail(f"no catalog entry {code!r} (see `kvdoctor rules`)")
     if output_format == "json":
@@ -127,6 +332,11 @@ def explain(code: str = typer.Argument(..., help="A rule code, e.g. SWA001."),
     render_entry(entry)
 
 
+from kvdoctor.budget.command import budget_command  # noqa: E402  (light: typer only)
+
+app.command("budget")(budget_command)
+
+
 def main() -> None:
     try:
         app()
@@ -135,3 +345,9 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:  # a bug in kvdoctor: one line unless --debug asks for the traceback
+        if RUN["debug"]:
+            raise
+        typer.echo(f"kvdoctor: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+                   err=True)
+        sys.exit(2)

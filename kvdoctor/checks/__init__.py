@@ -26,6 +26,18 @@ CHECKS: list[Check] = [
                                   "CFG008", "CFG009", "CFG010")),
     Check("kvdoctor.checks.ckpt", ("CKPT001", "CKPT002", "CKPT003", "CKPT004", "CKPT005", "CKPT006",
                                    "CKPT007", "CKPT008")),
+    Check("kvdoctor.checks.eng", ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008",
+                                  "ENG011", "ENG013", "SWA005"), engines=("sglang-mlx",)),
+    Check("kvdoctor.checks.swa", ("SWA001", "SWA002", "SWA003", "SWA004", "ENG009", "ENG010", "ENG012"),
+          engines=("sglang-mlx",), static=False),
+    Check("kvdoctor.checks.pool", ("POOL001", "POOL002", "POOL003"), engines=("sglang-mlx",), static=False),
+    Check("kvdoctor.checks.dryrun", ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057",
+                                     "ENG058", "ENG059", "ENG060"), engines=("sglang-mlx",), static=False),
+    Check("kvdoctor.checks.kda", ("KDA060", "KDA061", "KDA062"), engines=("sglang",)),
+    Check("kvdoctor.checks.kda_caches", tuple(f"KDA{n:03d}" for n in (*range(1, 37), 40, 41, 42, 50, 51, 52)),
+          engines=("sglang",), static=False),
+    Check("kvdoctor.limits", ("LIM001",)),  # sizes probe caches up front; probes also raise it
+    Check("kvdoctor.checks.budget", tuple(f"MEM{n:03d}" for n in range(1, 15))),  # runs when the deploy sets budget:
 ]
 
 

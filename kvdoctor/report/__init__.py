@@ -1,10 +1,94 @@
-"""Renderers share one findings model (kvdoctor.model.Result); adding a format touches one file."""
+"""Renderers share one findings model (kvdoctor.model.Result); adding a format touches one file.
+
+Each text format is a function `render(report: Report) -> str` in its own module, imported only when chosen.
+"""
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kvdoctor import __version__
 from kvdoctor.model import SEVERITIES, Finding, Result
+
+if TYPE_CHECKING:
+    from kvdoctor.catalog import Catalog
+
+TEXT_FORMATS = {
+    "concise": "kvdoctor.report.concise:render",
+    "json": "kvdoctor.report:render_json",
+    "json-lines": "kvdoctor.report.jsonl:render",
+    "sarif": "kvdoctor.report.sarif:render",
+    "junit": "kvdoctor.report.junit:render",
+    "github": "kvdoctor.report.github:render",
+    "gitlab": "kvdoctor.report.gitlab:render",
+}
+FORMATS = ("rich", *TEXT_FORMATS)
+
+
+@dataclass
+class Report:
+    """One run's results and what every format needs to place them: the project root (locations and
+    model identities are relative to it), the catalog, the codes each target was checked for."""
+
+    results: list[Result]
+    catalog: "Catalog"
+    root: Path
+    fail_on: str = "error"
+    checked: list[list[str]] = field(default_factory=list)  # per result, in order
+    deploy_path: str | None = None
+    baseline: str | None = None  # the baseline file, when one was applied
+    suppressed: int = 0  # findings the baseline hid
+
+    def fingerprints(self, index: int) -> list[str]:
+        """A unique, line-free fingerprint for each finding of results[index]."""
+        from kvdoctor.baseline import unique_fingerprints
+
+        return unique_fingerprints(self.results[index], self.root)
+
+    def identity(self, result: Result) -> str:
+        from kvdoctor.baseline import model_identity
+
+        return model_identity(result.target, self.root)
+
+    def relative(self, path: Path) -> str:
+        """A path as the repository sees it: relative to the project root, posix; absolute when outside."""
+        absolute = os.path.abspath(path)
+        rel = os.path.relpath(absolute, os.path.abspath(self.root))
+        return Path(absolute).as_posix() if rel.startswith(os.pardir) else Path(rel).as_posix()
+
+    def location(self, result: Result, finding: Finding | None = None) -> tuple[str, int | None]:
+        """(file, line) a finding points at: the deploy file for a deploy setting, else a file in the
+        model folder (config.json when the finding names none)."""
+        model_dir = result.spec.model_dir if result.spec is not None else Path(result.target)
+        if finding is None or not finding.file:
+            return self.relative(model_dir / "config.json"), None
+        if self.deploy_path and finding.file == self.deploy_path:
+            return self.relative(Path(finding.file)), finding.line
+        return self.relative(model_dir / finding.file), finding.line
+
+    def checked_codes(self, index: int) -> list[str]:
+        return self.checked[index] if index < len(self.checked) else []
+
+
+def render(report: Report, fmt: str) -> str:
+    """The report in a text format (everything but rich)."""
+    module, _, function = TEXT_FORMATS[fmt].partition(":")
+    return getattr(importlib.import_module(module), function)(report)
+
+
+def summary_line(report: Report) -> str:
+    counts = summary(report.results)
+    line = (f"{counts['targets']} target(s): {counts['errors']} error(s), {counts['warnings']} warning(s), "
+            f"{counts['info']} info")
+    if counts["input_errors"]:
+        line += f", {counts['input_errors']} could not be checked"
+    if report.baseline is not None:
+        line += f"; {report.suppressed} finding(s) suppressed by baseline {report.baseline}"
+    return line
 
 
 def finding_json(f: Finding) -> dict[str, Any]:
@@ -38,9 +122,22 @@ def summary(results: list[Result]) -> dict[str, int]:
     return counts
 
 
-def document(results: list[Result]) -> dict[str, Any]:
-    return {"tool": {"name": "kvdoctor", "version": __version__},
-            "results": [result_json(r) for r in results], "summary": summary(results)}
+def document(results: list[Result], report: Report | None = None) -> dict[str, Any]:
+    """The JSON contract. With a report, each finding carries its fingerprint and the summary the
+    number of findings a baseline suppressed."""
+    doc = {"tool": {"name": "kvdoctor", "version": __version__},
+           "results": [result_json(r) for r in results], "summary": summary(results)}
+    if report is not None:
+        for i, result in enumerate(doc["results"]):
+            for finding, fp in zip(result["findings"], report.fingerprints(i)):
+                finding["fingerprint"] = fp
+        if report.baseline is not None:
+            doc["summary"]["suppressed"] = report.suppressed
+    return doc
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(document(report.results, report), indent=2)
 
 
 def exit_code(results: list[Result], fail_on: str, exit_zero: bool = False) -> int:

@@ -1,0 +1,110 @@
+"""Many models in one run: folder expansion, -j N gives the same results in the same order as one by
+one, a model that cannot be read is its own error, and a progress bar shows on a terminal."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REAL, REAL_NAMES, make_model, real_config, run
+from kvdoctor.runner import expand_targets
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Ten model folders under models/: eight real configs, one with a finding, one unreadable."""
+    root = tmp_path_factory.mktemp("fleet")
+    names = []
+    for name in REAL_NAMES[:8]:
+        make_model(root, real_config(name), dirname=f"models/{name}")
+        names.append(f"models/{name}")
+    make_model(root, "gpt-oss-20b", dirname="models/zz-broken",
+               edit=lambda c: c.update(layer_types=c["layer_types"][:-1]))
+    bad = root / "models" / "zz-unreadable"
+    bad.mkdir(parents=True)
+    (bad / "config.json").write_text("{not json")
+    names += ["models/zz-broken", "models/zz-unreadable"]
+    assert len(names) == 10
+    return root, sorted(names)
+
+
+def check_json(root: Path, *args: str) -> tuple[int, dict]:
+    proc = run("check", "--format", "json", *args, cwd=root)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_ten_models_with_j2_match_one_by_one(fleet):
+    root, names = fleet
+    rc, together = check_json(root, "models", "-j", "2")
+    assert rc == 2  # one model cannot be read; the others are still checked
+    assert [r["target"] for r in together["results"]] == names
+    for name, result in zip(names, together["results"]):
+        _, alone = check_json(root, name, "-j", "1")
+        assert result == alone["results"][0], name
+    by_target = {r["target"]: r for r in together["results"]}
+    assert "not valid JSON" in by_target["models/zz-unreadable"]["error"]
+    assert [f["code"] for f in by_target["models/zz-broken"]["findings"]] == ["CFG001"]
+    assert together["summary"]["targets"] == 10 and together["summary"]["input_errors"] == 1
+
+
+def test_j1_and_j3_give_identical_documents_in_input_order(fleet):
+    root, names = fleet
+    order = list(reversed(names))
+    _, serial = check_json(root, *order, "-j", "1")
+    _, parallel = check_json(root, *order, "-j", "3")
+    assert serial == parallel
+    assert [r["target"] for r in parallel["results"]] == order
+
+
+def test_expansion_of_folders_files_and_repeats(tmp_path):
+    for rel in ("zoo/b", "zoo/a", "zoo/nested/c", "zoo/.hidden/d", "zoo/a/draft"):
+        (tmp_path / rel).mkdir(parents=True)
+        (tmp_path / rel / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    zoo = str(tmp_path / "zoo")
+    expanded = expand_targets([zoo, str(tmp_path / "zoo" / "b" / "config.json"), "org/model", str(tmp_path / "empty")])
+    assert expanded == [f"{zoo}/a", f"{zoo}/b", f"{zoo}/nested/c", "org/model", str(tmp_path / "empty")]
+    # a model folder is a target itself, even with a model folder inside it
+    assert expand_targets([f"{zoo}/a", f"{zoo}/a/"]) == [f"{zoo}/a"]
+
+
+def test_a_folder_without_models_is_an_input_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = run("check", "empty", cwd=tmp_path)
+    assert proc.returncode == 2 and "no config.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_progress_bar_on_a_terminal_only(fleet):
+    root, names = fleet
+    piped = run("check", "--static", "--format", "concise", *names[:3], "-j", "2", cwd=root)
+    assert "checking" not in piped.stderr
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "100"}
+    proc = subprocess.Popen([sys.executable, "-m", "kvdoctor", "check", "--static", "--format", "concise",
+                             *names[:3], "-j", "2"], cwd=root, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    stdout, _ = proc.communicate(timeout=600)
+    os.close(master)
+    assert proc.returncode == 0
+    assert b"checking" in seen and b"/3" in seen  # "checking ━━━ 2/3"
+    assert b"checking" not in stdout
+    assert stdout.decode().splitlines()[-1] == "3 target(s): 0 error(s), 0 warning(s), 0 info"
+
+
+def test_real_fixture_folder_expands_to_every_real_config():
+    assert expand_targets([str(REAL)]) == [str(REAL / name) for name in REAL_NAMES]

@@ -1,0 +1,286 @@
+"""`kvdoctor triage`: every catalog error is named from a real-looking traceback, near-identical messages
+are told apart, colour codes and wrapped lines are survived, unrelated errors are not matched."""
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import run
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.triage import read_lines, triage_lines
+
+CATALOG = builtin_catalog()
+WITH_ERROR = [e for e in CATALOG.entries.values() if e.error is not None]
+
+# Values tried for the {placeholders} of an engine message, one kind at a time, until the entry's own
+# pattern accepts the filled message.
+FILLERS = ["12", "sliding_attention", "'flashinfer'", "(4, 8, 16, 128)", "bfloat16",
+           "<class 'mlx_lm.models.gemma3_text.DecoderLayer'>"]
+PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+
+NOISE = """\
+[2026-05-02 10:11:09] INFO:     Started server process [4121]
+[2026-05-02 10:11:09 TP0] Load weight begin. avail mem=78.52 GB
+[2026-05-02 10:11:12 TP0] Using sliding window attention for 12 of 24 layers (window 128)
+[2026-05-02 10:11:12 TP0] KV Cache is allocated. #tokens: 412000, K size: 9.43 GB, V size: 9.43 GB
+[2026-05-02 10:11:13] INFO:     127.0.0.1:50412 - "GET /health HTTP/1.1" 200 OK
+"""
+
+UNRELATED = """\
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.12/site-packages/sglang/srt/model_executor/model_runner.py", line 455, in init_memory_pool
+    self.token_to_kv_pool = MHATokenToKVPool(
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.12/site-packages/mlx_lm/utils.py", line 180, in load_model
+    model.load_weights(list(weights.items()), strict=strict)
+KeyError: 'model.layers.0.self_attn.sinks'
+ValueError: recent_window_tokens must be positive
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!
+[2026-05-02 10:12:00 TP0] WARNING: sliding window size 128 is smaller than the chunk size 8192
+AssertionError: page_size must be a power of two
+"""
+
+
+def fill(entry) -> str:
+    """The entry's message with its placeholders filled so that its own pattern matches."""
+    for value in FILLERS:
+        text = PLACEHOLDER.sub(lambda _: value, entry.error.message)
+        if re.search(entry.error.pattern, text):
+            return text
+    raise AssertionError(f"{entry.code}: no filler makes error.pattern match error.message "
+                         f"({entry.error.message!r} vs {entry.error.pattern!r})")
+
+
+def source_of(entry) -> tuple[str, int]:
+    m = re.search(r"([\w/.-]+\.py):(\d+)", entry.error.source)
+    return (m.group(1), int(m.group(2))) if m else ("sglang/srt/server.py", 1)
+
+
+def traceback_for(entry, message: str | None = None) -> str:
+    """A traceback as an sglang / mlx-lm server prints it, ending in the entry's error."""
+    message = fill(entry) if message is None else message
+    path, line = source_of(entry)
+    path = path.removeprefix("python/")
+    if "warning" in entry.error.class_.lower():
+        return f"[2026-05-02 10:11:14 TP0] WARNING {Path(path).name}:{line}: {message}\n"
+    return (
+        "[2026-05-02 10:11:14 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 2711, in '
+        "run_scheduler_process\n"
+        "    scheduler.event_loop_normal()\n"
+        '  File "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 1024, in '
+        "event_loop_normal\n"
+        "    result = self.run_batch(batch)\n"
+        "             ^^^^^^^^^^^^^^^^^^^^^\n"
+        f'  File "/usr/local/lib/python3.12/site-packages/{path}", line {line}, in check\n'
+        f"    raise {entry.error.class_}(\n"
+        f"{entry.error.class_}: {message}\n"
+        "\n"
+        "[2026-05-02 10:11:14] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+
+
+def codes_in(text: str) -> list[str]:
+    hits, _ = triage_lines(read_lines(io.BytesIO(text.encode())), CATALOG)
+    return [h.entry.code for h in hits]
+
+
+def same_pattern(entry) -> set[str]:
+    """Entries whose pattern is literally the same: one engine error with several catalogued causes."""
+    return {e.code for e in WITH_ERROR if e.error.pattern == entry.error.pattern}
+
+
+def test_the_catalog_has_engine_errors_to_triage():
+    assert {"SWA010", "SWA011", "SWA012"} <= {e.code for e in WITH_ERROR}
+
+
+@pytest.mark.parametrize("entry", WITH_ERROR, ids=lambda e: e.code)
+def test_each_catalog_error_is_named_from_its_traceback(entry):
+    assert set(codes_in(NOISE + traceback_for(entry) + UNRELATED)) == same_pattern(entry)
+
+
+def test_a_log_with_every_catalog_error_names_every_one_and_nothing_else():
+    log = NOISE + "".join(traceback_for(e) + UNRELATED for e in WITH_ERROR)
+    hits, lines = triage_lines(read_lines(io.BytesIO(log.encode())), CATALOG)
+    assert {h.entry.code for h in hits} == {e.code for e in WITH_ERROR}
+    assert lines == log.count("\n")
+    firsts = [h.lines[0] for h in hits]
+    assert firsts == sorted(firsts)  # in order of first appearance
+
+
+def test_near_identical_recent_window_messages_are_told_apart():
+    swa011, swa012 = CATALOG["SWA011"], CATALOG["SWA012"]
+    assert codes_in(traceback_for(swa011)) == ["SWA011"]
+    assert codes_in(traceback_for(swa012)) == ["SWA012"]
+    assert codes_in("ValueError: recent_window_tokens must be non-negative or None\n"
+                    "ValueError: recent_window_tokens must be >= 0 or None\n") == ["SWA011", "SWA012"]
+
+
+def test_a_match_inside_a_longer_match_yields_to_it(tmp_path):
+    """A pattern that is a prefix of another entry's message must not shadow that entry."""
+    from kvdoctor.catalog import load_catalog
+
+    for code, message in (("TST001", "pool index map missing"),
+                          ("TST002", "pool index map missing for the fused RoPE kernel")):
+        (tmp_path / f"{code}.yaml").write_text(json.dumps({
+            "code": code, "name": f"test-{code.lower()}", "severity": "error", "summary": "s", "engines": [],
+            "error": {"class": "ValueError", "message": message, "pattern": re.escape(message), "source": "x.py:1"},
+            "meaning": "m", "triggers": [], "fixes": [{"summary": "f"}], "check": "none yet"}))
+    catalog = load_catalog(tmp_path)
+    hits, _ = triage_lines(read_lines(io.BytesIO(b"ValueError: pool index map missing for the fused RoPE kernel\n"
+                                                 b"ValueError: pool index map missing\n")), catalog)
+    assert [(h.entry.code, h.lines) for h in hits] == [("TST002", [1]), ("TST001", [2])]
+
+
+def test_colour_codes_are_ignored():
+    entry = CATALOG["SWA010"]
+    message = fill(entry)
+    coloured = f"\x1b[1;31m{entry.error.class_}\x1b[0m: \x1b[33m{message[:9]}\x1b[0m{message[9:]}\x1b[K\n"
+    assert codes_in(coloured) == ["SWA010"]
+    hits, _ = triage_lines(read_lines(io.BytesIO(coloured.encode())), CATALOG)
+    assert "\x1b" not in hits[0].text
+
+
+def test_a_message_wrapped_over_two_lines_is_found_once():
+    entry = CATALOG["SWA011"]
+    text = f"{entry.error.class_}: recent_window_tokens must be non-neg\native or None\n"  # a hard wrap mid-word
+    hits, _ = triage_lines(read_lines(io.BytesIO(text.encode())), CATALOG)
+    assert [(h.entry.code, h.lines) for h in hits] == [("SWA011", [1])]
+    text = "ValueError: recent_window_tokens must be >= 0\n    or None\n"  # a logger's wrap at a space
+    assert codes_in(text) == ["SWA012"]
+
+
+def test_carriage_returns_and_windows_line_ends():
+    message = fill(CATALOG["SWA010"])
+    text = f"loading  10%\rloading 100%\r\nValueError: {message}\r\n"
+    hits, lines = triage_lines(read_lines(io.BytesIO(text.encode())), CATALOG)
+    assert [(h.entry.code, h.lines) for h in hits] == [("SWA010", [2])] and lines == 2
+
+
+def test_unrelated_errors_match_nothing():
+    assert codes_in(NOISE + UNRELATED) == []
+
+
+# The founding errors (shared/seeds/<file>), as a user would paste them.
+SEED_TRACEBACKS = {
+    "SWA001": ("000_a0cfac6e6b564b1e.txt", """\
+[2026-05-02 10:20:41 TP0] Prefill batch. #new-seq: 1, #new-token: 9000, #cached-token: 0
+[2026-05-02 10:20:41 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/srt/managers/scheduler.py", line 2711, in run_scheduler_process
+    scheduler.event_loop_normal()
+  File "/opt/sglang/python/sglang/srt/hardware_backend/mlx/model_runner.py", line 1102, in forward_extend
+    logits = self.model(input_ids, cache=caches)
+             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/opt/venv/lib/python3.12/site-packages/mlx_lm/models/gpt_oss.py", line 268, in __call__
+    full_mask = create_attention_mask(h, cache[self.fa_idx])
+                ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/opt/venv/lib/python3.12/site-packages/mlx_lm/models/base.py", line 58, in create_attention_mask
+    return cache.make_mask(N, return_array=return_array, window_size=window_size)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/opt/sglang/python/sglang/srt/hardware_backend/mlx/kv_cache/attention_kv_cache.py", line 203, in make_mask
+    raise RuntimeError(
+RuntimeError: WindowedAttentionKVCache holds only the trailing window and cannot serve a full-context attention mask
+"""),
+    "POOL001": ("001_e66fa97668f23b03.txt", """\
+\x1b[32m[2026-05-02 10:31:02 TP0]\x1b[0m Decode batch. #running-req: 4, #token: 5120, token usage: 0.01
+\x1b[32m[2026-05-02 10:31:02 TP0]\x1b[0m Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/srt/hardware_backend/mlx/model_runner.py", line 1388, in forward_decode
+    ctx = BatchedDecodeContext(
+          ^^^^^^^^^^^^^^^^^^^^^
+  File "<string>", line 13, in __init__
+  File "/opt/sglang/python/sglang/srt/hardware_backend/mlx/kv_cache/attention_wrapper.py", line 82, in __post_init__
+    raise ValueError(
+\x1b[31mValueError\x1b[0m: BatchedDecodeContext requires full_kv_pool_index_by_layer when the fused AOT RoPE + pool-scatter kernel is active
+"""),
+    "KDA001": ("004_463e482f4b09b96e.txt", """\
+[2026-05-02 11:02:17 TP3] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/layers/attention/linear/kda_backend.py", line 311, in forward_decode
+    core_attn_out = self.replayssm_decode(
+                    ^^^^^^^^^^^^^^^^^^^^^^
+  File "/sgl-workspace/sglang/python/sglang/kernels/ops/attention/helion/kda_replayssm.py", line 742, in helion_fused_recurrent_kda_replayssm_decode
+    raise ValueError("`g_cache` must have shape [slots, HV, L, K].")
+ValueError: `g_cache` must have shape [slots, HV, L, K].
+
+[2026-05-02 11:02:17] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
+"""),
+}
+
+
+@pytest.mark.parametrize("code", sorted(SEED_TRACEBACKS))
+def test_seed_errors_are_named_from_hand_written_tracebacks(code):
+    _, log = SEED_TRACEBACKS[code]
+    if CATALOG.get(code) is None:
+        pytest.skip(f"catalog entry {code} not written yet")
+    assert CATALOG[code].error.message in log  # the entry quotes the seed's message verbatim
+    assert codes_in(NOISE + log + UNRELATED) == [code]
+
+
+def test_cli_exit_codes_json_and_stdin(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(NOISE + traceback_for(CATALOG["SWA012"]) + UNRELATED)
+    proc = run("triage", str(log))
+    assert proc.returncode == 1, proc.stderr
+    assert "SWA012" in proc.stdout and CATALOG["SWA012"].fixes[0].summary[:40] in proc.stdout
+    assert "1 known error(s)" in proc.stdout
+
+    proc = run("triage", str(log), "--format", "json")
+    doc = json.loads(proc.stdout)
+    (match,) = doc["matches"]
+    assert match["code"] == "SWA012" and match["name"] == CATALOG["SWA012"].name
+    assert match["meaning"] == CATALOG["SWA012"].meaning.strip()
+    assert match["fixes"][0]["summary"] == CATALOG["SWA012"].fixes[0].summary
+    expected_line = 1 + (NOISE + traceback_for(CATALOG["SWA012"])).splitlines().index(
+        "ValueError: recent_window_tokens must be >= 0 or None")
+    assert expected_line in match["lines"]
+    assert doc["lines_read"] == log.read_text().count("\n")
+
+    clean = tmp_path / "clean.log"
+    clean.write_text(NOISE + UNRELATED)
+    proc = run("triage", str(clean), "--format", "json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["matches"] == []
+
+    piped = subprocess.run([sys.executable, "-m", "kvdoctor", "triage", "-", "--format", "json"],
+                           input=log.read_bytes(), capture_output=True, timeout=600)
+    assert piped.returncode == 1 and json.loads(piped.stdout)["matches"][0]["code"] == "SWA012"
+
+
+def test_cli_bad_input_is_exit_2(tmp_path):
+    proc = run("triage", str(tmp_path / "missing.log"))
+    assert proc.returncode == 2 and "missing.log" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run("triage", str(tmp_path))
+    assert proc.returncode == 2 and "found a directory" in proc.stderr
+
+
+@pytest.mark.parametrize("pattern, literals", [
+    ("recent_window_tokens must be >= 0 or None", ["recent_window_tokens must be >= 0 or None"]),
+    (r"kv-canary: SWA slot -?\d+ is outside", ["kv-canary: SWA slot "]),
+    (r"foo\.bar\(x\) baz", ["foo.bar(x) baz"]),
+    ("(?:alpha beta|gamma delta)", ["alpha beta", "gamma delta"]),
+    ("abc?defg", ["defg"]),                # c is optional: 'abc' is not required
+    ("wxyza*", ["wxyz"]),
+    (r"x{2,3}yyyy", ["yyyy"]),
+    ("[]x]yyyy", ["yyyy"]),
+    ("(?:ab|cd)efgh", ["efgh"]),
+    ("(?i)hello world", None),             # flags: a substring test could miss a match
+    (r"\x41bcdef", None),                  # a numeric escape is not its own text
+    ("one|tw", None),                      # a branch too short to filter on
+])
+def test_required_literals_are_in_every_match(pattern, literals):
+    from kvdoctor.triage import required_literals
+
+    assert required_literals(pattern) == literals
+
+
+@pytest.mark.parametrize("entry", WITH_ERROR, ids=lambda e: e.code)
+def test_the_prefilter_keeps_every_catalog_message(entry):
+    from kvdoctor.triage import required_literals
+
+    literals = required_literals(entry.error.pattern)
+    assert literals is None or any(lit in fill(entry) for lit in literals)
