@@ -111,30 +111,53 @@ def load_entry(path: Path) -> Entry:
 
 
 class Catalog:
-    def __init__(self, entries: dict[str, Entry]):
-        self.entries = entries
+    """Entries by code. Built-in entries are parsed on first use: a check that finds nothing reads
+    only the file names, so a static check stays fast (the tests validate every built-in entry)."""
 
-    def __getitem__(self, code: str) -> Entry:
-        return self.entries[code]
+    def __init__(self, paths: dict[str, Path], loaded: dict[str, Entry] | None = None):
+        self.paths = paths
+        self._loaded = dict(loaded or {})
 
     def get(self, code: str) -> Entry | None:
-        return self.entries.get(code)
+        if code not in self._loaded:
+            path = self.paths.get(code)
+            if path is None:
+                return None
+            self._loaded[code] = load_entry(path)
+        return self._loaded[code]
+
+    def __getitem__(self, code: str) -> Entry:
+        entry = self.get(code)
+        if entry is None:
+            raise KeyError(code)
+        return entry
 
     def codes(self) -> list[str]:
-        return sorted(self.entries)
+        return sorted(self.paths)
+
+    @property
+    def entries(self) -> dict[str, Entry]:
+        return {code: self[code] for code in self.codes()}
 
 
 def load_catalog(directory: Path | None = None, extra_dirs: tuple[Path, ...] = ()) -> Catalog:
-    entries: dict[str, Entry] = {}
-    for folder in (directory or default_catalog_dir(), *extra_dirs):
+    """The catalog of `directory` (default: the built-in one), read lazily, plus user directories,
+    which are validated whole here so that a bad user entry fails before any check runs."""
+    paths: dict[str, Path] = {}
+    loaded: dict[str, Entry] = {}
+    folders = [(directory or default_catalog_dir(), False)] + [(d, True) for d in extra_dirs]
+    for folder, eager in folders:
         if not folder.is_dir():
             raise InputError(f"{folder}: catalog directory not found")
         for path in sorted(folder.glob("*.yaml")):
-            entry = load_entry(path)
-            if entry.code in entries:
-                raise InputError(f"{path}: duplicate catalog code {entry.code}")
-            entries[entry.code] = entry
-    return Catalog(entries)
+            if not CODE_RE.match(path.stem):
+                raise InputError(f"{path}: catalog files are named CODE.yaml, e.g. SWA001.yaml")
+            if path.stem in paths:
+                raise InputError(f"{path}: duplicate catalog code {path.stem}")
+            paths[path.stem] = path
+            if eager:
+                loaded[path.stem] = load_entry(path)
+    return Catalog(paths, loaded)
 
 
 @lru_cache(maxsize=1)

@@ -83,7 +83,7 @@ def _run_check(check: Check, ctx: Context) -> Iterator[Finding]:
 
 def check_target(target: str, opts: Options) -> Result:
     try:
-        spec = load_model(target)
+        spec = load_model(target, library_check=not opts.static)
         plan = plan_for(opts.engine, spec, opts.deploy)
         ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, options=opts.extra)
         findings: list[Finding] = []

@@ -43,10 +43,16 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return seen
 
 
-def read_header(path: Path, label: str, limit: int = MAX_HEADER_BYTES) -> tuple[dict[str, TensorInfo], int]:
-    """Read one safetensors header: ({name: TensorInfo}, header length). InputError on anything malformed."""
+def read_header(path: Path, label: str, limit: int = MAX_HEADER_BYTES,
+                library_check: bool = True) -> tuple[dict[str, TensorInfo], int]:
+    """Read one safetensors header: ({name: TensorInfo}, header length). InputError on anything malformed.
+
+    kvdoctor's own checks cover the whole format; `library_check` also has the safetensors library
+    open the file, as an engine's loader would. That costs a numpy import (~0.1 s), so a `--static`
+    check skips it."""
     tensors, length = _parse_header(path, label, limit)
-    _validate_with_library(path)  # after the parsed header is freed: one copy in memory at a time
+    if library_check:
+        _validate_with_library(path)  # after the parsed header is freed: one copy in memory at a time
     return tensors, length
 
 
@@ -87,37 +93,34 @@ def _parse_header(path: Path, label: str, limit: int) -> tuple[dict[str, TensorI
 
 
 def _entries(path: Path, header: dict, data_start: int, data_size: int, label: str) -> dict[str, TensorInfo]:
-    """Check each entry against the safetensors format and return the tensors it describes."""
+    """Check each entry against the safetensors format and return the tensors it describes.
+
+    This runs on every tensor of a checkpoint (20k and more), so the common case is a few cheap
+    tests and the message for a failing entry is built only when one fails."""
     tensors: dict[str, TensorInfo] = {}
     spans: list[tuple[int, int, str]] = []
+    bits_of = DTYPE_BITS
     for name, entry in header.items():
         if name == "__metadata__":
             if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
                 raise InputError(f"{path}: safetensors __metadata__ must map names to strings")
             continue
-        where = f"{path}: tensor {show(name)}"
-        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-            raise InputError(f"{where}: expected an entry with 'dtype', 'shape' and 'data_offsets'")
-        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-            raise InputError(f"{where}: unknown dtype {show(dtype)}; expected one of {', '.join(DTYPE_BITS)}")
-        if not isinstance(shape, list) or not all(_count(d) for d in shape):
-            raise InputError(f"{where}: shape {show(shape)}; expected a list of non-negative integers")
-        if len(shape) > MAX_RANK:
-            raise InputError(f"{where}: shape has {len(shape)} dimensions; at most {MAX_RANK} are accepted")
-        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets)
-                or offsets[0] > offsets[1]):
-            raise InputError(f"{where}: data_offsets {show(offsets)}; expected [begin, end] with 0 <= begin <= end")
+        if type(entry) is not dict:
+            _bad_entry(path, name, entry, data_start)
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if (type(shape) is not list or len(shape) > MAX_RANK or type(offsets) is not list or len(offsets) != 2
+                or type(dtype) is not str or dtype not in bits_of):
+            _bad_entry(path, name, entry, data_start)
         numel = 1
         for d in shape:
+            if type(d) is not int or d < 0:
+                _bad_entry(path, name, entry, data_start)
             numel *= d
-        bits = numel * DTYPE_BITS[dtype]
-        if bits % 8:
-            raise InputError(f"{where}: {numel} elements of {dtype} do not fill whole bytes")
         begin, end = offsets
-        if end - begin != bits // 8:
-            raise InputError(f"{where}: shape {shape} of {dtype} is {bits // 8} bytes but data_offsets {offsets} "
-                             f"span {end - begin} (file bytes {data_start + begin}..{data_start + end})")
+        bits = numel * bits_of[dtype]
+        if type(begin) is not int or type(end) is not int or not 0 <= begin <= end or bits % 8 \
+                or end - begin != bits // 8:
+            _bad_entry(path, name, entry, data_start)
         spans.append((begin, end, name))
         tensors[name] = TensorInfo(name, dtype, tuple(shape), label)
     position, previous = 0, None
@@ -131,6 +134,32 @@ def _entries(path: Path, header: dict, data_start: int, data_size: int, label: s
         raise InputError(f"{path}: the tensors' data ends at file byte {data_start + position} but the file ends at "
                          f"byte {data_start + data_size}; expected them to match")
     return tensors
+
+
+def _bad_entry(path: Path, name: str, entry: Any, data_start: int) -> None:
+    """Raise the one-line error that says what is wrong with a header entry the fast path refused."""
+    where = f"{path}: tensor {show(name)}"
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+        raise InputError(f"{where}: expected an entry with 'dtype', 'shape' and 'data_offsets'")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        raise InputError(f"{where}: unknown dtype {show(dtype)}; expected one of {', '.join(DTYPE_BITS)}")
+    if not isinstance(shape, list) or not all(_count(d) for d in shape):
+        raise InputError(f"{where}: shape {show(shape)}; expected a list of non-negative integers")
+    if len(shape) > MAX_RANK:
+        raise InputError(f"{where}: shape has {len(shape)} dimensions; at most {MAX_RANK} are accepted")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets)
+            or offsets[0] > offsets[1]):
+        raise InputError(f"{where}: data_offsets {show(offsets)}; expected [begin, end] with 0 <= begin <= end")
+    numel = 1
+    for d in shape:
+        numel *= d
+    bits = numel * DTYPE_BITS[dtype]
+    if bits % 8:
+        raise InputError(f"{where}: {numel} elements of {dtype} do not fill whole bytes")
+    begin, end = offsets
+    raise InputError(f"{where}: shape {shape} of {dtype} is {bits // 8} bytes but data_offsets {offsets} "
+                     f"span {end - begin} (file bytes {data_start + begin}..{data_start + end})")
 
 
 def _count(value: Any) -> bool:
@@ -166,7 +195,7 @@ def _shard_path(model_dir: Path, root: Path, name: str, index_path: Path) -> Pat
     return path
 
 
-def load_checkpoint(model_dir: Path, root: Path | None = None) -> Checkpoint | None:
+def load_checkpoint(model_dir: Path, root: Path | None = None, library_check: bool = True) -> Checkpoint | None:
     """Load the checkpoint headers of a model dir; None when it has no safetensors files.
 
     `root` bounds where symlinks may point (the model dir itself, or the repo folder of the
@@ -181,7 +210,7 @@ def load_checkpoint(model_dir: Path, root: Path | None = None) -> Checkpoint | N
             raise InputError(f"{model_dir}: file name {show(name, 300)} is not UTF-8; "
                              "expected names a report can show")
     if os.path.lexists(model_dir / INDEX_NAME):
-        return _load_indexed(model_dir, root, present)
+        return _load_indexed(model_dir, root, present, library_check)
     if SINGLE_NAME in present:
         files = [SINGLE_NAME]
     else:
@@ -191,15 +220,15 @@ def load_checkpoint(model_dir: Path, root: Path | None = None) -> Checkpoint | N
     for name in files:
         require_inside(model_dir / name, root, name)
     ckpt = Checkpoint(files=files, tensors={})
-    _read_files(ckpt, [(model_dir / name, name) for name in files])
+    _read_files(ckpt, [(model_dir / name, name) for name in files], library_check)
     return ckpt
 
 
-def _load_indexed(model_dir: Path, root: Path, present: list[str]) -> Checkpoint:
+def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check: bool) -> Checkpoint:
     """The shards `model.safetensors.index.json` names; missing ones are recorded (CKPT005), not read."""
     index_path = model_dir / INDEX_NAME
     require_inside(index_path, root, INDEX_NAME)
-    index, _ = load_json(index_path, "safetensors index")
+    index, _ = load_json(index_path, "safetensors index", with_lines=False)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise InputError(f"{index_path}: expected an object with a 'weight_map' of tensor name -> shard file")
@@ -214,7 +243,7 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str]) -> Checkpoint
     extra = [p for p in present if p not in paths and not p.startswith("consolidated")]
     ckpt = Checkpoint(files=[s for s in shards if s not in missing], tensors={}, index_file=INDEX_NAME,
                       missing_shards=missing, extra_shards=extra)
-    _read_files(ckpt, [(paths[s], s) for s in ckpt.files])
+    _read_files(ckpt, [(paths[s], s) for s in ckpt.files], library_check)
     for name, shard in weight_map.items():
         info = ckpt.tensors.get(name)
         if info is not None and info.file != shard:
@@ -222,11 +251,11 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str]) -> Checkpoint
     return ckpt
 
 
-def _read_files(ckpt: Checkpoint, files: list[tuple[Path, str]]) -> None:
+def _read_files(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bool) -> None:
     """Read every file's header into `ckpt`, within the total header budget."""
     left = MAX_TOTAL_HEADER_BYTES
     for path, label in files:
-        tensors, length = read_header(path, label, limit=min(MAX_HEADER_BYTES, left))
+        tensors, length = read_header(path, label, limit=min(MAX_HEADER_BYTES, left), library_check=library_check)
         left -= length
         for name, info in tensors.items():
             if name in ckpt.tensors:

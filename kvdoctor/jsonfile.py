@@ -114,14 +114,24 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {show(key)} appears twice in one object; expected each key once")
+    return value
+
+
 def reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def load_json(path: Path, what: str = "JSON") -> tuple[Any, dict[str, int]]:
+def load_json(path: Path, what: str = "JSON", with_lines: bool = True) -> tuple[Any, dict[str, int]]:
     """Parse a JSON file strictly: bounded size and depth; no NaN, Infinity, overflowing numbers or
     duplicate keys. Returns the value and a map from dotted key path (`text_config.sliding_window`)
-    to its line."""
+    to its line; with `with_lines=False` (a large index nobody points into) the map is empty and the
+    same checks run on the parsed value instead of a character scan."""
     data = read_bounded(path, MAX_JSON_BYTES, what)
     try:
         text = data.decode("utf-8")
@@ -129,13 +139,16 @@ def load_json(path: Path, what: str = "JSON") -> tuple[Any, dict[str, int]]:
         raise InputError(f"{path}: {what} is not UTF-8 (byte offset {exc.start})") from None
     try:
         value = json.loads(text, parse_constant=reject_constant, parse_float=_finite_float,
-                           parse_int=_bounded_int)
+                           parse_int=_bounded_int, object_pairs_hook=None if with_lines else _unique_pairs)
     except RecursionError:
         raise InputError(f"{path}: {what} nests too deeply; at most {MAX_JSON_DEPTH} levels are accepted") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}:{exc.colno}: {what} is not valid JSON: {exc.msg}") from None
     except ValueError as exc:
         raise InputError(f"{path}: {what} is not valid JSON: {exc}") from None
+    if not with_lines:
+        _check_value(value, path, what)
+        return value, {}
     lines, depth, duplicate, surrogate = _scan(text)
     if depth > MAX_JSON_DEPTH:
         raise InputError(f"{path}: {what} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted")
@@ -146,6 +159,26 @@ def load_json(path: Path, what: str = "JSON") -> tuple[Any, dict[str, int]]:
         raise InputError(f"{path}:{surrogate}: {what} has a string with an unpaired \\uD800-\\uDFFF escape; "
                          "expected valid Unicode")
     return value, lines
+
+
+def _check_value(value: Any, path: Path, what: str) -> None:
+    """Depth, duplicate keys and unpaired surrogates, checked on a parsed value (no line numbers)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InputError(f"{path}: {what} nests more than {MAX_JSON_DEPTH} levels deep")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not is_utf8(key):
+                    raise InputError(f"{path}: {what} has a key with an unpaired \\uD800-\\uDFFF escape; "
+                                     "expected valid Unicode")
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str) and not is_utf8(item):
+            raise InputError(f"{path}: {what} has a string with an unpaired \\uD800-\\uDFFF escape; "
+                             "expected valid Unicode")
 
 
 def _scan(text: str) -> tuple[dict[str, int], int, tuple[str, int] | None, int | None]:

@@ -145,7 +145,7 @@ def _check_layers(layers: list[LayerSpec], path: Path) -> None:
                              f"expected an integer 1..{bound}")
 
 
-def load_model(target: str, with_checkpoint: bool = True) -> ModelSpec:
+def load_model(target: str, with_checkpoint: bool = True, library_check: bool = True) -> ModelSpec:
     model_dir, root, hf_id = resolve_target(target)
     config_path = model_dir / "config.json"
     if not os.path.lexists(config_path):
@@ -208,7 +208,7 @@ def load_model(target: str, with_checkpoint: bool = True) -> ModelSpec:
     for layer in layers:
         layer.dtype = spec.dtype
     if with_checkpoint:
-        spec.checkpoint = load_checkpoint(model_dir, root)
+        spec.checkpoint = load_checkpoint(model_dir, root, library_check)
         _apply_checkpoint_dtypes(spec)
     return spec
 

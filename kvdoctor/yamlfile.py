@@ -16,6 +16,9 @@ from kvdoctor.errors import InputError
 from kvdoctor.jsonfile import is_utf8, read_bounded, show
 from kvdoctor.limits import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
 
+# libyaml's parser when PyYAML was built with it (the wheels are): same safe constructors, ~10x faster.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def load_yaml(path: Path, what: str, limit: int = MAX_YAML_BYTES) -> tuple[Any, dict[str, int]]:
     """(data, {dotted key: line}) of a YAML file; None for an empty one. InputError on anything else."""
@@ -26,7 +29,7 @@ def load_yaml(path: Path, what: str, limit: int = MAX_YAML_BYTES) -> tuple[Any, 
         raise InputError(f"{path}: {what} is not UTF-8 (byte offset {exc.start})") from None
     try:
         _check_depth(text, path, what)
-        loader = yaml.SafeLoader(text)
+        loader = SAFE_LOADER(text)
         try:
             node = loader.get_single_node()
             if node is None:
@@ -47,7 +50,7 @@ def load_yaml(path: Path, what: str, limit: int = MAX_YAML_BYTES) -> tuple[Any, 
 
 def _check_depth(text: str, path: Path, what: str) -> None:
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=SAFE_LOADER):
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_YAML_DEPTH:
