@@ -29,3 +29,17 @@ def test_light_commands_import_no_heavy_module(args):
                           b">= 0 or None\n", capture_output=True, timeout=600)
     marker = [line for line in proc.stderr.decode().splitlines() if line.startswith("HEAVY:")]
     assert marker == ["HEAVY:"], proc.stderr.decode()[-2000:]
+
+
+@pytest.mark.parametrize("engine", ["hf", "sglang"])
+def test_static_check_imports_no_heavy_module(tmp_path, engine):
+    """`check --static` reads headers and config only: no torch, mlx or numpy (the safetensors
+    library's own check, which imports numpy, runs in full checks)."""
+    from helpers import make_model
+
+    d = make_model(tmp_path, "kimi-linear", shards=2)
+    proc = subprocess.run([sys.executable, "-c", PROBE.replace("%r" % (HEAVY,), "%r" % (HEAVY + ("numpy",),)),
+                           "check", str(d), "--static", "--engine", engine, "--format", "json"],
+                          capture_output=True, timeout=600)
+    marker = [line for line in proc.stderr.decode().splitlines() if line.startswith("HEAVY:")]
+    assert marker == ["HEAVY:"], proc.stderr.decode()[-2000:]
