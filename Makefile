@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-DEMO_ENGINE ?= hf
+DEMO_ENGINE ?= sglang-mlx
 
 .PHONY: venv demo test bench clean
 
