@@ -88,7 +88,8 @@ def timed(cmd: list[str]) -> tuple[float, float, int, str]:
     """(seconds, peak RSS in MB, exit code, last line of stdout) of one cold process."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "120"})
-    out, _err = proc.stdout.read(), proc.stderr.read()
+    out = proc.stdout.read()
+    proc.stderr.read()
     _pid, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -6,10 +6,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvdoctor.errors import InputError
-from kvdoctor.yamlfile import load_yaml
+from kvdoctor.yamlfile import load_validated
 
 CODE_RE = re.compile(r"^[A-Z]{2,5}[0-9]{3}$")
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -95,16 +95,7 @@ def default_catalog_dir() -> Path:
 
 
 def load_entry(path: Path) -> Entry:
-    data, lines = load_yaml(path, "catalog entry", MAX_ENTRY_BYTES)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: catalog entry must be a YAML mapping")
-    try:
-        entry = Entry.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(entry)"
-        where = f"{path}:{lines[field]}" if field in lines else str(path)
-        raise InputError(f"{where}: field {field!r}: {err['msg']}") from None
+    entry, _ = load_validated(path, Entry, "catalog entry", MAX_ENTRY_BYTES)
     if path.stem != entry.code:
         raise InputError(f"{path}: file name must be the entry's code ({entry.code}.yaml)")
     return entry

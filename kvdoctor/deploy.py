@@ -8,12 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from kvdoctor.budget.settings import BudgetSettings
-from kvdoctor.errors import InputError
 from kvdoctor.model import Source
-from kvdoctor.yamlfile import load_yaml
+from kvdoctor.yamlfile import load_validated
 
 MAX_DEPLOY_BYTES = 1024 * 1024
 
@@ -66,18 +65,7 @@ class Deploy(BaseModel):
 def load_deploy(path: str | None) -> Deploy:
     if path is None:
         return Deploy()
-    data, lines = load_yaml(Path(path), "deploy file", MAX_DEPLOY_BYTES)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: deploy file must be a YAML mapping of settings")
-    try:
-        deploy = Deploy.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        line = lines.get(field)
-        where = f"{path}:{line}" if line else path
-        raise InputError(f"{where}: setting {field!r}: {err['msg']}") from None
+    deploy, lines = load_validated(Path(path), Deploy, "deploy file", MAX_DEPLOY_BYTES, field_word="setting",
+                                   empty=True)
     deploy.path, deploy.lines = path, lines
     return deploy

@@ -90,3 +90,24 @@ def _walk(root: yaml.Node, path: Path, what: str) -> dict[str, int]:
                              "surrogate; expected valid Unicode")
     return lines
 
+
+def load_validated(path: Path, schema: Any, what: str, limit: int, field_word: str = "field",
+                   empty: bool = False) -> tuple[Any, dict[str, int]]:
+    """A YAML mapping validated by a pydantic model: (instance, key lines). The first validation error
+    becomes one line naming the file, the line of the offending key when it has one, and the field."""
+    from pydantic import ValidationError
+
+    data, lines = load_yaml(path, what, limit)
+    if data is None and empty:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: {what} must be a YAML mapping")
+    try:
+        value = schema.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = f"{path}:{lines[field]}" if field in lines else str(path)
+        raise InputError(f"{where}: {field_word} {field!r}: {err['msg']}") from None
+    return value, lines
+

@@ -27,7 +27,6 @@ import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 PINNED = {"sglang": "0.5.23", "mlx-lm": "0.32.2"}
 

@@ -19,10 +19,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvdoctor.errors import InputError
-from kvdoctor.yamlfile import load_yaml
+from kvdoctor.yamlfile import load_validated
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "data" / "recipes"
 DEFAULT_RECIPE = "sglang-0.5.23"
@@ -219,14 +219,6 @@ def load_recipe(name_or_path: str, relative_to: Optional[Path] = None) -> Recipe
 
 
 def _parse(path: Path) -> Recipe:
-    data, lines = load_yaml(path, "KDA recipe", MAX_RECIPE_BYTES)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: KDA recipe must be a YAML mapping")
-    try:
-        recipe = Recipe.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(recipe)"
-        raise InputError(f"{path}: KDA recipe field {field!r}: {err['msg']}") from None
+    recipe, lines = load_validated(path, Recipe, "KDA recipe", MAX_RECIPE_BYTES, field_word="KDA recipe field")
     shown = f"kvdoctor/data/recipes/{path.name}" if path.parent == RECIPE_DIR else str(path)
     return recipe.model_copy(update={"path": shown, "lines": lines})
