@@ -15,7 +15,8 @@ KIMI_CONFIG = ROOT / "fixtures" / "models" / "moonshotai__Kimi-Linear-48B-A3B-In
 
 GPT_OSS_120B_CONFIG = {
     "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": 36,
-    "num_local_experts": 128, "experts_per_token": 4, "hidden_size": 2880, "intermediate_size": 2880,
+    "num_local_experts": 128, "experts_per_token": 4, "num_experts_per_tok": 4, "hidden_size": 2880,
+    "intermediate_size": 2880,
     "head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 8, "sliding_window": 128,
     "vocab_size": 201088, "tie_word_embeddings": False, "max_position_embeddings": 131072,
     "rope_theta": 150000, "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
