@@ -147,7 +147,10 @@ def load_json(path: Path, what: str = "JSON", with_lines: bool = True) -> tuple[
     except ValueError as exc:
         raise InputError(f"{path}: {what} is not valid JSON: {exc}") from None
     if not with_lines:
-        _check_value(value, path, what)
+        # The bracket count bounds the depth, and an unpaired surrogate needs a \\uD8.. escape in the
+        # text: a large index (20k names) skips the walk over its strings when neither can be a problem.
+        if text.count("{") + text.count("[") > MAX_JSON_DEPTH or "\\ud" in text.lower():
+            _check_value(value, path, what)
         return value, {}
     lines, depth, duplicate, surrogate = _scan(text)
     if depth > MAX_JSON_DEPTH:
