@@ -34,9 +34,6 @@ class Lookup:
         self.source_of = source_of
         self.used_defaults: dict[str, Any] = {}
 
-    def has(self, key: str) -> bool:
-        return key in self.cfg
-
     def get(self, key: str, fallback: Any = None) -> Any:
         if key in self.cfg:
             return self.cfg[key]
@@ -66,7 +63,7 @@ def _all(kind: str, n: int, src: Source) -> list[tuple[str, Source]]:
     return [(kind, src)] * n
 
 
-def every_nth_full(pattern_key: str, default_src: str | None = None):
+def every_nth_full(pattern_key: str):
     """Sliding unless (i + 1) % pattern == 0: Gemma 3, Cohere 2, Exaone 4, Olmo 3 style."""
 
     def rule(look: Lookup, n: int) -> list[tuple[str, Source]]:

@@ -40,6 +40,3 @@ CHECKS: list[Check] = [
     Check("kvdoctor.checks.budget", tuple(f"MEM{n:03d}" for n in range(1, 15))),  # runs when the deploy sets budget:
 ]
 
-
-def register(check: Check) -> None:
-    CHECKS.append(check)

@@ -13,7 +13,6 @@ from kvdoctor.budget.facts import ModelFacts
 from kvdoctor.context import Context
 from kvdoctor.model import Finding, Source
 
-CODES = tuple(f"MEM{i:03d}" for i in range(1, 15))
 MEMORY_REFUSALS = ("No available memory for the cache blocks", "Not enough memory.",
                    "Not enough GPU memory for hybrid", "Hybrid (mamba/linear-attention) state cache is too small",
                    "SWA pool cap (")

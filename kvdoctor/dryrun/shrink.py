@@ -28,14 +28,6 @@ TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_top_k")
 GROUP_KEYS = ("n_group", "topk_group")
 
 
-class ShrinkRefused(Exception):
-    """No shrink kept the model's signature; `diff` says where the first candidate differed."""
-
-    def __init__(self, message: str, diff: list[str]):
-        super().__init__(message)
-        self.diff = diff
-
-
 def text_sections(config: dict[str, Any]) -> list[dict[str, Any]]:
     """The dicts that carry the language model's sizes: the top level and a nested text_config."""
     sections = [config]

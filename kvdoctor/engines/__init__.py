@@ -16,10 +16,6 @@ ENGINES: dict[str, str] = {
 }
 
 
-def register(name: str, module: str) -> None:
-    ENGINES[name] = module
-
-
 def plan_for(engine: str, spec: ModelSpec, deploy: Deploy) -> EnginePlan:
     module = ENGINES.get(engine)
     if module is None:

@@ -20,7 +20,6 @@ from kvdoctor.model import SLIDING, LayerPlan, ModelSpec, Source
 
 SGLANG_VERSION = "0.5.23"
 MLX_LM_VERSION = "0.32.2"
-RUNNER = "python/sglang/srt/hardware_backend/mlx/model_runner.py"
 
 # Exact texts of sglang 0.5.23 (model_runner.py, kv_cache/model_patching.py) at load and start-up.
 NO_ATTENTION_CHILD = "No attention attribute in layer type {layer_type}"
