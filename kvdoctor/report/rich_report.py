@@ -94,6 +94,45 @@ def model_summary(result: Result) -> Table:
     return table
 
 
+def _span(indices: list[int]) -> str:
+    """Layer indices as short ranges: [0, 1, 2, 4] -> '0-2, 4'."""
+    parts, start = [], None
+    for i, index in enumerate(indices):
+        if start is None:
+            start = index
+        if i + 1 == len(indices) or indices[i + 1] != index + 1:
+            parts.append(str(start) if start == index else f"{start}-{index}")
+            start = None
+    return ", ".join(parts)
+
+
+def state_caches(result: Result) -> Table | None:
+    """Per-slot state cache shapes and bytes per tensor-parallel size, for layers that keep state
+    (KDA ReplaySSM); layers with the same shapes share a row."""
+    groups: dict[str, tuple[dict, list[int]]] = {}
+    for row in result.layers:
+        state = row.get("state")
+        if state:
+            key = repr(sorted(state.items()))
+            groups.setdefault(key, (state, []))[1].append(row["index"])
+    if not groups:
+        return None
+    table = Table(title="state caches per slot (slot dimension left out)", title_justify="left", box=None,
+                  padding=(0, 1))
+    table.add_column("layers", style="bold")
+    table.add_column("TP", justify="right")
+    names = list(dict.fromkeys(name for state, _ in groups.values() for per_tp in state.values() for name in per_tp
+                               if name != "bytes_per_slot"))
+    for name in names:
+        table.add_column(name)
+    table.add_column("bytes/slot", justify="right")
+    for state, indices in groups.values():
+        for i, (tp, shapes) in enumerate(sorted(state.items(), key=lambda kv: int(kv[0]))):
+            table.add_row(_span(indices) if i == 0 else "", str(tp),
+                          *[str(shapes.get(name, "-")) for name in names], f"{shapes.get('bytes_per_slot', 0):,}")
+    return table
+
+
 def finding_block(f: Finding) -> Group:
     head = Text()
     head.append(f"{f.code} ", style=SEVERITY_STYLE[f.severity])
@@ -121,6 +160,9 @@ def render(results: list[Result], console: Console | None = None) -> None:
                                 border_style="red"))
             continue
         body = [model_summary(result), Text(""), layout(result), Text("")]
+        states = state_caches(result)
+        if states is not None:
+            body += [states, Text("")]
         if result.findings:
             body.extend(finding_block(f) for f in result.findings)
         else:
