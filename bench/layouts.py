@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvdoctor.synth import add_kda, add_mla
+
 ROOT = Path(__file__).resolve().parent.parent
 KIMI_CONFIG = ROOT / "fixtures" / "models" / "moonshotai__Kimi-Linear-48B-A3B-Instruct" / "config.json"
 
@@ -30,37 +32,14 @@ GPT_OSS_120B_CONFIG = {
 def kimi_linear_48b() -> tuple[dict, dict]:
     cfg = json.loads(KIMI_CONFIG.read_text())
     hidden, vocab, bf = cfg["hidden_size"], cfg["vocab_size"], "BF16"
-    lac = cfg["linear_attn_config"]
-    heads, hd, conv = lac["num_heads"], lac["head_dim"], lac["short_conv_kernel_size"]
-    kda = set(lac["kda_layers"])
-    h = cfg["num_attention_heads"]
-    nope, rope, v, rank = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+    kda = set(cfg["linear_attn_config"]["kda_layers"])
     out = {"model.embed_tokens.weight": (bf, [vocab, hidden]), "model.norm.weight": (bf, [hidden]),
            "lm_head.weight": (bf, [vocab, hidden])}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         out[p + "input_layernorm.weight"] = (bf, [hidden])
         out[p + "post_attention_layernorm.weight"] = (bf, [hidden])
-        a = p + "self_attn."
-        if i + 1 in kda:
-            for n in ("q", "k", "v"):
-                out[f"{a}{n}_proj.weight"] = (bf, [heads * hd, hidden])
-                out[f"{a}{n}_conv1d.weight"] = (bf, [heads * hd, 1, conv])
-            out[a + "b_proj.weight"] = (bf, [heads, hidden])
-            out[a + "A_log"] = ("F32", [1, 1, heads, 1])
-            out[a + "dt_bias"] = ("F32", [heads * hd])
-            out[a + "f_a_proj.weight"] = (bf, [hd, hidden])
-            out[a + "f_b_proj.weight"] = (bf, [heads * hd, hd])
-            out[a + "g_a_proj.weight"] = (bf, [hd, hidden])
-            out[a + "g_b_proj.weight"] = (bf, [heads * hd, hd])
-            out[a + "o_norm.weight"] = ("F32", [hd])
-            out[a + "o_proj.weight"] = (bf, [hidden, heads * hd])
-        else:
-            out[a + "q_proj.weight"] = (bf, [h * (nope + rope), hidden])
-            out[a + "kv_a_proj_with_mqa.weight"] = (bf, [rank + rope, hidden])
-            out[a + "kv_a_layernorm.weight"] = (bf, [rank])
-            out[a + "kv_b_proj.weight"] = (bf, [h * (nope + v), rank])
-            out[a + "o_proj.weight"] = (bf, [hidden, h * v])
+        (add_kda if i + 1 in kda else add_mla)(out, p, cfg, bf)
         if i < cfg["first_k_dense_replace"]:
             inter = cfg["intermediate_size"]
             for n, shape in (("gate_proj", [inter, hidden]), ("up_proj", [inter, hidden]), ("down_proj", [hidden, inter])):

@@ -26,7 +26,8 @@ def _attention(out: Layout, p: str, cfg: dict, h: int, kv: int, hd: int, dt: str
     out[p + "self_attn.o_proj.weight"] = (dt, [hidden, h * hd])
 
 
-def _kda(out: Layout, p: str, cfg: dict, dt: str) -> None:
+def add_kda(out: Layout, p: str, cfg: dict, dt: str) -> None:
+    """A Kimi KDA layer's tensors under prefix `p` (`model.layers.{i}.`)."""
     hidden = cfg["hidden_size"]
     lac = cfg["linear_attn_config"]
     heads, k = lac["num_heads"], lac["head_dim"]
@@ -46,7 +47,8 @@ def _kda(out: Layout, p: str, cfg: dict, dt: str) -> None:
     out[a + "o_proj.weight"] = (dt, [hidden, heads * k])
 
 
-def _mla(out: Layout, p: str, cfg: dict, dt: str) -> None:
+def add_mla(out: Layout, p: str, cfg: dict, dt: str) -> None:
+    """An MLA layer's tensors (q_lora_rank null, as in Kimi Linear) under prefix `p`."""
     hidden, h = cfg["hidden_size"], cfg["num_attention_heads"]
     nope, rope, v, rank = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
     a = p + "self_attn."
@@ -97,9 +99,9 @@ def layout_for(model_dir: str | Path) -> Layout:
         if layer.kind in (FULL, SLIDING, CHUNKED, ATTN_MAMBA):
             _attention(out, p, cfg, layer.n_heads, layer.n_kv_heads, layer.head_dim, dt)
         if layer.kind == KDA:
-            _kda(out, p, cfg, dt)
+            add_kda(out, p, cfg, dt)
         elif layer.kind == MLA:
-            _mla(out, p, cfg, dt)
+            add_mla(out, p, cfg, dt)
         elif layer.kind in (GDN, MAMBA, ATTN_MAMBA):
             _state(out, p, cfg, layer.kind, dt)
         _mlp(out, p, cfg, dt)
