@@ -70,10 +70,10 @@ def checked_codes(opts: Options) -> list[str]:
     return [code for check in active_checks(opts) for code in check.codes if opts.selection.enabled(code)]
 
 
-def _run_check(check: Check, ctx: Context) -> Iterator[Finding]:
+def _run_check(check: Check, ctx: Context, probes_allowed: bool) -> Iterator[Finding]:
     """A check's findings. Probes (non-static checks) run only when their smallest caches fit the
     budget (LIM001 says so otherwise), and a probe the budget refused ends in its LIM001 finding."""
-    if not check.static and not probes_fit(ctx.spec):
+    if not check.static and not probes_allowed:
         return
     try:
         yield from check.runner()(ctx)
@@ -87,8 +87,9 @@ def check_target(target: str, opts: Options) -> Result:
         plan = plan_for(opts.engine, spec, opts.deploy)
         ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, options=opts.extra)
         findings: list[Finding] = []
+        probes_allowed = probes_fit(spec)  # sized once per model, not once per probe
         for check in active_checks(opts):
-            for finding in _run_check(check, ctx):
+            for finding in _run_check(check, ctx, probes_allowed):
                 if opts.selection.enabled(finding.code):
                     findings.append(finalize(finding, opts))
     except InputError as exc:
