@@ -16,13 +16,16 @@ CHUNKED = "chunked_attention"
 KDA = "kda"
 GDN = "gated_deltanet"
 MAMBA = "mamba"
-MLA = "mla"
+MLA = "mla"  # multi-head latent attention: one latent (kv_lora_rank) + rope key (qk_rope_head_dim) per token
+SPARSE_MLA = "sparse_mla"  # MLA plus an indexer that keeps its own small key cache (DeepSeek-V3.2 DSA)
+CONV = "conv"  # short-convolution layers of conv/attention hybrids: conv state, no KV cache
+NO_ATTENTION = "none"  # a block with no token mixer that caches anything (NAS-style no-op attention)
 LINEAR = "linear_attention"
 ATTN_MAMBA = "attention+mamba"  # Falcon-H1: attention and a Mamba mixer side by side in every layer
 UNKNOWN = "unknown"
 
-ATTENTION_KINDS = frozenset({FULL, SLIDING, CHUNKED, MLA, ATTN_MAMBA})
-STATE_KINDS = frozenset({KDA, GDN, MAMBA, LINEAR, ATTN_MAMBA})
+ATTENTION_KINDS = frozenset({FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, ATTN_MAMBA})
+STATE_KINDS = frozenset({KDA, GDN, MAMBA, LINEAR, CONV, ATTN_MAMBA})
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -49,12 +52,17 @@ class Source:
 class LayerSpec:
     index: int
     kind: str
-    window: int | None = None
+    window: int | None = None  # sliding: keys attended including the query's own; chunked: the chunk size
     n_heads: int | None = None
     n_kv_heads: int | None = None
     head_dim: int | None = None
     v_head_dim: int | None = None
     dtype: str | None = None
+    kv_lora_rank: int | None = None  # MLA latent width cached per token
+    qk_rope_head_dim: int | None = None  # MLA rope key width cached per token beside the latent
+    index_head_dim: int | None = None  # sparse MLA: the indexer's key width
+    index_topk: int | None = None  # sparse MLA: keys each query keeps
+    conv_kernel: int | None = None  # conv layers: the convolution's length (state keeps kernel - 1 steps)
     sources: dict[str, Source] = field(default_factory=dict)
 
 
