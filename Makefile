@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO_ENGINE ?= sglang-mlx
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2
+
+# Static guardrails over the package (ruff, then mypy; settings in pyproject.toml). Uses the venv as it
+# is: run `make venv` first on a fresh clone (.ci/run does).
+lint:
+	$(PY) -m ruff check kvdoctor
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -1,18 +1,24 @@
-"""One check of one target: load -> plan -> rules -> findings with catalog facts attached."""
+"""One check of one target, a straight pipeline:
+
+load -> profile.plan -> the probes the selected rules need (each sized before it builds; LIM001 for
+the first past the budget) -> the dry run, when asked -> rules on a frozen (spec, plan, observations)
+-> findings with catalog facts attached -> `info` from profile.report(plan, observations).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from kvdoctor.catalog import Catalog
-from kvdoctor.checks import CHECKS, Check
+from kvdoctor.checks import DRY_RUN, Check, all_checks
 from kvdoctor.context import Context
 from kvdoctor.deploy import Deploy
-from kvdoctor.engines import plan_for
+from kvdoctor.engines import check_profile
+from kvdoctor.engines.base import EngineProfile, Plan
 from kvdoctor.errors import InputError
-from kvdoctor.limits import ProbeOverBudget, probes_fit
+from kvdoctor.limits import PROBE_BUDGET_BYTES, ProbeOverBudget, probes_fit
 from kvdoctor.loader import load_model
-from kvdoctor.model import SEVERITIES, Finding, Result
+from kvdoctor.model import SEVERITIES, Finding, ModelSpec, Result
 from kvdoctor.selection import Selection
 
 
@@ -39,29 +45,31 @@ def finalize(finding: Finding, opts: Options) -> Finding:
     return finding
 
 
-def layer_rows(ctx: Context) -> list[dict[str, Any]]:
-    plans = {p.index: p for p in ctx.plan.layers}
+def layer_rows(spec: ModelSpec, plan: Plan[Any]) -> list[dict[str, Any]]:
+    plans = {p.index: p for p in plan.layers}
     rows = []
-    for layer in ctx.spec.layers:
-        plan = plans.get(layer.index)
-        row = {
+    for layer in spec.layers:
+        lp = plans.get(layer.index)
+        row: dict[str, Any] = {
             "index": layer.index, "kind": layer.kind, "window": layer.window,
-            "engine_window": plan.engine_window if plan else None,
-            "cache": plan.cache if plan else None,
+            "engine_window": lp.engine_window if lp else None,
+            "cache": lp.cache if lp else None,
             "heads": layer.n_heads, "kv_heads": layer.n_kv_heads, "head_dim": layer.head_dim,
             "dtype": layer.dtype,
         }
-        if plan is not None and plan.state is not None:
-            row["state"] = plan.state
+        if lp is not None:
+            if lp.state is not None:
+                row["state"] = lp.state
+            row.update({k: v for k, v in lp.extra.items() if k not in row})
         rows.append(row)
     return rows
 
 
 def active_checks(opts: Options) -> list[Check]:
     """The checks these options run: for this engine, allowed by --static, with a selected code."""
-    return [check for check in CHECKS
-            if (check.engines is None or opts.engine in check.engines)
-            and not (opts.static and not check.static)
+    return [check for check in all_checks()
+            if check.applies_to(opts.engine)
+            and not (opts.static and not check.rule.static)
             and any(opts.selection.enabled(code) for code in check.codes)]
 
 
@@ -70,37 +78,58 @@ def checked_codes(opts: Options) -> list[str]:
     return [code for check in active_checks(opts) for code in check.codes if opts.selection.enabled(code)]
 
 
-def _run_check(check: Check, ctx: Context, probes_allowed: bool) -> Iterator[Finding]:
-    """A check's findings. Probes (non-static checks) run only when their smallest caches fit the
-    budget (LIM001 says so otherwise), and a probe the budget refused ends in its LIM001 finding."""
-    if not check.static and not probes_allowed:
-        return
-    try:
-        yield from check.runner()(ctx)
-    except ProbeOverBudget as over:
-        yield over.finding()
+def run_probes(profile: EngineProfile, names: set[str], spec: ModelSpec, plan: Plan[Any], deploy: Deploy,
+               settings: Any) -> tuple[dict[str, object], list[Finding]]:
+    """Run the profile's probes that the rules need, each within the probe budget: a probe lists what it
+    will build first; the first entry past the budget becomes LIM001 and the probe builds only what
+    comes before it."""
+    observations: dict[str, object] = {}
+    over: list[Finding] = []
+    for probe in profile.probes():
+        if probe.name not in names:
+            continue
+        costs = list(probe.costs(spec, plan, settings))
+        fits = next((i for i, cost in enumerate(costs) if cost.nbytes > PROBE_BUDGET_BYTES), len(costs))
+        if fits < len(costs):
+            cost = costs[fits]
+            source = deploy.source(cost.setting) if cost.setting else cost.source
+            over.append(ProbeOverBudget(cost.what, cost.nbytes, PROBE_BUDGET_BYTES, source, cost.layer).finding())
+        observations[probe.name] = probe.run(spec, plan, settings, fits)
+    return observations, over
 
 
 def check_target(target: str, opts: Options) -> Result:
     try:
         spec = load_model(target, library_check=not opts.static)
-        plan = plan_for(opts.engine, spec, opts.deploy)
-        ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, options=opts.extra)
-        findings: list[Finding] = []
-        probes_allowed = probes_fit(spec)  # sized once per model, not once per probe
-        for check in active_checks(opts):
-            for finding in _run_check(check, ctx, probes_allowed):
-                if opts.selection.enabled(finding.code):
-                    findings.append(finalize(finding, opts))
+        profile = check_profile(opts.engine)
+        settings = opts.deploy.settings(opts.engine)
+        plan = profile.plan(spec, settings)
+        checks = active_checks(opts)
+        # Probes run only when their smallest caches fit the budget (sized once per model; LIM001 says so
+        # otherwise), and so do the rules that need them.
+        probes_allowed = probes_fit(spec)
+        if not probes_allowed:
+            checks = [check for check in checks if check.rule.static]
+        wanted = {name for check in checks for name in check.rule.probes}
+        observations, findings = run_probes(profile, wanted, spec, plan, opts.deploy, settings)
+        runner = profile.dry_run()
+        if opts.extra.get(DRY_RUN) and runner is not None and any(DRY_RUN in c.rule.needs for c in checks):
+            observations[DRY_RUN] = runner.run(spec, opts.deploy, plan, opts.extra)
+        ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, settings=settings,
+                      observations=observations, options=opts.extra)
+        for check in checks:
+            findings.extend(check.run(ctx))
+        findings = [finalize(f, opts) for f in findings if opts.selection.enabled(f.code)]
     except InputError as exc:
         return Result(target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[],
                       findings=[], error=str(exc))
     findings.sort(key=lambda f: (SEVERITIES.index(f.severity), f.code, -1 if f.layer is None else f.layer))
-    info = {"family": spec.family, "num_hidden_layers": spec.num_hidden_layers, "defaults": spec.defaults,
-            "notes": spec.notes, "hf_id": spec.hf_id, "dtype": spec.dtype,
-            "checkpoint": None if spec.checkpoint is None else {
-                "files": len(spec.checkpoint.files), "tensors": len(spec.checkpoint.tensors),
-                "bytes": spec.checkpoint.total_bytes}}
-    info.update(plan.data.get("report", {}))
-    return Result(target=target, model_type=spec.model_type, engine=plan.engine, engine_versions=plan.versions,
-                  layers=layer_rows(ctx), findings=findings, spec=spec, info=info)
+    info: dict[str, Any] = {
+        "family": spec.family, "num_hidden_layers": spec.num_hidden_layers, "defaults": spec.defaults,
+        "notes": spec.notes, "hf_id": spec.hf_id, "dtype": spec.dtype,
+        "checkpoint": None if spec.checkpoint is None else {
+            "files": len(spec.checkpoint.files), "tensors": len(spec.checkpoint.tensors),
+            "bytes": spec.checkpoint.total_bytes}}
+    info.update(profile.report(plan, observations))
+    return Result(target=target, model_type=spec.model_type, engine=plan.engine, engine_versions=dict(plan.versions),
+                  layers=layer_rows(spec, plan), findings=findings, spec=spec, info=info)

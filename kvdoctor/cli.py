@@ -33,9 +33,6 @@ CONFIG = typer.Option(None, "--config", help="Read this kvdoctor.toml or pyproje
 ISOLATED = typer.Option(False, "--isolated", help="Ignore config files.")
 
 
-DRY_RUN_ENGINES = ("sglang-mlx",)
-
-
 def _fail(message: str) -> None:
     typer.echo(f"kvdoctor: error: {message}", err=True)
     raise typer.Exit(2)
@@ -96,7 +93,10 @@ def _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, 
     cli = CommandLine(select=_split(select) if select else None, extend_select=_split(extend_select),
                       ignore=_split(ignore), severity=_severities(severity), engine=engine, deploy=deploy,
                       fail_on=fail_on, config=config, isolated=isolated)
-    return resolve(cli, _catalog().codes())
+    settings = resolve(cli, _catalog().codes())
+    for warning in settings.deploy.warnings:
+        typer.echo(f"kvdoctor: warning: {warning}", err=True)
+    return settings
 
 
 @app.command()
@@ -143,8 +143,12 @@ def check(
     if output_format not in FORMATS:
         _fail(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
     settings = _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
-    if dry_run and (static or settings.engine not in DRY_RUN_ENGINES):
-        _fail(f"--dry-run needs --engine {' or '.join(DRY_RUN_ENGINES)} and cannot be combined with --static")
+    if dry_run:
+        from kvdoctor.engines import dry_run_engines
+
+        runnable = dry_run_engines()
+        if static or settings.engine not in runnable:
+            _fail(f"--dry-run needs --engine {' or '.join(runnable)} and cannot be combined with --static")
     catalog = _catalog()
     extra = {"dry_run": dry_run, "trust_remote_code": trust_remote_code, "dry_run_timeout": dry_run_timeout,
              "dry_run_budget": dry_run_budget}
@@ -173,7 +177,8 @@ def _baselines(report, baseline: Optional[str], write_baseline: Optional[str]) -
     A missing --baseline file is an error unless it is also the --write-baseline target (first run).
     Rewriting a baseline keeps its manual section; a file that is not a baseline is never overwritten.
     """
-    from kvdoctor.baseline import apply_baseline, load_baseline, write_baseline as write
+    from kvdoctor.baseline import apply_baseline, load_baseline
+    from kvdoctor.baseline import write_baseline as write
 
     first_run = baseline is not None and baseline == write_baseline and not Path(baseline).exists()
     old = load_baseline(baseline) if baseline is not None and not first_run else None

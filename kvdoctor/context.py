@@ -1,24 +1,28 @@
-"""What a rule sees: the spec, the engine plan and what the probes observed. Rules never reload files."""
+"""What a rule sees, frozen: the spec, the engine's plan and deploy section, and what the probes observed.
+Rules never reload files, build caches or write into any of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from kvdoctor.model import LayerPlan, ModelSpec
+from kvdoctor.deploy import Deploy
+from kvdoctor.engines.base import Plan
+from kvdoctor.model import ModelSpec
 
-
-@dataclass
-class EnginePlan:
-    engine: str
-    versions: dict[str, str]
-    layers: list[LayerPlan]
-    data: dict[str, Any] = field(default_factory=dict)  # engine-specific facts rules may read
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
-@dataclass
+@dataclass(frozen=True)
 class Context:
     spec: ModelSpec
     engine: str
-    deploy: Any  # kvdoctor.deploy.Deploy
-    plan: EnginePlan
-    options: dict[str, Any] = field(default_factory=dict)
+    deploy: Deploy
+    plan: Plan[Any]
+    settings: Optional[BaseModel] = None  # the engine profile's deploy section; None: read from `deploy`
+    observations: Mapping[str, object] = field(default_factory=dict)  # probe name (or "dry_run") -> observation
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.settings is None:
+            object.__setattr__(self, "settings", self.deploy.settings(self.engine))

@@ -1,4 +1,11 @@
-"""Deploy settings (`--deploy deploy.yaml`): what the engine will be started with.
+"""Deploy settings (`--deploy deploy.yaml`): what the engines will be started with.
+
+One section per registered engine profile, named after it (`sglang-mlx` -> `sglang_mlx:`) and
+validated by that profile's `Settings` model; `check` and `budget` read the same section, so a knob
+has one name and one default. Top level: `engine`, `context_length` and `budget:` (the memory and
+context a budget is sized for). The old spelling of the engine knobs under `budget:` (`budget.vllm`,
+`budget.sglang` with `tp`, `budget.mlx_lm`) is still read, with a warning, and reported at its own
+line under its own name.
 
 Unknown keys and wrong types are refused with the file, line and field; YAML tags that would build
 objects are refused by the safe loader. Every setting has the engine's own default.
@@ -6,42 +13,25 @@ objects are refused by the safe loader. Every setting has the engine's own defau
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from kvdoctor.budget.settings import BudgetSettings
+from kvdoctor.errors import InputError
 from kvdoctor.model import Source
-from kvdoctor.yamlfile import load_validated
+from kvdoctor.yamlfile import load_yaml
 
 MAX_DEPLOY_BYTES = 1024 * 1024
+# Engine knobs that used to sit under `budget:`: the old section -> the profile section, and renamed keys.
+OLD_BUDGET_SECTIONS = ("vllm", "sglang", "mlx_lm")
+RENAMED = {("sglang", "tp"): "tp_size"}
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """Base of a profile's deploy section: unknown keys are refused."""
+
     model_config = ConfigDict(extra="forbid")
-
-
-class SglangMlxSettings(_Section):
-    """sglang 0.5.23's MLX backend (server defaults)."""
-
-    chunked_prefill_size: int = Field(8192, ge=1)
-    radix_cache: bool = True
-    use_custom_rope: bool = Field(False, description="SGLANG_MLX_USE_CUSTOM_ROPE=1")
-    pool_size: Optional[int] = Field(None, ge=1, description="pool slots; None: sized by the runner")
-    full_kv_pool_index_by_layer: Optional[dict[int, int]] = Field(
-        None, description="a map to check instead of the one the layout derives")
-
-
-class SglangSettings(_Section):
-    """sglang 0.5.23 on CUDA: the KDA / ReplaySSM state caches."""
-
-    tp_size: Optional[int] = Field(None, ge=1, description="attention tensor-parallel size; None: check 1, 2, 4, 8")
-    enable_linear_replayssm: bool = False
-    linear_replayssm_cache_len: int = Field(16, description="--linear-replayssm-cache-len")
-    linear_attn_decode_backend: Literal["triton", "helion", "flashinfer", "cutedsl"] = "triton"
-    max_mamba_cache_size: Optional[int] = Field(None, ge=0)
-    mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    kda_recipe: str = Field("sglang-0.5.23", description="a built-in recipe name or a recipe YAML path")
 
 
 class Deploy(BaseModel):
@@ -49,23 +39,109 @@ class Deploy(BaseModel):
 
     engine: Optional[str] = None
     context_length: Optional[int] = Field(None, ge=1)
-    sglang_mlx: SglangMlxSettings = Field(default_factory=SglangMlxSettings)
-    sglang: SglangSettings = Field(default_factory=SglangSettings)
     budget: Optional[BudgetSettings] = None
     path: Optional[str] = Field(None, exclude=True)
     lines: dict[str, int] = Field(default_factory=dict, exclude=True)
+    aliases: dict[str, str] = Field(default_factory=dict, exclude=True)  # setting -> its old spelling in the file
+    warnings: list[str] = Field(default_factory=list, exclude=True)
+    _sections: dict[str, BaseModel] = PrivateAttr(default_factory=dict)
+
+    def settings(self, engine: str) -> BaseModel:
+        """The engine profile's section: from the file, else every setting at its default."""
+        from kvdoctor.engines import profile_class, section_name
+
+        section = self._sections.get(section_name(engine))
+        return section if section is not None else profile_class(engine).Settings()
 
     def source(self, dotted: str) -> Source:
         """Where a setting came from: its line in the deploy file, or the engine default."""
         if self.path and dotted in self.lines:
-            return Source("deploy", dotted, self.path, self.lines[dotted])
+            return Source("deploy", self.aliases.get(dotted, dotted), self.path, self.lines[dotted])
         return Source("default", dotted)
 
 
 def load_deploy(path: str | None) -> Deploy:
     if path is None:
         return Deploy()
-    deploy, lines = load_validated(Path(path), Deploy, "deploy file", MAX_DEPLOY_BYTES, field_word="setting",
-                                   empty=True)
-    deploy.path, deploy.lines = path, lines
+    data, lines = load_yaml(Path(path), "deploy file", MAX_DEPLOY_BYTES)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: deploy file must be a YAML mapping")
+    return deploy_from(data, path, lines)
+
+
+def deploy_from(data: dict[str, Any], path: str | None = None, lines: dict[str, int] | None = None) -> Deploy:
+    """Validate a deploy mapping (already parsed): the top level, then each profile's section."""
+    from kvdoctor.engines import PROFILES, profile_class, section_name
+
+    lines = dict(lines or {})
+    aliases: dict[str, str] = {}
+    warnings = _read_old_spelling(data, path, lines, aliases)
+    sections = {section_name(name): name for name in PROFILES}
+    top = {k: v for k, v in data.items() if k not in sections}
+    where_dir = str(Path(path).parent) if path else None
+    try:
+        deploy = Deploy.model_validate(top)
+        found: dict[str, BaseModel] = {}
+        for key, value in data.items():
+            if key in sections:
+                settings_model = profile_class(sections[key]).Settings
+                try:
+                    found[key] = settings_model.model_validate(value, context={"deploy_dir": where_dir})
+                except ValidationError as exc:
+                    raise _Located(key, exc) from None
+    except (ValidationError, _Located) as exc:
+        prefix, error = (exc.section, exc.error) if isinstance(exc, _Located) else ((), exc)
+        err = error.errors()[0]
+        field = ".".join(str(p) for p in (*prefix, *err["loc"])) or "(top level)"
+        shown = aliases.get(field, field)
+        where = f"{path}:{lines[field]}" if path and field in lines else str(path or "deploy settings")
+        raise InputError(f"{where}: setting {shown!r}: {err['msg']}") from None
+    deploy._sections = found
+    deploy.path, deploy.lines, deploy.aliases, deploy.warnings = path, lines, aliases, warnings
     return deploy
+
+
+class _Located(Exception):
+    def __init__(self, section: str, error: ValidationError):
+        super().__init__(section)
+        self.section, self.error = (section,), error
+
+
+def _read_old_spelling(data: dict[str, Any], path: str | None, lines: dict[str, int],
+                       aliases: dict[str, str]) -> list[str]:
+    """Move `budget.<engine>.<knob>` into `<engine>.<knob>` (in place), remembering the old line and name."""
+    budget = data.get("budget")
+    if not isinstance(budget, dict):
+        return []
+    warnings = []
+    for old in OLD_BUDGET_SECTIONS:
+        values = budget.get(old)
+        if not isinstance(values, dict):
+            continue
+        target = data.setdefault(old, {})
+        if not isinstance(target, dict):
+            continue
+        del budget[old]
+        moved = []
+        for key, value in values.items():
+            new = RENAMED.get((old, key), key)
+            was, now = f"budget.{old}.{key}", f"{old}.{new}"
+            if new in target:
+                line = lines.get(was)
+                raise InputError(f"{path}:{line}: setting {was!r} is the old spelling of {now!r}, which the file "
+                                 "also sets; keep one")
+            target[new] = value
+            aliases[now] = was
+            if was in lines:
+                lines[now] = lines[was]
+            moved.append(f"{was} -> {now}" if new != key else was)
+        if f"budget.{old}" in lines:
+            lines.setdefault(old, lines[f"budget.{old}"])
+            aliases.setdefault(old, f"budget.{old}")
+        where = f"{path}:{lines[f'budget.{old}']}" if path and f"budget.{old}" in lines else str(path)
+        warnings.append(f"{where}: 'budget.{old}' is the old spelling; the {old} settings now belong in the "
+                        f"top-level '{old}:' section, read by check and budget alike (read as such: "
+                        f"{', '.join(moved) or 'empty'})")
+    return warnings

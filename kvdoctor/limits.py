@@ -3,15 +3,21 @@
 Files are refused past a size bound before they are read; sizes in a config are refused past a
 sanity bound before any layer is built. Caches are sized before they are built, twice over:
 `run` (check LIM001) adds up the smallest caches any probe builds for the model, and when even
-those pass the probe budget no probe runs at all; and each probe sizes its own caches with
-`require_within_budget`, which raises `ProbeOverBudget`, turned by the pipeline into LIM001 while
-the other checks go on.
+those pass the probe budget no probe runs at all; and each probe lists what it will build
+(`kvdoctor.engines.base.Cost`) before it builds anything, the pipeline turning the first entry past
+the budget into LIM001 (`ProbeOverBudget.finding`) while the other checks go on.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
+from kvdoctor.checks import Rule
 from kvdoctor.model import ATTENTION_KINDS, STATE_KINDS, Finding, LayerSpec, ModelSpec, Source
+
+RULE = Rule(codes=("LIM001",))  # sizes the smallest probe caches up front; the probe stage also reports it
+
+if TYPE_CHECKING:
+    from kvdoctor.context import Context
 
 MiB = 1024 * 1024
 
@@ -85,17 +91,6 @@ class ProbeOverBudget(Exception):
                           evidence={"what": self.what, "bytes": self.nbytes, "budget_bytes": self.budget})
 
 
-def require_within_budget(what: str, nbytes: int, source: Source | None = None, layer: int | None = None,
-                          budget: int = PROBE_BUDGET_BYTES) -> None:
-    """Call before building caches: raises ProbeOverBudget when `nbytes` is past the budget.
-
-    `what` names the caches ("sglang-mlx pool for 24 layers"); `source` and `layer` locate the
-    config value that made them big, for the LIM001 finding.
-    """
-    if nbytes > budget:
-        raise ProbeOverBudget(what, nbytes, budget, source, layer)
-
-
 def _smallest_cache_bytes(layer: LayerSpec) -> int:
     heads = layer.n_kv_heads or layer.n_heads or 0
     k = layer.head_dim or 0
@@ -118,7 +113,7 @@ def probes_fit(spec: ModelSpec) -> bool:
     return smallest_probe_bytes(spec)[0] <= PROBE_BUDGET_BYTES
 
 
-def run(ctx: Any) -> Iterable[Finding]:
+def run(ctx: Context) -> Iterable[Finding]:
     """LIM001 when even the smallest probe caches pass the budget (no probe runs then)."""
     total, layer = smallest_probe_bytes(ctx.spec)
     if total > PROBE_BUDGET_BYTES and layer is not None:

@@ -161,16 +161,6 @@ class Finding:
 
 
 @dataclass
-class LayerPlan:
-    """What one engine will do with one layer."""
-
-    index: int
-    engine_window: int | None
-    cache: str
-    state: dict[str, Any] | None = None
-
-
-@dataclass
 class Result:
     target: str
     model_type: str | None

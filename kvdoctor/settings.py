@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -132,9 +133,9 @@ def _has_kvdoctor_table(path: Path) -> bool:
 
 
 def read_config(path: Path) -> ConfigFile:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10
         import tomli as tomllib
 
     text = read_bounded(path, MAX_CONFIG_BYTES, "config file").decode("utf-8", errors="replace")
@@ -211,7 +212,7 @@ def _check_codes(codes: list[str] | tuple[str, ...], known: list[str], where: st
 def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     """Merge defaults, the nearest config file (searched from the working directory) and the command
     line, validating every value."""
-    from kvdoctor.engines import ENGINES
+    from kvdoctor.engines import check_engines
 
     cwd = Path.cwd()
     config_path = None if cli.isolated else (Path(os.path.abspath(cli.config)) if cli.config else find_config(cwd))
@@ -255,7 +256,7 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
         per_model[glob] = _check_selectors(codes, known_codes, from_file(f"per-model-ignores.{glob}"))
     origins["per-model-ignores"] = from_file("per-model-ignores") if per_model else DEFAULT
 
-    severity = {code.upper(): level for code, level in file.severity.items()}
+    severity: dict[str, str] = {code.upper(): level for code, level in file.severity.items()}
     if config:
         _check_codes(list(severity), known_codes, from_file("severity"))
     _check_codes(list(cli.severity), known_codes, "--severity")
@@ -284,9 +285,10 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
         engine, origins["engine"] = file.engine, from_file("engine")
     else:
         engine, origins["engine"] = DEFAULT_ENGINE, DEFAULT
-    if engine not in ENGINES:
+    engines = check_engines()
+    if engine not in engines:
         raise InputError(f"{origins['engine'] if origins['engine'] != COMMAND_LINE else '--engine'}: unknown engine "
-                         f"{engine!r}; expected one of: {', '.join(sorted(ENGINES))}")
+                         f"{engine!r}; expected one of: {', '.join(sorted(engines))}")
 
     if cli.fail_on is not None:
         if cli.fail_on not in ("error", "warning", "info"):

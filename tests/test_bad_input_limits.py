@@ -2,18 +2,17 @@
 the check reports LIM001 instead and the other checks still run."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import pytest
 from helpers import make_model
 
 from kvdoctor import check as check_module
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target
-from kvdoctor.checks import Check
+from kvdoctor.check import Options, check_target, run_probes
+from kvdoctor.checks import Check, Rule, all_checks
+from kvdoctor.engines import profile
+from kvdoctor.engines.base import Cost, Probe
 from kvdoctor.limits import (PROBE_BUDGET_BYTES, PROBE_MIN_TOKENS, ProbeOverBudget, human_bytes,
-                             require_within_budget, smallest_probe_bytes, tensor_nbytes)
+                             smallest_probe_bytes, tensor_nbytes)
 from kvdoctor.model import ATTENTION_KINDS
 from kvdoctor.report import exit_code
 from kvdoctor.selection import Selection
@@ -23,45 +22,49 @@ TORCH_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float3
                 "F16": "float16", "F32": "float32"}
 
 
-@dataclass(frozen=True)
-class LocalCheck(Check):
-    """A check whose run function lives in this test module."""
-
-    fn: Callable | None = None
-
-    def runner(self):
-        return self.fn
-
-
-def kv_probe(built: list):
+class KvProbe(Probe):
     """A small real probe: K and V caches [slots, kv_heads, tokens, head_dim] for every attention
-    layer, in the layer's dtype, sized and checked against the budget before any is allocated."""
+    layer, in the layer's dtype, listed (and so sized against the budget) before any is allocated."""
 
-    def run(ctx):
-        import torch
+    name = "test_kv"
 
-        layers = [l for l in ctx.spec.layers if l.kind in ATTENTION_KINDS]
-        shapes = [(l, (PROBE_SLOTS, l.n_kv_heads, PROBE_TOKENS, l.head_dim),
-                   TORCH_DTYPES.get(l.dtype or "bfloat16", "bfloat16")) for l in layers]
+    def __init__(self, built: list):
+        self.built = built
+
+    @staticmethod
+    def _shapes(spec):
+        layers = [l for l in spec.layers if l.kind in ATTENTION_KINDS]
+        return layers, [(l, (PROBE_SLOTS, l.n_kv_heads, PROBE_TOKENS, l.head_dim),
+                         TORCH_DTYPES.get(l.dtype or "bfloat16", "bfloat16")) for l in layers]
+
+    def costs(self, spec, plan, settings):
+        layers, shapes = self._shapes(spec)
         total = sum(2 * tensor_nbytes(shape, dtype) for _, shape, dtype in shapes)
         biggest = max(shapes, key=lambda s: tensor_nbytes(s[1], s[2]))[0]
-        require_within_budget(f"K/V caches for {len(layers)} attention layers", total,
-                              source=biggest.sources.get("n_kv_heads"), layer=biggest.index)
+        return [Cost(f"K/V caches for {len(layers)} attention layers", total, biggest.sources.get("n_kv_heads"),
+                     biggest.index)]
+
+    def run(self, spec, plan, settings, fits):
+        import torch
+
+        if fits < 1:
+            return None
+        _, shapes = self._shapes(spec)
         for _, shape, dtype in shapes:
             for _ in "kv":
                 cache = torch.zeros(shape, dtype=getattr(torch, dtype))
-                built.append(cache.nbytes)
-        assert sum(built) == total  # the up-front size is what was really allocated
-        return iter(())
-
-    return run
+                self.built.append(cache.nbytes)
+        assert sum(self.built) == self.costs(spec, plan, settings)[0].nbytes  # the up-front size was allocated
+        return len(self.built)
 
 
 @pytest.fixture
 def probe(monkeypatch):
+    """The test probe on the hf profile, and a rule that needs it."""
     built: list[int] = []
-    checks = list(check_module.CHECKS) + [LocalCheck("budget-probe", ("LIM001",), static=False, fn=kv_probe(built))]
-    monkeypatch.setattr(check_module, "CHECKS", checks)
+    monkeypatch.setattr(type(profile("hf")), "probes", lambda self: (KvProbe(built),))
+    checks = all_checks() + (Check("budget-probe", Rule(("LIM001",), needs=("probe:test_kv",)), lambda ctx: ()),)
+    monkeypatch.setattr(check_module, "all_checks", lambda: checks)
     return built
 
 
@@ -133,13 +136,32 @@ def test_static_runs_build_nothing_and_still_warn(tmp_path, probe):
     assert probe == [] and len(lim001(result)) == 1
 
 
-def test_budget_boundary():
-    require_within_budget("exactly the budget", PROBE_BUDGET_BYTES)
-    with pytest.raises(ProbeOverBudget) as exc:
-        require_within_budget("one byte more", PROBE_BUDGET_BYTES + 1)
-    assert str(exc.value) == ("one byte more would need 1.0 GiB, more than the 1.0 GiB probe budget, so they "
-                              "were not built and the checks that need them did not run")
-    assert exc.value.finding().evidence["bytes"] == PROBE_BUDGET_BYTES + 1
+class Sized(Probe):
+    """Lists caches of the given sizes and records how many of them it was let build."""
+
+    name = "sized"
+
+    def __init__(self, *sizes: int):
+        self.sizes = sizes
+
+    def costs(self, spec, plan, settings):
+        return [Cost(f"cache {i}", n) for i, n in enumerate(self.sizes)]
+
+    def run(self, spec, plan, settings, fits):
+        return fits
+
+
+def test_budget_boundary(monkeypatch):
+    hf = profile("hf")
+    for sizes, fits, over in (((PROBE_BUDGET_BYTES,), 1, []),
+                              ((1, PROBE_BUDGET_BYTES + 1, 1), 1, ["cache 1"])):
+        monkeypatch.setattr(type(hf), "probes", lambda self, sizes=sizes: (Sized(*sizes),))
+        seen, findings = run_probes(hf, {"sized"}, None, None, None, None)
+        assert seen == {"sized": fits} and [f.evidence["what"] for f in findings] == over
+    assert findings[0].message == ("cache 1 would need 1.0 GiB, more than the 1.0 GiB probe budget, so they "
+                                   "were not built and the checks that need them did not run")
+    assert findings[0].evidence["bytes"] == PROBE_BUDGET_BYTES + 1
+    assert str(ProbeOverBudget("x", 5, 4)).startswith("x would need 5 B")
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int8", "BF16", "F32"])

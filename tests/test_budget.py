@@ -12,8 +12,9 @@ from kvdoctor.budget import sglang, vllm
 from kvdoctor.budget.common import GiB
 from kvdoctor.budget.facts import facts_from_spec
 from kvdoctor.budget.run import plan_engine
-from kvdoctor.budget.settings import BudgetSettings, parse_size
+from kvdoctor.budget.settings import parse_size
 from kvdoctor.checks.budget import findings_for
+from kvdoctor.deploy import deploy_from
 from kvdoctor.errors import InputError
 from kvdoctor.loader import load_model
 
@@ -24,13 +25,20 @@ def model(name: str):
     return facts_from_spec(spec), spec.config
 
 
-def mem_codes(name: str, engine: str, **settings) -> list[str]:
-    """MEM codes of one engine's default mode for settings given as a deploy budget section."""
+def budgets_for(name: str, engine: str, **settings) -> list:
+    """One engine's default-mode budgets for a deploy file's `budget:` section plus engine sections
+    (given as vllm=..., sglang=..., mlx_lm=...)."""
     sections = {k: settings.pop(k) for k in ("vllm", "sglang", "mlx_lm") if k in settings}
-    budget = BudgetSettings(**{"kv_budget": "40GiB", **settings, **sections})
+    deploy = deploy_from({"budget": {"kv_budget": "40GiB", **settings}, **sections})
     facts, config = model(name)
-    budgets, _ = plan_engine(engine, facts, config, budget, all_modes=False)
-    return [f.code for b in budgets for f in findings_for(facts, b, {})]
+    budgets, _ = plan_engine(engine, facts, config, deploy.budget, deploy.settings(engine), all_modes=False)
+    return budgets
+
+
+def mem_codes(name: str, engine: str, **settings) -> list[str]:
+    """MEM codes of one engine's default mode for settings given as deploy sections."""
+    facts, _ = model(name)
+    return [f.code for b in budgets_for(name, engine, **settings) for f in findings_for(facts, b, {})]
 
 
 def budget_json(*args: str) -> dict:
@@ -146,8 +154,7 @@ def test_mem002_hma_off_on_a_linear_hybrid():
 
 def test_mem003_hma_off_over_reservation_in_bytes_and_ratio():
     facts, config = model("gpt-oss-20b")
-    settings = BudgetSettings(kv_budget="40GiB", context=131072, vllm={"hma": False})
-    (budget,), _ = plan_engine("vllm", facts, config, settings, all_modes=False)
+    (budget,) = budgets_for("gpt-oss-20b", "vllm", context=131072, vllm={"hma": False})
     (finding,) = [f for f in findings_for(facts, budget, {}) if f.code == "MEM003"]
     assert finding.evidence["ratio"] == pytest.approx(1.7758, abs=1e-3)  # 11.84x on vs 6.67x off
     assert "Hybrid KV cache manager is disabled" in finding.evidence["engine_log"][0]
@@ -157,8 +164,7 @@ def test_mem003_hma_off_over_reservation_in_bytes_and_ratio():
 
 def test_mem004_max_model_len_does_not_fit_with_the_engines_estimate():
     facts, config = model("gpt-oss-20b")
-    settings = BudgetSettings(kv_budget="1GiB", context=131072)
-    (budget,), _ = plan_engine("vllm", facts, config, settings, all_modes=False)
+    (budget,) = budgets_for("gpt-oss-20b", "vllm", kv_budget="1GiB", context=131072)
     (finding,) = [f for f in findings_for(facts, budget, {}) if f.code == "MEM004"]
     assert finding.evidence["max_model_len_fit"] == 27136
     assert "the estimated maximum model length is 27136" in finding.engine_error["message"]
@@ -187,7 +193,7 @@ def test_mem008_running_requests_capped_and_mem010_fp32_state():
 
 def test_mem009_no_swa_pool_for_the_architecture():
     facts, config = model("gemma-3-1b-it")
-    (budget,), _ = plan_engine("sglang", facts, config, BudgetSettings(kv_budget="40GiB"), all_modes=False)
+    (budget,) = budgets_for("gemma-3-1b-it", "sglang")
     (finding,) = [f for f in findings_for(facts, budget, {}) if f.code == "MEM009"]
     assert finding.evidence["engine_log"] == ["Disable hybrid SWA memory for Gemma3ForCausalLM as it is not yet "
                                               "supported."]

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kvdoctor.catalog import CODE_RE, load_catalog, load_entry
-from kvdoctor.checks import CHECKS
+from kvdoctor.checks import RULE_MODULES, all_checks
 from kvdoctor.errors import InputError
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
@@ -34,15 +34,15 @@ def test_entry_is_complete(path):
         assert pattern.search(example), "the triage pattern must match the engine's own message"
         assert "@" in entry.error.source and ":" in entry.error.source
     if entry.implemented:
+        assert entry.check in RULE_MODULES, f"{entry.check} is not a registered rule module"
         module = importlib.import_module(entry.check)
-        declared = {c for check in CHECKS if check.module == entry.check for c in check.codes}
-        assert entry.code in declared, f"{entry.check} does not declare {entry.code} in CHECKS"
-        assert hasattr(module, "run")
+        assert entry.code in module.RULE.codes, f"{entry.check} does not declare {entry.code} in its RULE"
+        assert callable(module.run)
 
 
 def test_every_declared_code_has_an_entry():
     catalog = load_catalog(RULES)
-    for check in CHECKS:
+    for check in all_checks():
         for code in check.codes:
             entry = catalog.get(code)
             assert entry is not None, f"{check.module} emits {code}, which has no catalog entry"

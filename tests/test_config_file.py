@@ -74,7 +74,7 @@ CFG004 = "error"
     assert s.selection.select == ("CFG", "CKPT") and s.selection.ignore == ("CFG009",)
     assert s.selection.extend_select == ("LIM",)
     assert s.fail_on == "warning" and s.severity == {"CFG004": "error"}
-    assert s.deploy.path == "../deploy/mlx.yaml" and s.deploy.sglang_mlx.chunked_prefill_size == 4096
+    assert s.deploy.path == "../deploy/mlx.yaml" and s.deploy.settings("sglang-mlx").chunked_prefill_size == 4096
     assert s.origins["select"] == f"{py}:5"
     assert s.origins["ignore"] == f"{py}:6"
     assert s.origins["fail-on"] == f"{py}:10"

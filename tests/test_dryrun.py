@@ -8,14 +8,13 @@ import pytest
 
 from helpers import real_config
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.context import EnginePlan
 from kvdoctor.dryrun import shrink
 from kvdoctor.dryrun.driver import make_schedule
-from kvdoctor.dryrun.findings import Interpreter, cache_kind
+from kvdoctor.checks.dryrun_findings import Interpreter, cache_kind
 from kvdoctor.dryrun.instrument import keys_per_query, summarize
 from kvdoctor.dryrun.run import ChildOutcome
 from kvdoctor.loader import load_model
-from kvdoctor.model import LayerPlan
+from kvdoctor.engines.base import LayerPlan, Plan
 
 mx = pytest.importorskip("mlx.core")
 
@@ -143,7 +142,7 @@ def spec(tmp_path_factory):
 
 def _plan(windows, engine="sglang-mlx"):
     layers = [LayerPlan(i, w, "windowed" if w else "contiguous") for i, w in enumerate(windows)]
-    return EnginePlan(engine=engine, versions={}, layers=layers, data={})
+    return Plan(engine=engine, versions={}, layers=tuple(layers))
 
 
 def _codes(findings):

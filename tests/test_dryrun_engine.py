@@ -85,14 +85,18 @@ def test_gpt_oss_report_names_the_engine_code_that_ran(gpt_oss):
 
 def test_stale_plan_is_reported_against_a_real_run(gpt_oss):
     """Hold the real run against a plan that is wrong about one layer's window."""
-    from kvdoctor.dryrun.findings import Interpreter
+    from dataclasses import replace
+
+    from kvdoctor.checks.dryrun_findings import Interpreter
     from kvdoctor.dryrun.run import ChildOutcome
-    from kvdoctor.engines import plan_for
-    from kvdoctor.deploy import Deploy
+    from kvdoctor.engines import profile
 
     spec = gpt_oss.spec
-    plan = plan_for("sglang-mlx", spec, Deploy())
-    plan.layers[1].engine_window = 128  # a full layer the plan wrongly thinks slides
+    sglang_mlx = profile("sglang-mlx")
+    plan = sglang_mlx.plan(spec, sglang_mlx.Settings())
+    layers = list(plan.layers)
+    layers[1] = replace(layers[1], engine_window=128)  # a full layer the plan wrongly thinks slides
+    plan = replace(plan, layers=tuple(layers))
     outcome = ChildOutcome(events=_events_of(gpt_oss), returncode=0)
     findings, _ = Interpreter(outcome, spec, plan, builtin_catalog()).interpret()
     stale = {f.evidence["aspect"]: f for f in findings if f.code == "ENG057"}

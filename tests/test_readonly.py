@@ -2,7 +2,7 @@
 the model ships, and never touches the network, with every engine profile that is installed."""
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -16,10 +16,10 @@ from helpers import REAL, REAL_NAMES, codes, make_model
 
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.check import Options, check_target
-from kvdoctor.engines import ENGINES
+from kvdoctor.engines import check_engines
 from kvdoctor.synth import layout_for, write_checkpoint
 
-ENGINE_NAMES = sorted(name for name, module in ENGINES.items() if importlib.util.find_spec(module) is not None)
+ENGINE_NAMES = sorted(check_engines())
 CONSOLE_SCRIPT = Path(sys.executable).with_name("kvdoctor")
 
 # Files a model may ship that Python would run if anything imported them or put the model dir on

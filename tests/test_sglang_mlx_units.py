@@ -8,10 +8,11 @@ import sys
 import pytest
 
 from helpers import REAL, SHORT
-from kvdoctor.context import Context, EnginePlan
+from kvdoctor.context import Context
 from kvdoctor.deploy import Deploy
-from kvdoctor.engines.sglang_mlx import (KvConfig, MlxFacts, build_layout, kv_config, mlx_config, startup_refusals,
-                                         table_view)
+from kvdoctor.engines.base import Plan
+from kvdoctor.engines.sglang_mlx import (KvConfig, MlxFacts, build_layout, explained, kv_config, mlx_config,
+                                         startup_refusals, table_view)
 from kvdoctor.loader import load_model
 from kvdoctor.mlx.mlxlm import LayerView, ModelView, build_skeleton, module_name_for, read_view
 from kvdoctor.model import Source
@@ -80,15 +81,19 @@ def test_healthy_view_is_served():
 
 
 def test_eng006_finding_points_at_layer_types():
-    from kvdoctor.checks import eng
+    from kvdoctor.checks import eng, refusals as refusal_rule
 
     spec = load_model(str(REAL / SHORT["gpt-oss-20b"]))
     view = view_of(["x", "a"] * 12, layer_types=["linear_attention", "sliding_attention"] * 12, window=128)
     layout = build_layout(view)
-    facts = MlxFacts(view=view, layout=layout, kv={}, refusals=refusals(view))
-    plan = EnginePlan(engine="sglang-mlx", versions={}, layers=[], data={"sglang_mlx": facts})
+    facts = MlxFacts(view=view, layout=layout, kv={}, refused=True)
+    plan = Plan(engine="sglang-mlx", versions={}, layers=(), facts=facts,
+                refusals=tuple(explained(r, facts, spec) for r in refusals(view)))
     ctx = Context(spec=spec, engine="sglang-mlx", deploy=Deploy(), plan=plan)
-    (finding,) = list(eng.run(ctx))
+    assert list(eng.run(ctx)) == []  # a model the engine refuses has no serving differences to report
+    (finding,) = list(refusal_rule.run(ctx))
+    assert finding.engine_error == {"class": "NotImplementedError", "stage": "startup",
+                                    "message": plan.refusals[0].message}
     assert finding.code == "ENG006" and finding.key == "layer_types" and finding.line is not None
     assert "layers 0, 2, 4" in finding.message
 

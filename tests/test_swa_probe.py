@@ -13,7 +13,7 @@ from helpers import REAL, SHORT
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.check import Options, finalize
 from kvdoctor.context import Context
-from kvdoctor.deploy import Deploy
+from kvdoctor.deploy import Deploy, deploy_from
 from kvdoctor.engines.sglang_mlx import mlx_config, plan_from
 from kvdoctor.loader import load_model
 from kvdoctor.mlx.caches import (FULL_MASK_FROM_WINDOW, ContiguousKVCache, OffsetShim, WindowedKVCache, attention_mask,
@@ -89,14 +89,21 @@ def model_with(container_class=None, block_class=None):
     return spec, model
 
 
-def probe_findings(spec, model, deploy: Deploy | None = None) -> list:
+def probe_findings(spec, model, deploy: Deploy | None = None) -> tuple[list, dict]:
+    """The mask-routing rule's findings for this model object, and the profile's report (`info`)."""
+    from kvdoctor.check import run_probes
     from kvdoctor.checks import swa
+    from kvdoctor.engines import profile
 
     deploy = deploy or Deploy()
-    plan = plan_from(spec, deploy, Skeleton("gpt_oss", model=model))
-    ctx = Context(spec=spec, engine="sglang-mlx", deploy=deploy, plan=plan)
+    settings = deploy.settings("sglang-mlx")
+    plan = plan_from(spec, settings, Skeleton("gpt_oss", model=model))
+    sglang_mlx = profile("sglang-mlx")
+    observations, over = run_probes(sglang_mlx, {"mask_routing"}, spec, plan, deploy, settings)
+    assert over == []
+    ctx = Context(spec=spec, engine="sglang-mlx", deploy=deploy, plan=plan, observations=observations)
     opts = Options(catalog=builtin_catalog(), engine="sglang-mlx")
-    return [finalize(f, opts) for f in swa.run(ctx)], plan
+    return [finalize(f, opts) for f in swa.run(ctx)], sglang_mlx.report(plan, observations)
 
 
 def by_code(findings: list) -> dict:
@@ -110,9 +117,9 @@ def by_code(findings: list) -> dict:
 
 def test_stock_gpt_oss_passes_every_probe():
     spec, model = model_with()
-    findings, plan = probe_findings(spec, model)
+    findings, info = probe_findings(spec, model)
     assert findings == []
-    assert plan.data["report"]["sglang_mlx"]["probe"]["verified"] == 24 * 7
+    assert info["sglang_mlx"]["probe"]["verified"] == 24 * 7
 
 
 def test_full_mask_from_a_sliding_cache_is_swa001_naming_both_layers():
@@ -131,12 +138,12 @@ def test_full_mask_from_a_sliding_cache_is_swa001_naming_both_layers():
 
 def test_swa001_shows_up_at_the_first_chunk_past_the_window():
     spec, model = model_with(FullMaskFromFirstCache)
-    deploy = Deploy.model_validate({"context_length": 32768, "sglang_mlx": {"chunked_prefill_size": 129}})
-    findings, plan = probe_findings(spec, model, deploy)
+    deploy = deploy_from({"context_length": 32768, "sglang_mlx": {"chunked_prefill_size": 129}})
+    findings, info = probe_findings(spec, model, deploy)
     (f,) = findings
     assert f.code == "SWA001" and f.evidence["steps"][0] == "prefill chunk 2/2 (2 tokens)"
     assert f.evidence["offset"] == 129 and "longer than chunked_prefill_size (129 tokens)" in f.message
-    assert plan.data["report"]["sglang_mlx"]["probe"]["steps"][:2] == ["prefill chunk 1/2 (129 tokens)",
+    assert info["sglang_mlx"]["probe"]["steps"][:2] == ["prefill chunk 1/2 (129 tokens)",
                                                                         "prefill chunk 2/2 (2 tokens)"]
 
 

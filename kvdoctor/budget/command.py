@@ -5,18 +5,17 @@ The CLI wires it with `app.command("budget")(budget_command)`; heavy modules loa
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from kvdoctor.errors import InputError
 
-ENGINE_CHOICES = ("vllm", "sglang", "mlx-lm", "all")
-
 
 def budget_command(
     target: str = typer.Argument(..., help="A model directory or Hugging Face id (local cache only)."),
-    engine: str = typer.Option("all", "--engine", "-e", help="vllm, sglang, mlx-lm or all."),
+    engine: str = typer.Option("all", "--engine", "-e", help="An engine profile with a budget model (vllm, "
+                                                            "sglang, mlx-lm) or all."),
     mode: str = typer.Option("default", "--mode", help="default (one mode per engine) or all (the knobs that "
                                                         "change the budget: HMA, fp8, SWA ratio, kv_bits, ...)."),
     kv_budget: Optional[str] = typer.Option(None, "--kv-budget", help="Memory left for KV caches after weights, "
@@ -32,7 +31,7 @@ def budget_command(
         doc = build_document(target, engine, mode, kv_budget, gpu_memory, context, deploy)
     except InputError as exc:
         typer.echo(f"kvdoctor: error: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if output_format == "json":
         typer.echo(json.dumps(doc, indent=2))
     else:
@@ -41,10 +40,14 @@ def budget_command(
 
 
 def build_document(target: str, engine: str = "all", mode: str = "default", kv_budget: str | None = None,
-                   gpu_memory: str | None = None, context: int | None = None, deploy: str | None = None) -> dict:
+                   gpu_memory: str | None = None, context: int | None = None,
+                   deploy: str | None = None) -> dict[str, Any]:
     """The budget document (JSON shape) for one model; InputError for bad arguments."""
-    if engine not in ENGINE_CHOICES:
-        raise InputError(f"--engine {engine!r}: expected one of {', '.join(ENGINE_CHOICES)}")
+    from kvdoctor.engines import budget_engines
+
+    choices = (*budget_engines(), "all")
+    if engine not in choices:
+        raise InputError(f"--engine {engine!r}: expected one of {', '.join(choices)}")
     if mode not in ("default", "all"):
         raise InputError(f"--mode {mode!r}: expected default or all")
     if context is not None and context <= 0:
@@ -60,6 +63,8 @@ def build_document(target: str, engine: str = "all", mode: str = "default", kv_b
     from kvdoctor.report import finding_json
 
     settings_file = load_deploy(deploy)
+    for warning in settings_file.warnings:
+        typer.echo(f"kvdoctor: warning: {warning}", err=True)
     settings = (settings_file.budget or BudgetSettings()).model_copy(deep=True)
     if kv_budget is not None:
         parse_size(kv_budget, "--kv-budget")
@@ -73,11 +78,12 @@ def build_document(target: str, engine: str = "all", mode: str = "default", kv_b
         settings.context = context
     spec = load_model(target)
     facts = facts_from_spec(spec)
-    engines = list(ENGINE_CHOICES[:3]) if engine == "all" else [engine]
+    engines = list(choices[:-1]) if engine == "all" else [engine]
     opts = Options(catalog=builtin_catalog())
     results, findings = {}, {}
     for name in engines:
-        budgets, how = plan_engine(name, facts, spec.config, settings, all_modes=mode == "all")
+        budgets, how = plan_engine(name, facts, spec.config, settings, settings_file.settings(name),
+                                   all_modes=mode == "all")
         results[name] = (budgets, how)
         where = deploy_sources(settings_file, name)
         findings[name] = [[finding_json(finalize(f, opts)) for f in findings_for(facts, b, where)] for b in budgets]

@@ -15,8 +15,9 @@ from typing import Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal
 from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.engines.pins import PINS
 
-VERSION = "0.32.2"
+VERSION = PINS["mlx-lm"]
 STEP = 256  # KVCache / RotatingKVCache / QuantizedKVCache growth step
 # Model types whose mlx-lm class defines make_cache (mlx_lm/models/*.py), after MODEL_REMAPPING
 # (mistral -> llama). For these, --max-kv-size changes nothing.

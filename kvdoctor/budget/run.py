@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget import mlxlm, sglang, vllm
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB
@@ -17,7 +17,11 @@ from kvdoctor.budget.settings import BudgetSettings, parse_size
 from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
-ENGINES = ("vllm", "sglang", "mlx-lm")
+if TYPE_CHECKING:
+    from kvdoctor.engines.mlx_lm import MlxLmSettings
+    from kvdoctor.engines.sglang import SglangSettings
+    from kvdoctor.engines.vllm import VllmSettings
+
 VLLM_GPU_UTILIZATION = 0.92  # config/cache.py:215 default in 0.33.0
 SGLANG_MIN_RESERVE = 10 * GiB  # arg_groups/memory_hook.py: reserve floor on GPUs over 60 GiB
 
@@ -31,7 +35,8 @@ def default_context(facts: ModelFacts, settings: BudgetSettings) -> int:
                      "model_max_length, ...); give --context")
 
 
-def kv_memory(engine: str, facts: ModelFacts, settings: BudgetSettings) -> tuple[int, dict[str, Any]]:
+def kv_memory(engine: str, facts: ModelFacts, settings: BudgetSettings, tp: int = 1,
+              chunked_prefill_size: int = 0) -> tuple[int, dict[str, Any]]:
     """(bytes for KV and state on one rank, how that figure was obtained)."""
     if settings.kv_budget is not None:
         size = parse_size(settings.kv_budget, "kv budget")
@@ -43,14 +48,13 @@ def kv_memory(engine: str, facts: ModelFacts, settings: BudgetSettings) -> tuple
     if not facts.weights_bytes:
         raise InputError(f"{facts.name}: --gpu-memory needs the checkpoint's safetensors headers to count the "
                          "weights, and this model directory has none; give --kv-budget instead")
-    tp = {"vllm": settings.vllm.tp, "sglang": settings.sglang.tp}.get(engine, 1)
     weights = facts.weights_bytes // tp
     if engine == "vllm":
         size = int(gpu * VLLM_GPU_UTILIZATION) - weights
         how = (f"GPU {gpu} B x gpu_memory_utilization {VLLM_GPU_UTILIZATION} - weights {weights} B per rank; "
                "the activation peak vLLM profiles is not subtracted")
     elif engine == "sglang":
-        reserve = max(SGLANG_MIN_RESERVE, (512 + int(1.5 * max(settings.sglang.chunked_prefill_size, 2048))) << 20)
+        reserve = max(SGLANG_MIN_RESERVE, (512 + int(1.5 * max(chunked_prefill_size, 2048))) << 20)
         size = gpu - reserve - weights
         how = f"GPU {gpu} B - reserved {reserve} B (mem_fraction_static) - weights {weights} B per rank"
     else:
@@ -63,8 +67,7 @@ def kv_memory(engine: str, facts: ModelFacts, settings: BudgetSettings) -> tuple
                   "weights_bytes": weights, "how": how}
 
 
-def vllm_modes(facts: ModelFacts, settings: BudgetSettings, context: int, memory: int, all_modes: bool):
-    s = settings.vllm
+def vllm_modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, all_modes: bool) -> list[vllm.Mode]:
     base = vllm.Mode(max_model_len=context, kv_budget_bytes=memory, kv_cache_dtype=s.kv_cache_dtype, tp=s.tp,
                      hma=s.hma, prefix_caching=s.prefix_caching, num_speculative_tokens=s.num_speculative_tokens,
                      max_num_batched_tokens=s.max_num_batched_tokens, async_scheduling=s.async_scheduling,
@@ -81,12 +84,12 @@ def vllm_modes(facts: ModelFacts, settings: BudgetSettings, context: int, memory
     return modes
 
 
-def sglang_modes(facts: ModelFacts, settings: BudgetSettings, context: int, memory: int, all_modes: bool):
-    s = settings.sglang
+def sglang_modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int,
+                 all_modes: bool) -> list[sglang.Mode]:
     base = sglang.Mode(context_length=context, kv_budget_bytes=memory, page_size=s.page_size,
                        swa_full_tokens_ratio=s.swa_full_tokens_ratio,
                        disable_hybrid_swa_memory=s.disable_hybrid_swa_memory, kv_cache_dtype=s.kv_cache_dtype,
-                       tp=s.tp, max_mamba_cache_size=s.max_mamba_cache_size,
+                       tp=s.tp_size or 1, max_mamba_cache_size=s.max_mamba_cache_size,
                        mamba_full_memory_ratio=s.mamba_full_memory_ratio, mamba_ssm_dtype=s.mamba_ssm_dtype,
                        radix_cache=s.radix_cache, max_running_requests=s.max_running_requests,
                        max_total_tokens=s.max_total_tokens, chunked_prefill_size=s.chunked_prefill_size)
@@ -104,8 +107,7 @@ def sglang_modes(facts: ModelFacts, settings: BudgetSettings, context: int, memo
     return modes
 
 
-def mlx_modes(facts: ModelFacts, settings: BudgetSettings, context: int, memory: int, all_modes: bool):
-    s = settings.mlx_lm
+def mlx_modes(facts: ModelFacts, s: MlxLmSettings, context: int, memory: int, all_modes: bool) -> list[mlxlm.Mode]:
     base = mlxlm.Mode(context=context, kv_budget_bytes=memory, max_kv_size=s.max_kv_size, kv_bits=s.kv_bits,
                       kv_group_size=s.kv_group_size, quantized_kv_start=s.quantized_kv_start,
                       prefill_step_size=s.prefill_step_size)
@@ -120,24 +122,51 @@ def mlx_modes(facts: ModelFacts, settings: BudgetSettings, context: int, memory:
     return modes
 
 
-def plan_engine(engine: str, facts: ModelFacts, config: dict, settings: BudgetSettings,
-                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
-    memory, how = kv_memory(engine, facts, settings)
-    context = default_context(facts, settings)
-    if engine == "vllm":
-        budgets = [vllm.plan(facts, m) for m in vllm_modes(facts, settings, context, memory, all_modes)]
-    elif engine == "sglang":
-        budgets = [sglang.plan(facts, m) for m in sglang_modes(facts, settings, context, memory, all_modes)]
-    else:
-        modes = mlx_modes(facts, settings, context, memory, all_modes)
-        budgets = [mlxlm.plan(facts, m, config) for m in modes]
-        for m, b in zip(modes, budgets):
-            b.capacity["max_context_fit"] = mlx_max_context(facts, config, m, b)
+# Each engine profile's budget() delegates here: the memory, the modes, one Budget per mode.
+
+def vllm_budgets(facts: ModelFacts, s: VllmSettings, inputs: BudgetSettings,
+                 all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+    memory, how = kv_memory("vllm", facts, inputs, tp=s.tp)
+    context = default_context(facts, inputs)
+    budgets = [vllm.plan(facts, m) for m in vllm_modes(facts, s, context, memory, all_modes)]
+    return _with_memory(budgets, memory), how
+
+
+def sglang_budgets(facts: ModelFacts, s: SglangSettings, inputs: BudgetSettings,
+                   all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+    memory, how = kv_memory("sglang", facts, inputs, tp=s.tp_size or 1, chunked_prefill_size=s.chunked_prefill_size)
+    context = default_context(facts, inputs)
+    budgets = _with_memory([sglang.plan(facts, m) for m in sglang_modes(facts, s, context, memory, all_modes)],
+                           memory)
     for b in budgets:
-        b.capacity.setdefault("kv_budget_bytes", memory)
-        if engine == "sglang" and b.error is None:
+        if b.error is None:
             b.capacity["max_context_fit"] = b.capacity["max_total_num_tokens"]
     return budgets, how
+
+
+def mlx_budgets(facts: ModelFacts, config: dict[str, Any], s: MlxLmSettings, inputs: BudgetSettings,
+                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+    memory, how = kv_memory("mlx-lm", facts, inputs)
+    context = default_context(facts, inputs)
+    modes = mlx_modes(facts, s, context, memory, all_modes)
+    budgets = [mlxlm.plan(facts, m, config) for m in modes]
+    for m, b in zip(modes, budgets):
+        b.capacity["max_context_fit"] = mlx_max_context(facts, config, m, b)
+    return _with_memory(budgets, memory), how
+
+
+def _with_memory(budgets: list[Budget], memory: int) -> list[Budget]:
+    for b in budgets:
+        b.capacity.setdefault("kv_budget_bytes", memory)
+    return budgets
+
+
+def plan_engine(engine: str, facts: ModelFacts, config: dict[str, Any], inputs: BudgetSettings, settings: Any,
+                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+    """One engine's budgets: its profile's model, with its deploy section."""
+    from kvdoctor.engines import profile
+
+    return profile(engine).budget(facts, config, settings, inputs, all_modes)
 
 
 def mlx_max_context(facts: ModelFacts, config: dict, mode: mlxlm.Mode, budget: Budget) -> int | None:

@@ -12,8 +12,9 @@ from typing import Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB, MiB
 from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.engines.pins import PINS
 
-VERSION = "0.5.23"
+VERSION = PINS["sglang"]
 MAMBA_SLOTS_PER_REQUEST = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO with the radix cache on
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL default
 FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")

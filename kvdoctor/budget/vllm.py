@@ -12,8 +12,9 @@ from typing import Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB, cdiv
 from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.engines.pins import PINS
 
-VERSION = "0.33.0"
+VERSION = PINS["vllm"]
 DEFAULT_BLOCK = 16  # CacheConfig.DEFAULT_BLOCK_SIZE; FlashAttention(-MLA) on SM90 take any multiple of 16
 KERNEL_BLOCK = 16  # the smallest kernel block those backends declare (MultipleOf(16))
 MLA_HYBRID_ALIGN = 128  # platforms/interface.py: MLA + Mamba hybrids keep blocks a multiple of 128
@@ -271,7 +272,7 @@ def make_groups(specs: list[Spec], notes: list[str]) -> list[Group]:
     sizes = [len(layers) for layers, _ in buckets]
     size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
     groups = []
-    for layers, bucket_specs in buckets:
+    for layers, _specs in buckets:
         pad = size - len(layers) % size
         if pad != size:
             notes.append(f"Add {pad} padding layers, may waste at most {pad / len(layers) * 100:.2f}% KV cache memory")

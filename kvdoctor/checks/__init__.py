@@ -1,42 +1,80 @@
-"""Rule families. Each module has `run(ctx) -> Iterable[Finding]` and declares the codes it emits;
-a module is imported only when one of its codes is selected, so a static check never loads torch
-or mlx."""
+"""Rules. Each module declares itself beside its logic, as a checkov check does:
+
+    RULE = Rule(codes=("SWA001", ...), engines=("sglang-mlx",), needs=("probe:mask_routing",))
+    def run(ctx: Context) -> Iterable[Finding]: ...
+
+`codes` are the catalog entries it emits (each entry's `check:` names the module; the catalog test
+holds the two together), `engines` the profiles it applies to (None: every one), `needs` what the
+pipeline must provide before it runs: "probe:<name>" (a probe of the engine profile, built under the
+memory budget) or "dry_run". A rule with needs builds caches or runs kernels, so `--static` skips it.
+Rule modules import nothing heavy at module level; torch and mlx load inside the probes.
+"""
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from functools import lru_cache
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from kvdoctor.model import Finding
+if TYPE_CHECKING:
+    from kvdoctor.context import Context
+    from kvdoctor.model import Finding
+
+DRY_RUN = "dry_run"
+PROBE = "probe:"
+
+# The rule modules, in the order they run (findings are sorted afterwards).
+RULE_MODULES: tuple[str, ...] = (
+    "kvdoctor.checks.cfg",
+    "kvdoctor.checks.ckpt",
+    "kvdoctor.checks.refusals",
+    "kvdoctor.checks.eng",
+    "kvdoctor.checks.swa",
+    "kvdoctor.checks.pool",
+    "kvdoctor.checks.dryrun",
+    "kvdoctor.checks.kda_caches",
+    "kvdoctor.limits",
+    "kvdoctor.checks.budget",
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    codes: tuple[str, ...]
+    engines: tuple[str, ...] | None = None  # None: runs for every engine
+    needs: tuple[str, ...] = ()  # "probe:<name>" or "dry_run"; the plan is always there
+
+    @property
+    def static(self) -> bool:
+        """Reads the spec and plan only: builds no caches and runs no kernels."""
+        return not self.needs
+
+    @property
+    def probes(self) -> tuple[str, ...]:
+        return tuple(need[len(PROBE):] for need in self.needs if need.startswith(PROBE))
 
 
 @dataclass(frozen=True)
 class Check:
+    """One rule module: its declaration and its run function."""
+
     module: str
-    codes: tuple[str, ...]
-    engines: tuple[str, ...] | None = None  # None: runs for every engine
-    static: bool = True  # False: builds caches or runs kernels (skipped by --static)
+    rule: Rule
+    run: Callable[[Context], Iterable[Finding]]
 
-    def runner(self) -> Callable[..., Iterable[Finding]]:
-        return importlib.import_module(self.module).run
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return self.rule.codes
+
+    def applies_to(self, engine: str) -> bool:
+        return self.rule.engines is None or engine in self.rule.engines
 
 
-CHECKS: list[Check] = [
-    Check("kvdoctor.checks.cfg", ("CFG001", "CFG002", "CFG003", "CFG004", "CFG005", "CFG006", "CFG007",
-                                  "CFG008", "CFG009", "CFG010")),
-    Check("kvdoctor.checks.ckpt", ("CKPT001", "CKPT002", "CKPT003", "CKPT004", "CKPT005", "CKPT006",
-                                   "CKPT007", "CKPT008")),
-    Check("kvdoctor.checks.eng", ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008",
-                                  "ENG011", "ENG013", "SWA005"), engines=("sglang-mlx",)),
-    Check("kvdoctor.checks.swa", ("SWA001", "SWA002", "SWA003", "SWA004", "ENG009", "ENG010", "ENG012"),
-          engines=("sglang-mlx",), static=False),
-    Check("kvdoctor.checks.pool", ("POOL001", "POOL002", "POOL003"), engines=("sglang-mlx",), static=False),
-    Check("kvdoctor.checks.dryrun", ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057",
-                                     "ENG058", "ENG059", "ENG060"), engines=("sglang-mlx",), static=False),
-    Check("kvdoctor.checks.kda", ("KDA060", "KDA061", "KDA062"), engines=("sglang",)),
-    Check("kvdoctor.checks.kda_caches", tuple(f"KDA{n:03d}" for n in (*range(1, 37), 40, 41, 42, 50, 51, 52)),
-          engines=("sglang",), static=False),
-    Check("kvdoctor.limits", ("LIM001",)),  # sizes probe caches up front; probes also raise it
-    Check("kvdoctor.checks.budget", tuple(f"MEM{n:03d}" for n in range(1, 15))),  # runs when the deploy sets budget:
-]
+def load_check(module: str) -> Check:
+    loaded = importlib.import_module(module)
+    return Check(module, loaded.RULE, loaded.run)
 
+
+@lru_cache(maxsize=1)
+def all_checks() -> tuple[Check, ...]:
+    return tuple(load_check(module) for module in RULE_MODULES)

@@ -1,7 +1,7 @@
 """MEM rules: what the KV budget of each engine and mode predicts will go wrong or waste memory.
 
 `kvdoctor budget` attaches these findings to each engine/mode it prints; `kvdoctor check` runs
-them when the deploy file has a `budget:` section, on the modes that section describes.
+them when the deploy file has a `budget:` section, on the modes each engine's own section describes.
 """
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ from typing import Any, Iterable
 from kvdoctor.budget import sglang, vllm
 from kvdoctor.budget.common import Budget, GiB, MiB
 from kvdoctor.budget.facts import ModelFacts
+from kvdoctor.checks import Rule
 from kvdoctor.context import Context
+from kvdoctor.deploy import Deploy
+from kvdoctor.engines import section_name
 from kvdoctor.model import Finding, Source
+
+RULE = Rule(codes=tuple(f"MEM{n:03d}" for n in range(1, 15)))  # runs when the deploy sets budget:
 
 MEMORY_REFUSALS = ("No available memory for the cache blocks", "Not enough memory.",
                    "Not enough GPU memory for hybrid", "Hybrid (mamba/linear-attention) state cache is too small",
@@ -186,7 +191,7 @@ def _mlx(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    settings = getattr(ctx.deploy, "budget", None)
+    settings = ctx.deploy.budget
     if settings is None:
         return []
     from kvdoctor.budget.facts import facts_from_spec
@@ -195,7 +200,8 @@ def run(ctx: Context) -> Iterable[Finding]:
     facts = facts_from_spec(ctx.spec)
     out: list[Finding] = []
     for engine in settings.engines:
-        budgets, _ = plan_engine(engine, facts, ctx.spec.config, settings, all_modes=False)
+        budgets, _ = plan_engine(engine, facts, ctx.spec.config, settings, ctx.deploy.settings(engine),
+                                 all_modes=False)
         where = deploy_sources(ctx.deploy, engine)
         for budget in budgets:
             out.extend(findings_for(facts, budget, where))
@@ -210,12 +216,19 @@ SETTING_KEYS = {
 }
 
 
-def deploy_sources(deploy: Any, engine: str) -> dict[str, Any]:
-    section = {"vllm": "vllm", "sglang": "sglang", "mlx-lm": "mlx_lm"}[engine]
-    where: dict[str, Any] = {key: deploy.source(f"budget.{section}.{key}") for key in SETTING_KEYS[engine]}
+def _setting(deploy: Deploy, section: str, key: str) -> Source:
+    """A knob's source; one left at its default keeps the name it had under `budget:`, so that the
+    fingerprints of findings that point at it (and the baselines holding them) stay as they were."""
+    source = deploy.source(f"{section}.{key}")
+    return Source("default", f"budget.{section}.{key}") if source.kind == "default" else source
+
+
+def deploy_sources(deploy: Deploy, engine: str) -> dict[str, Any]:
+    """Where each setting a MEM finding may point at comes from (`_cudagraph_full`: vLLM's graph mode)."""
+    section = section_name(engine)
+    where: dict[str, Any] = {key: _setting(deploy, section, key) for key in SETTING_KEYS[engine]}
     where["context"] = deploy.source("budget.context")
     where["kv_budget"] = deploy.source("budget.kv_budget")
-    budget = getattr(deploy, "budget", None)
-    if engine == "vllm" and budget is not None:
-        where["_cudagraph_full"] = budget.vllm.cudagraph_full
+    if engine == "vllm":
+        where["_cudagraph_full"] = getattr(deploy.settings(engine), "cudagraph_full", True)
     return where

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from kvdoctor.checks import Rule
 from kvdoctor.context import Context
 from kvdoctor.families import TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
 from kvdoctor.model import SLIDING, Finding
@@ -10,6 +11,9 @@ from kvdoctor.model import SLIDING, Finding
 KNOWN_TYPE_STRINGS = set(TYPE_STRINGS) | {LINEAR_TYPE}
 WINDOW_KEYS = ("sliding_window", "window_size")
 REMOTE_CODE_KEYS = ("auto_map", "trust_remote_code")
+
+RULE = Rule(codes=("CFG001", "CFG002", "CFG003", "CFG004", "CFG005", "CFG006", "CFG007", "CFG008", "CFG009",
+                   "CFG010"))
 
 
 def run(ctx: Context) -> Iterable[Finding]:

@@ -7,6 +7,7 @@ from typing import Iterable
 
 from kvdoctor import kda_dims
 from kvdoctor.checkpoint import FLOAT_DTYPES
+from kvdoctor.checks import Rule
 from kvdoctor.context import Context
 from kvdoctor.loader import layer_tensor
 from kvdoctor.model import FULL, KDA, MLA, SLIDING, CHUNKED, ATTN_MAMBA, Finding, LayerSpec, ModelSpec, Source, TensorInfo
@@ -18,6 +19,8 @@ SOFTMAX_KINDS = {FULL, SLIDING, CHUNKED, ATTN_MAMBA}
 def _tensor_source(info: TensorInfo) -> Source:
     return Source("tensor", info.name, info.file)
 
+
+RULE = Rule(codes=("CKPT001", "CKPT002", "CKPT003", "CKPT004", "CKPT005", "CKPT006", "CKPT007", "CKPT008"))
 
 def run(ctx: Context) -> Iterable[Finding]:
     spec = ctx.spec

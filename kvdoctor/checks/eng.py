@@ -1,26 +1,26 @@
-"""ENG / SWA005: what sglang's MLX backend does with this model at load and start-up, and where it
-serves the model differently from what the model means (static: reads the sglang-mlx plan)."""
+"""ENG011 / SWA005: where sglang's MLX backend serves the model differently from what the model means
+(static: reads the sglang-mlx plan). Its refusals at load and start-up are the plan's, reported by
+kvdoctor.checks.refusals."""
 from __future__ import annotations
 
 from typing import Iterable
 
+from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.engines.sglang_mlx import NO_LAYER_MAP_WARNING, MlxFacts, Refusal
-from kvdoctor.model import CHUNKED, SLIDING, Finding, ModelSpec, Source
+from kvdoctor.engines.sglang_mlx import NO_LAYER_MAP_WARNING, MlxFacts, mlx_facts
+from kvdoctor.model import CHUNKED, SLIDING, Finding
+
+RULE = Rule(codes=("ENG011", "SWA005"), engines=("sglang-mlx",))
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    facts: MlxFacts = ctx.plan.data["sglang_mlx"]
-    basis = ("" if facts.basis == "mlx-lm" else
-             " (predicted from kvdoctor's table of mlx-lm 0.32.2: the installed mlx-lm lacks this model class)")
-    for refusal in facts.refusals:
-        message, source = _explain(refusal, facts, ctx.spec)
-        yield Finding.at(refusal.code, message + basis, source, layer=refusal.layer,
-                         engine_error=refusal.engine_error(), evidence=refusal.evidence)
+    facts = mlx_facts(ctx.plan)
     if not facts.serves:
         return
-    view, layout = facts.view, facts.layout
-    if not layout.windows and view.window is not None:
+    basis = facts.basis_note
+    view = facts.view
+    assert facts.layout is not None
+    if not facts.layout.windows and view.window is not None:
         yield Finding.at(
             "ENG011",
             f"{view.container_class} exposes a window ({view.window_attr} = {view.window}) but no layer_types list, "
@@ -32,58 +32,12 @@ def run(ctx: Context) -> Iterable[Finding]:
     yield from _divergence(ctx, facts, basis)
 
 
-def _explain(refusal: Refusal, facts: MlxFacts, spec: ModelSpec) -> tuple[str, Source]:
-    view = facts.view
-    module = facts.skeleton.module_name if facts.skeleton else spec.model_type
-    if refusal.code == "ENG001":
-        return (f"mlx-lm has no model class for model_type {spec.model_type!r} (no module mlx_lm.models.{module}); "
-                "sglang's MLX backend loads every model through mlx-lm, so it cannot load this one"), \
-            spec.key_source("model_type")
-    if refusal.code == "ENG002":
-        key = "layer_types" if "layer_types" in spec.config else "model_type"
-        return (f"mlx-lm's {module} model class cannot be built from this config: "
-                f"{refusal.error_class}: {refusal.message}"), spec.key_source(key)
-    if refusal.code == "ENG003":
-        near = view.layers[0].near_miss
-        lacks = f"; its closest child, {near[0]}, lacks {', '.join(near[1])}" if near else ""
-        return (f"no layer of {view.layers[0].layer_class} has a direct child the backend counts as attention "
-                f"(q_proj, k_proj, v_proj, o_proj, rope, a scale and head counts){lacks}: the backend "
-                "refuses the model"), spec.key_source("model_type")
-    if refusal.code == "ENG004":
-        flagged = refusal.evidence["flagged_layers"]
-        key = "sliding_window_pattern" if "sliding_window_pattern" in spec.config else "sliding_window"
-        lacks = ("no layer_types list" if not view.layer_types else
-                 f"layer_types but no window ({view.window_attr or 'sliding_window'} is null)")
-        return (f"{len(flagged)} attention layers are flagged sliding by mlx-lm "
-                f"({view.layers[flagged[0]].sliding_flag} on layer {flagged[0]}), but {view.container_class} "
-                f"exposes {lacks}, so the backend has no window for them and refuses to start"), spec.key_source(key)
-    if refusal.code == "ENG005":
-        ev = refusal.evidence
-        same_shape = ev["first_config"][:2] == ev["config"][:2]
-        return (f"attention layers {ev['first']} and {refusal.layer} need KV of different shapes or dtypes "
-                f"({tuple(ev['first_config'])} vs {tuple(ev['config'])}); the backend's shared pool and decode "
-                "kernels need one (n_kv_heads, head_dim, dtype) for every attention layer"), \
-            facts.kv[refusal.layer].dtype_source if same_shape else spec.key_source("head_dim")
-    if refusal.code == "ENG006":
-        return (f"layers {_short(refusal.evidence['auxiliary_layers'])} keep recurrent (auxiliary) state and "
-                f"layers {_short(refusal.evidence['sliding_layers'])} slide; the backend serves one or the other, "
-                "not both"), spec.key_source("layer_types")
-    if refusal.code == "ENG008":
-        return (f"layers {_short(refusal.evidence['auxiliary_layers'])} keep auxiliary state but the mlx-lm model "
-                "has no make_cache() to create it"), spec.key_source("model_type")
-    return refusal.message, spec.key_source("model_type")
-
-
-def _short(layers: list[int], limit: int = 8) -> str:
-    text = ", ".join(map(str, layers[:limit]))
-    return text + (f" ... ({len(layers)} layers)" if len(layers) > limit else "")
-
-
 def _divergence(ctx: Context, facts: MlxFacts, basis: str) -> Iterable[Finding]:
     """SWA005: a layer whose window the backend applies differently from the model's meaning."""
     spec, layout, view = ctx.spec, facts.layout, facts.view
+    assert layout is not None
     context_length = ctx.deploy.context_length
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[int | None, int | None], list[int]] = {}
     for layer in spec.layers:
         if layer.index >= layout.num_layers or layer.index not in layout.attention:
             continue

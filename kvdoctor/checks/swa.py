@@ -1,69 +1,51 @@
-"""SWA001-SWA004, ENG009, ENG010, ENG012: build the caches sglang's MLX backend would build, drive
-them through the model's own mask routing (kvdoctor.mlx.probes) and report what breaks."""
+"""SWA001-SWA004, ENG009, ENG010, ENG012: what the mask-routing probe (the caches sglang's MLX backend
+would build, driven through the model's own mask routing) saw break."""
 from __future__ import annotations
 
 from typing import Any, Iterable
 
+from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.engines.sglang_mlx import MlxFacts
-from kvdoctor.limits import require_within_budget
+from kvdoctor.engines.sglang_mlx import (
+    SGLANG_VERSION,
+    MaskRouting,
+    MaskRoutingProbe,
+    MlxFacts,
+    SglangMlxSettings,
+    mlx_facts,
+    routing_source,
+)
 from kvdoctor.model import Finding, Source
+
+RULE = Rule(codes=("SWA001", "SWA002", "SWA003", "SWA004", "ENG009", "ENG010", "ENG012"), engines=("sglang-mlx",),
+            needs=(f"probe:{MaskRoutingProbe.name}",))
+
+
+# What each broken invariant the probe records means (kvdoctor.mlx.probes).
+CODES = {"full_mask_from_window": "SWA001", "mask_width": "SWA002", "attended": "SWA003", "offsets": "SWA004",
+         "shim_store": "ENG010", "wrapper_breaks_layer": "ENG012"}
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    facts: MlxFacts = ctx.plan.data["sglang_mlx"]
-    if not facts.serves:
+    seen = ctx.observations.get(MaskRoutingProbe.name)
+    if not isinstance(seen, MaskRouting) or seen.report is None:
         return
-    notes = ctx.plan.data["report"]["engine_notes"]
-    layout = facts.layout
-    if facts.skeleton is None or facts.skeleton.model is None:
-        notes.append("mask-routing probes skipped: no mlx-lm model object to drive")
-        return
-    from kvdoctor.mlx.probes import ProbeLayer, probe_bytes, run_probes, within_budget
-
-    layers = within_budget([ProbeLayer(i, facts.view.layers[i].attention_attr, layout.window(i),
-                                       facts.kv[i].n_kv_heads, facts.kv[i].head_dim, facts.kv[i].dtype)
-                            for i in layout.attention])
-    where = _routing_source(ctx)
-    chunk = ctx.deploy.sglang_mlx.chunked_prefill_size
-    require_within_budget(f"sglang-mlx probe caches for {len(layers)} attention layers", probe_bytes(layers, chunk),
-                          where)
-    report = run_probes(facts.skeleton.model, layers, layout.num_layers, layout.auxiliary, chunk=chunk)
-    ctx.plan.data["report"].setdefault("sglang_mlx", {})["probe"] = _summary(report, layers)
-    if report.aborted:
-        notes.append(f"mask-routing probe stopped early: {report.aborted}")
-    yield from _findings(ctx, facts, report, where)
+    yield from _findings(ctx, mlx_facts(ctx.plan), seen.report, routing_source(ctx.spec))
 
 
-def _routing_source(ctx: Context) -> Source:
-    for key in ("layer_types", "sliding_window", "model_type"):
-        if key in ctx.spec.config:
-            return ctx.spec.key_source(key)
-    return ctx.spec.key_source("model_type")
-
-
-def _summary(report: Any, layers: list) -> dict[str, Any]:
-    """Per step, how many keys the last query of sliding and of full layers attended."""
-    kinds = {layer.index: ("sliding" if layer.window is not None else "full") for layer in layers}
-    steps = {}
-    for step, counts in report.attended.items():
-        by_kind: dict[str, set[int]] = {}
-        for layer, count in counts.items():
-            by_kind.setdefault(kinds[layer], set()).add(count)
-        steps[step] = {kind: sorted(values) for kind, values in by_kind.items()}
-    return {"steps": report.steps, "verified": report.checked, "via_sdpa_kernel": report.kernel_checked,
-            "true_kv_shape_layers": [layer.index for layer in layers if layer.true_shape],
-            "cache_bytes": report.bytes_written, "last_query_keys": steps}
+def _settings(ctx: Context) -> SglangMlxSettings:
+    assert isinstance(ctx.settings, SglangMlxSettings)
+    return ctx.settings
 
 
 def _reach(ctx: Context) -> str:
-    """When requests meet SWA001 under sglang 0.5.23: a prompt is prefilled in chunks of chunked_prefill_size,
+    """When requests meet SWA001 under the pinned sglang: a prompt is prefilled in chunks of chunked_prefill_size,
     and every chunk after the first extends the cache (batched decode never asks the windowed caches for masks)."""
-    chunk = ctx.deploy.sglang_mlx.chunked_prefill_size
+    chunk = _settings(ctx).chunked_prefill_size
     context = ctx.deploy.context_length
     if context is not None and context <= chunk:
         return (f". With context_length {context} <= chunked_prefill_size {chunk} no prompt is chunked, so sglang "
-                "0.5.23 meets this only on paths that extend a cache (native decode, speculative verify)")
+                f"{SGLANG_VERSION} meets this only on paths that extend a cache (native decode, speculative verify)")
     return f"; any prompt longer than chunked_prefill_size ({chunk} tokens) reaches it"
 
 
@@ -75,17 +57,18 @@ def _layers(layers: list[int], limit: int = 10) -> str:
 def _findings(ctx: Context, facts: MlxFacts, report: Any, where: Source) -> Iterable[Finding]:
     from kvdoctor.mlx.caches import FULL_MASK_FROM_WINDOW, SHIM_STORES
 
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     for problem in report.problems:
-        d = problem.detail
-        if problem.code == "SWA001":
-            key = (problem.code, d["maker"])
-        elif problem.code in ("SWA002", "SWA003"):
-            key = (problem.code, d.get("window"), d.get("batched", False), problem.stage)
-        elif problem.code == "ENG010":
-            key = (problem.code, d.get("module"))
+        d, code = problem.detail, CODES[problem.kind]
+        key: tuple[Any, ...]
+        if code == "SWA001":
+            key = (code, d["maker"])
+        elif code in ("SWA002", "SWA003"):
+            key = (code, d.get("window"), d.get("batched", False), problem.stage)
+        elif code == "ENG010":
+            key = (code, d.get("module"))
         else:
-            key = (problem.code,)
+            key = (code,)
         groups.setdefault(key, []).append(problem)
 
     for key, problems in groups.items():
@@ -152,7 +135,7 @@ def _findings(ctx: Context, facts: MlxFacts, report: Any, where: Source) -> Iter
 def _not_run(ctx: Context, facts: MlxFacts, report: Any) -> Iterable[Finding]:
     """ENG009: layers of the checkpoint that the mlx-lm model never runs."""
     spec, layout, view = ctx.spec, facts.layout, facts.view
-    if report.aborted:
+    if report.aborted or layout is None:
         return
     unbuilt = list(range(layout.num_layers, spec.num_hidden_layers))
     idle = [i for i in layout.attention if i not in report.ran]

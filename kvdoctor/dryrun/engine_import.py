@@ -14,7 +14,7 @@ none of that. This loader:
   `ReqToTokenPool` from it and reads only its `req_to_token` table. The stand-in is kvdoctor's own
   class and is reported as modelled, never as engine code.
 
-Written against sglang 0.5.23 with mlx-lm 0.32.2 (`PINNED`); another version is tried all the same
+Written against the pinned sglang and mlx-lm (`PINNED`, from kvdoctor.engines.pins); another version is tried all the same
 and reported with its version, so a failure to load says which release broke the assumption.
 Everything here mutates `sys.modules`, so it runs only in the dry run's child process.
 """
@@ -28,7 +28,9 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PINNED = {"sglang": "0.5.23", "mlx-lm": "0.32.2"}
+from kvdoctor.engines.pins import PINS
+
+PINNED = {"sglang": PINS["sglang"], "mlx-lm": PINS["mlx-lm"]}
 
 MLX = "sglang.srt.hardware_backend.mlx"
 KV_CACHE = f"{MLX}.kv_cache"
@@ -39,7 +41,7 @@ KV_CACHE_MODULES = ("attention_contract", "attention_kv_cache", "attention_kv_po
                     "layout", "model_patching")
 # Modules a dry run imports -> what to pip install. msgspec and psutil are the light packages the MLX
 # modules import beyond mlx, mlx-lm, numpy and torch (sglang itself is installed with --no-deps).
-REQUIRED_MODULES = {"sglang": "sglang==0.5.23", "mlx": "mlx[cpu]", "mlx_lm": "mlx-lm", "torch": "torch",
+REQUIRED_MODULES = {"sglang": f"sglang=={PINS['sglang']}", "mlx": "mlx[cpu]", "mlx_lm": "mlx-lm", "torch": "torch",
                     "msgspec": "msgspec", "psutil": "psutil"}
 
 

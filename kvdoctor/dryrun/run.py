@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 STDERR_TAIL = 2000
@@ -50,8 +50,7 @@ def kv_dtype(spec: Any) -> str | None:
     return MLX_DTYPES.get(spec.dtype or "")
 
 
-def build_request(spec: Any, deploy: Any, options: dict[str, Any]) -> dict[str, Any]:
-    settings = deploy.sglang_mlx
+def build_request(spec: Any, settings: Any, options: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "model_dir": str(Path(spec.model_dir).resolve()),
         "config": spec.raw_config,

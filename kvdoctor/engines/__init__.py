@@ -1,23 +1,59 @@
-"""Engine profiles. Each module has `plan(spec, deploy) -> EnginePlan`: how that engine, at the
-version the profile describes, lays out caches for this model. Imported only when chosen."""
+"""Engine profiles, by name, each imported only when it is asked for (as `report/` does for formats).
+
+Adding an engine is one module with an `EngineProfile` subclass and one line here. The order is the
+order of `kvdoctor budget`'s table.
+"""
 from __future__ import annotations
 
 import importlib
+from functools import lru_cache
 
-from kvdoctor.context import EnginePlan
-from kvdoctor.deploy import Deploy
+from kvdoctor.engines.base import EngineProfile
 from kvdoctor.errors import InputError
-from kvdoctor.model import ModelSpec
 
-ENGINES: dict[str, str] = {
-    "hf": "kvdoctor.engines.hf",
-    "sglang-mlx": "kvdoctor.engines.sglang_mlx",  # issue 3: sglang 0.5.23 MLX backend + mlx-lm 0.32.2
-    "sglang": "kvdoctor.engines.sglang",  # issue 4: sglang 0.5.23 CUDA side, KDA ReplaySSM state caches
+PROFILES: dict[str, str] = {
+    "hf": "kvdoctor.engines.hf:HfProfile",
+    "vllm": "kvdoctor.engines.vllm:VllmProfile",
+    "sglang": "kvdoctor.engines.sglang:SglangProfile",
+    "sglang-mlx": "kvdoctor.engines.sglang_mlx:SglangMlxProfile",
+    "mlx-lm": "kvdoctor.engines.mlx_lm:MlxLmProfile",
 }
 
 
-def plan_for(engine: str, spec: ModelSpec, deploy: Deploy) -> EnginePlan:
-    module = ENGINES.get(engine)
-    if module is None:
-        raise InputError(f"unknown engine {engine!r}; expected one of: {', '.join(sorted(ENGINES))}")
-    return importlib.import_module(module).plan(spec, deploy)
+def section_name(engine: str) -> str:
+    """The deploy-file section of a profile: its name with - as _ (`sglang-mlx` -> `sglang_mlx`)."""
+    return engine.replace("-", "_")
+
+
+@lru_cache(maxsize=None)
+def profile_class(name: str) -> type[EngineProfile]:
+    module, _, cls = PROFILES[name].partition(":")
+    found: type[EngineProfile] = getattr(importlib.import_module(module), cls)
+    return found
+
+
+@lru_cache(maxsize=None)
+def profile(name: str) -> EngineProfile:
+    return profile_class(name)()
+
+
+def check_engines() -> list[str]:
+    """Profiles `kvdoctor check --engine` accepts: those with a layout plan."""
+    return [name for name in PROFILES if profile_class(name).can_plan()]
+
+
+def budget_engines() -> list[str]:
+    """Profiles `kvdoctor budget` sizes, in table order."""
+    return [name for name in PROFILES if profile_class(name).can_budget()]
+
+
+def dry_run_engines() -> list[str]:
+    return [name for name in check_engines() if profile(name).dry_run() is not None]
+
+
+def check_profile(engine: str) -> EngineProfile:
+    """The profile `check --engine ENGINE` uses; InputError for a name that has none."""
+    names = check_engines()
+    if engine not in names:
+        raise InputError(f"unknown engine {engine!r}; expected one of: {', '.join(sorted(names))}")
+    return profile(engine)

@@ -1,8 +1,21 @@
 """The seam every engine profile implements, and the typed, frozen plan it returns.
 
 Data flows one way: load -> `EngineProfile.plan` (static, no torch / mlx) -> the probes the selected
-rules need -> rules (read spec, plan and observations; return findings) -> `EngineProfile.report`.
-Nothing downstream writes into a plan; a probe returns observations, never catalog codes.
+rules need (`EngineProfile.probes`, each sized before it builds anything) -> rules (read spec, plan and
+observations; return findings) -> `EngineProfile.report` for the JSON `info`. Nothing downstream writes
+into a plan; a probe returns observations, never catalog codes.
+
+Refinements of the first contract, all additive (every earlier name and field keeps its meaning):
+- `Refusal` gained `explanation`, `where`, `setting`, `severity` and `latent`, so that one generic rule
+  (`kvdoctor.checks.refusals`) can turn any profile's predicted refusals into findings with the same
+  text and location the per-code branches gave.
+- `plan`, `budget` and `dry_run` are optional overrides rather than abstract: a profile may exist for
+  one purpose (the mlx-lm profile only sizes budgets). The registry offers a profile to `check` when
+  it overrides `plan`, to `budget` when it overrides `budget`, and to `--dry-run` when `dry_run()`
+  returns a runner.
+- `Probe` and `Cost` state the probe stage: a probe lists what it will build, in order, before it
+  builds anything; the pipeline turns the first entry past the budget into LIM001.
+- The version pins are read from `kvdoctor.engines.pins` (two profiles pin the same sglang release).
 """
 from __future__ import annotations
 
@@ -13,7 +26,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Mapping, Sequence, Typ
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from kvdoctor.model import ModelSpec
+    from kvdoctor.budget.common import Budget
+    from kvdoctor.budget.facts import ModelFacts
+    from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.deploy import Deploy
+    from kvdoctor.model import ModelSpec, Source
 
 STAGES = ("load", "startup", "prefill", "decode")
 
@@ -27,9 +44,19 @@ class Refusal:
     message: str  # the exact text the engine prints, numbers filled in
     stage: str  # one of STAGES
     layer: int | None = None
-    key: str | None = None  # the config key or deploy setting at fault, for location and fingerprint
+    key: str | None = None  # the config key at fault, for location and fingerprint
     source: str | None = None  # where the engine raises it: a pinned source URL or file:line @ version
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    explanation: str = ""  # the finding's text, in kvdoctor's words; empty: the engine's message
+    where: Source | None = None  # the location when it is not a config key (a checkpoint tensor)
+    setting: str | None = None  # a deploy-file setting at fault (dotted: "sglang.tp_size"); beats `key`
+    severity: str | None = None  # None: the catalog entry's
+    latent: bool = False  # raised only once another setting changes: reported without engine_error
+
+    def engine_error(self) -> dict[str, Any] | None:
+        if self.latent:
+            return None
+        return {"class": self.error_class, "message": self.message, "stage": self.stage}
 
 
 @dataclass(frozen=True)
@@ -38,7 +65,7 @@ class LayerPlan:
 
     index: int
     engine_window: int | None  # keys attended including the query's own (the `window` convention); None: full
-    cache: str  # kvdoctor's label for the cache the engine builds: full, windowed, mla, state, ...
+    cache: str | None  # kvdoctor's label for the cache the engine builds: full, windowed, mla, state, ...
     state: Mapping[str, Any] | None = None  # recurrent-state shapes and bytes, by TP size
     extra: Mapping[str, Any] = field(default_factory=dict)  # engine-specific JSON fields: engine_spec, pool_index
 
@@ -56,21 +83,73 @@ class Plan(Generic[FactsT]):
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Cost:
+    """Caches a probe is about to build: what they are, their bytes, and the value that made them big."""
+
+    what: str
+    nbytes: int
+    source: Source | None = None
+    layer: int | None = None
+    setting: str | None = None  # a deploy-file setting that sized them (located by the pipeline); beats `source`
+
+
+class Probe(ABC):
+    """Builds and drives real caches for one engine and returns what it observed (data, never codes)."""
+
+    name: ClassVar[str]  # what a rule names in `needs` as "probe:<name>"
+
+    def costs(self, spec: ModelSpec, plan: Plan[Any], settings: BaseModel) -> Sequence[Cost]:
+        """What `run` builds, in order, one entry per unit of work; nothing is built yet."""
+        return ()
+
+    @abstractmethod
+    def run(self, spec: ModelSpec, plan: Plan[Any], settings: BaseModel, fits: int) -> object:
+        """Run the first `fits` units listed by `costs` (the ones within the budget) and observe."""
+
+
+class DryRunner(ABC):
+    """Runs the engine's own code on a weightless copy of the model, in a child process."""
+
+    @abstractmethod
+    def run(self, spec: ModelSpec, deploy: Deploy, plan: Plan[Any], options: Mapping[str, Any]) -> object:
+        """What the engine did (an observation record for the dry-run rule and the report)."""
+
+
 class EngineProfile(ABC):
     """One engine at the versions in `pins`. Register it in `kvdoctor.engines.PROFILES`."""
 
     name: ClassVar[str]
-    pins: ClassVar[Mapping[str, str]]  # {"vllm": "0.33.0"}: the only place an engine version is written
+    pins: ClassVar[Mapping[str, str]]  # taken from kvdoctor.engines.pins.PINS
     Settings: ClassVar[type[BaseModel]]  # its deploy-file section (named `name` with - as _)
+    reference: ClassVar[bool] = False  # True: the model's own meaning, not a serving engine (no engine row)
+    refusal_codes: ClassVar[tuple[str, ...]] = ()  # the catalog codes `plan` may put in `Plan.refusals`
 
-    @abstractmethod
     def plan(self, spec: ModelSpec, settings: Any) -> Plan[Any]:
         """How the engine lays out this model's caches and what it refuses; imports no torch or mlx."""
+        raise NotImplementedError(f"{self.name} has no layout plan")
 
-    def probes(self) -> Sequence[Any]:
+    def probes(self) -> Sequence[Probe]:
         """Probes that build and drive real caches for this engine (none by default)."""
         return ()
 
-    def report(self, plan: Plan[Any], observations: Mapping[str, Any]) -> dict[str, Any]:
+    def dry_run(self) -> DryRunner | None:
+        """The engine's own code in a child process, when kvdoctor can run it (none by default)."""
+        return None
+
+    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: Any, inputs: BudgetSettings,
+               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+        """KV sizing the engine's way: (one budget per mode, how the memory figure was obtained)."""
+        raise NotImplementedError(f"{self.name} has no budget model")
+
+    def report(self, plan: Plan[Any], observations: Mapping[str, object]) -> dict[str, Any]:
         """The engine's part of the JSON `info`, from the plan and what the probes observed."""
         return {}
+
+    @classmethod
+    def can_plan(cls) -> bool:
+        return cls.plan is not EngineProfile.plan
+
+    @classmethod
+    def can_budget(cls) -> bool:
+        return cls.budget is not EngineProfile.budget

@@ -1,9 +1,11 @@
 """`hf`: the model's own meaning (transformers semantics); every window applies as declared."""
 from __future__ import annotations
 
-from kvdoctor.context import EnginePlan
-from kvdoctor.deploy import Deploy
-from kvdoctor.model import ATTENTION_KINDS, SLIDING, CHUNKED, LayerPlan, ModelSpec
+from typing import Any, ClassVar, Mapping
+
+from kvdoctor.deploy import Section
+from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan
+from kvdoctor.model import ATTENTION_KINDS, CHUNKED, SLIDING, ModelSpec
 
 
 def cache_kind(kind: str) -> str:
@@ -14,6 +16,17 @@ def cache_kind(kind: str) -> str:
     return "state"
 
 
-def plan(spec: ModelSpec, deploy: Deploy) -> EnginePlan:
-    layers = [LayerPlan(index=l.index, engine_window=l.window, cache=cache_kind(l.kind)) for l in spec.layers]
-    return EnginePlan(engine="hf", versions={}, layers=layers)
+class HfSettings(Section):
+    """Nothing to set: the reference has no start-up options."""
+
+
+class HfProfile(EngineProfile):
+    name = "hf"
+    pins: ClassVar[Mapping[str, str]] = {}
+    Settings = HfSettings
+    reference = True
+
+    def plan(self, spec: ModelSpec, settings: Any) -> Plan[None]:
+        layers = tuple(LayerPlan(index=l.index, engine_window=l.window, cache=cache_kind(l.kind))
+                       for l in spec.layers)
+        return Plan(engine="hf", versions={}, layers=layers)

@@ -1,34 +1,87 @@
-"""`sglang`: sglang 0.5.23 on CUDA, the KDA ReplaySSM state caches.
+"""`sglang`: sglang on CUDA (version in kvdoctor.engines.pins), the KDA ReplaySSM state caches.
 
-KDA layers get the per-slot state the allocation recipe gives (sglang 0.5.23's MambaPool rule unless
-the deploy file names another recipe) at each tensor-parallel size: TP 1, 2, 4 and 8, or only the
-deploy file's `sglang.tp_size`. Shapes are computed here without torch; the KDA checks build them.
+KDA layers get the per-slot state the allocation recipe gives (sglang's MambaPool rule unless the
+deploy file names another recipe) at each tensor-parallel size: TP 1, 2, 4 and 8, or only the deploy
+file's `sglang.tp_size`. Shapes are computed here without torch; the `kda_caches` probe builds them.
+What sglang refuses before any cache exists (heads not divisible by the TP size at load, the
+ReplaySSM server-argument guards at start-up) is part of the plan. The same section sizes the
+budget (`kvdoctor.budget.sglang`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
 
-from kvdoctor.context import EnginePlan
-from kvdoctor.deploy import Deploy, SglangSettings
+from pydantic import Field, ValidationInfo, field_validator
+
+from kvdoctor.deploy import Section
+from kvdoctor.engines.base import Cost, EngineProfile, LayerPlan, Plan, Probe, Refusal
+from kvdoctor.engines.pins import PINS
 from kvdoctor.errors import InputError
 from kvdoctor.kda.caches import BATCH_SLOTS, cache_shapes, negative_shape, per_slot_report
 from kvdoctor.kda.dims import LayerDims, kda_groups
 from kvdoctor.kda.recipe import Recipe, load_recipe
-from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, ATTN_MAMBA, LayerPlan, ModelSpec
+from kvdoctor.model import ATTN_MAMBA, CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, ModelSpec
 
-VERSION = "0.5.23"
+if TYPE_CHECKING:
+    from kvdoctor.budget.common import Budget
+    from kvdoctor.budget.facts import ModelFacts
+    from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.kda.dims import Geometry
+    from kvdoctor.kda.latent import Latent
+    from kvdoctor.kda.replay import KernelRun
+    from kvdoctor.kda.validate import Failure
+
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 REPLAYSSM_BACKENDS = ("triton", "helion")
 # MLA keeps its compressed latent for the whole context: a full cache, as the report's legend reads it.
 CACHE_LABELS = {FULL: "full", MLA: "full", ATTN_MAMBA: "full", SLIDING: "windowed", CHUNKED: "windowed",
                 GDN: "state", MAMBA: "state", KDA: "kda-replayssm"}
+KDA_RECIPE_DEFAULT = "sglang-" + PINS["sglang"]
 
 
-@dataclass
+class SglangSettings(Section):
+    """sglang on CUDA (server defaults): the KDA / ReplaySSM state caches and the memory pools."""
+
+    tp_size: Optional[int] = Field(None, ge=1, le=1024, description="--tp-size; None: sglang's 1 for the budget, "
+                                                                    "and the KDA checks try 1, 2, 4 and 8")
+    enable_linear_replayssm: bool = False
+    linear_replayssm_cache_len: int = Field(16, description="--linear-replayssm-cache-len")
+    linear_attn_decode_backend: Literal["triton", "helion", "flashinfer", "cutedsl"] = "triton"
+    max_mamba_cache_size: Optional[int] = Field(None, ge=0)
+    mamba_ssm_dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(
+        None, description="--mamba-ssm-dtype; None: the config's (GDN models), else float32")
+    kda_recipe: str = Field(KDA_RECIPE_DEFAULT, description="a built-in recipe name or a recipe YAML path")
+    page_size: int = Field(1, ge=1, description="whatever the attention backend resolves to")
+    swa_full_tokens_ratio: float = Field(0.8, gt=0, le=1)
+    disable_hybrid_swa_memory: bool = False
+    kv_cache_dtype: str = "auto"
+    mamba_full_memory_ratio: float = Field(0.9, gt=0)
+    radix_cache: bool = True
+    max_running_requests: Optional[int] = Field(None, ge=1)
+    max_total_tokens: Optional[int] = Field(None, ge=1)
+    chunked_prefill_size: int = Field(8192, ge=1)
+
+    @field_validator("kda_recipe")
+    @classmethod
+    def _relative_to_deploy_file(cls, value: str, info: ValidationInfo) -> str:
+        """A recipe path in a deploy file is relative to that file's directory."""
+        base = (info.context or {}).get("deploy_dir")
+        is_path = "/" in value or value.endswith((".yaml", ".yml"))
+        if base is not None and is_path and not Path(value).is_absolute():
+            return str(Path(base) / value)
+        return value
+
+    @property
+    def ssm_dtype(self) -> str:
+        """The KDA state dtype: sglang keeps KDA state in float32 unless --mamba-ssm-dtype says otherwise."""
+        return self.mamba_ssm_dtype or "float32"
+
+
+@dataclass(frozen=True)
 class KdaPlan:
-    """What the KDA checks need: the recipe, the settings and each group of identical KDA layers."""
+    """What the KDA rules and the probe need: the recipe, the settings and each group of identical KDA layers."""
 
     recipe: Recipe
     settings: SglangSettings
@@ -36,12 +89,17 @@ class KdaPlan:
     tp_from_deploy: bool
     validator: str  # which wrapper's checks apply: the decode backend's, Helion's for the others
     act_dtype: str
-    groups: list[list[LayerDims]]
-    states: dict[int, dict[str, Any]] = field(default_factory=dict)  # first layer of a group -> state by TP
+    groups: tuple[tuple[LayerDims, ...], ...]
+    states: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # first layer of a group -> state by TP
 
     @property
     def L(self) -> int:
         return self.settings.linear_replayssm_cache_len
+
+
+def kda_plan(plan: Plan[Any]) -> KdaPlan | None:
+    """The KDA facts of an sglang plan (None: the model has no KDA layers, or another engine's plan)."""
+    return plan.facts if isinstance(plan.facts, KdaPlan) else None
 
 
 def _act_dtype(spec: ModelSpec) -> str:
@@ -60,43 +118,249 @@ def _state_by_tp(kp: KdaPlan, dims: LayerDims) -> dict[str, Any]:
         if negative:
             raise InputError(f"{kp.recipe.path}: KDA recipe gives {negative} a negative size for layer "
                              f"{dims.layer} at TP {tp}")
-        out[str(tp)] = per_slot_report(kp.recipe, geom, kp.settings.mamba_ssm_dtype)
+        out[str(tp)] = per_slot_report(kp.recipe, geom, kp.settings.ssm_dtype)
     return out
 
 
-def plan(spec: ModelSpec, deploy: Deploy) -> EnginePlan:
-    settings = deploy.sglang
-    layers = [LayerPlan(index=l.index, engine_window=l.window if l.kind in (SLIDING, CHUNKED) else None,
-                        cache=CACHE_LABELS.get(l.kind, "unknown")) for l in spec.layers]
-    data: dict[str, Any] = {"report": {"engine_notes": []}}
-    groups = kda_groups(spec)
-    if groups:
-        relative = Path(deploy.path).parent if deploy.path else None
-        recipe = load_recipe(settings.kda_recipe, relative_to=relative)
-        backend = settings.linear_attn_decode_backend
-        kp = KdaPlan(recipe=recipe, settings=settings,
-                     tp_sizes=(settings.tp_size,) if settings.tp_size else DEFAULT_TP_SIZES,
-                     tp_from_deploy=settings.tp_size is not None,
-                     validator=backend if backend in REPLAYSSM_BACKENDS else "helion",
-                     act_dtype=_act_dtype(spec), groups=groups)
-        by_index = {p.index: p for p in layers}
-        for group in groups:
-            state = _state_by_tp(kp, group[0])
-            kp.states[group[0].layer] = state
-            for dims in group:
-                by_index[dims.layer].state = state
-        data["kda"] = kp
-        data["report"]["kda_replayssm"] = {
-            "recipe": recipe.name, "recipe_file": recipe.path, "enabled": settings.enable_linear_replayssm,
-            "cache_len": settings.linear_replayssm_cache_len, "decode_backend": backend,
-            "checked_as": kp.validator, "tp_sizes": list(kp.tp_sizes), "ssm_dtype": settings.mamba_ssm_dtype,
-            "layer_dims": {str(g[0].layer): {**g[0].to_json(), "layers": [d.layer for d in g]} for g in groups},
+def _refusals(kp: KdaPlan) -> list[Refusal]:
+    """sglang's refusals before any cache exists: the ReplaySSM start-up guards, then TP at load."""
+    settings, out = kp.settings, []
+    if settings.enable_linear_replayssm and settings.linear_attn_decode_backend not in REPLAYSSM_BACKENDS:
+        message = ("--enable-linear-replayssm requires Triton, or Helion for KDA, as the linear-attn decode "
+                   f"backend; got --linear-attn-decode-backend={settings.linear_attn_decode_backend!r}.")
+        out.append(Refusal("KDA061", "ValueError", message, "startup", explanation=f"sglang refuses to start: {message}",
+                           setting="sglang.linear_attn_decode_backend",
+                           evidence={"decode_backend": settings.linear_attn_decode_backend}))
+    if kp.L < 1:
+        message = f"--linear-replayssm-cache-len must be >= 1, got {kp.L}."
+        on = settings.enable_linear_replayssm
+        out.append(Refusal("KDA062", "ValueError", message, "startup", setting="sglang.linear_replayssm_cache_len",
+                           explanation=(f"sglang refuses to start: {message}" if on else
+                                        f"{message} (refused at startup once enable_linear_replayssm is on)"),
+                           severity=None if on else "warning", latent=not on, evidence={"cache_len": kp.L}))
+    for group in kp.groups:
+        dims = group[0]
+        for tp in kp.tp_sizes:
+            refusal = dims.tp_error(tp)
+            if refusal is None:
+                continue
+            if kp.tp_from_deploy:
+                text = f"layer {dims.layer} (KDA): sglang cannot load this model at TP {tp}: {refusal}"
+            else:
+                text = (f"layer {dims.layer} (KDA): this model cannot be served at TP {tp} (one of the sizes checked "
+                        f"by default): {refusal}")
+            out.append(Refusal("KDA060", "ValueError", refusal, "load", layer=dims.layer, explanation=text,
+                               key=None if kp.tp_from_deploy else "linear_attn_config.num_heads",
+                               setting="sglang.tp_size" if kp.tp_from_deploy else None,
+                               severity=None if kp.tp_from_deploy else "warning",
+                               evidence={"tp_size": tp, "num_heads": dims.config_heads,
+                                         "layers": [d.layer for d in group]}))
+    return out
+
+
+# ---- the KDA cache probe -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GroupRun:
+    """What the probe saw for one group of identical KDA layers."""
+
+    dims: LayerDims
+    layers: list[int]
+    # code of the first failure -> (that failure, its text by TP, the cache shapes it was seen with)
+    hits: dict[str, tuple[Failure, dict[int, str], dict[str, list[int]]]]
+    real: Geometry | None  # the first geometry that passed every check, when the group is clean
+    latent: Latent | None = None
+    kernel_runs: tuple[tuple[Geometry, KernelRun], ...] = ()
+    gpu: Mapping[str, Any] | None = None  # the GPU run's record, or {"skipped": reason}
+    gpu_case: Any = None  # kvdoctor.kda.gpu's case result
+
+
+@dataclass(frozen=True)
+class KdaCachesRun:
+    groups: tuple[GroupRun, ...] = ()
+    ran: bool = False  # False: nothing to run (no KDA layers, or the rings are refused at start-up)
+
+
+class KdaCachesProbe(Probe):
+    """Build each KDA group's caches at every TP size of the plan, replay the decode wrapper's checks and
+    the invariants on them, probe the recipe with distinct dimensions, run the reference replay kernel
+    and, where CUDA and sglang are importable, the engine's own kernel."""
+
+    name = "kda_caches"
+
+    def costs(self, spec: ModelSpec, plan: Plan[Any], settings: Any) -> Sequence[Cost]:
+        from kvdoctor.kda.caches import build_bytes, input_bytes
+
+        kp = kda_plan(plan)
+        if kp is None or kp.L < 1:
+            return ()
+        out = []
+        for group in kp.groups:
+            dims = group[0]
+            for tp in kp.tp_sizes:
+                if dims.tp_error(tp):
+                    continue
+                geom = dims.geometry(tp, kp.L)
+                out.append(Cost(f"KDA caches of layer {dims.layer} at TP {tp}",
+                                build_bytes(kp.recipe, geom, kp.settings.ssm_dtype) + input_bytes(geom),
+                                dims.sources.get("HV"), dims.layer))
+        return out
+
+    def run(self, spec: ModelSpec, plan: Plan[Any], settings: Any, fits: int) -> KdaCachesRun:
+        kp = kda_plan(plan)
+        if kp is None or kp.L < 1:  # L < 1 is refused at startup (KDA062): no decode ever runs
+            return KdaCachesRun()
+        groups, budget = [], fits
+        for group in kp.groups:
+            units = sum(1 for tp in kp.tp_sizes if not group[0].tp_error(tp))
+            if units > budget:
+                break  # this group's caches pass the budget: it and the groups after it are not built
+            budget -= units
+            groups.append(_run_group(kp, group))
+        return KdaCachesRun(groups=tuple(groups), ran=True)
+
+
+def _run_group(kp: KdaPlan, group: tuple[LayerDims, ...]) -> GroupRun:
+    from kvdoctor.kda import latent as latent_probe
+    from kvdoctor.kda.caches import build_caches, build_inputs
+    from kvdoctor.kda.replay import kernel_run
+    from kvdoctor.kda.validate import WRAPPERS, invariants
+
+    dims = group[0]
+    layers = [d.layer for d in group]
+    wrapper = WRAPPERS[kp.validator]
+    hits: dict[str, tuple[Failure, dict[int, str], dict[str, list[int]]]] = {}
+    passed: list[Geometry] = []
+    for tp in kp.tp_sizes:
+        if dims.tp_error(tp):
+            continue
+        geom = dims.geometry(tp, kp.L)
+        caches = build_caches(kp.recipe, geom, ssm_dtype=kp.settings.ssm_dtype)
+        inputs = build_inputs(geom, act_dtype=kp.act_dtype)
+        failures = [f for f in (wrapper(inputs, caches),) if f] + invariants(inputs, caches)
+        for failure in failures:
+            shapes = {k: list(v) for k, v in cache_shapes(kp.recipe, geom, len(inputs.mixed_qkv)).items()}
+            hits.setdefault(failure.code, (failure, {}, shapes))[1][tp] = failure.message
+        if not failures:
+            passed.append(geom)
+    if hits or not passed or passed[0].H <= 0 or passed[0].HV % passed[0].H:
+        return GroupRun(dims, layers, hits, None)
+    real = passed[0]
+    found = latent_probe.probe(kp.recipe, kp.validator, real)
+    geometries = [_kernel_geometry(kp, real)]
+    if found is None:
+        geometries.append(latent_probe.probe_geometry(real))
+    runs = tuple((geom, kernel_run(kp.recipe, geom)) for geom in geometries)
+    gpu, case = _gpu(kp, geometries[0])
+    return GroupRun(dims, layers, hits, real, found, runs, gpu, case)
+
+
+def _gpu(kp: KdaPlan, geom: Geometry) -> tuple[dict[str, Any], Any]:
+    from kvdoctor.kda import gpu
+
+    reason = gpu.unavailable_reason()
+    if reason:
+        return {"skipped": reason}, None
+    backend = kp.validator
+    case = gpu.run_case(gpu.GpuCase(backend=backend, geometry=geom, act_dtype=kp.act_dtype,
+                                    state_dtype=kp.settings.ssm_dtype), gpu.load_kernels()[backend],
+                        recipe=kp.recipe)
+    return {"backend": backend, "case": case.label(), "output_rel_error": case.output_error,
+            "state_rel_error": case.state_error, "ok": case.ok, "raised": case.raised}, case
+
+
+KERNEL_RUN_MAX_L = 16  # the run's cost grows with L^2; the protocol is the same at any L
+KERNEL_RUN_MAX_KEY_HEADS = 2
+
+
+def _kernel_geometry(kp: KdaPlan, real: Geometry) -> Geometry:
+    """The real dims with at most two key heads (grouping kept) and L <= 16, when the recipe builds and
+    passes there too; else the real geometry, which passed."""
+    from kvdoctor.kda.caches import build_caches, build_inputs
+    from kvdoctor.kda.validate import WRAPPERS, invariants
+
+    heads = min(real.H, KERNEL_RUN_MAX_KEY_HEADS)
+    reduced = replace(real.with_heads(heads, heads * (real.HV // real.H)), L=min(real.L, KERNEL_RUN_MAX_L))
+    if negative_shape(cache_shapes(kp.recipe, reduced, batch=len(BATCH_SLOTS))):
+        return real
+    caches = build_caches(kp.recipe, reduced, ssm_dtype="float32")
+    inputs = build_inputs(reduced, act_dtype="float32")
+    if WRAPPERS[kp.validator](inputs, caches) or invariants(inputs, caches):
+        return real
+    return reduced
+
+
+# ---- the profile ---------------------------------------------------------------------------------
+
+class SglangProfile(EngineProfile):
+    name = "sglang"
+    pins = {"sglang": PINS["sglang"]}
+    Settings = SglangSettings
+    refusal_codes = ("KDA060", "KDA061", "KDA062")
+
+    def plan(self, spec: ModelSpec, settings: Any) -> Plan[KdaPlan]:
+        assert isinstance(settings, SglangSettings)
+        states: dict[int, Mapping[str, Any]] = {}
+        groups = kda_groups(spec)
+        kp: KdaPlan | None = None
+        if groups:
+            recipe = load_recipe(settings.kda_recipe)
+            backend = settings.linear_attn_decode_backend
+            kp = KdaPlan(recipe=recipe, settings=settings,
+                         tp_sizes=(settings.tp_size,) if settings.tp_size else DEFAULT_TP_SIZES,
+                         tp_from_deploy=settings.tp_size is not None,
+                         validator=backend if backend in REPLAYSSM_BACKENDS else "helion",
+                         act_dtype=_act_dtype(spec), groups=tuple(tuple(g) for g in groups))
+            for group in kp.groups:
+                states[group[0].layer] = _state_by_tp(kp, group[0])
+            kp = replace(kp, states=states)
+        state_of = {dims.layer: states[group[0].layer] for group in (kp.groups if kp else ()) for dims in group}
+        layers = tuple(LayerPlan(index=l.index, engine_window=l.window if l.kind in (SLIDING, CHUNKED) else None,
+                                 cache=CACHE_LABELS.get(l.kind, "unknown"), state=state_of.get(l.index))
+                       for l in spec.layers)
+        notes = []
+        if kp is not None:
+            if not settings.enable_linear_replayssm:
+                notes.append("enable_linear_replayssm is off: the d/k/g rings are what the flag would allocate; "
+                             "problems with them are reported as warnings")
+            if settings.linear_attn_decode_backend not in REPLAYSSM_BACKENDS:
+                notes.append(f"decode backend {settings.linear_attn_decode_backend!r} has no ReplaySSM kernel; the "
+                             "rings were checked against the Helion wrapper's contract")
+        return Plan(engine=self.name, versions=dict(self.pins), layers=layers,
+                    refusals=tuple(_refusals(kp)) if kp else (), facts=kp, notes=tuple(notes))
+
+    def probes(self) -> Sequence[Probe]:
+        return (KdaCachesProbe(),)
+
+    def report(self, plan: Plan[Any], observations: Mapping[str, object]) -> dict[str, Any]:
+        out: dict[str, Any] = {"engine_notes": list(plan.notes)}
+        kp = kda_plan(plan)
+        if kp is None:
+            return out
+        settings = kp.settings
+        info: dict[str, Any] = {
+            "recipe": kp.recipe.name, "recipe_file": kp.recipe.path, "enabled": settings.enable_linear_replayssm,
+            "cache_len": settings.linear_replayssm_cache_len, "decode_backend": settings.linear_attn_decode_backend,
+            "checked_as": kp.validator, "tp_sizes": list(kp.tp_sizes), "ssm_dtype": settings.ssm_dtype,
+            "layer_dims": {str(g[0].layer): {**g[0].to_json(), "layers": [d.layer for d in g]} for g in kp.groups},
         }
-        notes = data["report"]["engine_notes"]
-        if not settings.enable_linear_replayssm:
-            notes.append("enable_linear_replayssm is off: the d/k/g rings are what the flag would allocate; "
-                         "problems with them are reported as warnings")
-        if backend not in REPLAYSSM_BACKENDS:
-            notes.append(f"decode backend {backend!r} has no ReplaySSM kernel; the rings were checked against "
-                         "the Helion wrapper's contract")
-    return EnginePlan(engine="sglang", versions={"sglang": VERSION}, layers=layers, data=data)
+        run = observations.get(KdaCachesProbe.name)
+        if isinstance(run, KdaCachesRun) and run.ran:
+            info["kernel_runs"] = [{"layer": g.dims.layer, **result.to_json()}
+                                   for g in run.groups for _, result in g.kernel_runs]
+            for g in run.groups:
+                if g.gpu is None:
+                    continue
+                if "skipped" in g.gpu:
+                    info["gpu"] = f"skipped: {g.gpu['skipped']}"
+                else:
+                    info.setdefault("gpu_runs", []).append({"layer": g.dims.layer, **g.gpu})
+        out["kda_replayssm"] = info
+        return out
+
+    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: Any, inputs: BudgetSettings,
+               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+        from kvdoctor.budget.run import sglang_budgets
+
+        assert isinstance(settings, SglangSettings)
+        return sglang_budgets(facts, settings, inputs, all_modes)

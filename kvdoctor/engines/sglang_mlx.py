@@ -1,4 +1,4 @@
-"""`sglang-mlx`: sglang 0.5.23's MLX backend serving models through mlx-lm 0.32.2.
+"""`sglang-mlx`: sglang's MLX backend serving models through mlx-lm (versions in kvdoctor.engines.pins).
 
 The backend loads the mlx-lm model class for the `model_type` and reads the object, never the
 config's window keys: a layer is attention when one of its direct children meets the backend's
@@ -6,20 +6,24 @@ attention contract, and slides only when the container exposes `layer_types` wit
 marked exactly "sliding_attention" plus a scalar window. This profile builds the same mlx-lm class
 (weightless, from a shrunken config), reads the same attributes, and predicts the layout, the
 shared full-attention pool and its index maps, and what the runner refuses at load and start-up.
-sglang itself is not needed.
+sglang itself is not needed. Two probes drive real caches (the mask routing and the full-attention
+pool) and `--dry-run` runs the installed engine's own code.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-from kvdoctor.context import EnginePlan
-from kvdoctor.deploy import Deploy
+from pydantic import Field
+
+from kvdoctor.deploy import Deploy, Section
+from kvdoctor.engines.base import Cost, DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
+from kvdoctor.engines.pins import PINS
 from kvdoctor.loader import layer_tensor
-from kvdoctor.model import SLIDING, LayerPlan, ModelSpec, Source
+from kvdoctor.model import SLIDING, ModelSpec, Source
 
-SGLANG_VERSION = "0.5.23"
-MLX_LM_VERSION = "0.32.2"
+SGLANG_VERSION = PINS["sglang"]
+MLX_LM_VERSION = PINS["mlx-lm"]
 
 # Exact texts of sglang 0.5.23 (model_runner.py, kv_cache/model_patching.py) at load and start-up.
 NO_ATTENTION_CHILD = "No attention attribute in layer type {layer_type}"
@@ -43,22 +47,18 @@ MLX_FLOAT_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
 PROBE_POOL_SLOTS = 64  # slots the pool probe builds when the deploy file asks for more (or none)
 
 
-@dataclass
-class Refusal:
-    """An exception the engine raises before serving, as kvdoctor predicts it."""
+class SglangMlxSettings(Section):
+    """sglang's MLX backend (server defaults)."""
 
-    code: str
-    error_class: str
-    message: str
-    stage: str  # "load" (mlx-lm) or "startup" (the runner)
-    layer: int | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    def engine_error(self) -> dict[str, Any]:
-        return {"class": self.error_class, "message": self.message, "stage": self.stage}
+    chunked_prefill_size: int = Field(8192, ge=1)
+    radix_cache: bool = True
+    use_custom_rope: bool = Field(False, description="SGLANG_MLX_USE_CUSTOM_ROPE=1")
+    pool_size: Optional[int] = Field(None, ge=1, description="pool slots; None: sized by the runner")
+    full_kv_pool_index_by_layer: Optional[dict[int, int]] = Field(
+        None, description="a map to check instead of the one the layout derives")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Layout:
     """The runner's cache layout: which layers are attention, which slide, and the two index maps."""
 
@@ -96,6 +96,11 @@ class KvConfig:
     dtype: str  # mlx dtype name
     dtype_source: Source
 
+    def shape(self) -> tuple[int, int]:
+        """(n_kv_heads, head_dim) of a layer the engine serves (both known: ENG013 otherwise)."""
+        assert self.n_kv_heads is not None and self.head_dim is not None
+        return self.n_kv_heads, self.head_dim
+
     def as_engine_text(self) -> str:
         return f"({self.n_kv_heads}, {self.head_dim}, mlx.core.{self.dtype})"
 
@@ -103,7 +108,7 @@ class KvConfig:
         return (self.n_kv_heads, self.head_dim, self.dtype)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FusedRope:
     """Whether the fused RoPE + pool-scatter decode kernel would be on (SGLANG_MLX_USE_CUSTOM_ROPE=1)."""
 
@@ -116,25 +121,38 @@ class FusedRope:
         return self.requested and self.eligible
 
 
-@dataclass
+@dataclass(frozen=True)
 class MlxFacts:
-    """Everything the sglang-mlx checks read; `plan.data["sglang_mlx"]`."""
+    """What the sglang-mlx rules and probes read: the plan's `facts`."""
 
     skeleton: Any = None  # kvdoctor.mlx.mlxlm.Skeleton
     view: Any = None  # kvdoctor.mlx.mlxlm.ModelView
     layout: Layout | None = None
-    kv: dict[int, KvConfig] = field(default_factory=dict)
-    refusals: list[Refusal] = field(default_factory=list)
+    kv: Mapping[int, KvConfig] = field(default_factory=dict)
+    refused: bool = False  # the plan predicts a refusal at load or start-up
     fused: FusedRope | None = None
     pool_slots: int = PROBE_POOL_SLOTS
-    stock_pool: bool = False  # sglang 0.5.23's runner allocates the shared pool for this model
+    stock_pool: bool = False  # sglang's runner allocates the shared pool for this model
     basis: str = "mlx-lm"  # where the layout came from: "mlx-lm" (the real class) or "table"
-    notes: list[str] = field(default_factory=list)
 
     @property
     def serves(self) -> bool:
         """The engine loads and starts (no refusal predicted)."""
-        return not self.refusals and self.layout is not None
+        return not self.refused and self.layout is not None
+
+    @property
+    def basis_note(self) -> str:
+        """What a finding adds when the layout comes from kvdoctor's table, not the installed class."""
+        return ("" if self.basis == "mlx-lm" else
+                f" (predicted from kvdoctor's table of mlx-lm {MLX_LM_VERSION}: the installed mlx-lm lacks this "
+                "model class)")
+
+
+def mlx_facts(plan: Plan[Any]) -> MlxFacts:
+    """The facts of a sglang-mlx plan."""
+    if not isinstance(plan.facts, MlxFacts):
+        raise TypeError(f"a {plan.engine} plan has no sglang-mlx facts")
+    return plan.facts
 
 
 # ---- building and reading the mlx-lm object ------------------------------------------------------
@@ -334,77 +352,335 @@ def _cache_label(layout: Layout | None, index: int) -> str | None:
     return "windowed" if layout.window(index) is not None else "contiguous"
 
 
-def plan(spec: ModelSpec, deploy: Deploy) -> EnginePlan:
-    from kvdoctor.mlx.mlxlm import build_skeleton
-
-    return plan_from(spec, deploy, build_skeleton(mlx_config(spec), expected=geometry_check(spec)))
-
-
-def plan_from(spec: ModelSpec, deploy: Deploy, skeleton: Any) -> EnginePlan:
+def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Plan[MlxFacts]:
     """The plan for an mlx-lm model object already built (or refused) for this spec.
 
-    `plan` builds it from mlx-lm's own class; model code from elsewhere (an out-of-tree subclass)
-    comes in here as a Skeleton around its model object.
+    `SglangMlxProfile.plan` builds it from mlx-lm's own class; model code from elsewhere (an
+    out-of-tree subclass) comes in here as a Skeleton around its model object.
     """
     from kvdoctor.mlx.mlxlm import installed_version, read_view
 
-    facts = MlxFacts(skeleton=skeleton)
-    _versions_note(facts.notes)
+    notes: list[str] = []
+    _versions_note(notes)
     if "model_file" in spec.raw_config:
-        facts.notes.append("config.json names a model_file: sglang refuses it unless started with "
-                           "--trust-remote-code, and then mlx-lm runs that file's classes, which kvdoctor does not "
-                           "run; this prediction is for mlx-lm's built-in class for the model_type")
+        notes.append("config.json names a model_file: sglang refuses it unless started with "
+                     "--trust-remote-code, and then mlx-lm runs that file's classes, which kvdoctor does not "
+                     "run; this prediction is for mlx-lm's built-in class for the model_type")
+    view, basis = None, "mlx-lm"
     if skeleton.model is not None:
-        facts.view = read_view(skeleton.model)
+        view = read_view(skeleton.model)
     elif skeleton.missing_module and installed_version("mlx-lm") != MLX_LM_VERSION:
-        facts.view = table_view(skeleton.module_name, spec)
-        if facts.view is not None:
-            facts.basis = "table"
-            facts.notes.append(f"the installed mlx-lm has no mlx_lm.models.{skeleton.module_name}; the layout is "
-                               f"predicted from kvdoctor's table of what mlx-lm {MLX_LM_VERSION} exposes")
-    if facts.view is None:
-        facts.refusals.append(Refusal("ENG001" if skeleton.missing_module else "ENG002", skeleton.error_class,
-                                      skeleton.error_message, "load", evidence={"mlx_lm_module": skeleton.module_name}))
+        view = table_view(skeleton.module_name, spec)
+        if view is not None:
+            basis = "table"
+            notes.append(f"the installed mlx-lm has no mlx_lm.models.{skeleton.module_name}; the layout is "
+                         f"predicted from kvdoctor's table of what mlx-lm {MLX_LM_VERSION} exposes")
+    if view is None:
+        facts = MlxFacts(skeleton=skeleton, refused=True, basis=basis)
+        refusals = [Refusal("ENG001" if skeleton.missing_module else "ENG002", skeleton.error_class,
+                            skeleton.error_message, "load", evidence={"mlx_lm_module": skeleton.module_name})]
     else:
-        view = facts.view
-        layout = facts.layout = build_layout(view)
-        facts.kv = {i: kv_config(spec, view.layers[i]) for i in layout.attention}
-        facts.refusals = startup_refusals(view, layout, facts.kv, skeleton.model)
-        settings = deploy.sglang_mlx
-        facts.fused = fused_rope_verdict(view, layout, facts.kv, settings.use_custom_rope)
-        facts.stock_pool = settings.radix_cache and not layout.sliding and bool(layout.full)
-        facts.pool_slots = min(settings.pool_size or PROBE_POOL_SLOTS, PROBE_POOL_SLOTS)
+        layout = build_layout(view)
+        kv = {i: kv_config(spec, view.layers[i]) for i in layout.attention}
+        refusals = startup_refusals(view, layout, kv, skeleton.model)
+        facts = MlxFacts(skeleton=skeleton, view=view, layout=layout, kv=kv, refused=bool(refusals), basis=basis,
+                         fused=fused_rope_verdict(view, layout, kv, settings.use_custom_rope),
+                         stock_pool=settings.radix_cache and not layout.sliding and bool(layout.full),
+                         pool_slots=min(settings.pool_size or PROBE_POOL_SLOTS, PROBE_POOL_SLOTS))
+    refusals = [explained(r, facts, spec) for r in refusals]
+    layers = tuple(LayerPlan(index=l.index, engine_window=facts.layout.window(l.index) if facts.layout else None,
+                             cache=_cache_label(facts.layout, l.index)) for l in spec.layers)
+    return Plan(engine=SglangMlxProfile.name, versions=dict(SglangMlxProfile.pins), layers=layers,
+                refusals=tuple(refusals), facts=facts, notes=tuple(notes))
 
-    layers = [LayerPlan(index=l.index, engine_window=facts.layout.window(l.index) if facts.layout else None,
-                        cache=_cache_label(facts.layout, l.index)) for l in spec.layers]
-    return EnginePlan(engine="sglang-mlx", versions={"sglang": SGLANG_VERSION, "mlx-lm": MLX_LM_VERSION},
-                      layers=layers, data={"sglang_mlx": facts, "report": _report(facts)})
+
+# ---- refusals in kvdoctor's words ----------------------------------------------------------------
+
+def explained(refusal: Refusal, facts: MlxFacts, spec: ModelSpec) -> Refusal:
+    message, where = _explain(refusal, facts, spec)
+    return replace(refusal, explanation=message + facts.basis_note, where=where)
 
 
-def _report(facts: MlxFacts) -> dict[str, Any]:
-    """What the JSON `info` and the rich summary show about this engine's view of the model."""
-    out: dict[str, Any] = {"engine_notes": list(facts.notes)}
-    if facts.refusals:
-        first = facts.refusals[0]
-        out["engine_notes"].append(f"sglang would refuse this model at {first.stage}: "
-                                   f"{first.error_class}: {first.message}")
-    if facts.view is None:
+def _explain(refusal: Refusal, facts: MlxFacts, spec: ModelSpec) -> tuple[str, Source]:
+    view = facts.view
+    module = facts.skeleton.module_name if facts.skeleton else spec.model_type
+    if refusal.code == "ENG001":
+        return (f"mlx-lm has no model class for model_type {spec.model_type!r} (no module mlx_lm.models.{module}); "
+                "sglang's MLX backend loads every model through mlx-lm, so it cannot load this one"), \
+            spec.key_source("model_type")
+    if refusal.code == "ENG002":
+        key = "layer_types" if "layer_types" in spec.config else "model_type"
+        return (f"mlx-lm's {module} model class cannot be built from this config: "
+                f"{refusal.error_class}: {refusal.message}"), spec.key_source(key)
+    if refusal.code == "ENG003":
+        near = view.layers[0].near_miss
+        lacks = f"; its closest child, {near[0]}, lacks {', '.join(near[1])}" if near else ""
+        return (f"no layer of {view.layers[0].layer_class} has a direct child the backend counts as attention "
+                f"(q_proj, k_proj, v_proj, o_proj, rope, a scale and head counts){lacks}: the backend "
+                "refuses the model"), spec.key_source("model_type")
+    if refusal.code == "ENG004":
+        flagged = refusal.evidence["flagged_layers"]
+        key = "sliding_window_pattern" if "sliding_window_pattern" in spec.config else "sliding_window"
+        lacks = ("no layer_types list" if not view.layer_types else
+                 f"layer_types but no window ({view.window_attr or 'sliding_window'} is null)")
+        return (f"{len(flagged)} attention layers are flagged sliding by mlx-lm "
+                f"({view.layers[flagged[0]].sliding_flag} on layer {flagged[0]}), but {view.container_class} "
+                f"exposes {lacks}, so the backend has no window for them and refuses to start"), spec.key_source(key)
+    if refusal.code == "ENG005":
+        ev = refusal.evidence
+        same_shape = ev["first_config"][:2] == ev["config"][:2]
+        assert refusal.layer is not None
+        return (f"attention layers {ev['first']} and {refusal.layer} need KV of different shapes or dtypes "
+                f"({tuple(ev['first_config'])} vs {tuple(ev['config'])}); the backend's shared pool and decode "
+                "kernels need one (n_kv_heads, head_dim, dtype) for every attention layer"), \
+            facts.kv[refusal.layer].dtype_source if same_shape else spec.key_source("head_dim")
+    if refusal.code == "ENG006":
+        return (f"layers {short_list(refusal.evidence['auxiliary_layers'])} keep recurrent (auxiliary) state and "
+                f"layers {short_list(refusal.evidence['sliding_layers'])} slide; the backend serves one or the "
+                "other, not both"), spec.key_source("layer_types")
+    if refusal.code == "ENG008":
+        return (f"layers {short_list(refusal.evidence['auxiliary_layers'])} keep auxiliary state but the mlx-lm "
+                "model has no make_cache() to create it"), spec.key_source("model_type")
+    return refusal.message, spec.key_source("model_type")
+
+
+def short_list(layers: list[int], limit: int = 8) -> str:
+    text = ", ".join(map(str, layers[:limit]))
+    return text + (f" ... ({len(layers)} layers)" if len(layers) > limit else "")
+
+
+# ---- probes --------------------------------------------------------------------------------------
+
+def routing_source(spec: ModelSpec) -> Source:
+    """The config key a mask-routing problem points at."""
+    for key in ("layer_types", "sliding_window", "model_type"):
+        if key in spec.config:
+            return spec.key_source(key)
+    return spec.key_source("model_type")
+
+
+@dataclass(frozen=True)
+class MaskRouting:
+    """What the mask-routing probe saw (kvdoctor.mlx.probes.ProbeReport), or why it did not run."""
+
+    layers: tuple[Any, ...] = ()  # kvdoctor.mlx.probes.ProbeLayer, as built
+    report: Any = None  # kvdoctor.mlx.probes.ProbeReport; None: not run
+    skipped: str | None = None  # a note for the report when the probe had nothing to drive
+
+
+class MaskRoutingProbe(Probe):
+    """Builds the caches the backend would build and drives them through the model's own mask routing."""
+
+    name = "mask_routing"
+
+    def _layers(self, plan: Plan[Any]) -> list[Any]:
+        from kvdoctor.mlx.probes import ProbeLayer, within_budget
+
+        facts = mlx_facts(plan)
+        layout = facts.layout
+        assert layout is not None
+        return within_budget([ProbeLayer(i, facts.view.layers[i].attention_attr, layout.window(i),
+                                         *facts.kv[i].shape(), facts.kv[i].dtype)
+                              for i in layout.attention])
+
+    @staticmethod
+    def _drivable(facts: MlxFacts) -> bool:
+        return facts.serves and facts.skeleton is not None and facts.skeleton.model is not None
+
+    def costs(self, spec: ModelSpec, plan: Plan[Any], settings: Any) -> Sequence[Cost]:
+        from kvdoctor.mlx.probes import probe_bytes
+
+        if not self._drivable(mlx_facts(plan)):
+            return ()
+        layers = self._layers(plan)
+        return (Cost(f"sglang-mlx probe caches for {len(layers)} attention layers",
+                     probe_bytes(layers, settings.chunked_prefill_size), routing_source(spec)),)
+
+    def run(self, spec: ModelSpec, plan: Plan[Any], settings: Any, fits: int) -> MaskRouting:
+        from kvdoctor.mlx.probes import run_probes
+
+        facts = mlx_facts(plan)
+        if not facts.serves:
+            return MaskRouting()
+        if not self._drivable(facts):
+            return MaskRouting(skipped="mask-routing probes skipped: no mlx-lm model object to drive")
+        if fits < 1:
+            return MaskRouting()
+        layout = facts.layout
+        assert layout is not None
+        layers = self._layers(plan)
+        report = run_probes(facts.skeleton.model, layers, layout.num_layers, layout.auxiliary,
+                            chunk=settings.chunked_prefill_size)
+        return MaskRouting(layers=tuple(layers), report=report)
+
+
+def probe_summary(run: MaskRouting) -> dict[str, Any]:
+    """Per step, how many keys the last query of sliding and of full layers attended."""
+    report = run.report
+    kinds = {layer.index: ("sliding" if layer.window is not None else "full") for layer in run.layers}
+    steps = {}
+    for step, counts in report.attended.items():
+        by_kind: dict[str, set[int]] = {}
+        for layer, count in counts.items():
+            by_kind.setdefault(kinds[layer], set()).add(count)
+        steps[step] = {kind: sorted(values) for kind, values in by_kind.items()}
+    return {"steps": report.steps, "verified": report.checked, "via_sdpa_kernel": report.kernel_checked,
+            "true_kv_shape_layers": [layer.index for layer in run.layers if layer.true_shape],
+            "cache_bytes": report.bytes_written, "last_query_keys": steps}
+
+
+POOL_MAP_SETTING = "sglang_mlx.full_kv_pool_index_by_layer"
+
+
+@dataclass(frozen=True)
+class PoolRun:
+    """The emulated fused RoPE + pool-scatter kernel's readback under one index map, or why it did not run."""
+
+    map: str | None = None  # "derived" (from the layout), "fallback" (no map: the cache index), "deploy"
+    index_map: Mapping[int, int] = field(default_factory=dict)
+    readback: Any = None  # kvdoctor.mlx.pool's readback; None: not run
+    note: str | None = None
+
+
+class PoolProbe(Probe):
+    """Builds the shared full-attention pool with real shapes and runs the emulated scatter kernel."""
+
+    name = "pool"
+
+    @staticmethod
+    def _applies(facts: MlxFacts, settings: Any) -> bool:
+        return facts.serves and bool(facts.layout and facts.layout.full) and settings.radix_cache
+
+    def costs(self, spec: ModelSpec, plan: Plan[Any], settings: Any) -> Sequence[Cost]:
+        from kvdoctor.mlx.pool import pool_bytes
+
+        facts = mlx_facts(plan)
+        if not self._applies(facts, settings) or facts.fused is None or not facts.fused.active:
+            return ()
+        layout = facts.layout
+        assert layout is not None
+        kv = facts.kv[layout.full[0]]
+        size = pool_bytes(len(layout.full), facts.pool_slots, *kv.shape(), _itemsize(kv.dtype))
+        return (Cost(f"sglang-mlx pool for {len(layout.full)} full-attention layers", size,
+                     setting="sglang_mlx.pool_size"),)
+
+    def run(self, spec: ModelSpec, plan: Plan[Any], settings: Any, fits: int) -> PoolRun:
+        from kvdoctor.mlx.pool import probe_pool
+
+        facts = mlx_facts(plan)
+        if not self._applies(facts, settings):
+            return PoolRun()
+        layout, fused = facts.layout, facts.fused
+        assert layout is not None and fused is not None
+        supplied = settings.full_kv_pool_index_by_layer
+        if not fused.active:
+            note = None
+            if supplied is not None:
+                off = "SGLANG_MLX_USE_CUSTOM_ROPE is not set" if not fused.requested else fused.reason
+                note = f"{POOL_MAP_SETTING} is not used: the fused RoPE + pool-scatter kernel is off ({off})"
+            return PoolRun(note=note)
+        if fits < 1:
+            return PoolRun()
+        kv = facts.kv[layout.full[0]]
+        rope = facts.view.layers[layout.attention[0]].rope
+        if supplied is None:
+            kind, index_map = "derived", layout.full_pool_index
+        elif not supplied:
+            kind, index_map = "fallback", {layer: layout.attention_index[layer] for layer in layout.full}
+        else:
+            kind, index_map = "deploy", dict(supplied)
+        readback = probe_pool(layout.full, index_map, *kv.shape(), kv.dtype, rope.dims, rope.base, facts.pool_slots)
+        return PoolRun(map=kind, index_map=index_map, readback=readback)
+
+
+POOL_MAP_LABELS = {"derived": "derived from the layout", "fallback": "none (the cache index as a fallback)",
+                   "deploy": "from the deploy file"}
+
+
+def _itemsize(dtype: str) -> int:
+    import mlx.core as mx
+
+    size: int = getattr(mx, dtype).size
+    return size
+
+
+class SglangMlxDryRun(DryRunner):
+    def run(self, spec: ModelSpec, deploy: Deploy, plan: Plan[Any], options: Mapping[str, Any]) -> object:
+        from kvdoctor.dryrun import observe
+
+        return observe(spec, deploy.settings(SglangMlxProfile.name), options)
+
+
+# ---- the profile ---------------------------------------------------------------------------------
+
+class SglangMlxProfile(EngineProfile):
+    name = "sglang-mlx"
+    pins = {"sglang": PINS["sglang"], "mlx-lm": PINS["mlx-lm"]}
+    Settings = SglangMlxSettings
+    refusal_codes = ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008", "ENG013")
+
+    def plan(self, spec: ModelSpec, settings: Any) -> Plan[MlxFacts]:
+        from kvdoctor.mlx.mlxlm import build_skeleton
+
+        assert isinstance(settings, SglangMlxSettings)
+        return plan_from(spec, settings, build_skeleton(mlx_config(spec), expected=geometry_check(spec)))
+
+    def probes(self) -> Sequence[Probe]:
+        return (MaskRoutingProbe(), PoolProbe())
+
+    def dry_run(self) -> DryRunner | None:
+        return SglangMlxDryRun()
+
+    def report(self, plan: Plan[Any], observations: Mapping[str, object]) -> dict[str, Any]:
+        """What the JSON `info` and the rich summary show about this engine's view of the model."""
+        facts = mlx_facts(plan)
+        out: dict[str, Any] = {"engine_notes": list(plan.notes)}
+        notes = out["engine_notes"]
+        if plan.refusals:
+            first = plan.refusals[0]
+            notes.append(f"sglang would refuse this model at {first.stage}: {first.error_class}: {first.message}")
+        routing, pool = observations.get(MaskRoutingProbe.name), observations.get(PoolProbe.name)
+        if isinstance(routing, MaskRouting) and routing.skipped:
+            notes.append(routing.skipped)
+        if isinstance(routing, MaskRouting) and routing.report is not None and routing.report.aborted:
+            notes.append(f"mask-routing probe stopped early: {routing.report.aborted}")
+        if isinstance(pool, PoolRun) and pool.note:
+            notes.append(pool.note)
+        dry = observations.get("dry_run")
+        if dry is not None:
+            from kvdoctor.dryrun.record import record, summary_line
+            from kvdoctor.dryrun.run import ChildOutcome
+
+            assert isinstance(dry, ChildOutcome)
+            outcome = record(dry, plan)
+            notes.append(summary_line(outcome))
+        if facts.view is None:
+            if dry is not None:
+                out["dry_run"] = outcome
+            return out
+        view, layout = facts.view, facts.layout
+        assert layout is not None
+        summary: dict[str, Any] = {
+            "basis": facts.basis, "mlx_lm_model": view.model_class, "container": view.container_class,
+            "container_layer_types": None if view.layer_types is None else len(view.layer_types),
+            "container_window": {"attribute": view.window_attr, "value": view.window},
+            "layers_built": layout.num_layers, "attention_layers": len(layout.attention),
+            "sliding_layers": layout.sliding, "full_layers": layout.full, "auxiliary_layers": layout.auxiliary,
+            "attention_pool_index_by_layer": layout.attention_index,
+            "full_kv_pool_index_by_layer": layout.full_pool_index,
+            "shared_pool": facts.stock_pool,
+        }
+        if facts.fused is not None:
+            summary["fused_rope_pool_scatter"] = {"requested": facts.fused.requested, "eligible": facts.fused.eligible,
+                                                  "active": facts.fused.active, "why": facts.fused.reason}
+        if plan.refusals:
+            summary["refused_at"] = plan.refusals[0].stage
+        if isinstance(routing, MaskRouting) and routing.report is not None:
+            summary["probe"] = probe_summary(routing)
+        if isinstance(pool, PoolRun) and pool.readback is not None and pool.map is not None:
+            summary["pool_probe"] = {"map": POOL_MAP_LABELS[pool.map], "clean": pool.readback.clean,
+                                     "slots": pool.readback.slots}
+        out["sglang_mlx"] = summary
+        if dry is not None:
+            out["dry_run"] = outcome
         return out
-    view, layout = facts.view, facts.layout
-    summary: dict[str, Any] = {
-        "basis": facts.basis, "mlx_lm_model": view.model_class, "container": view.container_class,
-        "container_layer_types": None if view.layer_types is None else len(view.layer_types),
-        "container_window": {"attribute": view.window_attr, "value": view.window},
-        "layers_built": layout.num_layers, "attention_layers": len(layout.attention),
-        "sliding_layers": layout.sliding, "full_layers": layout.full, "auxiliary_layers": layout.auxiliary,
-        "attention_pool_index_by_layer": layout.attention_index,
-        "full_kv_pool_index_by_layer": layout.full_pool_index,
-        "shared_pool": facts.stock_pool,
-    }
-    if facts.fused is not None:
-        summary["fused_rope_pool_scatter"] = {"requested": facts.fused.requested, "eligible": facts.fused.eligible,
-                                              "active": facts.fused.active, "why": facts.fused.reason}
-    if facts.refusals:
-        summary["refused_at"] = facts.refusals[0].stage
-    out["sglang_mlx"] = summary
-    return out

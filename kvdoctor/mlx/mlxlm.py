@@ -19,9 +19,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-# The versions this profile describes.
-MLX_LM_VERSION = "0.32.2"
-
 # The backend's attention-module contract (sglang 0.5.23, attention_contract.py): attribute names.
 ATTENTION_API_ATTRS = ("q_proj", "k_proj", "v_proj", "o_proj", "rope")
 SCALE_ATTRS = ("scale", "sm_scale")

@@ -90,7 +90,7 @@ def probe_pool(full_layers: list[int], index_map: dict[int, int], n_kv_heads: in
 
     # Prefill sync: dense full-layer order, buffer i <- i-th full layer.
     for i, layer in enumerate(full_layers):
-        for req, taken in enumerate(prefix_slots):
+        for taken in prefix_slots:
             positions = list(range(len(taken)))
             v = _canary(layer, positions, n_kv_heads, head_dim, mx_dtype)
             k = _rotate(v.transpose(1, 0, 2)[None], 0, rope_dims, rope_base)[0].transpose(1, 0, 2)
@@ -117,7 +117,7 @@ def probe_pool(full_layers: list[int], index_map: dict[int, int], n_kv_heads: in
         values[target][slot_index] = v
     mx.eval(keys, values)
 
-    for (buffer, slot), (owner, position) in sorted(expected.items()):
+    for (buffer, slot), (owner, _position) in sorted(expected.items()):
         writer, written_at = _read_canary(values[buffer][slot])
         if writer == -1:
             if owner not in out.unwritten:

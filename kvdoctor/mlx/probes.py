@@ -7,14 +7,15 @@ touches the model's weights: the hidden states flow through lazily and are never
 
 Schedule: a prefill of W + 3 tokens, an extend chunk of 2, three single-token decodes through
 the native path, then two batched-decode steps (per-layer offset shims, trailing-window reads).
-Invariants checked at every step, per attention layer:
-  SWA001  no full-context mask is asked of a windowed cache that holds more than W tokens
-  SWA002  the mask is as wide as the keys the layer's cache returned
-  SWA003  the attended positions are exactly {p-W+1 .. p} (sliding) or {0 .. p} (full)
-  SWA004  every attention cache of the request reports the same absolute offset
-  ENG010  nothing but the wrapped attention stores into the batched-decode offset shims
-  ENG012  the layer code works with its attention child replaced by the backend's wrapper
-  ENG009  every layer of the model actually runs
+Invariants checked at every step, per attention layer, each broken one recorded as a `Problem` of
+its kind (the rules in kvdoctor.checks.swa decide what each means):
+  full_mask_from_window  no full-context mask is asked of a windowed cache that holds more than W tokens
+  mask_width             the mask is as wide as the keys the layer's cache returned
+  attended               the attended positions are exactly {p-W+1 .. p} (sliding) or {0 .. p} (full)
+  offsets                every attention cache of the request reports the same absolute offset
+  shim_store             nothing but the wrapped attention stores into the batched-decode offset shims
+  wrapper_breaks_layer   the layer code works with its attention child replaced by the backend's wrapper
+and `ProbeReport.ran` records which layers actually ran.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class ProbeLayer:
 
 @dataclass
 class Problem:
-    code: str
+    kind: str  # which invariant broke (see the module docstring)
     stage: str  # "prefill" or "decode"
     step: str
     layer: int | None
@@ -114,14 +115,14 @@ class Recorder:
             mask = TaggedCausal(mask)
         self.made.append(_MaskMade(cache.layer, window_size, mask))
         if refused:
-            self.report.problems.append(Problem("SWA001", self.stage, self.step, cache.layer, {
+            self.report.problems.append(Problem("full_mask_from_window", self.stage, self.step, cache.layer, {
                 "maker": cache.layer, "offset": cache.offset, "kept": cache.kept(), "window": cache.window,
                 "queries": n}))
         return mask
 
     def on_shim_store(self, shim: OffsetShim, keys: Any) -> None:
         caller = _calling_module()
-        self.report.problems.append(Problem("ENG010", self.stage, self.step, shim.layer, {
+        self.report.problems.append(Problem("shim_store", self.stage, self.step, shim.layer, {
             "module": caller, "tokens": int(keys.shape[2])}))
 
     # -- called by AttentionProbe ------------------------------------------------------------------
@@ -263,12 +264,12 @@ class _Verifier:
         if seen.mask is not None and not isinstance(seen.mask, str):
             width = seen.mask.shape[-1]
             if width != k:
-                report.problems.append(Problem("SWA002", rec.stage, rec.step, seen.layer, {
+                report.problems.append(Problem("mask_width", rec.stage, rec.step, seen.layer, {
                     "mask_width": int(width), "keys": k, "maker": maker, "window": seen.window}))
                 return
         allowed, by_kernel = self.allowed_for(seen.mask, n, k)
         if allowed is None:
-            report.problems.append(Problem("SWA002", rec.stage, rec.step, seen.layer, {
+            report.problems.append(Problem("mask_width", rec.stage, rec.step, seen.layer, {
                 "mask_shape": list(seen.mask.shape), "keys": k, "maker": maker, "window": seen.window}))
             return
         report.checked += 1
@@ -279,7 +280,7 @@ class _Verifier:
             self.verdicts[key] = _attended_problem(allowed, seen.positions, seen.queries, seen.window)
         verdict = self.verdicts[key]
         if verdict is not None:
-            report.problems.append(Problem("SWA003", rec.stage, rec.step, seen.layer, {
+            report.problems.append(Problem("attended", rec.stage, rec.step, seen.layer, {
                 **verdict, "maker": maker, "window": seen.window, "batched": seen.batched}))
 
 
@@ -381,18 +382,18 @@ def run_probes(model: Any, layers: list[ProbeLayer], num_layers: int, auxiliary:
             report.steps.append(label)
             offsets = {i: c.offset for i, c in caches.items()}
             if len(set(offsets.values())) > 1:
-                report.problems.append(Problem("SWA004", stage, label, None, {
+                report.problems.append(Problem("offsets", stage, label, None, {
                     "offsets": offsets, "first": layers[0].index, "true_offset": recorder.true_offset}))
             recorder.batched_offset = offsets[layers[0].index] if batched else None
 
-            def forward() -> None:
+            def forward() -> None:  # called at once, in this iteration: the loop variables it reads are current
                 nonlocal native
                 if native is None:  # the runner builds a request's cache list when its prefill starts
                     native = _skeleton_caches(model, num_layers, auxiliary)
                 cache_list = list(native)
                 for i, cache in caches.items():
-                    cache_list[i] = OffsetShim(i, max(offsets.values()), recorder) if batched else cache
-                model(mx.zeros((1, n), dtype=mx.int32), cache=cache_list)
+                    cache_list[i] = OffsetShim(i, max(offsets.values()), recorder) if batched else cache  # noqa: B023
+                model(mx.zeros((1, n), dtype=mx.int32), cache=cache_list)  # noqa: B023
 
             if not _run_model_code(forward, report, stage, label):
                 return report
@@ -418,7 +419,7 @@ def _run_model_code(call: Any, report: ProbeReport, stage: str, label: str) -> b
         if "AttentionProbe" not in text:
             report.aborted = f"{type(exc).__name__}: {text} ({label})"
             return False
-        report.problems.append(Problem("ENG012", stage, label, None, {
+        report.problems.append(Problem("wrapper_breaks_layer", stage, label, None, {
             "class": type(exc).__name__, "message": text.replace("AttentionProbe", WRAPPER_CLASS)}))
         report.aborted = f"the model's layer code failed with the attention wrapper in place ({label})"
         return False

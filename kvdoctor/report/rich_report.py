@@ -1,7 +1,7 @@
 """The terminal report: a model summary, the layer layout as coloured cells, and each finding with its fixes."""
 from __future__ import annotations
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -41,13 +41,21 @@ def _cells(values: list[tuple[str, str]], width: int = 48) -> Text:
     return text
 
 
+def _is_reference(engine: str) -> bool:
+    """The profile is the model's own meaning (hf): its cache row would only repeat the model row."""
+    from kvdoctor.engines import PROFILES, profile_class
+
+    return engine in PROFILES and profile_class(engine).reference
+
+
 def layout(result: Result) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", justify="right")
     grid.add_column()
     kinds = [KIND_STYLE.get(row["kind"], KIND_STYLE["unknown"]) for row in result.layers]
     grid.add_row("model", _cells(kinds))
-    if result.engine != "hf":
+    serving = not _is_reference(result.engine)
+    if serving:
         caches = [CACHE_STYLE.get(row.get("cache") or "none", ("?", "white on red")) for row in result.layers]
         grid.add_row(result.engine, _cells(caches))
     windows = sorted({row["window"] for row in result.layers if row["window"] is not None})
@@ -61,7 +69,7 @@ def layout(result: Result) -> Table:
     if windows:
         legend.append(f"window {', '.join(map(str, windows))}  ", style="cyan")
     grid.add_row("", legend)
-    if result.engine != "hf":
+    if serving:
         legend = Text(f"{result.engine}: ", style="dim")
         for cache in dict.fromkeys(row.get("cache") or "none" for row in result.layers):
             char, style = CACHE_STYLE.get(cache, ("?", "white on red"))
@@ -134,6 +142,7 @@ def state_caches(result: Result) -> Table | None:
 
 
 def finding_block(f: Finding) -> Group:
+    assert f.severity is not None  # the catalog's, once finalized
     head = Text()
     head.append(f"{f.code} ", style=SEVERITY_STYLE[f.severity])
     head.append(f"{f.severity} ", style=SEVERITY_STYLE[f.severity])
@@ -159,7 +168,7 @@ def render(results: list[Result], console: Console | None = None) -> None:
             console.print(Panel(Text(result.error, style="red"), title=f"{result.target}: cannot check",
                                 border_style="red"))
             continue
-        body = [model_summary(result), Text(""), layout(result), Text("")]
+        body: list[RenderableType] = [model_summary(result), Text(""), layout(result), Text("")]
         states = state_caches(result)
         if states is not None:
             body += [states, Text("")]

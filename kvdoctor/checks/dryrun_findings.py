@@ -1,4 +1,4 @@
-"""Turn what a dry run reported into findings and a per-layer record, and hold it against the plan.
+"""Turn what a dry run reported (kvdoctor.dryrun's ChildOutcome) into findings, holding it against the plan.
 
 - An engine exception becomes a finding under the catalog code whose triage pattern names it, or
   ENG051 (unknown engine error) carrying the exact text and the engine frame that raised it.
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvdoctor.dryrun.record import harness_failed, observed, predicted_refusal, record, triage_code
 from kvdoctor.model import Finding, Source
 
-STAGES = ("load", "startup", "prefill", "decode")
+ENGINE = "sglang-mlx"  # the profile whose dry run this reads (the only one with a dry run today)
 CACHE_KINDS = {"WindowedAttentionKVCache": "windowed", "ContiguousAttentionKVCache": "contiguous",
                "PoolBackedAttentionKVCache": "contiguous"}
 MAX_LISTED = 10
@@ -46,44 +47,39 @@ class Interpreter:
         versions = outcome.first("versions") or {}
         self.versions: dict[str, str] = versions.get("versions", {})
         self.findings: list[Finding] = []
-        self.confirmed: str | None = None  # a predicted refusal the engine really raised
         self.where = self._where()
 
     def _predicted(self) -> Any:
-        """The first refusal the static sglang-mlx plan predicts, if any."""
-        if self.plan is None or self.plan.engine != "sglang-mlx":
-            return None
-        refusals = getattr(self.plan.data.get("sglang_mlx"), "refusals", None) or []
-        return refusals[0] if refusals else None
+        return predicted_refusal(self.plan)
 
     # -- entry point ------------------------------------------------------------------------------
 
     def interpret(self) -> tuple[list[Finding], dict[str, Any]]:
+        """(findings, the run's record as the report shows it)."""
         outcome = self.outcome
         unavailable = outcome.first("engine_unavailable")
         if unavailable is not None:
             self._add("ENG050", f"the sglang MLX backend could not be loaded, so the dry run did not run: "
                                 f"{unavailable['reason']}", evidence={"reason": unavailable["reason"]})
-            return self.findings, {"ran": False, "outcome": "unavailable", "reason": unavailable["reason"]}
-        observed = self._observations()
+            return self.findings, record(outcome, self.plan, self.catalog)
+        seen = observed(outcome)
         error = outcome.first("error")
         if error is not None:
             self._engine_error(error)
         for refused in outcome.all("refused"):
             self._refused(refused)
-        self._schedule_cover(observed)
+        self._schedule_cover(seen)
         if outcome.timed_out:
-            self._add("ENG055", f"the dry run was stopped after {outcome.timeout:g} s during {observed['reached']}; "
-                                "what it saw until then is reported", evidence={"reached": observed["reached"],
+            self._add("ENG055", f"the dry run was stopped after {outcome.timeout:g} s during {seen['reached']}; "
+                                "what it saw until then is reported", evidence={"reached": seen["reached"],
                                                                                "timeout_seconds": outcome.timeout})
         elif outcome.first("done") is None:
             last = outcome.stderr_tail.strip().splitlines()[-1:] or ["(no output)"]
             self._add("ENG056", f"the dry run's process ended with exit code {outcome.returncode} during "
-                                f"{observed['reached']} without reporting why: {last[0]}",
+                                f"{seen['reached']} without reporting why: {last[0]}",
                       evidence={"returncode": outcome.returncode, "stderr_tail": outcome.stderr_tail})
-        self._compare_with_plan(observed, error)
-        observed["confirms_plan_refusal"] = self.confirmed
-        return self.findings, observed
+        self._compare_with_plan(seen, error)
+        return self.findings, record(outcome, self.plan, self.catalog)
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -100,12 +96,7 @@ class Interpreter:
         self.findings.append(Finding.at(code, message, self.where, layer=layer, **kw))
 
     def _triage(self, error_class: str, message: str) -> str | None:
-        """The catalog code whose sglang-mlx error pattern matches this exception, if any."""
-        from kvdoctor.triage import Matcher
-
-        matches = [entry for entry, _, _ in Matcher(self.catalog).spans(message)
-                   if entry.error.class_ == error_class and any(e.name == "sglang-mlx" for e in entry.engines)]
-        return min(matches, key=lambda e: e.code).code if matches else None
+        return triage_code(error_class, message, self.plan.engine if self.plan else ENGINE, self.catalog)
 
     def _engine_error(self, error: dict[str, Any]) -> None:
         frame, origin = error.get("frame"), error.get("origin") or {}
@@ -113,15 +104,14 @@ class Interpreter:
             f"{origin.get('file')}:{origin.get('line')}"
         engine_error = {"class": error["class"], "message": error["message"], "stage": error["stage"]}
         evidence = {"frame": frame, "origin": origin, "layer_running": error.get("layer")}
-        if frame is None and "/kvdoctor/" in str(origin.get("file", "")):
+        if harness_failed(error):
             self._add("ENG058", f"kvdoctor's dry-run harness failed during {error['stage']}: {error['class']}: "
                                 f"{error['message']} ({where})", engine_error=engine_error, evidence=evidence)
             return
         code = self._triage(error["class"], error["message"]) or "ENG051"
         predicted = self._predicted()
         if predicted is not None and predicted.code == code and predicted.stage == error["stage"]:
-            self.confirmed = code  # the static check reports it; the dry run confirms, adds no duplicate
-            return
+            return  # the plan's refusal rule reports it; the dry run confirms it (see the record), no duplicate
         versions = _versions_text(self.versions)
         lead = "an error no catalog entry names" if code == "ENG051" else "a known error"
         self._add(code, f"dry run ({versions}): the engine raised {lead} during {error['stage']}: "
@@ -151,58 +141,10 @@ class Interpreter:
                             f"{chosen['budget_seconds']:g} s budget; it ran {chosen['unit']}-token chunks instead",
                   evidence={"skipped": skipped, "ran": chosen})
 
-    # -- what the engine did ----------------------------------------------------------------------
-
-    def _observations(self) -> dict[str, Any]:
-        outcome = self.outcome
-        layouts = outcome.all("layout")
-        layout = layouts[-1] if layouts else None
-        rows: dict[int, dict[str, Any]] = {}
-        if layout is not None:
-            for row in layout["layers"]:
-                rows[row["index"]] = {"index": row["index"], "attention": row["attention_attr"] is not None,
-                                      "engine_window": row["engine_window"], "cache": row["cache"]}
-        for call in outcome.all("attention"):
-            row = rows.setdefault(call["layer"], {"index": call["layer"]}) if call["layer"] is not None else None
-            if row is None:
-                continue
-            if call["stage"] == "prefill":
-                row["prefill_max_keys"] = max(row.get("prefill_max_keys", 0), call["max_keys"])
-                if call["pattern"] != "causal":
-                    row["prefill_window"] = call.get("window", "irregular")
-            else:
-                row.setdefault("decode_keys", []).append(call["last_keys"])
-        error = outcome.first("error")
-        stages = _stages(outcome)
-        started = [stage for stage in STAGES if stages[stage] != "not run"]
-        reached = started[-1] if started else "load"
-        shrink = outcome.first("shrink") or {}
-        chosen = next((s for s in outcome.all("schedule") if s.get("chosen")), None)
-        code = outcome.first("engine_code") or {}
-        versions = outcome.first("versions") or {}
-        return {
-            "ran": True,
-            "outcome": _outcome(outcome, error),
-            "reached": reached,
-            "stages": stages,
-            "versions": self.versions,
-            "pinned": versions.get("pinned"),
-            "seconds": outcome.seconds,
-            "error": None if error is None else {k: error.get(k) for k in ("class", "message", "stage", "frame", "layer")},
-            "shrink": {"candidate": shrink.get("candidate"), "changes": shrink.get("changes")} if shrink else None,
-            "schedule": None if chosen is None else {k: chosen[k] for k in ("unit", "crosses_windows", "windows", "steps",
-                                                                          "estimated_seconds")},
-            "pool": (outcome.first("pool") or {}).get("pool"),
-            "aot_kernels": None if layout is None else layout.get("aot_kernels"),
-            "layers": [rows[i] for i in sorted(rows)],
-            "engine_code": code.get("files", {}),
-            "modelled": versions.get("modelled", []),
-        }
-
     # -- the plan ---------------------------------------------------------------------------------
 
     def _compare_with_plan(self, observed: dict[str, Any], error: dict[str, Any] | None) -> None:
-        if self.plan is None or self.plan.engine != "sglang-mlx":
+        if self.plan is None:
             return
         planned = {p.index: p for p in self.plan.layers}
         rows = {row["index"]: row for row in observed["layers"]}
@@ -278,31 +220,6 @@ def _keys_as_planned(call: dict[str, Any], window: int | None) -> bool:
     if call["pattern"] == "window":
         return call["window"] == window
     return call["max_keys"] <= window  # causal and never past the window: consistent with it
-
-
-def _stages(outcome: Any) -> dict[str, str]:
-    """Per stage: ok, error, refused, stopped (started, never finished) or not run."""
-    status = {stage: "not run" for stage in STAGES}
-    for event in outcome.all("stage"):
-        status[event["stage"]] = "stopped" if event["status"] == "started" else event["status"]
-    for event in outcome.all("refused"):
-        status[event["stage"]] = "refused"
-    error = outcome.first("error")
-    if error is not None:
-        status[error["stage"]] = "error"
-    return status
-
-
-def _outcome(outcome: Any, error: dict[str, Any] | None) -> str:
-    if error is not None:
-        return "error"
-    if outcome.first("refused") is not None:
-        return "refused"
-    if outcome.timed_out:
-        return "timeout"
-    if outcome.first("done") is None:
-        return "crashed"
-    return "clean"
 
 
 def _gib(n: int) -> str:

@@ -1,0 +1,31 @@
+"""Every engine's predicted refusals (`Plan.refusals`) as findings: one rule for all profiles.
+
+The profile words the finding (`Refusal.explanation`) and says where it points (a tensor, a deploy
+setting or a config key); this rule only carries it over, with the engine's exact error attached.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from kvdoctor.checks import Rule
+from kvdoctor.context import Context
+from kvdoctor.engines import PROFILES, profile_class
+from kvdoctor.engines.base import Refusal
+from kvdoctor.model import Finding, Source
+
+RULE = Rule(codes=tuple(dict.fromkeys(code for name in PROFILES for code in profile_class(name).refusal_codes)))
+
+
+def where(ctx: Context, refusal: Refusal) -> Source:
+    if refusal.where is not None:
+        return refusal.where
+    if refusal.setting is not None:
+        return ctx.deploy.source(refusal.setting)
+    return ctx.spec.key_source(refusal.key or "model_type")
+
+
+def run(ctx: Context) -> Iterable[Finding]:
+    for refusal in ctx.plan.refusals:
+        yield Finding.at(refusal.code, refusal.explanation or refusal.message, where(ctx, refusal),
+                         layer=refusal.layer, severity=refusal.severity, engine_error=refusal.engine_error(),
+                         evidence=dict(refusal.evidence))

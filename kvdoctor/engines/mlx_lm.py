@@ -1,0 +1,39 @@
+"""`mlx-lm`: mlx-lm's own generation loop (version in kvdoctor.engines.pins). The budget half only: the
+per-request caches in kvdoctor.budget.mlxlm. (`sglang-mlx` is sglang's MLX backend over mlx-lm models.)"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from pydantic import Field
+
+from kvdoctor.deploy import Section
+from kvdoctor.engines.base import EngineProfile
+from kvdoctor.engines.pins import PINS
+
+if TYPE_CHECKING:
+    from kvdoctor.budget.common import Budget
+    from kvdoctor.budget.facts import ModelFacts
+    from kvdoctor.budget.settings import BudgetSettings
+
+
+class MlxLmSettings(Section):
+    """mlx-lm's knobs (mlx_lm.generate / server defaults)."""
+
+    max_kv_size: Optional[int] = Field(None, ge=1)
+    kv_bits: Optional[int] = Field(None, ge=1, le=8)
+    kv_group_size: int = Field(64, ge=1)
+    quantized_kv_start: int = Field(5000, ge=0)
+    prefill_step_size: int = Field(2048, ge=1)
+
+
+class MlxLmProfile(EngineProfile):
+    name = "mlx-lm"
+    pins = {"mlx-lm": PINS["mlx-lm"]}
+    Settings = MlxLmSettings
+
+    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: Any, inputs: BudgetSettings,
+               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+        from kvdoctor.budget.run import mlx_budgets
+
+        assert isinstance(settings, MlxLmSettings)
+        return mlx_budgets(facts, dict(config), settings, inputs, all_modes)
