@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from kvdoctor.catalog import Catalog
 from kvdoctor.checks import DRY_RUN, Check, all_checks
 from kvdoctor.context import Context
@@ -45,7 +47,7 @@ def finalize(finding: Finding, opts: Options) -> Finding:
     return finding
 
 
-def layer_rows(spec: ModelSpec, plan: Plan[Any]) -> list[dict[str, Any]]:
+def layer_rows(spec: ModelSpec, plan: Plan[object]) -> list[dict[str, Any]]:
     plans = {p.index: p for p in plan.layers}
     rows = []
     for layer in spec.layers:
@@ -78,8 +80,8 @@ def checked_codes(opts: Options) -> list[str]:
     return [code for check in active_checks(opts) for code in check.codes if opts.selection.enabled(code)]
 
 
-def run_probes(profile: EngineProfile, names: set[str], spec: ModelSpec, plan: Plan[Any], deploy: Deploy,
-               settings: Any) -> tuple[dict[str, object], list[Finding]]:
+def run_probes(profile: EngineProfile, names: set[str], spec: ModelSpec, plan: Plan[object], deploy: Deploy,
+               settings: BaseModel) -> tuple[dict[str, object], list[Finding]]:
     """Run the profile's probes that the rules need, each within the probe budget: a probe lists what it
     will build first; the first entry past the budget becomes LIM001 and the probe builds only what
     comes before it."""

@@ -18,7 +18,7 @@ class Context:
     spec: ModelSpec
     engine: str
     deploy: Deploy
-    plan: Plan[Any]
+    plan: Plan[object]
     settings: Optional[BaseModel] = None  # the engine profile's deploy section; None: read from `deploy`
     observations: Mapping[str, object] = field(default_factory=dict)  # probe name (or "dry_run") -> observation
     options: Mapping[str, Any] = field(default_factory=dict)

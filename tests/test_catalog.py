@@ -83,3 +83,17 @@ def test_duplicate_codes_are_refused(tmp_path):
     (tmp_path / "a" / "CFG001.yaml").write_text((RULES / "CFG001.yaml").read_text())
     with pytest.raises(InputError, match="duplicate"):
         load_catalog(RULES, extra_dirs=(tmp_path / "a",))
+
+
+def test_entries_pinned_to_one_release_name_the_profiles_pin():
+    """An entry that holds for exactly one engine release names the release the profile pins (its first pin:
+    sglang-mlx is versioned by sglang), so a bumped pin shows every entry still written for the old one."""
+    from kvdoctor.engines import PROFILES, profile_class
+
+    catalog = load_catalog(RULES)
+    for entry in catalog.entries.values():
+        for engine in entry.engines:
+            if engine.name not in PROFILES or not engine.versions.startswith("=="):
+                continue
+            pins = list(profile_class(engine.name).pins.values())
+            assert pins and engine.versions == f"=={pins[0]}", (entry.code, engine.name, engine.versions)

@@ -10,6 +10,8 @@ import hashlib
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from kvdoctor.budget import mlxlm, sglang, vllm
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB
 from kvdoctor.budget.facts import ModelFacts
@@ -161,7 +163,7 @@ def _with_memory(budgets: list[Budget], memory: int) -> list[Budget]:
     return budgets
 
 
-def plan_engine(engine: str, facts: ModelFacts, config: dict[str, Any], inputs: BudgetSettings, settings: Any,
+def plan_engine(engine: str, facts: ModelFacts, config: dict[str, Any], inputs: BudgetSettings, settings: BaseModel,
                 all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
     """One engine's budgets: its profile's model, with its deploy section."""
     from kvdoctor.engines import profile

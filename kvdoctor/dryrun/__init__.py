@@ -8,12 +8,17 @@ process. See docs/dry-run.md.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from kvdoctor.dryrun.run import ChildOutcome
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
-def observe(spec: Any, settings: Any, options: Mapping[str, Any]) -> ChildOutcome:
+    from kvdoctor.model import ModelSpec
+
+
+def observe(spec: ModelSpec, settings: BaseModel, options: Mapping[str, Any]) -> ChildOutcome:
     """Run the dry run for one model (or note that the engine is not installed)."""
     from kvdoctor.dryrun.engine_import import missing_packages
     from kvdoctor.dryrun.run import DEFAULT_TIMEOUT_SECONDS, build_request, launch

@@ -8,7 +8,7 @@ from kvdoctor.dryrun.run import ChildOutcome
 from kvdoctor.engines.base import STAGES, Plan, Refusal
 
 
-def record(outcome: ChildOutcome, plan: Plan[Any] | None, catalog: Any = None) -> dict[str, Any]:
+def record(outcome: ChildOutcome, plan: Plan[object] | None, catalog: Any = None) -> dict[str, Any]:
     """The JSON record of one dry run."""
     unavailable = outcome.first("engine_unavailable")
     if unavailable is not None:
@@ -18,7 +18,7 @@ def record(outcome: ChildOutcome, plan: Plan[Any] | None, catalog: Any = None) -
     return out
 
 
-def predicted_refusal(plan: Plan[Any] | None) -> Refusal | None:
+def predicted_refusal(plan: Plan[object] | None) -> Refusal | None:
     """The first refusal the static plan predicts, if any."""
     return plan.refusals[0] if plan is not None and plan.refusals else None
 
@@ -38,7 +38,7 @@ def harness_failed(error: dict[str, Any]) -> bool:
     return error.get("frame") is None and "/kvdoctor/" in str((error.get("origin") or {}).get("file", ""))
 
 
-def confirmed_refusal(outcome: ChildOutcome, plan: Plan[Any] | None, catalog: Any = None) -> str | None:
+def confirmed_refusal(outcome: ChildOutcome, plan: Plan[object] | None, catalog: Any = None) -> str | None:
     """The predicted refusal's code when the engine really raised it, at the predicted stage."""
     error, predicted = outcome.first("error"), predicted_refusal(plan)
     if plan is None or error is None or predicted is None or harness_failed(error):

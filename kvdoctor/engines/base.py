@@ -70,7 +70,7 @@ class LayerPlan:
     extra: Mapping[str, Any] = field(default_factory=dict)  # engine-specific JSON fields: engine_spec, pool_index
 
 
-FactsT = TypeVar("FactsT")
+FactsT = TypeVar("FactsT", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -99,12 +99,12 @@ class Probe(ABC):
 
     name: ClassVar[str]  # what a rule names in `needs` as "probe:<name>"
 
-    def costs(self, spec: ModelSpec, plan: Plan[Any], settings: BaseModel) -> Sequence[Cost]:
+    def costs(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel) -> Sequence[Cost]:
         """What `run` builds, in order, one entry per unit of work; nothing is built yet."""
         return ()
 
     @abstractmethod
-    def run(self, spec: ModelSpec, plan: Plan[Any], settings: BaseModel, fits: int) -> object:
+    def run(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel, fits: int) -> object:
         """Run the first `fits` units listed by `costs` (the ones within the budget) and observe."""
 
 
@@ -112,7 +112,7 @@ class DryRunner(ABC):
     """Runs the engine's own code on a weightless copy of the model, in a child process."""
 
     @abstractmethod
-    def run(self, spec: ModelSpec, deploy: Deploy, plan: Plan[Any], options: Mapping[str, Any]) -> object:
+    def run(self, spec: ModelSpec, deploy: Deploy, plan: Plan[object], options: Mapping[str, Any]) -> object:
         """What the engine did (an observation record for the dry-run rule and the report)."""
 
 
@@ -125,7 +125,7 @@ class EngineProfile(ABC):
     reference: ClassVar[bool] = False  # True: the model's own meaning, not a serving engine (no engine row)
     refusal_codes: ClassVar[tuple[str, ...]] = ()  # the catalog codes `plan` may put in `Plan.refusals`
 
-    def plan(self, spec: ModelSpec, settings: Any) -> Plan[Any]:
+    def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[object]:
         """How the engine lays out this model's caches and what it refuses; imports no torch or mlx."""
         raise NotImplementedError(f"{self.name} has no layout plan")
 
@@ -137,12 +137,12 @@ class EngineProfile(ABC):
         """The engine's own code in a child process, when kvdoctor can run it (none by default)."""
         return None
 
-    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: Any, inputs: BudgetSettings,
+    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
         """KV sizing the engine's way: (one budget per mode, how the memory figure was obtained)."""
         raise NotImplementedError(f"{self.name} has no budget model")
 
-    def report(self, plan: Plan[Any], observations: Mapping[str, object]) -> dict[str, Any]:
+    def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         """The engine's part of the JSON `info`, from the plan and what the probes observed."""
         return {}
 

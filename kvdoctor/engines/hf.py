@@ -1,7 +1,9 @@
 """`hf`: the model's own meaning (transformers semantics); every window applies as declared."""
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from typing import ClassVar, Mapping
+
+from pydantic import BaseModel
 
 from kvdoctor.deploy import Section
 from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan
@@ -26,7 +28,7 @@ class HfProfile(EngineProfile):
     Settings = HfSettings
     reference = True
 
-    def plan(self, spec: ModelSpec, settings: Any) -> Plan[None]:
+    def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[None]:
         layers = tuple(LayerPlan(index=l.index, engine_window=l.window, cache=cache_kind(l.kind))
                        for l in spec.layers)
         return Plan(engine="hf", versions={}, layers=layers)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from kvdoctor.deploy import Section
 from kvdoctor.engines.base import Cost, EngineProfile, LayerPlan, Plan, Probe, Refusal
@@ -97,7 +97,7 @@ class KdaPlan:
         return self.settings.linear_replayssm_cache_len
 
 
-def kda_plan(plan: Plan[Any]) -> KdaPlan | None:
+def kda_plan(plan: Plan[object]) -> KdaPlan | None:
     """The KDA facts of an sglang plan (None: the model has no KDA layers, or another engine's plan)."""
     return plan.facts if isinstance(plan.facts, KdaPlan) else None
 
@@ -188,7 +188,7 @@ class KdaCachesProbe(Probe):
 
     name = "kda_caches"
 
-    def costs(self, spec: ModelSpec, plan: Plan[Any], settings: Any) -> Sequence[Cost]:
+    def costs(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel) -> Sequence[Cost]:
         from kvdoctor.kda.caches import build_bytes, input_bytes
 
         kp = kda_plan(plan)
@@ -206,7 +206,7 @@ class KdaCachesProbe(Probe):
                                 dims.sources.get("HV"), dims.layer))
         return out
 
-    def run(self, spec: ModelSpec, plan: Plan[Any], settings: Any, fits: int) -> KdaCachesRun:
+    def run(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel, fits: int) -> KdaCachesRun:
         kp = kda_plan(plan)
         if kp is None or kp.L < 1:  # L < 1 is refused at startup (KDA062): no decode ever runs
             return KdaCachesRun()
@@ -298,7 +298,7 @@ class SglangProfile(EngineProfile):
     Settings = SglangSettings
     refusal_codes = ("KDA060", "KDA061", "KDA062")
 
-    def plan(self, spec: ModelSpec, settings: Any) -> Plan[KdaPlan]:
+    def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[KdaPlan]:
         assert isinstance(settings, SglangSettings)
         states: dict[int, Mapping[str, Any]] = {}
         groups = kda_groups(spec)
@@ -332,7 +332,7 @@ class SglangProfile(EngineProfile):
     def probes(self) -> Sequence[Probe]:
         return (KdaCachesProbe(),)
 
-    def report(self, plan: Plan[Any], observations: Mapping[str, object]) -> dict[str, Any]:
+    def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         out: dict[str, Any] = {"engine_notes": list(plan.notes)}
         kp = kda_plan(plan)
         if kp is None:
@@ -358,7 +358,7 @@ class SglangProfile(EngineProfile):
         out["kda_replayssm"] = info
         return out
 
-    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: Any, inputs: BudgetSettings,
+    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
         from kvdoctor.budget.run import sglang_budgets
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from kvdoctor.deploy import Deploy, Section
 from kvdoctor.engines.base import Cost, DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
@@ -148,7 +148,14 @@ class MlxFacts:
                 "model class)")
 
 
-def mlx_facts(plan: Plan[Any]) -> MlxFacts:
+def section(settings: BaseModel) -> SglangMlxSettings:
+    """The sglang-mlx deploy section, typed."""
+    if not isinstance(settings, SglangMlxSettings):
+        raise TypeError(f"expected the sglang_mlx section, got {type(settings).__name__}")
+    return settings
+
+
+def mlx_facts(plan: Plan[object]) -> MlxFacts:
     """The facts of a sglang-mlx plan."""
     if not isinstance(plan.facts, MlxFacts):
         raise TypeError(f"a {plan.engine} plan has no sglang-mlx facts")
@@ -473,7 +480,7 @@ class MaskRoutingProbe(Probe):
 
     name = "mask_routing"
 
-    def _layers(self, plan: Plan[Any]) -> list[Any]:
+    def _layers(self, plan: Plan[object]) -> list[Any]:
         from kvdoctor.mlx.probes import ProbeLayer, within_budget
 
         facts = mlx_facts(plan)
@@ -487,16 +494,16 @@ class MaskRoutingProbe(Probe):
     def _drivable(facts: MlxFacts) -> bool:
         return facts.serves and facts.skeleton is not None and facts.skeleton.model is not None
 
-    def costs(self, spec: ModelSpec, plan: Plan[Any], settings: Any) -> Sequence[Cost]:
+    def costs(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel) -> Sequence[Cost]:
         from kvdoctor.mlx.probes import probe_bytes
 
         if not self._drivable(mlx_facts(plan)):
             return ()
         layers = self._layers(plan)
         return (Cost(f"sglang-mlx probe caches for {len(layers)} attention layers",
-                     probe_bytes(layers, settings.chunked_prefill_size), routing_source(spec)),)
+                     probe_bytes(layers, section(settings).chunked_prefill_size), routing_source(spec)),)
 
-    def run(self, spec: ModelSpec, plan: Plan[Any], settings: Any, fits: int) -> MaskRouting:
+    def run(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel, fits: int) -> MaskRouting:
         from kvdoctor.mlx.probes import run_probes
 
         facts = mlx_facts(plan)
@@ -510,7 +517,7 @@ class MaskRoutingProbe(Probe):
         assert layout is not None
         layers = self._layers(plan)
         report = run_probes(facts.skeleton.model, layers, layout.num_layers, layout.auxiliary,
-                            chunk=settings.chunked_prefill_size)
+                            chunk=section(settings).chunked_prefill_size)
         return MaskRouting(layers=tuple(layers), report=report)
 
 
@@ -548,14 +555,14 @@ class PoolProbe(Probe):
     name = "pool"
 
     @staticmethod
-    def _applies(facts: MlxFacts, settings: Any) -> bool:
+    def _applies(facts: MlxFacts, settings: SglangMlxSettings) -> bool:
         return facts.serves and bool(facts.layout and facts.layout.full) and settings.radix_cache
 
-    def costs(self, spec: ModelSpec, plan: Plan[Any], settings: Any) -> Sequence[Cost]:
+    def costs(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel) -> Sequence[Cost]:
         from kvdoctor.mlx.pool import pool_bytes
 
         facts = mlx_facts(plan)
-        if not self._applies(facts, settings) or facts.fused is None or not facts.fused.active:
+        if not self._applies(facts, section(settings)) or facts.fused is None or not facts.fused.active:
             return ()
         layout = facts.layout
         assert layout is not None
@@ -564,10 +571,10 @@ class PoolProbe(Probe):
         return (Cost(f"sglang-mlx pool for {len(layout.full)} full-attention layers", size,
                      setting="sglang_mlx.pool_size"),)
 
-    def run(self, spec: ModelSpec, plan: Plan[Any], settings: Any, fits: int) -> PoolRun:
+    def run(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel, fits: int) -> PoolRun:
         from kvdoctor.mlx.pool import probe_pool
 
-        facts = mlx_facts(plan)
+        facts, settings = mlx_facts(plan), section(settings)
         if not self._applies(facts, settings):
             return PoolRun()
         layout, fused = facts.layout, facts.fused
@@ -605,7 +612,7 @@ def _itemsize(dtype: str) -> int:
 
 
 class SglangMlxDryRun(DryRunner):
-    def run(self, spec: ModelSpec, deploy: Deploy, plan: Plan[Any], options: Mapping[str, Any]) -> object:
+    def run(self, spec: ModelSpec, deploy: Deploy, plan: Plan[object], options: Mapping[str, Any]) -> object:
         from kvdoctor.dryrun import observe
 
         return observe(spec, deploy.settings(SglangMlxProfile.name), options)
@@ -619,11 +626,10 @@ class SglangMlxProfile(EngineProfile):
     Settings = SglangMlxSettings
     refusal_codes = ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008", "ENG013")
 
-    def plan(self, spec: ModelSpec, settings: Any) -> Plan[MlxFacts]:
+    def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[MlxFacts]:
         from kvdoctor.mlx.mlxlm import build_skeleton
 
-        assert isinstance(settings, SglangMlxSettings)
-        return plan_from(spec, settings, build_skeleton(mlx_config(spec), expected=geometry_check(spec)))
+        return plan_from(spec, section(settings), build_skeleton(mlx_config(spec), expected=geometry_check(spec)))
 
     def probes(self) -> Sequence[Probe]:
         return (MaskRoutingProbe(), PoolProbe())
@@ -631,7 +637,7 @@ class SglangMlxProfile(EngineProfile):
     def dry_run(self) -> DryRunner | None:
         return SglangMlxDryRun()
 
-    def report(self, plan: Plan[Any], observations: Mapping[str, object]) -> dict[str, Any]:
+    def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         """What the JSON `info` and the rich summary show about this engine's view of the model."""
         facts = mlx_facts(plan)
         out: dict[str, Any] = {"engine_notes": list(plan.notes)}

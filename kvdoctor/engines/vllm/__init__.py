@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from kvdoctor.deploy import Section
 from kvdoctor.engines.base import EngineProfile
@@ -36,7 +36,7 @@ class VllmProfile(EngineProfile):
     pins = {"vllm": PINS["vllm"]}
     Settings = VllmSettings
 
-    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: Any, inputs: BudgetSettings,
+    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
         from kvdoctor.budget.run import vllm_budgets
 
