@@ -7,17 +7,20 @@ One finding per (code, layer group): the evidence lists the group's layers and t
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.engines.sglang import GroupRun, KdaCachesProbe, KdaCachesRun, KdaPlan, kda_plan
-from kvdoctor.kda.dims import LayerDims
-from kvdoctor.kda.validate import Failure
 from kvdoctor.model import Finding, Source
 
+if TYPE_CHECKING:
+    from kvdoctor.engines.sglang import GroupRun, KdaPlan
+    from kvdoctor.kda.dims import LayerDims
+    from kvdoctor.kda.validate import Failure
+
+PROBE = "kda_caches"  # kvdoctor.engines.sglang.KdaCachesProbe (imported when the rule runs)
 RULE = Rule(codes=tuple(f"KDA{n:03d}" for n in (*range(1, 37), 40, 41, 42, 50, 51, 52)), engines=("sglang",),
-            needs=(f"probe:{KdaCachesProbe.name}",))
+            needs=(f"probe:{PROBE}",))
 
 # Which recipe entry a code points at (the model's dims are pointed at for the others).
 RECIPE_KEYS = {"KDA001": "tensors.g_cache", "KDA002": "tensors.d_cache", "KDA003": "tensors.k_cache",
@@ -28,7 +31,9 @@ RECIPE_KEYS = {"KDA001": "tensors.g_cache", "KDA002": "tensors.d_cache", "KDA003
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    kp, seen = kda_plan(ctx.plan), ctx.observations.get(KdaCachesProbe.name)
+    from kvdoctor.engines.sglang import KdaCachesRun, kda_plan
+
+    kp, seen = kda_plan(ctx.plan), ctx.observations.get(PROBE)
     if kp is None or not isinstance(seen, KdaCachesRun):
         return
     for group in seen.groups:

@@ -19,16 +19,14 @@ from kvdoctor.deploy import Section
 from kvdoctor.engines.base import Cost, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.errors import InputError
-from kvdoctor.kda.caches import BATCH_SLOTS, cache_shapes, negative_shape, per_slot_report
-from kvdoctor.kda.dims import LayerDims, kda_groups
-from kvdoctor.kda.recipe import Recipe, load_recipe
 from kvdoctor.model import ATTN_MAMBA, CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, ModelSpec
 
 if TYPE_CHECKING:
     from kvdoctor.budget.common import Budget
     from kvdoctor.budget.facts import ModelFacts
     from kvdoctor.budget.settings import BudgetSettings
-    from kvdoctor.kda.dims import Geometry
+    from kvdoctor.kda.dims import Geometry, LayerDims
+    from kvdoctor.kda.recipe import Recipe
     from kvdoctor.kda.latent import Latent
     from kvdoctor.kda.replay import KernelRun
     from kvdoctor.kda.validate import Failure
@@ -107,6 +105,8 @@ def _act_dtype(spec: ModelSpec) -> str:
 
 
 def _state_by_tp(kp: KdaPlan, dims: LayerDims) -> dict[str, Any]:
+    from kvdoctor.kda.caches import BATCH_SLOTS, cache_shapes, negative_shape, per_slot_report
+
     out: dict[str, Any] = {}
     for tp in kp.tp_sizes:
         refusal = dims.tp_error(tp)
@@ -222,7 +222,7 @@ class KdaCachesProbe(Probe):
 
 def _run_group(kp: KdaPlan, group: tuple[LayerDims, ...]) -> GroupRun:
     from kvdoctor.kda import latent as latent_probe
-    from kvdoctor.kda.caches import build_caches, build_inputs
+    from kvdoctor.kda.caches import build_caches, build_inputs, cache_shapes
     from kvdoctor.kda.replay import kernel_run
     from kvdoctor.kda.validate import WRAPPERS, invariants
 
@@ -276,7 +276,7 @@ KERNEL_RUN_MAX_KEY_HEADS = 2
 def _kernel_geometry(kp: KdaPlan, real: Geometry) -> Geometry:
     """The real dims with at most two key heads (grouping kept) and L <= 16, when the recipe builds and
     passes there too; else the real geometry, which passed."""
-    from kvdoctor.kda.caches import build_caches, build_inputs
+    from kvdoctor.kda.caches import BATCH_SLOTS, build_caches, build_inputs, cache_shapes, negative_shape
     from kvdoctor.kda.validate import WRAPPERS, invariants
 
     heads = min(real.H, KERNEL_RUN_MAX_KEY_HEADS)
@@ -299,6 +299,9 @@ class SglangProfile(EngineProfile):
     refusal_codes = ("KDA060", "KDA061", "KDA062")
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[KdaPlan]:
+        from kvdoctor.kda.dims import kda_groups
+        from kvdoctor.kda.recipe import load_recipe
+
         assert isinstance(settings, SglangSettings)
         states: dict[int, Mapping[str, Any]] = {}
         groups = kda_groups(spec)
