@@ -6,6 +6,7 @@ from typing import Any, Iterator
 
 from kvdoctor.catalog import Catalog
 from kvdoctor.checks import CHECKS, Check
+from kvdoctor.checks.cfg_semantics import guess_guard
 from kvdoctor.context import Context
 from kvdoctor.deploy import Deploy
 from kvdoctor.engines import plan_for
@@ -91,7 +92,7 @@ def check_target(target: str, opts: Options) -> Result:
         for check in active_checks(opts):
             for finding in _run_check(check, ctx, probes_allowed):
                 if opts.selection.enabled(finding.code):
-                    findings.append(finalize(finding, opts))
+                    findings.append(guess_guard(finalize(finding, opts), spec))
     except InputError as exc:
         return Result(target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[],
                       findings=[], error=str(exc))

@@ -24,6 +24,7 @@ class Check:
 CHECKS: list[Check] = [
     Check("kvdoctor.checks.cfg", ("CFG001", "CFG002", "CFG003", "CFG004", "CFG005", "CFG006", "CFG007",
                                   "CFG008", "CFG009", "CFG010")),
+    Check("kvdoctor.checks.cfg_semantics", tuple(f"CFG{n:03d}" for n in range(11, 21))),
     Check("kvdoctor.checks.ckpt", ("CKPT001", "CKPT002", "CKPT003", "CKPT004", "CKPT005", "CKPT006",
                                    "CKPT007", "CKPT008")),
     Check("kvdoctor.checks.eng", ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008",
