@@ -34,6 +34,9 @@ class Rejected(Exception):
         super().__init__(message)
         self.class_name, self.error_class, self.message, self.validator = class_name, error_class, message, validator
 
+    def __reduce__(self):  # results cross process boundaries (parallel checks): keep it picklable
+        return Rejected, (self.class_name, self.error_class, self.message, self.validator)
+
 
 @dataclass
 class View:
