@@ -33,7 +33,7 @@ CHECKS: list[Check] = [
           engines=("sglang-mlx",), static=False),
     Check("kvdoctor.checks.pool", ("POOL001", "POOL002", "POOL003"), engines=("sglang-mlx",), static=False),
     Check("kvdoctor.checks.dryrun", ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057",
-                                     "ENG058", "ENG059", "ENG060"), engines=("sglang-mlx",), static=False),
+                                     "ENG058", "ENG059", "ENG060", "ENG061"), engines=("sglang-mlx",), static=False),
     Check("kvdoctor.checks.kda", ("KDA060", "KDA061", "KDA062"), engines=("sglang",)),
     Check("kvdoctor.checks.kda_caches", tuple(f"KDA{n:03d}" for n in (*range(1, 37), 40, 41, 42, 50, 51, 52)),
           engines=("sglang",), static=False),
