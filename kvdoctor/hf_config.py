@@ -6,18 +6,24 @@ reference: it derives `layer_types`, applies its defaults and adjusts windows, a
 configs that every engine loading the model through transformers would refuse too. Only configuration
 classes run (plain Python shipped with transformers): no model code, no network, no file is read.
 
-Cost: importing transformers' configuration registry also imports torch (through
-`transformers.modeling_rope_utils`): about 3-5 s on a cold start (`bench/run.py --only hf_config`),
-paid only for model types outside the table; table families never import it.
+Cost: transformers' configuration registry imports torch when it can (through
+`transformers.modeling_rope_utils`), which configuration classes never need. When torch is not
+imported yet, kvdoctor hides it while transformers loads and builds the class (transformers then
+runs in its documented "configuration and file utilities only" mode), and restores it after, so
+torch stays importable. Figures in docs/model-semantics.md (`bench/semantics.py`): table families
+never import transformers.
 """
 from __future__ import annotations
 
 import copy
 import importlib.util
 import logging
+import os
+import sys
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 # Attributes kvdoctor reads from the configuration object once transformers has applied its defaults.
 ATTRS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
@@ -52,11 +58,36 @@ def installed() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
-def _registry():
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    import transformers
-    from transformers import CONFIG_MAPPING
+@contextmanager
+def _without_torch() -> Iterator[None]:
+    """Hide an unimported torch from transformers (a None entry in sys.modules makes `import torch`
+    fail, and transformers then skips its torch-only helpers); leave an imported torch alone."""
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch", False) is None:
+            del sys.modules["torch"]
 
+
+def _registry():
+    """(transformers' version, its model_type -> configuration class mapping), imported quietly:
+    transformers sets its log level from TRANSFORMERS_VERBOSITY when it first loads."""
+    saved = os.environ.get("TRANSFORMERS_VERBOSITY")
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    try:
+        with _without_torch():
+            import transformers
+            from transformers import CONFIG_MAPPING
+    finally:
+        if saved is None:
+            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        else:
+            os.environ["TRANSFORMERS_VERBOSITY"] = saved
+    logging.getLogger("transformers").setLevel(logging.ERROR)
     return transformers.__version__, CONFIG_MAPPING
 
 
@@ -84,10 +115,11 @@ def read(model_type: str, cfg: dict[str, Any]) -> View | None:
     version, mapping = _registry()
     if model_type not in mapping:
         return None
-    cls = mapping[model_type]
     kwargs = {k: v for k, v in copy.deepcopy(cfg).items() if k != "model_type"}
+    with _without_torch():
+        cls = mapping[model_type]
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _without_torch():
             warnings.simplefilter("ignore")
             obj = cls(**kwargs)
     except Exception as exc:  # any refusal of the class is reported, never a traceback

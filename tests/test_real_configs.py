@@ -150,3 +150,58 @@ def test_nemotron_h_with_infinity_and_without_num_hidden_layers(dirs):
     ultra = _spec(dirs, "nvidia__NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16")
     assert "num_hidden_layers" not in ultra.config
     assert len(ultra.layers) == len(ultra.config["layers_block_type"]) == 108
+
+
+# Synthetic configs for every table family transformers also knows: the table must give the layers
+# transformers' class derives (the corpus above covers the families' published configs).
+TABLE_CASES = {
+    "llama": {}, "mistral": {"sliding_window": 64}, "phi3": {"sliding_window": 64}, "qwen2": {},
+    "qwen3": {"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 4},
+    "gemma2": {}, "gemma3_text": {"sliding_window_pattern": 3}, "gpt_oss": {}, "olmo3": {},
+    "exaone4": {"sliding_window_pattern": 3}, "cohere2": {"sliding_window_pattern": 3},
+    "kimi_linear": {"linear_attn_config": {"kda_layers": [1, 2, 4, 5, 6, 8], "full_attn_layers": [3, 7],
+                                           "num_heads": 4, "head_dim": 32, "short_conv_kernel_size": 4}},
+    "qwen3_next": {"full_attention_interval": 2}, "qwen3_5_text": {}, "qwen3_5_moe_text": {},
+    "nemotron_h": {"hybrid_override_pattern": "M-M*-EM*"}, "jamba": {"attn_layer_period": 4, "attn_layer_offset": 1},
+    "falcon_h1": {}, "deepseek_v2": {}, "deepseek_v3": {}, "deepseek_v32": {}, "glm_moe_dsa": {},
+    "llama4_text": {"no_rope_layer_interval": 3, "attention_chunk_size": 256}, "lfm2": {"full_attn_idxs": [2, 5]},
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(TABLE_CASES))
+def test_table_families_agree_with_transformers(tmp_path, model_type):
+    from kvdoctor.families import family_for
+
+    assert family_for(model_type) is not None and family_for(model_type).semantics == "table"
+    cfg = {"model_type": model_type, "num_hidden_layers": 8, "hidden_size": 256, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 1000, **TABLE_CASES[model_type]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = load_model(str(tmp_path), with_checkpoint=False)
+    view = _transformers_view(spec)
+    assert view is not None, model_type
+    types, window, chunk, n, mla = view
+    assert len(spec.layers) == n
+    got = [layer.kind for layer in spec.layers]
+    assert all(kind in TRANSFORMERS_KINDS[t] for kind, t in zip(got, types)), (got, types)
+    assert all(layer.window == window for layer in spec.layers if layer.kind == SLIDING)
+    assert all(layer.window == chunk for layer in spec.layers if layer.kind == CHUNKED)
+    assert mla == any(layer.kind in (MLA, SPARSE_MLA) for layer in spec.layers)
+
+
+def test_the_hidden_size_validators_kvdoctor_quotes_are_transformers_own():
+    """CFG015 is an error exactly for the table families whose class validates hidden % heads."""
+    pytest.importorskip("transformers")
+    from transformers import CONFIG_MAPPING
+
+    from kvdoctor.checks.cfg_semantics import VALIDATES_HIDDEN
+    from kvdoctor.families import FAMILIES
+
+    for model_type in sorted({mt for fam in FAMILIES for mt in fam.model_types} & set(CONFIG_MAPPING)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                CONFIG_MAPPING[model_type](hidden_size=260, num_attention_heads=8, num_key_value_heads=8)
+                raised = False
+            except Exception as exc:  # noqa: BLE001
+                raised = "is not a multiple of the number of attention heads" in str(exc)
+        assert raised == (model_type in VALIDATES_HIDDEN), model_type

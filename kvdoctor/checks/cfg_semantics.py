@@ -16,7 +16,7 @@ from kvdoctor.model import FULL, MLA, SLIDING, SPARSE_MLA, UNKNOWN, Finding, Mod
 
 # Model types whose transformers configuration class validates hidden_size % num_attention_heads
 # (`validate_architecture`); tests check this set against the installed classes.
-VALIDATES_HIDDEN = frozenset({"llama", "gemma2", "gemma3", "gemma3_text"})
+VALIDATES_HIDDEN = frozenset({"llama", "gemma2", "vaultgemma", "gemma3_text", "deepseek_v2"})
 # Integer layer periods, per family: (key, what transformers does with it).
 PERIOD_KEYS = {"gemma3": "sliding_window_pattern", "cohere2": "sliding_window_pattern",
                "exaone4": "sliding_window_pattern", "qwen3_next": "full_attention_interval",
