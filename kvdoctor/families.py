@@ -33,6 +33,13 @@ TYPE_STRINGS = {
     "heavily_compressed_attention": COMPRESSED,
 }
 LINEAR_TYPE = "linear_attention"
+# The `layer_types` strings transformers 5.24's configuration classes accept (ALLOWED_ATTN_LAYER_TYPES
+# and the legacy names they rename); tests compare this with the installed transformers.
+TRANSFORMERS_LAYER_TYPES = frozenset({
+    "full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
+    "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
+    "hybrid_sliding", "reference_sliding_attention", "linear_attention",
+    "mamba", "attention", "deepseek_sparse_attention", "qwen_sparse_attention"})
 
 
 class Lookup:

@@ -205,3 +205,24 @@ def test_the_hidden_size_validators_kvdoctor_quotes_are_transformers_own():
             except Exception as exc:  # noqa: BLE001
                 raised = "is not a multiple of the number of attention heads" in str(exc)
         assert raised == (model_type in VALIDATES_HIDDEN), model_type
+
+
+def test_the_layer_type_strings_kvdoctor_accepts_are_transformers_own():
+    pytest.importorskip("transformers")
+    from transformers import configuration_utils
+
+    from kvdoctor.families import TRANSFORMERS_LAYER_TYPES
+
+    installed = set(configuration_utils.ALLOWED_ATTN_LAYER_TYPES) | set(configuration_utils._LEGACY_LAYER_TYPE_REMAP)
+    assert TRANSFORMERS_LAYER_TYPES == installed
+
+
+def test_a_string_transformers_accepts_but_kvdoctor_cannot_size_is_a_warning(tmp_path):
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 1000,
+           "layer_types": ["full_attention", "hybrid_sliding", "full_attention", "full_attention"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    code, doc = check_json("--static", str(tmp_path))
+    findings = {f["code"]: f for f in doc["results"][0]["findings"]}
+    assert code == 0 and "CFG002" not in findings
+    assert findings["CFG011"]["severity"] == "warning" and findings["CFG011"]["layer"] == 1

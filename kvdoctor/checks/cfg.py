@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Iterable
 
 from kvdoctor.context import Context
-from kvdoctor.families import TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
+from kvdoctor.families import TRANSFORMERS_LAYER_TYPES, TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
 from kvdoctor.model import SLIDING, Finding
 
-KNOWN_TYPE_STRINGS = set(TYPE_STRINGS) | {LINEAR_TYPE}
+# Strings transformers accepts are not CFG002 even where kvdoctor cannot size them (CFG011 says so).
+KNOWN_TYPE_STRINGS = set(TYPE_STRINGS) | {LINEAR_TYPE} | TRANSFORMERS_LAYER_TYPES
 WINDOW_KEYS = ("sliding_window", "window_size")
 REMOTE_CODE_KEYS = ("auto_map", "trust_remote_code")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from kvdoctor.context import Context
-from kvdoctor.families import family_for
+from kvdoctor.families import TRANSFORMERS_LAYER_TYPES, family_for
 from kvdoctor.jsonfile import non_finite
 from kvdoctor.model import FULL, MLA, SLIDING, SPARSE_MLA, UNKNOWN, Finding, ModelSpec
 
@@ -194,9 +194,14 @@ def _non_finite(spec: ModelSpec) -> Iterable[Finding]:
 
 
 def _unmodelled(spec: ModelSpec) -> Iterable[Finding]:
-    if spec.semantics != "transformers":
+    """Layers whose kind is a string transformers accepts but kvdoctor has no model for (a guessed
+    spec's unknown layers are CFG002 / CFG009's business)."""
+    if spec.semantics == "guess":
         return
-    unknown = [l.index for l in spec.layers if l.kind == UNKNOWN]
+    types = spec.config.get("layer_types")
+    accepted = (lambda i: True) if spec.semantics == "transformers" else \
+        (lambda i: isinstance(types, list) and i < len(types) and types[i] in TRANSFORMERS_LAYER_TYPES)
+    unknown = [l.index for l in spec.layers if l.kind == UNKNOWN and accepted(l.index)]
     if unknown:
         yield Finding.at("CFG011", f"{len(unknown)} layers have a kind transformers accepts but kvdoctor does not "
                          f"model (first: layer {unknown[0]}); their caches are not checked or budgeted",
