@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from kvdoctor.catalog import Catalog
 from kvdoctor.checks import DRY_RUN, Check, all_checks
+from kvdoctor.checks.cfg_semantics import guess_guard
 from kvdoctor.context import Context
 from kvdoctor.deploy import Deploy
 from kvdoctor.engines import check_profile
@@ -121,7 +122,7 @@ def check_target(target: str, opts: Options) -> Result:
                       observations=observations, options=opts.extra)
         for check in checks:
             findings.extend(check.run(ctx))
-        findings = [finalize(f, opts) for f in findings if opts.selection.enabled(f.code)]
+        findings = [guess_guard(finalize(f, opts), spec) for f in findings if opts.selection.enabled(f.code)]
     except InputError as exc:
         return Result(target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[],
                       findings=[], error=str(exc))

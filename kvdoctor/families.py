@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kvdoctor.model import (ATTN_MAMBA, CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, UNKNOWN,
-                            LayerSpec, Source)
+from kvdoctor.model import (ATTN_MAMBA, CHUNKED, COMPRESSED, CONV, FULL, GDN, KDA, LINEAR, MAMBA, MLA,
+                            NO_ATTENTION,
+                            SLIDING, SPARSE_MLA, UNKNOWN, LayerSpec, Source)
 
 # Layer-type strings as written in configs -> our kinds. Family-specific meanings of
-# "linear_attention" are resolved by the family (KDA for Kimi, gated DeltaNet for Qwen3-Next).
+# "linear_attention" are resolved by the family (KDA for Kimi, gated DeltaNet for Qwen3-Next, Mamba-2
+# for the Mamba hybrids, whose "mamba" entries transformers 5 renames to "linear_attention").
 TYPE_STRINGS = {
     "full_attention": FULL,
     "sliding_attention": SLIDING,
@@ -21,8 +23,23 @@ TYPE_STRINGS = {
     "attention": FULL,
     "mamba": MAMBA,
     "mamba2": MAMBA,
+    "conv": CONV,
+    "hybrid": ATTN_MAMBA,
+    "mlp": NO_ATTENTION,
+    "moe": NO_ATTENTION,
+    "indexed_attention": SPARSE_MLA,
+    "deepseek_sparse_attention": SPARSE_MLA,
+    "compressed_sparse_attention": COMPRESSED,
+    "heavily_compressed_attention": COMPRESSED,
 }
 LINEAR_TYPE = "linear_attention"
+# The `layer_types` strings transformers 5.24's configuration classes accept (ALLOWED_ATTN_LAYER_TYPES
+# and the legacy names they rename); tests compare this with the installed transformers.
+TRANSFORMERS_LAYER_TYPES = frozenset({
+    "full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
+    "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
+    "hybrid_sliding", "reference_sliding_attention", "linear_attention",
+    "mamba", "attention", "deepseek_sparse_attention", "qwen_sparse_attention"})
 
 
 class Lookup:
@@ -48,6 +65,32 @@ class Lookup:
         return Source("default", key)
 
 
+class ResolvedLookup(Lookup):
+    """Reads values as transformers' configuration class resolved them (its defaults, derived
+    `layer_types`, adjusted windows), and says so in each value's source."""
+
+    def __init__(self, cfg: dict[str, Any], view: Any, source_of: Callable[[str], Source]):
+        super().__init__(cfg, {}, source_of)
+        self.view = view
+
+    def get(self, key: str, fallback: Any = None) -> Any:
+        resolved = self.view.resolved
+        if key not in resolved:
+            return super().get(key, fallback)
+        if key not in self.cfg and resolved[key] is not None:
+            self.used_defaults[key] = resolved[key]
+        return resolved[key] if resolved[key] is not None or key in self.cfg else fallback
+
+    def source(self, key: str) -> Source:
+        resolved = self.view.resolved
+        if key in resolved and (key not in self.cfg or self.cfg[key] != resolved[key]):
+            at = self.source_of(key) if key in self.cfg else None
+            how = "default" if key not in self.cfg else "adjusted"
+            return Source("transformers", f"{self.view.class_name}.{key} ({how}, transformers {self.view.version})",
+                          at.file if at else None, at.line if at else None)
+        return super().source(key)
+
+
 @dataclass
 class Family:
     name: str
@@ -57,6 +100,8 @@ class Family:
     rule: Callable[[Lookup, int], list[tuple[str, Source]]] | None = None
     linear_kind: str = GDN
     uses_layer_types: bool = True
+    mla: bool = False  # full-attention layers are multi-head latent attention (kv_lora_rank + rope key)
+    semantics: str = "table"  # "table": kvdoctor's own; "transformers": its configuration class; "guess"
 
 
 def _all(kind: str, n: int, src: Source) -> list[tuple[str, Source]]:
@@ -126,12 +171,12 @@ def _nemotron_h(look: Lookup, n: int) -> list[tuple[str, Source]]:
     pattern = look.get("hybrid_override_pattern")
     src = look.source("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
-        table = {"M": MAMBA, "*": FULL, "-": "mlp", "E": "moe"}
+        table = {"M": MAMBA, "*": FULL, "-": NO_ATTENTION, "E": NO_ATTENTION}
         return [(table.get(pattern[i], UNKNOWN) if i < len(pattern) else UNKNOWN, src) for i in range(n)]
     blocks = look.get("layers_block_type")
     if isinstance(blocks, list):
         table = {"mamba": MAMBA, "attention": FULL, "full_attention": FULL, "linear_attention": MAMBA,
-                 "mlp": "mlp", "moe": "moe"}
+                 "mlp": NO_ATTENTION, "moe": NO_ATTENTION}
         src = look.source("layers_block_type")
         return [(table.get(str(blocks[i]), UNKNOWN) if i < len(blocks) else UNKNOWN, src) for i in range(n)]
     return _all(UNKNOWN, n, src)
@@ -143,6 +188,55 @@ def _falcon_h1(look: Lookup, n: int) -> list[tuple[str, Source]]:
 
 def _llama(look: Lookup, n: int) -> list[tuple[str, Source]]:
     return _all(FULL, n, Source("default", "all layers full attention"))
+
+
+def _llama4(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    """Llama 4: chunked local attention on RoPE layers, full on the NoPE ones (`no_rope_layers` 0).
+
+    transformers derives `layer_types` this way: `no_rope_layers[i]` is 1 for a RoPE (chunked)
+    layer; absent, every `no_rope_layer_interval`-th layer (default 4) is NoPE."""
+    flags, src = look.get("no_rope_layers"), look.source("no_rope_layers")
+    if not isinstance(flags, list) or len(flags) != n:
+        interval = look.get("no_rope_layer_interval")
+        src = look.source("no_rope_layer_interval")
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval <= 0:
+            return _all(FULL, n, src)
+        flags = [int((i + 1) % interval != 0) for i in range(n)]
+    if look.get("attention_chunk_size") is None:
+        return _all(FULL, n, look.source("attention_chunk_size"))
+    return [((CHUNKED if flag else FULL), src) for flag in flags]
+
+
+def _lfm2(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    """LFM2 without `layer_types`: attention at `full_attn_idxs`, short convolutions elsewhere."""
+    idxs, src = look.get("full_attn_idxs"), look.source("full_attn_idxs")
+    if not isinstance(idxs, list):
+        return _all(FULL, n, src)
+    return [((FULL if i in idxs else CONV), src) for i in range(n)]
+
+
+def _mla_everywhere(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    return _all(MLA, n, Source("default", "every layer multi-head latent attention"))
+
+
+def _sparse_mla_everywhere(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    return _all(SPARSE_MLA, n, Source("default", "every layer MLA with a DSA indexer"))
+
+
+def _decilm(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    """Nemotron NAS (DeciLM): `block_configs[i].attention` is no-op, a linear layer, or attention."""
+    blocks, src = look.get("block_configs"), look.source("block_configs")
+    kinds = []
+    for i in range(n):
+        attn = blocks[i].get("attention") if isinstance(blocks, list) and i < len(blocks) and \
+            isinstance(blocks[i], dict) else None
+        if not isinstance(attn, dict):
+            kinds.append((UNKNOWN, src))
+        elif attn.get("no_op") or attn.get("replace_with_linear"):
+            kinds.append((NO_ATTENTION, src))
+        else:
+            kinds.append((SLIDING if attn.get("window_length") else FULL, src))
+    return kinds
 
 
 FAMILIES = [
@@ -160,14 +254,31 @@ FAMILIES = [
            every_nth_full("sliding_window_pattern")),
     Family("cohere2", ("cohere2",), {"sliding_window": 4096, "sliding_window_pattern": 4},
            every_nth_full("sliding_window_pattern")),
-    Family("kimi_linear", ("kimi_linear",), {}, None, linear_kind=KDA),
-    Family("qwen3_next", ("qwen3_next",), {"full_attention_interval": 4, "head_dim": 256}, _qwen3_next),
+    Family("kimi_linear", ("kimi_linear",), {}, None, linear_kind=KDA, mla=True),
+    Family("qwen3_next", ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next"),
+           {"full_attention_interval": 4, "head_dim": 256}, _qwen3_next),
     Family("nemotron_h", ("nemotron_h",), {}, _nemotron_h, linear_kind=MAMBA),
     Family("jamba", ("jamba",), {"attn_layer_period": 8, "attn_layer_offset": 4}, _jamba, linear_kind=MAMBA),
     Family("falcon_h1", ("falcon_h1",), {}, _falcon_h1, linear_kind=MAMBA, uses_layer_types=False),
+    # Kimi K2 ships model_type "kimi_k2" with DeepSeek-V3's code (auto_map); transformers has no class for it.
+    Family("deepseek_v3", ("deepseek_v2", "deepseek_v3", "kimi_k2"), {}, _mla_everywhere, mla=True),
+    Family("deepseek_v32", ("deepseek_v32", "glm_moe_dsa"), {}, _sparse_mla_everywhere, mla=True),
+    Family("llama4", ("llama4_text",), {"attention_chunk_size": 8192, "no_rope_layer_interval": 4}, _llama4),
+    Family("lfm2", ("lfm2", "lfm2_moe"), {"conv_L_cache": 3}, _lfm2),
+    Family("nemotron_nas", ("nemotron-nas",), {}, _decilm, uses_layer_types=False),
 ]
 BY_MODEL_TYPE = {mt: fam for fam in FAMILIES for mt in fam.model_types}
-UNKNOWN_FAMILY = Family("unknown", (), {}, _window_everywhere)
+UNKNOWN_FAMILY = Family("unknown", (), {}, _window_everywhere, semantics="guess")
+# What "linear_attention" means in families kvdoctor knows only through transformers.
+LINEAR_KINDS = {"qwen3_5_text": GDN, "qwen3_5_moe_text": GDN, "olmo_hybrid": GDN, "granitemoehybrid": MAMBA,
+                "bamba": MAMBA, "zamba": MAMBA, "zamba2": MAMBA, "falcon_mamba": MAMBA, "mamba2": MAMBA}
+
+
+def transformers_family(view: Any) -> Family:
+    """A family for a model type only transformers knows: kinds from its resolved `layer_types`."""
+    return Family(view.model_type, (view.model_type,), {}, _window_everywhere,
+                  linear_kind=LINEAR_KINDS.get(view.model_type, LINEAR),
+                  mla=view.resolved.get("kv_lora_rank") is not None, semantics="transformers")
 
 
 def family_for(model_type: str) -> Family | None:
@@ -193,9 +304,18 @@ def _kimi_kinds(look: Lookup, n: int) -> list[tuple[str, Source]]:
     return kinds
 
 
+def _latent(kind: str, family: Family) -> str:
+    """In an MLA family the attention layers are latent: full -> MLA; an indexer needs MLA under it."""
+    if family.mla and kind == FULL:
+        return MLA
+    if not family.mla and kind == SPARSE_MLA:
+        return UNKNOWN
+    return kind
+
+
 def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
     """One LayerSpec per hidden layer with kind, window, heads and head dims and their sources."""
-    layer_types = look.cfg.get("layer_types")
+    layer_types = look.get("layer_types") if family.semantics == "transformers" else look.cfg.get("layer_types")
     if family.name == "kimi_linear" and not isinstance(layer_types, list):
         kinds = _kimi_kinds(look, n)
     elif family.uses_layer_types and isinstance(layer_types, list):
@@ -204,6 +324,7 @@ def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
                  for i in range(n)]
     else:
         kinds = (family.rule or _window_everywhere)(look, n)
+    kinds = [(_latent(kind, family), src) for kind, src in kinds]
 
     n_heads = look.get("num_attention_heads")
     n_kv = look.get("num_key_value_heads") if look.get("num_key_value_heads") is not None else n_heads
@@ -217,6 +338,7 @@ def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
     if window is None and family.name == "unknown":
         window = look.get("window_size")
     chunk = look.get("attention_chunk_size")
+    blocks = look.get("block_configs") if family.name == "nemotron_nas" else None
 
     layers = []
     for i, (kind, kind_src) in enumerate(kinds):
@@ -234,10 +356,33 @@ def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
             _kda_dims(layer, look)
         elif kind == GDN:
             _gdn_dims(layer, look)
-        elif kind == MLA:
-            _mla_dims(layer, look)
+        elif kind in (MLA, SPARSE_MLA):
+            _mla_dims(layer, look, sparse=kind == SPARSE_MLA)
+        elif kind == CONV:
+            _conv_dims(layer, look)
+        elif kind == NO_ATTENTION:
+            layer.n_heads = layer.n_kv_heads = layer.head_dim = layer.v_head_dim = None
+        if isinstance(blocks, list) and i < len(blocks) and kind in (FULL, SLIDING):
+            _decilm_block(layer, blocks[i], look)
         layers.append(layer)
     return layers
+
+
+def _decilm_block(layer: LayerSpec, block: Any, look: Lookup) -> None:
+    """A Nemotron NAS attention block: kv heads = heads / n_heads_in_group, its own window."""
+    attn = block.get("attention") if isinstance(block, dict) else None
+    if not isinstance(attn, dict):
+        return
+    group = attn.get("n_heads_in_group")
+    src = look.source("block_configs")
+    if isinstance(group, int) and not isinstance(group, bool) and group > 0 and isinstance(layer.n_heads, int):
+        layer.n_kv_heads = layer.n_heads // group
+        layer.sources["n_kv_heads"] = Source("derived", f"num_attention_heads // block_configs[{layer.index}]"
+                                             ".attention.n_heads_in_group", src.file, src.line)
+    if attn.get("window_length"):
+        layer.window = attn["window_length"]
+        layer.sources["window"] = Source("key", f"block_configs[{layer.index}].attention.window_length",
+                                         src.file, src.line)
 
 
 def _kda_dims(layer: LayerSpec, look: Lookup) -> None:
@@ -260,7 +405,9 @@ def _gdn_dims(layer: LayerSpec, look: Lookup) -> None:
         layer.sources[name] = look.source(key)
 
 
-def _mla_dims(layer: LayerSpec, look: Lookup) -> None:
+def _mla_dims(layer: LayerSpec, look: Lookup, sparse: bool = False) -> None:
+    """MLA caches one latent (kv_lora_rank) and one rope key (qk_rope_head_dim) per token; the
+    per-head query/key width is qk_nope_head_dim + qk_rope_head_dim. DSA adds an indexer key."""
     nope, rope = look.get("qk_nope_head_dim"), look.get("qk_rope_head_dim")
     if isinstance(nope, int) and isinstance(rope, int):
         layer.head_dim = nope + rope
@@ -268,3 +415,25 @@ def _mla_dims(layer: LayerSpec, look: Lookup) -> None:
     if isinstance(look.get("v_head_dim"), int):
         layer.v_head_dim = look.get("v_head_dim")
         layer.sources["v_head_dim"] = look.source("v_head_dim")
+    names = [("kv_lora_rank", "kv_lora_rank"), ("qk_rope_head_dim", "qk_rope_head_dim")]
+    if sparse:
+        names += [("index_head_dim", "index_head_dim"), ("index_topk", "index_topk")]
+    for name, key in names:
+        value = look.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            setattr(layer, name, value)
+            layer.sources[name] = look.source(key)
+
+
+CONV_KERNEL_KEYS = ("conv_L_cache", "conv_kernel", "short_conv_kernel_size")
+
+
+def _conv_dims(layer: LayerSpec, look: Lookup) -> None:
+    """A short-convolution layer keeps kernel - 1 past inputs of width hidden_size; no KV cache."""
+    layer.n_heads = layer.n_kv_heads = layer.head_dim = layer.v_head_dim = None
+    for key in CONV_KERNEL_KEYS:
+        value = look.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            layer.conv_kernel = value
+            layer.sources["conv_kernel"] = look.source(key)
+            return

@@ -100,13 +100,6 @@ def require_inside(path: Path, root: Path, what: str) -> None:
                          "expected files inside the model directory") from None
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {show(text, 24)} overflows to infinity")
-    return value
-
-
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise ValueError(f"integer {show(text, 24)} has {len(text.lstrip('-'))} digits; "
@@ -124,12 +117,30 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def reject_constant(name: str) -> Any:
+    """For safetensors headers, which the safetensors library parses as strict JSON."""
     raise ValueError(f"{name} is not valid JSON")
 
 
+def non_finite(value: Any, path: str = "") -> list[tuple[str, float]]:
+    """(dotted key path, value) of every NaN or infinite number in a parsed JSON value. Python's json
+    (and so transformers) reads `NaN`, `Infinity`, `-Infinity` and overflowing numbers such as 1e999
+    as non-finite floats; a rule decides where one matters."""
+    found: list[tuple[str, float]] = []
+    stack = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            found.append((where, item))
+        elif isinstance(item, dict):
+            stack.extend((f"{where}.{k}" if where else k, v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((where, v) for v in item)
+    return sorted(found, key=lambda f: f[0])
+
+
 def load_json(path: Path, what: str = "JSON", with_lines: bool = True) -> tuple[Any, dict[str, int]]:
-    """Parse a JSON file strictly: bounded size and depth; no NaN, Infinity, overflowing numbers or
-    duplicate keys. Returns the value and a map from dotted key path (`text_config.sliding_window`)
+    """Parse a JSON file strictly: bounded size and depth, no duplicate keys; the non-finite numbers
+    Python's json accepts (NaN, Infinity, -Infinity, 1e999) are read as it reads them. Returns the value and a map from dotted key path (`text_config.sliding_window`)
     to its line; with `with_lines=False` (a large index nobody points into) the map is empty and the
     same checks run on the parsed value instead of a character scan."""
     data = read_bounded(path, MAX_JSON_BYTES, what)
@@ -138,8 +149,7 @@ def load_json(path: Path, what: str = "JSON", with_lines: bool = True) -> tuple[
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: {what} is not UTF-8 (byte offset {exc.start})") from None
     try:
-        value = json.loads(text, parse_constant=reject_constant, parse_float=_finite_float,
-                           parse_int=_bounded_int, object_pairs_hook=None if with_lines else _unique_pairs)
+        value = json.loads(text, parse_int=_bounded_int, object_pairs_hook=None if with_lines else _unique_pairs)
     except RecursionError:
         raise InputError(f"{path}: {what} nests too deeply; at most {MAX_JSON_DEPTH} levels are accepted") from None
     except json.JSONDecodeError as exc:

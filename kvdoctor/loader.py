@@ -12,7 +12,8 @@ from typing import Any
 
 from kvdoctor.checkpoint import FLOAT_DTYPES, load_checkpoint
 from kvdoctor.errors import InputError
-from kvdoctor.families import UNKNOWN_FAMILY, Lookup, build_layers, family_for
+from kvdoctor import hf_config
+from kvdoctor.families import UNKNOWN_FAMILY, Lookup, ResolvedLookup, build_layers, family_for, transformers_family
 from kvdoctor.jsonfile import is_utf8, load_json, read_bounded, require_inside, show
 from kvdoctor.limits import (MAX_CONV_KERNEL, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
                              MAX_TOKENS)
@@ -173,12 +174,6 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
         raise InputError(f"{config_path}: model_type {show(model_type)}; expected letters, digits, '_' or '-'")
     _check_sizes(cfg, prefix, config_path, lines)
 
-    family = family_for(model_type)
-    notes: list[str] = []
-    if family is None:
-        family = UNKNOWN_FAMILY
-        notes.append(f"unknown model_type {model_type!r}: spec built from the common keys")
-
     def source_of(key: str) -> Source:
         path = prefix + key
         probe = path
@@ -186,11 +181,15 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
             probe = probe.rpartition(".")[0]
         return Source("key", path, "config.json", lines.get(probe))
 
-    look = Lookup(cfg, family.defaults, source_of)
+    family, look, rejected = _semantics(model_type, cfg, source_of)
+    notes: list[str] = []
+    if family.semantics == "guess":
+        notes.append(f"unknown model_type {model_type!r}: spec built from the common keys (guessed)")
+    elif family.semantics == "transformers":
+        notes.append(f"per-layer meaning from transformers {look.view.version}'s {look.view.class_name}")
     n_layers = look.get("num_hidden_layers")
-    if n_layers is None:
-        pattern = cfg.get("hybrid_override_pattern")
-        n_layers = len(pattern) if isinstance(pattern, str) and pattern else None
+    if n_layers is None or "num_hidden_layers" not in cfg:
+        n_layers = _layer_count(cfg) or n_layers
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not 0 < n_layers <= MAX_LAYERS:
         raise InputError(f"{config_path}: missing or invalid 'num_hidden_layers' ({show(n_layers)}); "
                          f"expected 1..{MAX_LAYERS}")
@@ -204,6 +203,7 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
         hidden_size=cfg.get("hidden_size"), vocab_size=cfg.get("vocab_size"),
         dtype=dtype if isinstance(dtype, str) else None,
         checkpoint=None, key_lines=lines, defaults=dict(look.used_defaults), notes=notes, hf_id=hf_id,
+        semantics=family.semantics, rejected=rejected,
     )
     for layer in layers:
         layer.dtype = spec.dtype
@@ -211,6 +211,35 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
         spec.checkpoint = load_checkpoint(model_dir, root, library_check)
         _apply_checkpoint_dtypes(spec)
     return spec
+
+
+# Per-layer lists a hybrid config may give its layer count by, in the order transformers' classes read them.
+LAYER_LISTS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "block_configs")
+
+
+def _layer_count(cfg: dict[str, Any]) -> int | None:
+    """The layer count of a config without `num_hidden_layers`: the length of its per-layer list
+    (Nemotron-H's `layers_block_type` or pattern, DeciLM's `block_configs`), as the family's class does."""
+    for key in LAYER_LISTS:
+        value = cfg.get(key)
+        if isinstance(value, (list, str)) and value:
+            return len(value)
+    return None
+
+
+def _semantics(model_type: str, cfg: dict[str, Any], source_of) -> tuple[Any, Lookup, Any]:
+    """(family, lookup, rejection): kvdoctor's table when it covers the type, else transformers'
+    configuration class when installed and it knows the type, else a best-effort guess."""
+    family = family_for(model_type)
+    if family is not None:
+        return family, Lookup(cfg, family.defaults, source_of), None
+    try:
+        view = hf_config.read(model_type, cfg)
+    except hf_config.Rejected as rejected:
+        return UNKNOWN_FAMILY, Lookup(cfg, {}, source_of), rejected
+    if view is None:
+        return UNKNOWN_FAMILY, Lookup(cfg, {}, source_of), None
+    return transformers_family(view), ResolvedLookup(cfg, view, source_of), None
 
 
 ATTN_WEIGHT_NAMES = ("self_attn.k_proj.weight", "self_attn.kv_a_proj_with_mqa.weight", "self_attn.qkv_proj.weight",

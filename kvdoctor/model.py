@@ -20,11 +20,12 @@ MLA = "mla"  # multi-head latent attention: one latent (kv_lora_rank) + rope key
 SPARSE_MLA = "sparse_mla"  # MLA plus an indexer that keeps its own small key cache (DeepSeek-V3.2 DSA)
 CONV = "conv"  # short-convolution layers of conv/attention hybrids: conv state, no KV cache
 NO_ATTENTION = "none"  # a block with no token mixer that caches anything (NAS-style no-op attention)
+COMPRESSED = "compressed_attention"  # attention over block-compressed keys (DeepSeek-V4 CSA / HCA layers)
 LINEAR = "linear_attention"
 ATTN_MAMBA = "attention+mamba"  # Falcon-H1: attention and a Mamba mixer side by side in every layer
 UNKNOWN = "unknown"
 
-ATTENTION_KINDS = frozenset({FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, ATTN_MAMBA})
+ATTENTION_KINDS = frozenset({FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, COMPRESSED, ATTN_MAMBA})
 STATE_KINDS = frozenset({KDA, GDN, MAMBA, LINEAR, CONV, ATTN_MAMBA})
 
 SEVERITIES = ("error", "warning", "info")
@@ -36,7 +37,8 @@ class Source:
 
     kind: "key" (read from a config key), "default" (the family default transformers applies),
     "tensor" (read from a checkpoint header), "derived" (computed from other values),
-    "deploy" (a deploy-file setting).
+    "deploy" (a deploy-file setting), "transformers" (as the installed transformers' configuration
+    class resolved it: its default, derived value or adjustment of the key).
     """
 
     kind: str
@@ -116,6 +118,8 @@ class ModelSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     hf_id: str | None = None
+    semantics: str = "table"  # where the per-layer meaning came from: "table", "transformers" or "guess"
+    rejected: Any = None  # kvdoctor.hf_config.Rejected: transformers' configuration class refused the config
 
     def key_source(self, key: str) -> Source:
         """A Source for a config key (relative to the text config), with its line when present."""

@@ -203,6 +203,34 @@ def test_harness_failures_are_not_blamed_on_the_engine(spec):
     assert _codes(findings) == ["ENG058"]
 
 
+def test_a_load_step_the_weightless_copy_cannot_satisfy_is_kvdoctors_limit(spec):
+    harness = {"event": "harness", "stage": "load", "step": "mlx_lm.models.kimi_k25.Model.sanitize",
+               "class": "TypeError", "message": "pop expected at most 1 argument, got 2"}
+    outcome = _outcome(*_stages("load", "startup", "prefill", "decode"), harness, _layout([4, None]),
+                       _attention(0, "window", 4), _attention(1, "causal", max_keys=11))
+    findings, observed = Interpreter(outcome, spec, _plan([4, None]), builtin_catalog()).interpret()
+    assert _codes(findings) == ["ENG061"]  # a warning about kvdoctor; the run went on and agreed with the plan
+    assert findings[0].evidence["step"].endswith("sanitize") and observed["stages"]["decode"] == "ok"
+
+
+def test_weightless_copy_passes_a_sanitize_that_needs_weights():
+    """mlx-lm 0.32.2's Kimi K2.5 sanitize pops keys from the unflattened weights: on no weights
+    that is a list and raises TypeError; the weightless copy records it and builds the model."""
+    from helpers import ROOT
+
+    cfg = json.loads((ROOT / "fixtures/configs/real/moonshotai__Kimi-K2.5.json").read_text())
+    limits = []
+    model, _ = shrink.load_weightless(next(shrink.shrink_candidates(cfg))[1], limits=limits)
+    assert len(model.layers) == 61
+    assert [(l["step"], l["class"]) for l in limits] == [("mlx_lm.models.kimi_k25.Model.sanitize", "TypeError")]
+    import mlx_lm.models.kimi_k25 as kimi_k25
+
+    assert kimi_k25.Model.sanitize.__name__ == "sanitize"  # the class is restored after loading
+    limits = []
+    shrink.load_weightless(real_config("llama-3.1-8b"), limits=limits)
+    assert limits == []
+
+
 def test_runs_cut_short_say_why(spec):
     catalog = builtin_catalog()
     timeout = _outcome(*_stages("load", "startup"), {"event": "stage", "stage": "prefill", "status": "started"},
@@ -237,7 +265,7 @@ def test_cache_kinds_use_the_plan_labels():
 def test_every_code_the_dry_run_emits_is_catalogued():
     catalog = builtin_catalog()
     for code in ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058",
-                 "ENG059", "ENG060"):
+                 "ENG059", "ENG060", "ENG061"):
         entry = catalog[code]
         assert entry.check == "kvdoctor.checks.dryrun"
         assert any(e.name == "sglang-mlx" for e in entry.engines)

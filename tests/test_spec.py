@@ -8,7 +8,7 @@ import pytest
 from helpers import REAL, REAL_NAMES, check_json, make_model, real_config
 from kvdoctor.families import FAMILIES
 from kvdoctor.loader import load_model
-from kvdoctor.model import FULL, KDA, MLA, SLIDING, GDN, MAMBA, ATTN_MAMBA
+from kvdoctor.model import FULL, KDA, MLA, SLIDING, GDN, MAMBA, ATTN_MAMBA, NO_ATTENTION
 
 
 def kinds(spec):
@@ -111,7 +111,7 @@ SYNTHETIC = {
     "phi3": ({"num_hidden_layers": 4}, [FULL] * 4),
     "jamba": ({"num_hidden_layers": 16}, [MAMBA] * 4 + [FULL] + [MAMBA] * 7 + [FULL] + [MAMBA] * 3),
     "nemotron_h": ({"num_hidden_layers": 6, "hybrid_override_pattern": "M-M*-E"},
-                   [MAMBA, "mlp", MAMBA, FULL, "mlp", "moe"]),
+                   [MAMBA, NO_ATTENTION, MAMBA, FULL, NO_ATTENTION, NO_ATTENTION]),
     "falcon_h1": ({"num_hidden_layers": 3}, [ATTN_MAMBA] * 3),
 }
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor.errors import InputError
-from kvdoctor.model import FULL, GDN, KDA, MLA, SLIDING, ModelSpec
+from kvdoctor.model import FULL, GDN, KDA, MLA, NO_ATTENTION, SLIDING, ModelSpec
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
                "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
@@ -112,12 +112,19 @@ def facts_from_spec(spec: ModelSpec) -> ModelFacts:
     where = f"{spec.model_dir / 'config.json'}"
     layers = []
     for layer in spec.layers:
+        if layer.kind == NO_ATTENTION:
+            continue  # a block without a token mixer caches nothing: engines give it no KV spec
         kind = KIND_NAMES.get(layer.kind)
         if kind is None:
-            raise InputError(f"{where}: layer {layer.index} is {layer.kind!r}; kvdoctor budget prices full, "
-                             "sliding, MLA, gated DeltaNet and KDA layers")
+            raise InputError(f"{where}: layer {layer.index} is {layer.kind!r}, whose KV sizing in the engines "
+                             "kvdoctor budget does not know; it prices full, sliding, MLA, gated DeltaNet and "
+                             "KDA layers and refuses the rest rather than price them as full attention")
         layers.append(Layer(layer.index, kind, layer.window if kind == "sliding" else None))
     attn = next((l for l in spec.layers if l.kind in (FULL, SLIDING)), None)
+    shapes = {(l.n_kv_heads, l.head_dim) for l in spec.layers if l.kind in (FULL, SLIDING)}
+    if len(shapes) > 1:  # NAS-style blocks with their own kv-head counts
+        raise InputError(f"{where}: attention layers have different (kv heads, head dim): {sorted(shapes)}; "
+                         "kvdoctor budget prices one attention shape per model")
     heads = cfg.get("num_attention_heads")
     facts = ModelFacts(
         name=spec.hf_id or spec.model_dir.name, model_type=spec.model_type,

@@ -26,6 +26,7 @@ PROBE = "probe:"
 # The rule modules, in the order they run (findings are sorted afterwards).
 RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.cfg",
+    "kvdoctor.checks.cfg_semantics",
     "kvdoctor.checks.ckpt",
     "kvdoctor.checks.refusals",
     "kvdoctor.checks.eng",

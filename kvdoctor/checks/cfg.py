@@ -5,10 +5,11 @@ from typing import Iterable
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.families import TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
+from kvdoctor.families import TRANSFORMERS_LAYER_TYPES, TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
 from kvdoctor.model import SLIDING, Finding
 
-KNOWN_TYPE_STRINGS = set(TYPE_STRINGS) | {LINEAR_TYPE}
+# Strings transformers accepts are not CFG002 even where kvdoctor cannot size them (CFG011 says so).
+KNOWN_TYPE_STRINGS = set(TYPE_STRINGS) | {LINEAR_TYPE} | TRANSFORMERS_LAYER_TYPES
 WINDOW_KEYS = ("sliding_window", "window_size")
 REMOTE_CODE_KEYS = ("auto_map", "trust_remote_code")
 
@@ -31,7 +32,7 @@ def run(ctx: Context) -> Iterable[Finding]:
             f"layer_types lists {len(layer_types)} layers but num_hidden_layers is {n}",
             spec.key_source("layer_types"), evidence={"layer_types": len(layer_types), "num_hidden_layers": n})
 
-    if isinstance(layer_types, list):
+    if isinstance(layer_types, list) and spec.semantics != "transformers":  # transformers validated its list
         for i, value in enumerate(layer_types):
             if not isinstance(value, str) or value not in KNOWN_TYPE_STRINGS:
                 yield Finding.at("CFG002", f"layer_types[{i}] = {value!r} is not a known layer type "
@@ -56,9 +57,13 @@ def run(ctx: Context) -> Iterable[Finding]:
     yield from _pattern_vs_layer_types(ctx, layer_types)
     yield from _linear_lists(ctx)
 
-    if spec.family == "unknown":
-        yield Finding.at("CFG009", f"model_type {spec.model_type!r} has no kvdoctor family; the layer spec is a best "
-                         "effort from the common keys", spec.key_source("model_type"))
+    if spec.semantics == "guess":
+        guessed = sorted({src.ref for layer in spec.layers for src in layer.sources.values() if src.kind == "key"})
+        known = "no installed transformers knows it either" if spec.rejected is None else \
+            "transformers refused the config (CFG012)"
+        yield Finding.at("CFG009", f"model_type {spec.model_type!r} has no kvdoctor family and {known}; the layer "
+                         f"spec is a best effort from the common keys ({', '.join(guessed) or 'none'}), every "
+                         "layer's kind guessed", spec.key_source("model_type"), evidence={"guessed_from": guessed})
     for key in REMOTE_CODE_KEYS:
         if key in spec.raw_config:
             yield Finding("CFG010", f"config.json has {key!r}: the model ships its own code; kvdoctor does not run it "

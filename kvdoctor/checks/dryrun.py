@@ -10,7 +10,7 @@ from kvdoctor.engines import dry_run_engines
 from kvdoctor.model import Finding
 
 RULE = Rule(codes=("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058",
-                   "ENG059", "ENG060"), engines=tuple(dry_run_engines()), needs=(DRY_RUN,))
+                   "ENG059", "ENG060", "ENG061"), engines=tuple(dry_run_engines()), needs=(DRY_RUN,))
 
 
 def run(ctx: Context) -> Iterable[Finding]:

@@ -7,6 +7,8 @@
   disagreement is ENG057: kvdoctor's model of this engine version is stale for this model.
 - Runs cut short (refused shrink, over budget, a window not crossed, timed out, crashed) each have
   their own code, so a user can tell "the engine failed" from "the dry run could not look".
+- A load step kvdoctor's weightless copy cannot satisfy (a sanitize that needs real weights, a shrunk
+  copy the family's code refuses) is ENG061, a warning naming kvdoctor's limitation, never ENG051.
 """
 from __future__ import annotations
 
@@ -66,6 +68,11 @@ class Interpreter:
         error = outcome.first("error")
         if error is not None:
             self._engine_error(error)
+        for limit in outcome.all("harness"):
+            self._add("ENG061", f"kvdoctor's weightless copy could not run {limit['step']} during {limit['stage']} "
+                                f"({limit['class']}: {limit['message']}); with real weights the engine runs it, so "
+                                "this is kvdoctor's limitation: the dry run went on without it",
+                      evidence={"step": limit["step"], "class": limit["class"], "message": limit["message"]})
         for refused in outcome.all("refused"):
             self._refused(refused)
         self._schedule_cover(seen)

@@ -224,7 +224,10 @@ class DryRun:
         self._enter("load")
         gate.ensure_remote_code_allowed(model_dir, trust)
         model_file = config.get("model_file") if trust else None
-        full, _ = shrink.load_weightless(config, model_dir, model_file)
+        limits: list[dict[str, Any]] = []
+        full, _ = shrink.load_weightless(config, model_dir, model_file, limits)
+        for limit in limits:
+            self.emit({"event": "harness", **limit})
         shrink.cast_floats(full, request.get("dtype"))
         full_sig = shrink.signature(full, self.backend)
         del full
@@ -258,7 +261,13 @@ class DryRun:
     def _shrink(self, config, model_dir, model_file, full_sig):
         first_diff: list[str] = []
         for label, candidate in shrink.shrink_candidates(config):
-            model, loaded = shrink.load_weightless(candidate, model_dir, model_file)
+            try:
+                model, loaded = shrink.load_weightless(candidate, model_dir, model_file)
+            except Exception as exc:  # noqa: BLE001 - the full-size config loaded: the shrink broke it
+                first_diff = first_diff or [f"the {label} copy does not build: {type(exc).__name__}: {exc}"]
+                self.emit({"event": "harness", "stage": "load", "step": f"shrink ({label})",
+                           "class": type(exc).__name__, "message": str(exc)})
+                continue
             shrink.cast_floats(model, self.request.get("dtype"))
             shrink.randomize(model, SEED)
             diff = shrink.signature_diff(full_sig, shrink.signature(model, self.backend))

@@ -13,6 +13,7 @@ import copy
 import json
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -78,11 +79,14 @@ def vocab_size(config: dict[str, Any]) -> int:
     return min(sizes) if sizes else SMALL_VOCAB
 
 
-def load_weightless(config: dict[str, Any], model_dir: Path | None = None, model_file: str | None = None):
+def load_weightless(config: dict[str, Any], model_dir: Path | None = None, model_file: str | None = None,
+                    limits: list[dict[str, Any]] | None = None):
     """Build the mlx-lm model for `config` with mlx-lm's loader and no weights: parameters stay lazy.
 
     `model_file` (a trusted checkpoint's own model code) is copied next to the config so that
     mlx-lm's loader can import it; the caller has already passed the engine's remote-code gate.
+    Where the family's load step cannot run on a weightless copy, kvdoctor steps around it and
+    appends what it did to `limits` (kvdoctor's limitation, never the engine's error).
     """
     from mlx_lm.utils import load_model
 
@@ -93,8 +97,46 @@ def load_weightless(config: dict[str, Any], model_dir: Path | None = None, model
             target = tmp_path / model_file
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(model_dir / model_file, target)
-        model, loaded_config = load_model(tmp_path, lazy=True, strict=False, trust_remote_code=model_file is not None)
+        with _weightless_sanitize(limits if limits is not None else []) as get_model_classes:
+            model, loaded_config = load_model(tmp_path, lazy=True, strict=False, get_model_classes=get_model_classes,
+                                              trust_remote_code=model_file is not None)
     return model, loaded_config
+
+
+@contextmanager
+def _weightless_sanitize(limits: list[dict[str, Any]]) -> Iterator[Any]:
+    """mlx-lm's loader hands the checkpoint's weights to the model class's `sanitize`; a weightless
+    copy hands it an empty dict. Real weights are never empty, so a sanitize that assumes a non-empty
+    tree (Kimi K2.5's unflattens the weights and pops from the result, which for no weights is a
+    list) fails only here. Such a failure is recorded in `limits` and the empty weights pass on
+    unsanitized: there is nothing to sanitize, and the model's structure is already built. Yields the
+    `get_model_classes` hook mlx-lm's `load_model` takes; the class is restored on exit."""
+    from mlx_lm.utils import _get_classes as original_get
+
+    wrapped: list[tuple[type, Any]] = []
+
+    def get_model_classes(*args: Any, **kwargs: Any):
+        model_class, args_class = original_get(*args, **kwargs)
+        sanitize = model_class.__dict__.get("sanitize")
+        if sanitize is not None and not any(cls is model_class for cls, _ in wrapped):
+            def tolerant(self, weights, _sanitize=sanitize, _cls=model_class):
+                if weights:
+                    return _sanitize(self, weights)
+                try:
+                    return _sanitize(self, weights)
+                except Exception as exc:  # noqa: BLE001 - the weightless copy's limitation, reported
+                    limits.append({"stage": "load", "step": f"{_cls.__module__}.{_cls.__name__}.sanitize",
+                                   "class": type(exc).__name__, "message": str(exc)})
+                    return weights
+            wrapped.append((model_class, sanitize))
+            model_class.sanitize = tolerant
+        return model_class, args_class
+
+    try:
+        yield get_model_classes
+    finally:
+        for cls, sanitize in wrapped:
+            cls.sanitize = sanitize
 
 
 def cast_floats(model: Any, dtype_name: str | None) -> None:

@@ -19,8 +19,10 @@ KIND_STYLE = {
     "mamba": ("M", "black on yellow"),
     "linear_attention": ("N", "white on purple"),
     "attention+mamba": ("H", "black on bright_yellow"),
-    "mlp": ("-", "black on grey50"),
-    "moe": ("E", "black on grey70"),
+    "sparse_mla": ("D", "white on dark_blue"),
+    "compressed_attention": ("Z", "white on navy_blue"),
+    "conv": ("V", "black on khaki1"),
+    "none": ("-", "black on grey50"),
     "unknown": ("?", "white on red"),
 }
 CACHE_STYLE = {

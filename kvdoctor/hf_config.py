@@ -1,0 +1,144 @@
+"""Hugging Face semantics from transformers' own configuration classes.
+
+For a `model_type` kvdoctor's family table does not cover, the installed transformers' configuration
+class (`CONFIG_MAPPING[model_type]`, what `AutoConfig.for_model(model_type, **config)` builds) is the
+reference: it derives `layer_types`, applies its defaults and adjusts windows, and its validators refuse
+configs that every engine loading the model through transformers would refuse too. Only configuration
+classes run (plain Python shipped with transformers): no model code, no network, no file is read.
+
+Cost: transformers' configuration registry imports torch when it can (through
+`transformers.modeling_rope_utils`), which configuration classes never need. When torch is not
+imported yet, kvdoctor hides it while transformers loads and builds the class (transformers then
+runs in its documented "configuration and file utilities only" mode), and restores it after, so
+torch stays importable. Figures in docs/model-semantics.md (`bench/semantics.py`): table families
+never import transformers.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import logging
+import os
+import sys
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+# Attributes kvdoctor reads from the configuration object once transformers has applied its defaults.
+ATTRS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+         "sliding_window", "attention_chunk_size", "layer_types", "use_sliding_window",
+         "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "index_head_dim", "index_topk",
+         "conv_L_cache", "conv_kernel", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+         "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_d_conv", "ssm_state_size")
+
+
+class Rejected(Exception):
+    """transformers' configuration class raised on this config: `message` is its exact text."""
+
+    def __init__(self, class_name: str, error_class: str, message: str, validator: str | None):
+        super().__init__(message)
+        self.class_name, self.error_class, self.message, self.validator = class_name, error_class, message, validator
+
+    def __reduce__(self):  # results cross process boundaries (parallel checks): keep it picklable
+        return Rejected, (self.class_name, self.error_class, self.message, self.validator)
+
+
+@dataclass
+class View:
+    """What one configuration class made of a config: its class, version and resolved attributes."""
+
+    model_type: str
+    class_name: str
+    version: str
+    resolved: dict[str, Any] = field(default_factory=dict)
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("transformers") is not None
+
+
+@contextmanager
+def _without_torch() -> Iterator[None]:
+    """Hide an unimported torch from transformers (a None entry in sys.modules makes `import torch`
+    fail, and transformers then skips its torch-only helpers); leave an imported torch alone."""
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch", False) is None:
+            del sys.modules["torch"]
+
+
+def _registry():
+    """(transformers' version, its model_type -> configuration class mapping), imported quietly:
+    transformers sets its log level from TRANSFORMERS_VERBOSITY when it first loads."""
+    saved = os.environ.get("TRANSFORMERS_VERBOSITY")
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    try:
+        with _without_torch():
+            import transformers
+            from transformers import CONFIG_MAPPING
+    finally:
+        if saved is None:
+            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        else:
+            os.environ["TRANSFORMERS_VERBOSITY"] = saved
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    return transformers.__version__, CONFIG_MAPPING
+
+
+def knows(model_type: str) -> bool:
+    """Whether the installed transformers has a configuration class for `model_type` (imports it)."""
+    if not installed():
+        return False
+    _, mapping = _registry()
+    return model_type in mapping
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """huggingface_hub's strict-dataclass errors wrap the validator's own ValueError."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
+def read(model_type: str, cfg: dict[str, Any]) -> View | None:
+    """The configuration class's view of `cfg`, None when transformers or the type is absent.
+
+    Raises Rejected when the class's constructor or validators refuse the config."""
+    if not installed():
+        return None
+    version, mapping = _registry()
+    if model_type not in mapping:
+        return None
+    kwargs = {k: v for k, v in copy.deepcopy(cfg).items() if k != "model_type"}
+    with _without_torch():
+        cls = mapping[model_type]
+    try:
+        with warnings.catch_warnings(), _without_torch():
+            warnings.simplefilter("ignore")
+            obj = cls(**kwargs)
+    except Exception as exc:  # any refusal of the class is reported, never a traceback
+        inner = _innermost(exc)
+        validator = getattr(exc, "validator_name", None) or _validator(str(exc))
+        raise Rejected(cls.__name__, type(inner).__name__, str(inner).strip(), validator) from None
+    resolved = {}
+    for name in ATTRS:
+        try:
+            value = getattr(obj, name)
+        except Exception:  # a property that cannot be computed for this config
+            continue
+        resolved[name] = list(value) if isinstance(value, tuple) else value
+    return View(model_type, cls.__name__, version, resolved)
+
+
+def _validator(text: str) -> str | None:
+    """The validator named in a strict-dataclass message ("... for validator 'validate_x':")."""
+    marker = "validator '"
+    if marker not in text:
+        return None
+    return text.split(marker, 1)[1].split("'", 1)[0]

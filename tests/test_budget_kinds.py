@@ -1,0 +1,46 @@
+"""`kvdoctor budget` on the kinds engines size differently: MLA at its latent width, kinds whose
+engine sizing kvdoctor does not know refused with a message that says so, never priced as full."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers import ROOT, run
+
+CORPUS = ROOT / "fixtures" / "configs" / "real"
+
+
+def _dir(tmp_path: Path, name: str, edit=None) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    cfg = json.loads((CORPUS / f"{name}.json").read_text())
+    if edit:
+        edit(cfg)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_deepseek_v3_is_priced_at_its_latent_not_as_full_attention(tmp_path):
+    d = _dir(tmp_path, "deepseek-ai__DeepSeek-V3")
+    proc = run("budget", str(d), "--engine", "vllm", "--kv-budget", "40GiB", "--context", "131072", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    engine = json.loads(proc.stdout)["engines"][0]
+    (kind,) = engine["layer_kinds"]
+    # vLLM's MLAAttentionSpec: (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 bytes, one "head", per token per layer
+    assert (kind["spec"], kind["layers"], kind["bytes_per_token_per_layer"]) == ("MLAAttentionSpec", 61, 1152)
+    assert engine["capacity"]["max_model_len_fit"] == 131072
+    assert not [f for f in engine.get("findings", []) if f.get("code") == "MEM004"]
+
+
+def test_a_kind_without_known_engine_sizing_is_refused_not_priced_as_full(tmp_path):
+    d = _dir(tmp_path, "meta-llama__Llama-4-Scout-17B-16E-Instruct")
+    proc = run("budget", str(d), "--engine", "vllm", "--kv-budget", "40GiB", "--context", "131072")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "chunked_attention" in proc.stderr and "does not know" in proc.stderr
+
+
+def test_blocks_without_attention_cache_nothing(tmp_path):
+    d = _dir(tmp_path, "nvidia__Llama-3_3-Nemotron-Super-49B-v1")
+    proc = run("budget", str(d), "--engine", "vllm", "--kv-budget", "40GiB", "--context", "8192", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"]["layer_kinds"] == {"full": 49}  # 31 no-op attention blocks left out

@@ -1,0 +1,163 @@
+"""Semantically impossible configs: each one gets exit 2 (an input error naming the file) or an error
+finding with file:line, never a clean pass. Each case says what transformers 5.24 or the engine does."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import check_json
+
+LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+         "num_key_value_heads": 2, "vocab_size": 1000}
+GEMMA3 = {"model_type": "gemma3_text", "num_hidden_layers": 8, "hidden_size": 256, "num_attention_heads": 4,
+          "num_key_value_heads": 1, "head_dim": 64, "sliding_window": 512, "vocab_size": 1000}
+DEEPSEEK = {"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+            "num_key_value_heads": 8, "kv_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
+            "v_head_dim": 32, "vocab_size": 1000}
+NEMOTRON_H = {"model_type": "nemotron_h", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 32, "hybrid_override_pattern": "M*M-", "vocab_size": 1000}
+KIMI = {"model_type": "kimi_linear", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "kv_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
+        "v_head_dim": 32, "vocab_size": 1000,
+        "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4], "num_heads": 8, "head_dim": 32,
+                               "short_conv_kernel_size": 4}}
+
+
+def edit(base, **changes):
+    cfg = json.loads(json.dumps(base))
+    for key, value in changes.items():
+        if value is DROP:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    return cfg
+
+
+DROP = object()
+
+# (id, config, expected: a finding code at error level, or "exit2")
+CASES = [
+    # vLLM asserts "num_heads (8) is not divisible by num_kv_heads (3)" building the attention layer;
+    # transformers' LlamaConfig accepts it.
+    ("kv-heads-do-not-divide", edit(LLAMA, num_key_value_heads=3), "CFG013"),
+    # vLLM's same assertion: num_heads (8) is not divisible by num_kv_heads (16).
+    ("kv-heads-above-heads", edit(LLAMA, num_key_value_heads=16), "CFG014"),
+    # transformers' LlamaConfig.validate_architecture: "The hidden size (250) is not a multiple of the
+    # number of attention heads (8)."
+    ("heads-do-not-divide-hidden", edit(LLAMA, hidden_size=250), "CFG015"),
+    # Gemma3TextConfig.__post_init__ computes (i + 1) % 0: ZeroDivisionError "integer modulo by zero".
+    ("pattern-period-zero", edit(GEMMA3, sliding_window_pattern=0), "CFG016"),
+    # transformers accepts -2 and derives alternate sliding/full layers: no period means that.
+    ("pattern-period-negative", edit(GEMMA3, sliding_window_pattern=-2), "CFG016"),
+    # transformers accepts 2.5 and derives full layers at 4, 9, ...: not a period.
+    ("pattern-period-float", edit(GEMMA3, sliding_window_pattern=2.5), "CFG016"),
+    # Qwen3NextConfig: (i + 1) % 0 -> ZeroDivisionError.
+    ("interval-zero", {"model_type": "qwen3_next", "num_hidden_layers": 8, "hidden_size": 256,
+                       "num_attention_heads": 4, "num_key_value_heads": 2, "full_attention_interval": 0,
+                       "vocab_size": 1000}, "CFG016"),
+    # JambaConfig.validate: "attention layer offset (9) must be smaller than attention layer period (8)".
+    ("jamba-offset-past-period", {"model_type": "jamba", "num_hidden_layers": 16, "hidden_size": 256,
+                                  "num_attention_heads": 4, "num_key_value_heads": 2, "attn_layer_period": 8,
+                                  "attn_layer_offset": 9, "vocab_size": 1000}, "CFG016"),
+    # NemotronHConfig maps each character through its table: KeyError 'X'.
+    ("nemotron-pattern-unknown-char", edit(NEMOTRON_H, hybrid_override_pattern="M*X-"), "CFG017"),
+    # transformers takes the layer count from the pattern (3), contradicting num_hidden_layers 4;
+    # engines index the pattern per layer.
+    ("nemotron-pattern-too-short", edit(NEMOTRON_H, hybrid_override_pattern="M*M"), "CFG017"),
+    # Exaone4Config: (i + 1) % "LLXG" -> TypeError "unsupported operand type(s) for %: 'int' and 'str'".
+    ("exaone-pattern-unknown-char", {"model_type": "exaone4", "num_hidden_layers": 8, "hidden_size": 256,
+                                     "num_attention_heads": 4, "num_key_value_heads": 2, "sliding_window": 512,
+                                     "sliding_window_pattern": "LLXG", "vocab_size": 1000}, "CFG017"),
+    # The same TypeError even for a valid "LLLG" string when layer_types is absent.
+    ("exaone-pattern-string-without-layer-types",
+     {"model_type": "exaone4", "num_hidden_layers": 8, "hidden_size": 256, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "sliding_window": 512, "sliding_window_pattern": "LLLG", "vocab_size": 1000},
+     "CFG017"),
+    # vLLM's KimiLinearConfig: every layer MLA; transformers: a default 1-in-4 KDA pattern.
+    ("kimi-without-linear-config", edit(KIMI, linear_attn_config=DROP), "CFG018"),
+    # transformers' KimiLinearConfig: AttributeError "'NoneType' object has no attribute 'get'".
+    ("kimi-linear-config-null", edit(KIMI, linear_attn_config=None), "CFG018"),
+    # DeepseekV3Config strict field: TypeError "Field 'kv_lora_rank' expected int, got NoneType (value: None)".
+    ("mla-latent-null", edit(DEEPSEEK, kv_lora_rank=None), "CFG019"),
+    ("mla-rope-null", edit(DEEPSEEK, qk_rope_head_dim=None), "CFG019"),
+    # GptOssConfig validate_layer_type: "`num_hidden_layers` (4) must be equal to the number of
+    # `layer_types` (3)"; kvdoctor's CFG001.
+    ("layer-types-short", {"model_type": "gpt_oss", "num_hidden_layers": 4, "hidden_size": 256,
+                           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                           "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+                           "vocab_size": 1000}, "CFG001"),
+    # Not a transformers string: transformers raises "The `layer_types` entries must be in (...)".
+    ("layer-types-typo", edit(GEMMA3, layer_types=["sliding_atention"] * 7 + ["full_attention"]), "CFG002"),
+    # A type only transformers knows (step3p7): its validator rejects the string, quoted as CFG012.
+    ("transformers-rejects-layer-type",
+     {"model_type": "step3p7", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 64, "layer_types": ["full_attention", "global"], "vocab_size": 1000},
+     "CFG012"),
+    # A type only transformers knows, hidden size not divisible: Mixtral's class accepts it, but the
+    # heads still do not divide: vLLM's assertion.
+    ("transformers-family-kv-heads", {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 256,
+                                      "num_attention_heads": 8, "num_key_value_heads": 3, "vocab_size": 1000},
+     "CFG013"),
+    # Sizes that cannot be a count: one-line input errors (exit 2), as before.
+    ("heads-zero", edit(LLAMA, num_attention_heads=0), "exit2"),
+    ("layers-infinity", edit(LLAMA, num_hidden_layers=float("inf")), "exit2"),
+    ("heads-nan", edit(LLAMA, num_attention_heads=float("nan")), "exit2"),
+    ("layers-missing-no-list", edit(NEMOTRON_H, num_hidden_layers=DROP, hybrid_override_pattern=DROP), "exit2"),
+]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("impossible")
+    for case_id, cfg, _ in CASES:
+        (root / case_id).mkdir()
+        (root / case_id / "config.json").write_text(json.dumps(cfg, indent=2))  # NaN / Infinity as Python writes them
+    code, doc = check_json("--static", *(str(root / case_id) for case_id, _, _ in CASES))
+    assert code in (1, 2)
+    return {Path(r["target"]).name: r for r in doc["results"]}
+
+
+@pytest.mark.parametrize("case_id,expected", [(c[0], c[2]) for c in CASES], ids=[c[0] for c in CASES])
+def test_never_a_clean_pass(results, case_id, expected):
+    result = results[case_id]
+    if expected == "exit2":
+        assert result.get("error"), result
+        assert "config.json" in result["error"]
+        return
+    assert result.get("error") is None, result["error"]
+    hits = [f for f in result["findings"] if f["code"] == expected]
+    assert hits, [f["code"] for f in result["findings"]]
+    assert hits[0]["severity"] == "error"
+    assert hits[0]["file"] == "config.json" and isinstance(hits[0]["line"], int), hits[0]
+
+
+def test_healthy_bases_are_quiet(tmp_path):
+    """The bases the cases edit draw no error: each case's finding comes from its edit."""
+    for i, base in enumerate((LLAMA, GEMMA3, DEEPSEEK, NEMOTRON_H, KIMI)):
+        d = tmp_path / str(i)
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(base))
+    code, doc = check_json("--static", *(str(tmp_path / str(i)) for i in range(5)))
+    assert code == 0, [(r["target"], [f["code"] for f in r["findings"] if f["severity"] == "error"])
+                       for r in doc["results"]]
+
+
+def test_non_finite_number_outside_a_size_is_a_warning_with_its_line(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,\n'
+                                          ' "num_attention_heads": 4, "rope_theta": NaN}')
+    code, doc = check_json("--static", str(tmp_path))
+    hits = [f for f in doc["results"][0]["findings"] if f["code"] == "CFG020"]
+    assert code == 0 and hits and hits[0]["severity"] == "warning" and hits[0]["line"] == 2
+
+
+def test_an_unknown_model_type_never_draws_an_error(tmp_path):
+    """A guessed spec: the same contradiction that is an error for llama is a warning that says so."""
+    (tmp_path / "config.json").write_text(json.dumps(edit(LLAMA, model_type="brand_new", num_key_value_heads=3)))
+    code, doc = check_json("--static", str(tmp_path))
+    findings = doc["results"][0]["findings"]
+    assert code == 0
+    assert {f["severity"] for f in findings} <= {"warning", "info"}
+    hit = next(f for f in findings if f["code"] == "CFG013")
+    assert "guessed" in hit["message"] and hit["evidence"]["guessed"] is True
