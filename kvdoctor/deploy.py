@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvdoctor.budget.settings import BudgetSettings
 from kvdoctor.model import Source
+from kvdoctor.strict import (Bool, Name, NonNegative, Positive, SglangReplayCacheLen, TensorParallel,
+                              Tokens)
 from kvdoctor.yamlfile import load_validated
 
 MAX_DEPLOY_BYTES = 1024 * 1024
@@ -24,31 +26,31 @@ class _Section(BaseModel):
 class SglangMlxSettings(_Section):
     """sglang 0.5.23's MLX backend (server defaults)."""
 
-    chunked_prefill_size: int = Field(8192, ge=1)
-    radix_cache: bool = True
-    use_custom_rope: bool = Field(False, description="SGLANG_MLX_USE_CUSTOM_ROPE=1")
-    pool_size: Optional[int] = Field(None, ge=1, description="pool slots; None: sized by the runner")
-    full_kv_pool_index_by_layer: Optional[dict[int, int]] = Field(
+    chunked_prefill_size: Tokens = 8192
+    radix_cache: Bool = True
+    use_custom_rope: Bool = Field(False, description="SGLANG_MLX_USE_CUSTOM_ROPE=1")
+    pool_size: Optional[Positive] = Field(None, description="pool slots; None: sized by the runner")
+    full_kv_pool_index_by_layer: Optional[dict[NonNegative, NonNegative]] = Field(
         None, description="a map to check instead of the one the layout derives")
 
 
 class SglangSettings(_Section):
     """sglang 0.5.23 on CUDA: the KDA / ReplaySSM state caches."""
 
-    tp_size: Optional[int] = Field(None, ge=1, description="attention tensor-parallel size; None: check 1, 2, 4, 8")
-    enable_linear_replayssm: bool = False
-    linear_replayssm_cache_len: int = Field(16, description="--linear-replayssm-cache-len")
+    tp_size: Optional[TensorParallel] = Field(None, description="attention tensor-parallel size; None: check 1, 2, 4, 8")
+    enable_linear_replayssm: Bool = False
+    linear_replayssm_cache_len: SglangReplayCacheLen = Field(16, description="--linear-replayssm-cache-len")
     linear_attn_decode_backend: Literal["triton", "helion", "flashinfer", "cutedsl"] = "triton"
-    max_mamba_cache_size: Optional[int] = Field(None, ge=0)
+    max_mamba_cache_size: Optional[NonNegative] = None
     mamba_ssm_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    kda_recipe: str = Field("sglang-0.5.23", description="a built-in recipe name or a recipe YAML path")
+    kda_recipe: Name = Field("sglang-0.5.23", description="a built-in recipe name or a recipe YAML path")
 
 
 class Deploy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    engine: Optional[str] = None
-    context_length: Optional[int] = Field(None, ge=1)
+    engine: Optional[Name] = None
+    context_length: Optional[Tokens] = None
     sglang_mlx: SglangMlxSettings = Field(default_factory=SglangMlxSettings)
     sglang: SglangSettings = Field(default_factory=SglangSettings)
     budget: Optional[BudgetSettings] = None
