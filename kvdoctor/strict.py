@@ -93,6 +93,7 @@ Tokens = Annotated[int, Strict(), Field(ge=1, le=MAX_CONTEXT)]
 TensorParallel = Annotated[int, Strict(), Field(ge=1, le=MAX_TP)]
 Ratio = Annotated[float, Strict(), AllowInfNan(False), Field(gt=0, le=1)]
 PositiveFloat = Annotated[float, Strict(), AllowInfNan(False), Field(gt=0, le=MAX_COUNT)]
+SpeculativeTokens = Annotated[int, Strict(), Field(ge=0, le=64)]  # kvdoctor's bound on draft tokens per step
 
 # vLLM 0.33.0 refuses a tensor-parallel size below 1:
 # https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/config/parallel.py#L142

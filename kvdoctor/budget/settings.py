@@ -18,8 +18,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvdoctor.strict import (Bool, MlxGroupSize, MlxKvBits, Name, NonNegative, Positive, PositiveFloat, Size,
-                             SglangSwaRatio, TensorParallel, Tokens, VllmBlockSize, VllmSeqs, VllmTensorParallel, VllmTokens,
-                             parse_size)
+                             SglangSwaRatio, SpeculativeTokens, TensorParallel, Tokens, VllmBlockSize, VllmSeqs,
+                             VllmTensorParallel, VllmTokens, parse_size)
 
 __all__ = ["BudgetSettings", "parse_size"]
 
@@ -35,7 +35,7 @@ class VllmBudget(_Section):
     kv_cache_dtype: Name = "auto"
     tp: VllmTensorParallel = 1
     prefix_caching: Bool = True
-    num_speculative_tokens: NonNegative = Field(0, le=64)
+    num_speculative_tokens: SpeculativeTokens = 0
     max_num_batched_tokens: VllmTokens = 8192
     async_scheduling: Bool = True
     max_num_seqs: VllmSeqs = 1024
