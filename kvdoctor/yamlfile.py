@@ -113,14 +113,18 @@ def _walk(root: yaml.Node, loader: Loader, path: Path, what: str) -> dict[str, i
     the value they spell, as the mapping would store them), and record the line of each mapping key
     under its dotted path."""
     lines: dict[str, int] = {}
-    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    stack: list[tuple[yaml.Node, str, int]] = [(root, "", 1)]
     visited = 0
     while stack:
-        node, prefix = stack.pop()
+        node, prefix, depth = stack.pop()
         visited += 1
         if visited > MAX_YAML_NODES:
             raise InputError(f"{path}: {what} expands to more than {MAX_YAML_NODES} values (through aliases); "
                              "expected a small settings file")
+        if depth > MAX_YAML_DEPTH and isinstance(node, yaml.CollectionNode):  # only through aliases: the
+            # parse events bounded the written nesting already
+            raise InputError(f"{path}:{node.start_mark.line + 1}: {what} nests more than {MAX_YAML_DEPTH} levels "
+                             "deep through aliases (an alias inside its own anchor?)")
         if isinstance(node, yaml.MappingNode):
             seen: set[Any] = set()
             for key_node, value_node in node.value:
@@ -132,9 +136,9 @@ def _walk(root: yaml.Node, loader: Loader, path: Path, what: str) -> dict[str, i
                                      "expected each key once")
                 seen.add(same)
                 lines.setdefault(dotted, key_node.start_mark.line + 1)
-                stack.append((value_node, dotted + "."))
+                stack.append((value_node, dotted + ".", depth + 1))
         elif isinstance(node, yaml.SequenceNode):
-            stack.extend((item, prefix) for item in node.value)
+            stack.extend((item, prefix, depth + 1) for item in node.value)
         elif not is_utf8(node.value):
             raise InputError(f"{path}:{node.start_mark.line + 1}: {what} has a string with an unpaired UTF-16 "
                              "surrogate; expected valid Unicode")
