@@ -80,10 +80,13 @@ def _catalog():
     return load_catalog(extra_dirs=tuple(Path(d) for d in RUN["catalog_dirs"]))
 
 
-def _split(values: Optional[List[str]]) -> tuple[str, ...]:
+def _split(values: Optional[List[str]], option: str) -> tuple[str, ...]:
     out: list[str] = []
     for value in values or []:
-        out.extend(v.strip().upper() for v in value.split(",") if v.strip())
+        codes = [v.strip().upper() for v in value.split(",") if v.strip()]
+        if not codes:  # `--select ""` would otherwise select nothing and pass silently
+            _fail(f"{option} {value!r}: expected rule codes or prefixes such as CFG or SWA001")
+        out.extend(codes)
     return tuple(out)
 
 
@@ -100,8 +103,9 @@ def _severities(values: Optional[List[str]]) -> dict[str, str]:
 def _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated):
     from kvdoctor.settings import CommandLine, resolve
 
-    cli = CommandLine(select=_split(select) if select else None, extend_select=_split(extend_select),
-                      ignore=_split(ignore), severity=_severities(severity), engine=engine, deploy=deploy,
+    cli = CommandLine(select=_split(select, "--select") if select else None,
+                      extend_select=_split(extend_select, "--extend-select"), ignore=_split(ignore, "--ignore"),
+                      severity=_severities(severity), engine=engine, deploy=deploy,
                       fail_on=fail_on, config=config, isolated=isolated)
     return resolve(cli, _catalog().codes())
 

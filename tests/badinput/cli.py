@@ -65,6 +65,9 @@ _cli("fail-on-unknown", ["check", "--fail-on", "fatal", "{m}"], "--fail-on 'fata
 _cli("engine-unknown", ["check", "--engine", "tgi", "{m}"], "--engine")
 _cli("engine-empty", ["check", "--engine", "", "{m}"], "--engine")
 _cli("select-unknown", ["check", "--select", "NOPE", "{m}"], "--select")
+for _option in ("--select", "--extend-select", "--ignore"):  # an empty list would select nothing, silently
+    _cli(f"{_option.strip('-')}-empty", ["check", _option, "", "{m}"], _option)
+    _cli(f"{_option.strip('-')}-only-commas", ["check", _option, " , ,", "{m}"], _option)
 _cli("ignore-unknown", ["check", "--ignore", "ZZZ999", "{m}"], "--ignore")
 _cli("severity-no-equals", ["check", "--severity", "CFG001", "{m}"], "--severity")
 _cli("severity-bad-level", ["check", "--severity", "CFG001=fatal", "{m}"], "--severity")
