@@ -62,8 +62,9 @@ RUN = {"debug": False, "catalog_dirs": ()}
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit."),
           debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
-          catalog: Optional[List[str]] = typer.Option(None, "--catalog", click_type=PATH, help="Also load catalog entries "
-                                                      "(CODE.yaml files) from this directory (repeatable).")) -> None:
+          catalog: Optional[List[str]] = typer.Option(None, "--catalog", click_type=PATH,
+                                                      help="Also load catalog entries (CODE.yaml files) from this "
+                                                      "directory (repeatable).")) -> None:
     """kvdoctor."""
     RUN["debug"] = debug
     RUN["catalog_dirs"] = tuple(catalog or ())
@@ -141,9 +142,11 @@ def check(
     dry_run_budget: Optional[float] = typer.Option(None, "--dry-run-budget",
                                                    click_type=command_line_type(Seconds, float),
                                                    help="Estimated seconds a dry-run schedule may take (default 45)."),
-    baseline: Optional[str] = typer.Option(None, "--baseline", click_type=PATH, help="Report only findings this baseline lacks."),
-    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", click_type=PATH, help="Record today's findings here "
-                                                 "(exits 0 unless a target could not be checked)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", click_type=PATH,
+                                           help="Report only findings this baseline lacks."),
+    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", click_type=PATH,
+                                                 help="Record today's findings here (exits 0 unless a target could "
+                                                 "not be checked)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", click_type=command_line_type(Jobs, int),
                                        help="Targets checked at once (default: all cores)."),
     config: Optional[str] = CONFIG,

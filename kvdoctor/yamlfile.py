@@ -44,8 +44,8 @@ _CORE_SCHEMA = [
     ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$"),
     ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$"),
     ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-    ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    ("tag:yaml.org,2002:float", (r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                                 r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")),
 ]
 for _tag, _pattern in _CORE_SCHEMA:
     Loader.add_implicit_resolver(_tag, re.compile(_pattern), None)

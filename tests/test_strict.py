@@ -63,10 +63,18 @@ def test_usage_errors_are_one_line_through_the_real_cli():
     for args, line in [
         (("check", "--bogus", model), "kvdoctor: error: no such option: --bogus (did you mean --jobs?)"),
         (("check", "--jobs", "0", model), "kvdoctor: error: --jobs '0': input should be greater than or equal to 1"),
-        (("check", "--dry-run-timeout", "nan", model), "kvdoctor: error: --dry-run-timeout 'nan': input should be "
-                                                        "a finite number"),
+        (("check", "--dry-run-timeout", "nan", model),
+         "kvdoctor: error: --dry-run-timeout 'nan': input should be a finite number"),
         (("check", ""), "kvdoctor: error: TARGETS '': expected a non-empty name"),
         (("check",), "kvdoctor: error: missing argument TARGETS"),
     ]:
         proc = run(*args)
         assert (proc.returncode, proc.stderr) == (2, line + "\n"), args
+
+
+def test_empty_engine_in_the_config_file_is_refused(tmp_path):
+    """`engine = ""` in [tool.kvdoctor] was taken as unset (the hf profile ran); it is a typo."""
+    (tmp_path / "pyproject.toml").write_text('[tool.kvdoctor]\nengine = ""\n')
+    proc = run("check", str(REAL / SHORT["llama-3.1-8b"]), "--static", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == f"kvdoctor: error: {tmp_path}/pyproject.toml:2: setting 'engine': expected a non-empty name\n"

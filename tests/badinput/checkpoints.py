@@ -164,8 +164,9 @@ def _all_to(make: Callable[[str], str]) -> Callable[[dict, list[str], Path], Non
 
 # Traversal: transformers would open <model>/<value>; these lead out of the model directory.
 for _id, _value in [("dotdot-deep", "../../../../../../etc/shadow.safetensors"), ("home", "~/x.safetensors"),
-                    ("dev-zero", "/dev/zero"), ("proc", "/proc/self/mem"), ("dotdot-after-name", "a/../../x.safetensors"),
-                    ("double-slash-root", "//etc/x.safetensors"), ("dotdot-only", ".."), ("dot-slash-dotdot", "./../x.safetensors"),
+                    ("dev-zero", "/dev/zero"), ("proc", "/proc/self/mem"),
+                    ("dotdot-after-name", "a/../../x.safetensors"), ("double-slash-root", "//etc/x.safetensors"),
+                    ("dotdot-only", ".."), ("dot-slash-dotdot", "./../x.safetensors"),
                     ("trailing-slash", "model-00001-of-00002.safetensors/"), ("nul-in-middle", "model\0.safetensors")]:
     _index(f"weight-map-{_id}", _first_to(_value))
 # Not traversal on Linux, only names of files that are not there, for a tensor that is stored in a
@@ -209,7 +210,7 @@ _shard_swap("shard-link-dev-null", _to_link("/dev/null"))
 _shard_swap("shard-link-dev-zero", _to_link("/dev/zero"))
 _shard_swap("shard-link-dev-urandom", _to_link("/dev/urandom"))
 _shard_swap("shard-link-proc-stdin", _to_link("/proc/self/fd/0"))
-_shard_swap("shard-link-to-itself-via-dir", lambda shard, tmp: (shard.unlink(), shard.symlink_to(f"../model/{shard.name}")))
+_shard_swap("shard-link-to-itself-via-dir", _to_link("../model/model-00001-of-00002.safetensors"))
 _shard_swap("shard-link-to-dir", _to_link("."))
 _shard_swap("shard-empty-file", lambda shard, tmp: shard.write_bytes(b""))
 

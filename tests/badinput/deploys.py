@@ -60,8 +60,10 @@ _field("sglang.enable_linear_replayssm", NOT_A_BOOL[:5] + ["null"])  # not optio
 _field("budget.vllm.hma", NOT_A_BOOL[:5])
 _field("budget.sglang.radix_cache", ["1", "yes"])
 _field("sglang_mlx.pool_size", NOT_AN_INT[:6] + ["0", "-4"], good=["1", "null"])
-# SGLang refuses "--linear-replayssm-cache-len must be >= 1" (attention_hook.py#L434).
-_field("sglang.linear_replayssm_cache_len", ["0", "-16", "true", "16.0", "null", str(1 << 17)], good=["1", "65536"])
+# SGLang refuses "--linear-replayssm-cache-len must be >= 1" (attention_hook.py#L434): kvdoctor reports
+# that as KDA062 with the engine's message (tests/test_kda_cli.py), so 0 reaches the rule; a wrong type
+# or an absurd length does not.
+_field("sglang.linear_replayssm_cache_len", ["true", "16.0", "null", ".nan", str(1 << 17)], good=["1", "0", "65536"])
 _field("sglang.tp_size", ["0", "-2", "true", "2.0", '"8"', "2048"], good=["1", "1024", "null"])
 _field("sglang.max_mamba_cache_size", ["-1", "true", "1.5", ".inf"], good=["0"])
 _field("sglang.kda_recipe", NOT_A_NAME + ["null"])
@@ -114,8 +116,8 @@ _deploy("tag-in-nested-list", "budget:\n  engines: [!!str vllm]\n", names="budge
 _deploy("tag-on-section", "sglang_mlx: !!map\n  radix_cache: true\n", names="sglang_mlx")
 
 # --- aliases: expanded only within the bound --------------------------------------------------------------
-_deploy("alias-reused-scalar", "sglang_mlx:\n  chunked_prefill_size: &n 8192\nbudget:\n  kv_budget: 40GiB\n  context: *n\n",
-        accepted=True)
+_deploy("alias-reused-scalar",
+        "sglang_mlx:\n  chunked_prefill_size: &n 8192\nbudget:\n  kv_budget: 40GiB\n  context: *n\n", accepted=True)
 _deploy("alias-reused-section", "budget:\n  vllm: &v {hma: true}\n  sglang: *v\n", names="budget.sglang.hma")
 _deploy("alias-cycle-mapping", "a: &a {b: *a}\n")
 _deploy("alias-undefined", "context_length: *nowhere\n")
@@ -160,7 +162,8 @@ _deploy("nul-byte", b"context_length: 40\x0096\n")  # not printable: YAML refuse
 _deploy("bel-control", b"engine: h\x07f\n")
 _deploy("document-end-then-more", "context_length: 4096\n...\nengine: hf\n")
 _deploy("huge-comment-under-bound", "# " + "x" * 900_000 + "\ncontext_length: 4096\n", accepted=True)
-_deploy("huge-string-value", 'sglang:\n  kda_recipe: "' + "x" * 900_000 + '"\n', accepted=True)  # read by --engine sglang only
+# kda_recipe is read by --engine sglang only:
+_deploy("huge-string-value", 'sglang:\n  kda_recipe: "' + "x" * 900_000 + '"\n', accepted=True)
 _deploy("unicode-unknown-key", "c\u00f6ntext_length: 4096\n", names="c\u00f6ntext_length")
 _deploy("key-is-list", "? [a, b]\n: 1\n")
 _deploy("key-is-null", "~: 1\n")
