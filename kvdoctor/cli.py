@@ -5,16 +5,20 @@ over to a module; heavy imports (torch, mlx) happen only inside the checks that 
 """
 from __future__ import annotations
 
+import difflib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+from typer._click import exceptions as click_exc  # typer 0.28 carries its own copy of click
 
 from kvdoctor import __version__
 from kvdoctor.errors import InputError
 from kvdoctor.report import FORMATS
+from kvdoctor.strict import Jobs, Name, Seconds, command_line_type
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Check a model's KV-cache layout against a serving engine before deploy.")
@@ -22,14 +26,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # Options shared by `check` and `config`: both resolve the same settings.
 ENGINE = typer.Option(None, "--engine", "-e", help="Engine profile (default: the deploy file's, the config "
                       "file's, else hf).")
-DEPLOY = typer.Option(None, "--deploy", help="Deploy settings (YAML).")
+# An empty string is no path: it would name the working directory.
+PATH = command_line_type(Name, metavar="PATH")
+DEPLOY = typer.Option(None, "--deploy", click_type=PATH, help="Deploy settings (YAML).")
 SELECT = typer.Option(None, "--select", help="Codes or prefixes to run (default ALL); replaces the config "
                       "file's selection.")
 EXTEND_SELECT = typer.Option(None, "--extend-select", help="Codes or prefixes to add.")
 IGNORE = typer.Option(None, "--ignore", help="Codes or prefixes to skip.")
 SEVERITY = typer.Option(None, "--severity", help="Override a rule's severity: CODE=error|warning|info (repeatable).")
 FAIL_ON = typer.Option(None, "--fail-on", help="Lowest severity that fails: error, warning or info (default error).")
-CONFIG = typer.Option(None, "--config", help="Read this kvdoctor.toml or pyproject.toml instead of searching for one.")
+CONFIG = typer.Option(None, "--config", click_type=PATH, help="Read this kvdoctor.toml or pyproject.toml instead of "
+                      "searching for one.")
 ISOLATED = typer.Option(False, "--isolated", help="Ignore config files.")
 
 
@@ -52,8 +59,9 @@ RUN = {"debug": False, "catalog_dirs": ()}
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit."),
           debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
-          catalog: Optional[List[str]] = typer.Option(None, "--catalog", help="Also load catalog entries "
-                                                      "(CODE.yaml files) from this directory (repeatable).")) -> None:
+          catalog: Optional[List[str]] = typer.Option(None, "--catalog", click_type=PATH,
+                                                      help="Also load catalog entries (CODE.yaml files) from this "
+                                                      "directory (repeatable).")) -> None:
     """kvdoctor."""
     RUN["debug"] = debug
     RUN["catalog_dirs"] = tuple(catalog or ())
@@ -70,10 +78,13 @@ def _catalog():
     return load_catalog(extra_dirs=tuple(Path(d) for d in RUN["catalog_dirs"]))
 
 
-def _split(values: Optional[List[str]]) -> tuple[str, ...]:
+def _split(values: Optional[List[str]], option: str) -> tuple[str, ...]:
     out: list[str] = []
     for value in values or []:
-        out.extend(v.strip().upper() for v in value.split(",") if v.strip())
+        codes = [v.strip().upper() for v in value.split(",") if v.strip()]
+        if not codes:  # `--select ""` would otherwise select nothing and pass silently
+            _fail(f"{option} {value!r}: expected rule codes or prefixes such as CFG or SWA001")
+        out.extend(codes)
     return tuple(out)
 
 
@@ -90,8 +101,9 @@ def _severities(values: Optional[List[str]]) -> dict[str, str]:
 def _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated):
     from kvdoctor.settings import CommandLine, resolve
 
-    cli = CommandLine(select=_split(select) if select else None, extend_select=_split(extend_select),
-                      ignore=_split(ignore), severity=_severities(severity), engine=engine, deploy=deploy,
+    cli = CommandLine(select=_split(select, "--select") if select else None,
+                      extend_select=_split(extend_select, "--extend-select"), ignore=_split(ignore, "--ignore"),
+                      severity=_severities(severity), engine=engine, deploy=deploy,
                       fail_on=fail_on, config=config, isolated=isolated)
     settings = resolve(cli, _catalog().codes())
     for warning in settings.deploy.warnings:
@@ -101,7 +113,8 @@ def _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, 
 
 @app.command()
 def check(
-    targets: List[str] = typer.Argument(..., help="Model directories, folders holding model directories, "
+    targets: List[str] = typer.Argument(..., click_type=command_line_type(Name, metavar="TARGET"),
+                                        help="Model directories, folders holding model directories, "
                                         "or Hugging Face ids (local cache only)."),
     engine: Optional[str] = ENGINE,
     deploy: Optional[str] = DEPLOY,
@@ -123,14 +136,19 @@ def check(
                                  "weightless, shrunk copy of the model (sglang-mlx)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let the dry run execute the "
                                            "model's own code (auto_map, model_file), in a child process."),
-    dry_run_timeout: Optional[float] = typer.Option(None, "--dry-run-timeout", min=1,
+    dry_run_timeout: Optional[float] = typer.Option(None, "--dry-run-timeout",
+                                                    click_type=command_line_type(Seconds, float),
                                                     help="Kill a dry run after this many seconds (default 300)."),
-    dry_run_budget: Optional[float] = typer.Option(None, "--dry-run-budget", min=1,
+    dry_run_budget: Optional[float] = typer.Option(None, "--dry-run-budget",
+                                                   click_type=command_line_type(Seconds, float),
                                                    help="Estimated seconds a dry-run schedule may take (default 45)."),
-    baseline: Optional[str] = typer.Option(None, "--baseline", help="Report only findings this baseline lacks."),
-    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings here "
-                                                 "(exits 0 unless a target could not be checked)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Targets checked at once (default: all cores)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", click_type=PATH,
+                                           help="Report only findings this baseline lacks."),
+    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", click_type=PATH,
+                                                 help="Record today's findings here (exits 0 unless a target could "
+                                                 "not be checked)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", click_type=command_line_type(Jobs, int),
+                                       help="Targets checked at once (default: all cores)."),
     config: Optional[str] = CONFIG,
     isolated: bool = ISOLATED,
 ) -> None:
@@ -275,7 +293,7 @@ def config_cmd(
 
 @app.command()
 def triage(
-    log: str = typer.Argument(..., help="A server log or traceback file, or - for standard input."),
+    log: str = typer.Argument(..., click_type=PATH, help="A server log or traceback file, or - for standard input."),
     output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json"),
 ) -> None:
     """Name the known errors in a log or traceback, with their meaning and fixes. Exit 1 if any is found."""
@@ -344,7 +362,12 @@ app.command("budget")(budget_command)
 
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
+    except click_exc.ClickException as exc:  # a usage error: one line, exit 2, whichever command raised it
+        typer.echo(f"kvdoctor: error: {usage_error(exc)}", err=True)
+        sys.exit(2)
+    except typer.Abort:
+        sys.exit(130)
     except InputError as exc:
         typer.echo(f"kvdoctor: error: {exc}", err=True)
         sys.exit(2)
@@ -356,3 +379,33 @@ def main() -> None:
         typer.echo(f"kvdoctor: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
                    err=True)
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_error(exc: click_exc.ClickException) -> str:
+    """click's usage error as one line, in place of typer's boxed usage, hint and message."""
+    ctx = getattr(exc, "ctx", None)
+    commands = ctx.command.list_commands(ctx) if ctx is not None and hasattr(ctx.command, "list_commands") else []
+    if isinstance(exc, click_exc.NoSuchOption):
+        hint = f" (did you mean {' or '.join(sorted(exc.possibilities))}?)" if exc.possibilities else ""
+        return f"no such option: {exc.option_name}{hint}"
+    if isinstance(exc, click_exc.NoArgsIsHelpError) and commands:
+        return f"missing command; expected one of: {', '.join(commands)} (see kvdoctor --help)"
+    if isinstance(exc, click_exc.MissingParameter) and exc.param is not None:
+        return f"missing {exc.param.param_type_name} {_param_name(exc.param)}"
+    if isinstance(exc, click_exc.BadParameter) and exc.param is not None:
+        return f"{_param_name(exc.param)} {' '.join(exc.message.split())}"
+    unknown = re.match(r"No such command '(.*?)'\.", exc.message)
+    if unknown and commands:
+        near = difflib.get_close_matches(unknown.group(1), commands, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return f"no such command: {unknown.group(1)!r}{hint}; expected one of: {', '.join(commands)}"
+    text = " ".join(exc.format_message().split()).rstrip(".")
+    return text[:1].lower() + text[1:]
+
+
+def _param_name(param) -> str:
+    """`--jobs` for an option (its longest spelling), `TARGETS` for an argument."""
+    if param.param_type_name == "option":
+        return max(param.opts, key=len)
+    return (param.name or "argument").upper()

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from kvdoctor.budget.settings import BudgetSettings
 from kvdoctor.errors import InputError
 from kvdoctor.model import Source
-from kvdoctor.yamlfile import load_yaml
+from kvdoctor.strict import Name, Tokens
+from kvdoctor.yamlfile import error_detail, load_yaml
 
 MAX_DEPLOY_BYTES = 1024 * 1024
 # Engine knobs that used to sit under `budget:`: the old section -> the profile section, and renamed keys.
@@ -37,8 +38,8 @@ class Section(BaseModel):
 class Deploy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    engine: Optional[str] = None
-    context_length: Optional[int] = Field(None, ge=1)
+    engine: Optional[Name] = None
+    context_length: Optional[Tokens] = None
     budget: Optional[BudgetSettings] = None
     path: Optional[str] = Field(None, exclude=True)
     lines: dict[str, int] = Field(default_factory=dict, exclude=True)
@@ -94,10 +95,10 @@ def deploy_from(data: dict[str, Any], path: str | None = None, lines: dict[str, 
     except (ValidationError, _Located) as exc:
         prefix, error = (exc.section, exc.error) if isinstance(exc, _Located) else ((), exc)
         err = error.errors()[0]
-        field = ".".join(str(p) for p in (*prefix, *err["loc"])) or "(top level)"
+        field = ".".join(str(p) for p in (*prefix, *err["loc"]) if p != "[key]") or "(top level)"
         shown = aliases.get(field, field)
         where = f"{path}:{lines[field]}" if path and field in lines else str(path or "deploy settings")
-        raise InputError(f"{where}: setting {shown!r}: {err['msg']}") from None
+        raise InputError(f"{where}: setting {shown!r}: {error_detail(err)}") from None
     deploy._sections = found
     deploy.path, deploy.lines, deploy.aliases, deploy.warnings = path, lines, aliases, warnings
     return deploy

@@ -140,9 +140,9 @@ def non_finite(value: Any, path: str = "") -> list[tuple[str, float]]:
 
 def load_json(path: Path, what: str = "JSON", with_lines: bool = True) -> tuple[Any, dict[str, int]]:
     """Parse a JSON file strictly: bounded size and depth, no duplicate keys; the non-finite numbers
-    Python's json accepts (NaN, Infinity, -Infinity, 1e999) are read as it reads them. Returns the value and a map from dotted key path (`text_config.sliding_window`)
-    to its line; with `with_lines=False` (a large index nobody points into) the map is empty and the
-    same checks run on the parsed value instead of a character scan."""
+    Python's json accepts (NaN, Infinity, -Infinity, 1e999) are read as it reads them. Returns the value
+    and a map from dotted key path (`text_config.sliding_window`) to its line; with `with_lines=False` (a
+    large index nobody points into) the map is empty and the same checks run on the parsed value instead of a character scan."""
     data = read_bounded(path, MAX_JSON_BYTES, what)
     try:
         text = data.decode("utf-8")

@@ -186,7 +186,9 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
     if family.semantics == "guess":
         notes.append(f"unknown model_type {model_type!r}: spec built from the common keys (guessed)")
     elif family.semantics == "transformers":
-        notes.append(f"per-layer meaning from transformers {look.view.version}'s {look.view.class_name}")
+        view = look.view if isinstance(look, ResolvedLookup) else None
+        assert view is not None  # the transformers semantics come with their resolved view
+        notes.append(f"per-layer meaning from transformers {view.version}'s {view.class_name}")
     n_layers = look.get("num_hidden_layers")
     if n_layers is None or "num_hidden_layers" not in cfg:
         n_layers = _layer_count(cfg) or n_layers

@@ -21,6 +21,7 @@ from kvdoctor.deploy import Deploy, load_deploy
 from kvdoctor.errors import InputError
 from kvdoctor.jsonfile import read_bounded
 from kvdoctor.selection import Selection, validate_selectors
+from kvdoctor.strict import Name
 
 CONFIG_NAMES = ("kvdoctor.toml", "pyproject.toml")
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -41,8 +42,8 @@ class FileSettings(BaseModel):
     ignore: list[str] = Field(default_factory=list)
     per_model_ignores: dict[str, list[str]] = Field(default_factory=dict, alias="per-model-ignores")
     severity: dict[str, Severity] = Field(default_factory=dict)
-    engine: Optional[str] = None
-    deploy: Optional[str] = None
+    engine: Optional[Name] = None  # an empty name is refused, not taken as "unset"
+    deploy: Optional[Name] = None
     fail_on: Optional[Severity] = Field(None, alias="fail-on")
 
 
@@ -157,7 +158,7 @@ def read_config(path: Path) -> ConfigFile:
         key = ".".join(str(p) for p in err["loc"])
         line = lines.get(key) or lines.get(key.partition(".")[0])
         where = f"{path}:{line}" if line else str(path)
-        raise InputError(f"{where}: setting {key!r}: {err['msg']}") from None
+        raise InputError(f"{where}: setting {key!r}: {err['msg'].removeprefix('Value error, ')}") from None
     return ConfigFile(path, settings, lines)
 
 

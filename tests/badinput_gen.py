@@ -28,10 +28,13 @@ class Built:
 
     target: str
     model_dir: Path  # must hash the same before and after the check
-    names: str | None  # the error line must contain this; None when a finding is expected instead
-    code: str | None = None  # the finding expected (when `names` is None)
+    names: str | None  # the error line must contain this; None when a finding or a pass is expected
+    code: str | None = None  # the finding expected (when `names` is None); both None: a clean pass
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    argv: tuple[str, ...] | None = None  # the whole command line, in place of `check --format json TARGET ARGS`
+    marker: Path | None = None  # code-execution bait: this file exists only if model code ran
+    accepted: bool = False  # with `names` and `code` None: no input error (exit 0 or 1); else a clean pass
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""Issue 7: every malformed or hostile input ends in exit 2 with one line naming the file (or in a
-named finding), never a traceback, and never changes a byte of the model directory.
+"""Every malformed or hostile input ends in exit 2 with one line naming the file and field (or in a
+named finding, or in a clean pass for a healthy one), never a traceback or a hang, never changes a
+byte of the model directory, and never runs code the model ships.
 
-The corpus (tests/badinput_gen.py) runs in-process through the real CLI entry point, so the exit
-code and stderr are exactly what a user sees; one subprocess run then checks all of it as a single
-many-target run, with healthy models among the bad ones.
+The corpus (tests/badinput_gen.py and tests/badinput/) runs in-process through the real CLI entry
+point, so the exit code and stderr are exactly what a user sees; one subprocess run then checks the
+model-directory cases as a single many-target run, with healthy models among the bad ones.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import signal
 import sys
 
 import pytest
-from badinput_gen import CASES, CATALOG_CASES, GOOD_ENTRY, base_model, healthy_cached_model, tree_state
+from badinput import CASES
+from badinput_gen import CATALOG_CASES, GOOD_ENTRY, base_model, healthy_cached_model, tree_state
 from helpers import codes, run
 
 from kvdoctor.catalog import load_catalog
@@ -39,8 +41,10 @@ def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 def test_corpus_is_large_and_covers_every_kind():
     kinds = {c.kind for c in CASES}
-    assert kinds == {"config", "header", "index", "deploy", "fs", "cache"}
-    assert len(CASES) + len(CATALOG_CASES) >= 100
+    assert kinds == {"config", "header", "index", "deploy", "fs", "cache", "encoding", "files", "checkpoint",
+                     "bait", "cli"}
+    assert len({c.id for c in CASES}) == len(CASES), "case ids must be unique"
+    assert len(CASES) + len(CATALOG_CASES) >= 400
 
 
 def test_healthy_base_checks_cleanly(tmp_path, monkeypatch, capsys):
@@ -59,17 +63,30 @@ def test_malformed_input(case, tmp_path, monkeypatch, capsys):
     before = tree_state(built.model_dir)
     for key, value in built.env.items():
         monkeypatch.setenv(key, value)
-    rc, out, err = cli(monkeypatch, capsys, "check", "--format", "json", built.target, *built.args)
+    loaded = set(sys.modules)
+    argv = built.argv if built.argv is not None else ("check", "--format", "json", built.target, *built.args)
+    rc, out, err = cli(monkeypatch, capsys, *argv)
     assert "Traceback" not in err + out
     assert tree_state(built.model_dir) == before, "the check changed the model directory"
+    assert built.marker is None or not built.marker.exists(), "code shipped with the model ran"
+    from_model = [name for name in set(sys.modules) - loaded
+                  if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(tmp_path))]
+    assert not from_model, f"imported from the model's files: {from_model}"
+    lines = err.strip().splitlines()
     if built.names is not None:
-        lines = err.strip().splitlines()
         assert rc == 2, (rc, err)
         assert len(lines) == 1, err
         assert lines[0].startswith("kvdoctor: error: ") and built.names in lines[0], lines[0]
-    else:
+    elif built.code is not None:
         assert rc in (0, 1), err
         assert built.code in codes(json.loads(out)), out
+    else:
+        assert rc in ((0, 1) if built.accepted else (0,)), err
+        assert not [line for line in lines if line.startswith("kvdoctor: error")], err
+        result = json.loads(out)["results"][0]
+        assert result.get("error") is None and result["layers"], result.get("error")
+        if not built.accepted:
+            assert not [f for f in result["findings"] if f["severity"] == "error"], result["findings"]
 
 
 @pytest.mark.parametrize("id,filename,content", CATALOG_CASES, ids=[c[0] for c in CATALOG_CASES])
@@ -162,11 +179,11 @@ def test_many_targets_in_one_run(tmp_path):
     good_a, good_b = base_model(tmp_path / "good-a"), base_model(tmp_path / "good-b")
     bad = []
     for case in CASES:
-        if case.kind in ("deploy", "cache"):
+        if case.kind in ("deploy", "cache", "cli", "bait"):
             continue  # those need their own flags or environment
         (tmp_path / case.id).mkdir()
         built = case.build(tmp_path / case.id)
-        if built.names is not None:
+        if built.names is not None and not built.args and not built.env:
             bad.append(built)
     targets = [str(good_a)] + [b.target for b in bad] + [str(good_b)]
     proc = run("check", "--format", "json", *targets)

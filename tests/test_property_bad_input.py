@@ -314,6 +314,68 @@ def test_generated_catalog_entries(changes, noise, at, tmp_path):
         assert "\n" not in str(exc) and "USR001.yaml" in str(exc)
 
 
+# --- strict settings and command-line values ----------------------------------------------------------
+
+# (dotted key, type, lowest, highest, optional): a value is accepted exactly when it has this type
+# (a bool is no int, an int is no bool) and lies in the range, and it is then read back unchanged.
+STRICT_FIELDS = [("context_length", int, 1, 1 << 24, True), ("sglang_mlx.chunked_prefill_size", int, 1, 1 << 24, False),
+                 ("sglang_mlx.pool_size", int, 1, 1 << 24, True), ("sglang.tp_size", int, 1, 1024, True),
+                 ("sglang.linear_replayssm_cache_len", int, -(1 << 40), 1 << 16, False),  # KDA062 reports < 1
+                 ("sglang_mlx.radix_cache", bool, None, None, False),
+                 ("sglang.enable_linear_replayssm", bool, None, None, False)]
+strict_values = (st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.sampled_from([0, 1, 1024, 1025, 1 << 24])
+                 | st.floats(allow_nan=True, allow_infinity=True) | st.text(alphabet="abxyz -", max_size=6))
+
+
+@SETTINGS
+@given(field=st.sampled_from(STRICT_FIELDS), value=strict_values)
+def test_strict_deploy_values(field, value, tmp_path):
+    dotted, kind, lo, hi, optional = field
+    section, _, key = dotted.rpartition(".")
+    data = {section: {key: value}} if section else {key: value}
+    path = tmp_path / "deploy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    right = (value is None and optional) or (type(value) is kind and (lo is None or lo <= value <= hi))
+    try:
+        deploy = load_deploy(str(path))
+    except InputError as exc:
+        event("refused")
+        assert not right, str(exc)
+        assert "\n" not in str(exc) and "deploy.yaml:" in str(exc) and f"'{dotted}'" in str(exc)
+    else:
+        event("accepted")
+        assert right, value
+        got = getattr(getattr(deploy, section), key) if section else getattr(deploy, key)
+        assert got == value and type(got) is type(value)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(option=st.sampled_from(["--jobs", "--dry-run-timeout", "--dry-run-budget"]),
+       value=st.text(max_size=8) | st.sampled_from(["0", "-1", "nan", "inf", "1e400", "1", "2.5", "1024", "86400"]))
+def test_command_line_values(option, value, tmp_path_factory):
+    """Whatever the value, one line and exit 2, or a normal run; a number is taken exactly when it is
+    finite and in range (--jobs: a whole number from 1 to 1024; seconds: from 1 to 86,400)."""
+    m = tmp_path_factory.getbasetemp() / "cli-model"
+    if not m.exists():
+        m.mkdir()
+        (m / "config.json").write_text(json.dumps(tiny_config()))
+    assume("\0" not in value)  # no argv can carry a NUL
+    rc, out, err = cli("check", "--static", "--format", "json", option, value, str(m))
+    assert "Traceback" not in out + err
+    try:
+        number = int(value) if option == "--jobs" else float(value)
+        right = (1 <= number <= 1024) if option == "--jobs" else (math.isfinite(number) and 1 <= number <= 86400)
+    except ValueError:
+        right = False
+    if option == "--jobs" and right:
+        right = value.strip().lstrip("+-").isdigit()  # "1_0" is int() to Python, not a count to us
+    if right:
+        assert rc in (0, 1), err
+    else:
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"kvdoctor: error: {option} "), err
+
+
 # --- a few through the real CLI, in a subprocess ----------------------------------------------------
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -15,13 +15,14 @@ imports it for static checks.
 """
 from __future__ import annotations
 
-import re
-from typing import Optional, Union
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from kvdoctor.errors import InputError
+from kvdoctor.strict import Size, Tokens, parse_size
+
+__all__ = ["BudgetSettings", "parse_size"]
 
 
 def budget_engines() -> list[str]:
@@ -29,37 +30,15 @@ def budget_engines() -> list[str]:
 
     return registered()
 
-UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000 ** 2, "mb": 1000 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3,
-         "t": 1000 ** 4, "tb": 1000 ** 4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
-MAX_BYTES = 1 << 50
-
-
-def parse_size(value: Union[str, int, float], what: str = "size") -> int:
-    """'40GiB', '80 GB', '1.5TiB' or a plain byte count -> bytes."""
-    if isinstance(value, bool):
-        raise InputError(f"{what}: expected a size such as 40GiB, got {value!r}")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
-    else:
-        match = SIZE_RE.match(str(value))
-        if not match or match.group(2).lower() not in UNITS:
-            raise InputError(f"{what}: expected a size such as 40GiB or 80GB, got {value!r}")
-        number, unit = float(match.group(1)), match.group(2).lower()
-    size = int(number * UNITS[unit])
-    if not 0 < size <= MAX_BYTES:
-        raise InputError(f"{what}: {value!r} is out of range; expected more than 0 and at most 1 PiB")
-    return size
-
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class BudgetSettings(_Section):
-    kv_budget: Optional[Union[str, int]] = Field(None, description="memory left for KV after weights, e.g. 40GiB")
-    gpu_memory: Optional[Union[str, int]] = Field(None, description="GPU size, e.g. 141GiB: KV memory is estimated")
-    context: Optional[int] = Field(None, ge=1, le=1 << 24)
+    kv_budget: Optional[Size] = Field(None, description="memory left for KV after weights, e.g. 40GiB")
+    gpu_memory: Optional[Size] = Field(None, description="GPU size, e.g. 141GiB: KV memory is estimated")
+    context: Optional[Tokens] = None
     engines: list[str] = Field(default_factory=lambda: budget_engines())
 
     @field_validator("engines")
@@ -70,15 +49,4 @@ class BudgetSettings(_Section):
             if name not in known:
                 quoted = [repr(k) for k in known]
                 raise PydanticCustomError("literal_error", f"Input should be {', '.join(quoted[:-1])} or {quoted[-1]}")
-        return value
-
-    @field_validator("kv_budget", "gpu_memory")
-    @classmethod
-    def _size(cls, value: Optional[Union[str, int]]) -> Optional[Union[str, int]]:
-        if value is None:
-            return value
-        try:
-            parse_size(value)
-        except InputError as exc:
-            raise ValueError(str(exc)) from None
         return value

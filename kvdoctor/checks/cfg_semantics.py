@@ -7,7 +7,7 @@ the exact message); none fires on a guess: a spec kvdoctor guessed has its error
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
@@ -33,7 +33,7 @@ FACTS = frozenset({"CFG012"})
 RULE = Rule(codes=tuple(f"CFG{n:03d}" for n in range(11, 21)))
 
 
-def _int(value: Any) -> bool:
+def _int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -203,7 +203,8 @@ def _unmodelled(spec: ModelSpec) -> Iterable[Finding]:
         return
     types = spec.config.get("layer_types")
     accepted = (lambda i: True) if spec.semantics == "transformers" else \
-        (lambda i: isinstance(types, list) and i < len(types) and types[i] in TRANSFORMERS_LAYER_TYPES)
+        (lambda i: isinstance(types, list) and i < len(types) and isinstance(types[i], str)
+         and types[i] in TRANSFORMERS_LAYER_TYPES)
     unknown = [l.index for l in spec.layers if l.kind == UNKNOWN and accepted(l.index)]
     if unknown:
         yield Finding.at("CFG011", f"{len(unknown)} layers have a kind transformers accepts but kvdoctor does not "

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from kvdoctor.strict import MlxGroupSize, MlxKvBits, NonNegative, Tokens
 from kvdoctor.deploy import Section
 from kvdoctor.engines.base import EngineProfile
 from kvdoctor.engines.pins import PINS
@@ -19,11 +20,11 @@ if TYPE_CHECKING:
 class MlxLmSettings(Section):
     """mlx-lm's knobs (mlx_lm.generate / server defaults)."""
 
-    max_kv_size: Optional[int] = Field(None, ge=1)
-    kv_bits: Optional[int] = Field(None, ge=1, le=8)
-    kv_group_size: int = Field(64, ge=1)
-    quantized_kv_start: int = Field(5000, ge=0)
-    prefill_step_size: int = Field(2048, ge=1)
+    max_kv_size: Optional[Tokens] = None
+    kv_bits: Optional[MlxKvBits] = None
+    kv_group_size: MlxGroupSize = 64
+    quantized_kv_start: NonNegative = 5000
+    prefill_step_size: Tokens = 2048
 
 
 class MlxLmProfile(EngineProfile):

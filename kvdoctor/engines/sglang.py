@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
+from kvdoctor.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
+                              SglangSwaRatio, TensorParallel, Tokens)
 from kvdoctor.deploy import Section
 from kvdoctor.engines.base import Cost, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
@@ -42,24 +44,24 @@ KDA_RECIPE_DEFAULT = "sglang-" + PINS["sglang"]
 class SglangSettings(Section):
     """sglang on CUDA (server defaults): the KDA / ReplaySSM state caches and the memory pools."""
 
-    tp_size: Optional[int] = Field(None, ge=1, le=1024, description="--tp-size; None: sglang's 1 for the budget, "
+    tp_size: Optional[TensorParallel] = Field(None, description="--tp-size; None: sglang's 1 for the budget, "
                                                                     "and the KDA checks try 1, 2, 4 and 8")
-    enable_linear_replayssm: bool = False
-    linear_replayssm_cache_len: int = Field(16, description="--linear-replayssm-cache-len")
+    enable_linear_replayssm: Bool = False
+    linear_replayssm_cache_len: SglangReplayCacheLen = Field(16, description="--linear-replayssm-cache-len")
     linear_attn_decode_backend: Literal["triton", "helion", "flashinfer", "cutedsl"] = "triton"
-    max_mamba_cache_size: Optional[int] = Field(None, ge=0)
+    max_mamba_cache_size: Optional[NonNegative] = None
     mamba_ssm_dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(
         None, description="--mamba-ssm-dtype; None: the config's (GDN models), else float32")
-    kda_recipe: str = Field(KDA_RECIPE_DEFAULT, description="a built-in recipe name or a recipe YAML path")
-    page_size: int = Field(1, ge=1, description="whatever the attention backend resolves to")
-    swa_full_tokens_ratio: float = Field(0.8, gt=0, le=1)
-    disable_hybrid_swa_memory: bool = False
-    kv_cache_dtype: str = "auto"
-    mamba_full_memory_ratio: float = Field(0.9, gt=0)
-    radix_cache: bool = True
-    max_running_requests: Optional[int] = Field(None, ge=1)
-    max_total_tokens: Optional[int] = Field(None, ge=1)
-    chunked_prefill_size: int = Field(8192, ge=1)
+    kda_recipe: Name = Field(KDA_RECIPE_DEFAULT, description="a built-in recipe name or a recipe YAML path")
+    page_size: Positive = Field(1, description="whatever the attention backend resolves to")
+    swa_full_tokens_ratio: SglangSwaRatio = 0.8
+    disable_hybrid_swa_memory: Bool = False
+    kv_cache_dtype: Name = "auto"
+    mamba_full_memory_ratio: PositiveFloat = 0.9
+    radix_cache: Bool = True
+    max_running_requests: Optional[Positive] = None
+    max_total_tokens: Optional[Positive] = None
+    chunked_prefill_size: Tokens = 8192
 
     @field_validator("kda_recipe")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
+from kvdoctor.strict import Bool, NonNegative, Positive, Tokens
 from kvdoctor.deploy import Deploy, Section
 from kvdoctor.engines.base import Cost, DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
@@ -50,11 +51,11 @@ PROBE_POOL_SLOTS = 64  # slots the pool probe builds when the deploy file asks f
 class SglangMlxSettings(Section):
     """sglang's MLX backend (server defaults)."""
 
-    chunked_prefill_size: int = Field(8192, ge=1)
-    radix_cache: bool = True
-    use_custom_rope: bool = Field(False, description="SGLANG_MLX_USE_CUSTOM_ROPE=1")
-    pool_size: Optional[int] = Field(None, ge=1, description="pool slots; None: sized by the runner")
-    full_kv_pool_index_by_layer: Optional[dict[int, int]] = Field(
+    chunked_prefill_size: Tokens = 8192
+    radix_cache: Bool = True
+    use_custom_rope: Bool = Field(False, description="SGLANG_MLX_USE_CUSTOM_ROPE=1")
+    pool_size: Optional[Positive] = Field(None, description="pool slots; None: sized by the runner")
+    full_kv_pool_index_by_layer: Optional[dict[NonNegative, NonNegative]] = Field(
         None, description="a map to check instead of the one the layout derives")
 
 

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from pydantic import BaseModel, Field
 
+from kvdoctor.strict import (Bool, Name, SpeculativeTokens, VllmBlockSize, VllmSeqs, VllmTensorParallel,
+                              VllmTokens)
 from kvdoctor.deploy import Section
 from kvdoctor.engines.base import EngineProfile
 from kvdoctor.engines.pins import PINS
@@ -19,16 +21,16 @@ if TYPE_CHECKING:
 class VllmSettings(Section):
     """vLLM's knobs; defaults are the OpenAI server's on an H200."""
 
-    hma: bool = Field(True, description="the hybrid KV cache manager (false: --disable-hybrid-kv-cache-manager)")
-    kv_cache_dtype: str = "auto"
-    tp: int = Field(1, ge=1, le=1024)
-    prefix_caching: bool = True
-    num_speculative_tokens: int = Field(0, ge=0, le=64)
-    max_num_batched_tokens: int = Field(8192, ge=1)
-    async_scheduling: bool = True
-    max_num_seqs: int = Field(1024, ge=1)
-    block_size: Optional[int] = Field(None, ge=1)
-    cudagraph_full: bool = Field(True, description="FULL decode CUDA graphs (the default for Mamba hybrids)")
+    hma: Bool = Field(True, description="the hybrid KV cache manager (false: --disable-hybrid-kv-cache-manager)")
+    kv_cache_dtype: Name = "auto"
+    tp: VllmTensorParallel = 1
+    prefix_caching: Bool = True
+    num_speculative_tokens: SpeculativeTokens = 0
+    max_num_batched_tokens: VllmTokens = 8192
+    async_scheduling: Bool = True
+    max_num_seqs: VllmSeqs = 1024
+    block_size: Optional[VllmBlockSize] = None
+    cudagraph_full: Bool = Field(True, description="FULL decode CUDA graphs (the default for Mamba hybrids)")
 
 
 class VllmProfile(EngineProfile):
