@@ -145,6 +145,9 @@ def check(
     settings = _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
     if dry_run and (static or settings.engine not in DRY_RUN_ENGINES):
         _fail(f"--dry-run needs --engine {' or '.join(DRY_RUN_ENGINES)} and cannot be combined with --static")
+    from kvdoctor.extras import require_for_check
+
+    require_for_check(settings.engine, static, dry_run)
     catalog = _catalog()
     extra = {"dry_run": dry_run, "trust_remote_code": trust_remote_code, "dry_run_timeout": dry_run_timeout,
              "dry_run_budget": dry_run_budget}
@@ -345,6 +348,14 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except ModuleNotFoundError as exc:
+        from kvdoctor.extras import extra_for_module
+
+        extra = extra_for_module(exc.name)
+        if extra is None or RUN["debug"]:
+            raise
+        typer.echo(f"kvdoctor: error: {exc.name} is not installed: pip install 'kvdoctor[{extra}]'", err=True)
+        sys.exit(2)
     except Exception as exc:  # a bug in kvdoctor: one line unless --debug asks for the traceback
         if RUN["debug"]:
             raise
