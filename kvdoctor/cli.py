@@ -111,6 +111,9 @@ def check(
     sarif_output: Optional[str] = typer.Option(None, "--sarif-output", help="Also write SARIF to this file."),
     junit_output: Optional[str] = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file."),
     gitlab_output: Optional[str] = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON."),
+    html_output: Optional[str] = typer.Option(None, "--html-output", help="Also write the HTML report to this file."),
+    kv_budget: Optional[str] = typer.Option(None, "--kv-budget", help="KV memory per GPU, e.g. 40GiB: the HTML "
+                                            "report shows the tokens that fit per engine and mode."),
     statistics: bool = typer.Option(False, "--statistics", help="Print counts per code instead of the findings."),
     select: Optional[List[str]] = SELECT,
     extend_select: Optional[List[str]] = EXTEND_SELECT,
@@ -131,6 +134,7 @@ def check(
     write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings here "
                                                  "(exits 0 unless a target could not be checked)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Targets checked at once (default: all cores)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     config: Optional[str] = CONFIG,
     isolated: bool = ISOLATED,
 ) -> None:
@@ -148,6 +152,10 @@ def check(
     from kvdoctor.extras import require_for_check
 
     require_for_check(settings.engine, static, dry_run)
+    if kv_budget is not None:
+        from kvdoctor.budget.settings import parse_size
+
+        parse_size(kv_budget, "--kv-budget")
     catalog = _catalog()
     extra = {"dry_run": dry_run, "trust_remote_code": trust_remote_code, "dry_run_timeout": dry_run_timeout,
              "dry_run_budget": dry_run_budget}
@@ -155,12 +163,17 @@ def check(
                              selection=settings.selection_for(model_identity(target, settings.root)),
                              severity_overrides=settings.severity, extra=extra))
             for target in expand_targets(targets)]
-    results, tracebacks = run_with_progress(work, jobs or available_cores())
+    from kvdoctor import progress
+
+    show = progress.wanted(quiet, output_format in ("rich", "html"))
+    with progress.shown(show and len(work) == 1):  # many targets: the runner's bar
+        results, tracebacks = run_with_progress(work, jobs or available_cores(), show=show)
     report = Report(results, catalog, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
-                    checked=[checked_codes(opts) for _, opts in work])
+                    checked=[checked_codes(opts) for _, opts in work], kv_budget=kv_budget)
     _baselines(report, baseline, write_baseline)
     _emit(report, output_format, output_file, statistics,
-          {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output})
+          {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output,
+           "html": html_output})
     for text in tracebacks:
         typer.echo(text, err=True)
     for r in results:

@@ -106,6 +106,24 @@ def capacity_text(row: dict[str, Any]) -> Text:
                 f"peak {size(c['peak_prefill_bytes'])}\n{c['max_concurrency']:.2f} requests")
 
 
+def tokens_fit(row: dict[str, Any]) -> int | None:
+    """Tokens of KV this engine and mode holds within the budget: vLLM's GPU KV cache size, SGLang's
+    pool, and for mlx-lm (no pool) the whole requests that fit times their length."""
+    if row.get("error"):
+        return None
+    c = row["capacity"]
+    if row["engine"] == "vllm":
+        return c["tokens"]
+    if row["engine"] == "sglang":
+        return c["max_total_num_tokens"]
+    return int(c["max_concurrency"] * c["context"])
+
+
+def mode_label(row: dict[str, Any]) -> str:
+    """The mode on one line, e.g. `hma on, kv auto, tp 1`."""
+    return ", ".join(part for part in mode_text(row).splitlines() if not part.startswith(("block ", "in-flight ")))
+
+
 def findings_text(row: dict[str, Any]) -> Text:
     text = Text()
     for f in row.get("findings", []):

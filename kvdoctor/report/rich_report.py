@@ -8,6 +8,7 @@ from rich.text import Text
 
 from kvdoctor.model import Finding, Result
 from kvdoctor.report import summary
+from kvdoctor.report.versions import engine_line
 
 KIND_STYLE = {
     "full_attention": ("F", "black on green"),
@@ -84,7 +85,7 @@ def model_summary(result: Result) -> Table:
     ckpt = info.get("checkpoint")
     table.add_row("checkpoint", "none (config checks only)" if not ckpt else
                   f"{ckpt['tensors']} tensors in {ckpt['files']} file(s), {ckpt['bytes'] / 2**30:.2f} GiB (headers read)")
-    table.add_row("engine", f"{result.engine} " + " ".join(f"{k} {v}" for k, v in result.engine_versions.items()))
+    table.add_row("engine", engine_line(result.engine, result.engine_versions))
     for key, value in (info.get("defaults") or {}).items():
         table.add_row("default", f"{key} = {value!r} (absent from config.json; the family default)")
     for note in info.get("notes") or []:
@@ -133,22 +134,34 @@ def state_caches(result: Result) -> Table | None:
     return table
 
 
+def _hanging(prefix: Text | str, body: Text | str, style: str = "") -> Table:
+    """`prefix` then `body`, whose wrapped lines stay under the body, never back at column 0."""
+    prefix = prefix if isinstance(prefix, Text) else Text(prefix, style=style)
+    grid = Table.grid()
+    grid.add_column(width=prefix.cell_len, no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(prefix, body if isinstance(body, Text) else Text(body, style=style))
+    return grid
+
+
 def finding_block(f: Finding) -> Group:
+    """A finding: its head line (code, severity, name, place), then message, engine error and fixes,
+    each indented under its text when it wraps."""
     head = Text()
-    head.append(f"{f.code} ", style=SEVERITY_STYLE[f.severity])
     head.append(f"{f.severity} ", style=SEVERITY_STYLE[f.severity])
     head.append(f"[{f.name}] ", style="dim")
     if f.file:
         head.append(f"{f.file}{':' + str(f.line) if f.line else ''} ", style="underline")
     if f.layer is not None:
         head.append(f"layer {f.layer} ", style="bold")
-    parts = [head, Text("  " + f.message)]
+    head.rstrip()
+    parts = [_hanging(Text(f"{f.code} ", style=SEVERITY_STYLE[f.severity]), head), _hanging("  ", f.message)]
     if f.engine_error:
         err = f.engine_error
-        parts.append(Text(f"  engine would raise at {err.get('stage')}: {err.get('class')}: {err.get('message')}",
-                          style="red"))
+        parts.append(_hanging("  ", f"engine would raise at {err.get('stage')}: {err.get('class')}: "
+                                    f"{err.get('message')}", style="red"))
     for fix in f.fixes:
-        parts.append(Text(f"  fix: {fix}", style="green"))
+        parts.append(_hanging("  fix: ", fix, style="green"))
     return Group(*parts)
 
 
