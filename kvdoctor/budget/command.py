@@ -26,6 +26,8 @@ def budget_command(
     context: Optional[int] = typer.Option(None, "--context", help="Context length (default: the model's maximum)."),
     deploy: Optional[str] = typer.Option(None, "--deploy", help="Deploy settings (YAML) with a budget: section."),
     output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show groups, pools, state and capacity "
+                                                                 "per engine and mode."),
 ) -> None:
     """KV budget per engine and mode: bytes per token per layer kind, groups or pools, state, capacity."""
     try:
@@ -37,7 +39,7 @@ def budget_command(
         typer.echo(json.dumps(doc, indent=2))
     else:
         from kvdoctor.budget.report import render
-        render(doc)
+        render(doc, verbose=verbose)
 
 
 def build_document(target: str, engine: str = "all", mode: str = "default", kv_budget: str | None = None,

@@ -131,7 +131,7 @@ class _StageWatcher:
                 self.steps = len(event.get("steps") or [])
             elif kind == "step":
                 stage = self.text.split(",")[0]
-                self.text = f"{stage}, step {event.get('number', 0) + 1}/{self.steps or '?'} ({event.get('call')})"
+                self.text = f"{stage}, {event.get('number', 0) + 1} of {self.steps or '?'} steps done"
         return self.text
 
 

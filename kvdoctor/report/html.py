@@ -360,27 +360,42 @@ def dry_run(result: Result) -> str:
     layers = [row for row in run.get("layers") or [] if row.get("prefill_max_keys") or row.get("decode_keys")]
     if not layers:
         return "".join(head)
-    top = max(max([row.get("prefill_max_keys", 0)] + list(row.get("decode_keys") or [])) for row in layers) or 1
-    w, h, pad = max(320, 14 * len(layers) + 60), 160, 40
+    decode = {row["index"]: _most(row.get("decode_keys")) for row in layers}
+    top = max(max(row.get("prefill_max_keys", 0), decode[row["index"]]) for row in layers) or 1
+    w, h, pad = max(480, 14 * len(layers) + 60), 160, 52
     step = (w - pad - 10) / len(layers)
-    svg = [f'<svg width="{w}" height="{h + 30}" viewBox="0 0 {w} {h + 30}" role="img" class="keys">',
-           f'<text x="2" y="12">keys</text><text x="2" y="{h}">0</text><text x="2" y="26">{top:,}</text>']
+    svg = [f'<svg width="{w}" height="{h + 18}" viewBox="0 0 {w} {h + 18}" role="img" class="keys">',
+           f'<text x="{pad - 6}" y="{h}" text-anchor="end">0</text>'
+           f'<text x="{pad - 6}" y="26" text-anchor="end">{top:,}</text>'
+           f'<text x="{pad - 6}" y="{h + 14}" text-anchor="end">layer</text>']
     for i, row in enumerate(layers):
         x = pad + i * step
         prefill = row.get("prefill_max_keys", 0)
-        decode = max(row.get("decode_keys") or [0])
-        for value, dx, colour, label in ((prefill, 0, "#3d84d6", "prefill max keys"),
-                                         (decode, step / 2, "#e0803a", "last decode keys")):
+        for value, dx, colour, label in ((prefill, 0, "#3d84d6", "most keys a prefill query attended"),
+                                         (decode[row["index"]], step / 2, "#e0803a", "most keys at a decode step")):
             bh = (h - 22) * value / top
             svg.append(f'<rect x="{x + dx:.1f}" y="{h - bh:.1f}" width="{max(1.0, step / 2 - 1):.1f}" '
                        f'height="{bh:.1f}" fill="{colour}"><title>layer {row["index"]}: {label} {value:,}'
                        f'{"; engine window " + str(row["engine_window"]) if row.get("engine_window") else ""}'
                        "</title></rect>")
+        if row.get("engine_window"):
+            wy = h - (h - 22) * row["engine_window"] / top
+            svg.append(f'<line x1="{x:.1f}" x2="{x + step - 1:.1f}" y1="{wy:.1f}" y2="{wy:.1f}" stroke="#1d2327" '
+                       f'stroke-width="1.5"><title>layer {row["index"]}: engine window {row["engine_window"]:,}'
+                       "</title></line>")
         if i % max(1, len(layers) // 12) == 0:
             svg.append(f'<text x="{x:.1f}" y="{h + 14}">{row["index"]}</text>')
-    svg.append(f'<text x="{pad}" y="{h + 28}">layer (blue: most keys a prefill query attended; orange: keys at the '
-               "last decode step)</text></svg>")
-    return "".join(head + svg)
+    svg.append("</svg>")
+    caption = ('<p class="note">keys attended per layer (hover a bar): blue, the most keys a prefill query attended; '
+               "orange, the most at a decode step; black line, the engine's window</p>")
+    return "".join(head + svg) + caption
+
+
+def _most(values: Any) -> int:
+    """The largest number in a (nested) list of key counts."""
+    if isinstance(values, (list, tuple)):
+        return max((_most(v) for v in values), default=0)
+    return values if isinstance(values, int) else 0
 
 
 # ---- the page ------------------------------------------------------------------------------------
