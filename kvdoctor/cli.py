@@ -6,6 +6,7 @@ over to a module; heavy imports (torch, mlx) happen only inside the checks that 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -101,8 +102,9 @@ def _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, 
 
 @app.command()
 def check(
-    targets: List[str] = typer.Argument(..., help="Model directories, folders holding model directories, "
-                                        "or Hugging Face ids (local cache only)."),
+    targets: Optional[List[str]] = typer.Argument(None, help="Model directories, folders holding model "
+                                                  "directories, or Hugging Face ids (local cache only); default: "
+                                                  "the config file's `targets`."),
     engine: Optional[str] = ENGINE,
     deploy: Optional[str] = DEPLOY,
     output_format: str = typer.Option("rich", "--format", "--output-format", help=f"One of: {', '.join(FORMATS)}."),
@@ -147,6 +149,9 @@ def check(
     if output_format not in FORMATS:
         _fail(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
     settings = _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
+    targets = list(targets or settings.targets)
+    if not targets:
+        _fail("no models to check: name model directories, or list them under `targets` in kvdoctor.toml")
     if dry_run and (static or settings.engine not in DRY_RUN_ENGINES):
         _fail(f"--dry-run needs --engine {' or '.join(DRY_RUN_ENGINES)} and cannot be combined with --static")
     from kvdoctor.extras import require_for_check
@@ -209,6 +214,10 @@ def _emit(report, output_format: str, output_file: Optional[str], statistics: bo
     for fmt, path in extra.items():
         if path:
             _write(path, render(report, fmt))
+    if output_format == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):
+        from kvdoctor.report.github import job_summary
+
+        _append(os.environ["GITHUB_STEP_SUMMARY"], job_summary(report))
     if statistics:
         from kvdoctor.report import statistics as stats
 
@@ -243,6 +252,14 @@ def _rich(report, output_file: Optional[str]) -> None:
             show(Console(file=fh, width=120, color_system=None))
     except OSError as exc:
         _fail(f"{output_file}: cannot write: {exc.strerror or exc}")
+
+
+def _append(path: str, text: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        _fail(f"{path}: cannot write the job summary: {exc.strerror or exc}")
 
 
 def _write(path: str, text: str) -> None:

@@ -43,6 +43,7 @@ class FileSettings(BaseModel):
     engine: Optional[str] = None
     deploy: Optional[str] = None
     fail_on: Optional[Severity] = Field(None, alias="fail-on")
+    targets: Optional[list[str]] = None  # what `kvdoctor check` checks when the command line names nothing
 
 
 @dataclass
@@ -86,6 +87,7 @@ class Settings:
     root: Path
     config: Path | None
     origins: dict[str, str]  # setting -> "command line", "default", a file with its line, ...
+    targets: tuple[str, ...] = ()  # the config file's targets, relative to the working directory
 
     def selection_for(self, identity: str) -> Selection:
         """The selection for one model: the per-model ignores whose glob matches its identity added."""
@@ -110,6 +112,7 @@ class Settings:
             ("engine", self.engine, self.origins["engine"]),
             ("deploy", self.deploy.path, self.origins["deploy"]),
             ("fail-on", self.fail_on, self.origins["fail-on"]),
+            ("targets", list(self.targets), self.origins.get("targets", DEFAULT)),
         ]
 
 
@@ -297,6 +300,9 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     else:
         fail_on, origins["fail-on"] = DEFAULT_FAIL_ON, DEFAULT
 
+    targets = tuple(os.path.relpath(config.root / t, cwd) for t in file.targets or ()) if config else ()
+    origins["targets"] = from_file("targets") if targets else DEFAULT
+
     root = config.root if config else project_root(cwd)
     return Settings(selection=selection, per_model_ignores=per_model, severity=severity, engine=engine,
-                    deploy=deploy, fail_on=fail_on, root=root, config=config_path, origins=origins)
+                    deploy=deploy, fail_on=fail_on, root=root, config=config_path, origins=origins, targets=targets)
