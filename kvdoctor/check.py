@@ -84,14 +84,15 @@ def _run_check(check: Check, ctx: Context, probes_allowed: bool) -> Iterator[Fin
 
 def check_target(target: str, opts: Options) -> Result:
     try:
-        progress(f"{target}: reading config and checkpoint headers")
+        name = target.rstrip("/").rpartition("/")[2] or target
+        progress(f"{name}: reading config and checkpoint headers")
         spec = load_model(target, library_check=not opts.static)
         plan = plan_for(opts.engine, spec, opts.deploy)
         ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, options=opts.extra)
         findings: list[Finding] = []
         probes_allowed = probes_fit(spec)  # sized once per model, not once per probe
         for check in active_checks(opts):
-            progress(f"{target}: {check.module.rpartition('.')[2]} rules" + ("" if check.static else " (probes)"))
+            progress(f"{name}: {check.module.rpartition('.')[2]} rules" + ("" if check.static else " (probes)"))
             for finding in _run_check(check, ctx, probes_allowed):
                 if opts.selection.enabled(finding.code):
                     findings.append(finalize(finding, opts))

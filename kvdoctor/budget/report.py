@@ -6,6 +6,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -243,7 +244,8 @@ def render(doc: dict[str, Any], console: Console | None = None, verbose: bool = 
 
 
 def render_details(doc: dict[str, Any], console: Console) -> None:
-    """Per engine, a row per mode: bytes per token per layer kind, groups or pools, state, capacity."""
+    """Per engine and mode: bytes per token per layer kind, groups or pools, state, capacity, as
+    label and value lines that read at any width."""
     by_engine: dict[str, list[dict]] = {}
     for row in doc["engines"]:
         by_engine.setdefault(row["engine"], []).append(row)
@@ -251,12 +253,19 @@ def render_details(doc: dict[str, Any], console: Console) -> None:
         first = rows[0]
         budget = first["budget"]
         source = "given" if budget["source"] == "user" else "ESTIMATED: " + budget["how"]
-        table = Table(title=f"{engine} {first['version']}: KV budget {size(budget['kv_budget_bytes'])} ({source})",
-                      caption=f"capacity unit: {UNITS[first['capacity']['unit']]}", show_lines=True)
-        for column in ("mode", "bytes/token/layer", "groups / pools", "state", "capacity", "largest context"):
-            table.add_column(column, overflow="fold")
+        console.print()
+        console.print(Text(f"{engine} {first['version']}: KV budget {size(budget['kv_budget_bytes'])} ({source})",
+                           style="bold"))
+        console.print(Text(f"capacity unit: {UNITS[first['capacity']['unit']]}", style="dim"))
         for row in rows:
             fit = row["capacity"].get("max_model_len_fit", row["capacity"].get("max_context_fit"))
-            table.add_row(mode_text(row), kinds_text(row), layout_text(row), state_text(row), capacity_text(row),
-                          "-" if fit is None else n(fit))
-        console.print(table)
+            grid = Table.grid(padding=(0, 2))
+            grid.add_column(style="dim", no_wrap=True)
+            grid.add_column(overflow="fold")
+            for label, value in (("bytes/token/layer", kinds_text(row)), ("groups / pools", layout_text(row)),
+                                 ("state", state_text(row)), ("capacity", capacity_text(row)),
+                                 ("largest context", "-" if fit is None else n(fit))):
+                text = value if isinstance(value, Text) else Text(value)
+                grid.add_row(label, Text("; ").join(text.split("\n")))
+            console.print(Text("  " + ", ".join(mode_text(row).splitlines()), style="cyan"))
+            console.print(Padding(grid, (0, 0, 0, 4)))
