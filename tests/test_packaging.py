@@ -153,3 +153,28 @@ def test_triage_from_another_directory(installed, tmp_path):
     assert [m["code"] for m in json.loads(hit.stdout)["matches"]] == ["SWA001"]
     log.write_text("INFO: all good\n")
     assert _run(installed, tmp_path, "triage", str(log)).returncode == 0
+
+
+def test_extras_are_ranges_that_hold_the_versions_the_profiles_describe(dists):
+    """torch, mlx and the engines are extras, never base requirements, and each range admits the
+    version kvdoctor's profiles and Makefile name (so `kvdoctor[mlx,torch]` brings back the full check)."""
+    import zipfile
+
+    from packaging.requirements import Requirement
+
+    from kvdoctor.engines.sglang_mlx import MLX_LM_VERSION, SGLANG_VERSION
+
+    wheel = zipfile.ZipFile(next(dists.glob("*.whl")))
+    metadata = wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    reqs = [Requirement(line.partition(":")[2].strip()) for line in metadata.splitlines()
+            if line.startswith("Requires-Dist:")]
+    heavy = {"torch", "mlx", "mlx-lm", "sglang"}
+    base = [r for r in reqs if r.marker is None or "extra" not in str(r.marker)]
+    assert base and not heavy & {r.name for r in base}
+    described = {"torch": "2.13.0", "mlx": "0.32.4", "mlx-lm": MLX_LM_VERSION, "sglang": SGLANG_VERSION}
+    for extra, names in (("torch", {"torch"}), ("mlx", {"mlx", "mlx-lm"}), ("sglang", heavy), ("all", heavy)):
+        chosen = [r for r in reqs if r.marker is not None
+                  and r.marker.evaluate({"extra": extra, "sys_platform": "linux"}) and r.name in heavy]
+        assert {r.name for r in chosen} == names, extra
+        for r in chosen:
+            assert "==" not in str(r.specifier) and r.specifier.contains(described[r.name]), r
