@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from kvdoctor import __version__
-from kvdoctor.model import Result
+from kvdoctor.model import CHUNKED, FULL, SLIDING, Result
 from kvdoctor.report import Report, summary, summary_line
 from kvdoctor.report.versions import engine_line
 
@@ -259,15 +259,18 @@ def _bars(items: list[tuple[str, float, str, str]], width: int = 640, unit: str 
     return "".join(out)
 
 
+KV_KINDS = (FULL, SLIDING, CHUNKED)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "F32": 4, "F16": 2, "BF16": 2, "fp8": 1, "F8_E4M3": 1}
 
 
 def _model_bytes(result: Result) -> list[tuple[str, int, int]]:
-    """(kind, layers, K+V bytes per token per layer) for attention kinds whose heads and dtype are known."""
+    """(kind, layers, K+V bytes per token per layer) for the plain attention kinds (one K and one V
+    row per token and KV head) whose heads and dtype are known; latent and state layers are left to
+    the budget's own figures."""
     out: dict[tuple[str, int], int] = {}
     for row in result.layers:
         width = DTYPE_BYTES.get(row.get("dtype") or result.info.get("dtype") or "")
-        if row.get("kv_heads") and row.get("head_dim") and width:
+        if row["kind"] in KV_KINDS and row.get("kv_heads") and row.get("head_dim") and width:
             key = (row["kind"], 2 * row["kv_heads"] * row["head_dim"] * width)
             out[key] = out.get(key, 0) + 1
     return [(kind, layers, per) for (kind, per), layers in out.items()]
@@ -283,6 +286,13 @@ def memory(result: Result, budget: dict[str, Any] | None, budget_error: str | No
                          "fit)</p>")
             parts.append(_bars([(f"{kind} x{layers} ({per:,} B/layer)", layers * per, f"{layers * per:,} B/token",
                                  KIND_COLOUR.get(kind, UNKNOWN)) for kind, layers, per in kinds]))
+        others = {row["kind"] for row in result.layers if row["kind"] not in KV_KINDS and row["kind"] not in
+                  ("mlp", "moe", "none")}
+        if others:
+            parts.append(f'<p class="note">{_e(", ".join(sorted(others)))} layers keep a latent cache or a recurrent '
+                         "state, not one K and V row per head: pass --kv-budget for the engines' figures"
+                         + ("; the state shapes per slot are above" if any(r.get("state") for r in result.layers)
+                            else "") + "</p>")
         if budget_error:
             parts.append(f'<p class="note error-box">--kv-budget: {_e(budget_error)}</p>')
         return "".join(parts) if len(parts) > 1 else ""
