@@ -147,3 +147,13 @@ def test_chromium_reports_a_script_error(tmp_path):
     bad.write_text("<!DOCTYPE html><html><body><script>no_such_function();</script></body></html>")
     out = _chromium(tmp_path, bad, "--dump-dom")
     assert "CONSOLE" in out.stderr and "no_such_function" in out.stderr
+
+
+def test_state_layers_are_not_priced_as_key_value_rows(tmp_path):
+    model = make_model(tmp_path, "kimi-linear", checkpoint=False)
+    proc = run("check", str(model), "--engine", "sglang", "--static", "--format", "html")
+    assert proc.returncode == 0, proc.stderr
+    memory = proc.stdout[proc.stdout.index("<h3>Memory</h3>"):proc.stdout.index("<h3>Findings</h3>")]
+    assert "B/token</text>" not in memory  # Kimi-Linear has KDA (state) and MLA (latent) layers only
+    assert "kda, mla layers keep a latent cache or a recurrent state" in memory
+    assert "<h3>State caches per slot</h3>" in proc.stdout and "2,957,312 B/slot" in proc.stdout

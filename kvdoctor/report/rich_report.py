@@ -107,9 +107,15 @@ def _span(indices: list[int]) -> str:
     return ", ".join(parts)
 
 
-def state_caches(result: Result) -> Table | None:
-    """Per-slot state cache shapes and bytes per tensor-parallel size, for layers that keep state
-    (KDA ReplaySSM); layers with the same shapes share a row."""
+def _shape(value) -> str:
+    """[32, 128, 128] -> 32x128x128 (narrow enough for a column per TP size)."""
+    return "x".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def state_caches(result: Result) -> Group | None:
+    """Per-slot state cache shapes and bytes for each tensor-parallel size, for layers that keep
+    state (KDA ReplaySSM): a table per group of layers with the same shapes, a row per tensor and a
+    column per TP size, which fits 80 columns."""
     groups: dict[str, tuple[dict, list[int]]] = {}
     for row in result.layers:
         state = row.get("state")
@@ -118,20 +124,20 @@ def state_caches(result: Result) -> Table | None:
             groups.setdefault(key, (state, []))[1].append(row["index"])
     if not groups:
         return None
-    table = Table(title="state caches per slot (slot dimension left out)", title_justify="left", box=None,
-                  padding=(0, 1))
-    table.add_column("layers", style="bold")
-    table.add_column("TP", justify="right")
-    names = list(dict.fromkeys(name for state, _ in groups.values() for per_tp in state.values() for name in per_tp
-                               if name != "bytes_per_slot"))
-    for name in names:
-        table.add_column(name)
-    table.add_column("bytes/slot", justify="right")
+    tables = []
     for state, indices in groups.values():
-        for i, (tp, shapes) in enumerate(sorted(state.items(), key=lambda kv: int(kv[0]))):
-            table.add_row(_span(indices) if i == 0 else "", str(tp),
-                          *[str(shapes.get(name, "-")) for name in names], f"{shapes.get('bytes_per_slot', 0):,}")
-    return table
+        sizes = sorted(state, key=int)
+        table = Table(title=f"state caches per slot, layers {_span(indices)} (slot dimension left out)",
+                      title_justify="left", box=None, padding=(0, 1))
+        table.add_column("tensor", style="bold")
+        for tp in sizes:
+            table.add_column(f"TP {tp}", justify="right")
+        names = list(dict.fromkeys(name for tp in sizes for name in state[tp] if name != "bytes_per_slot"))
+        for name in names:
+            table.add_row(name, *[_shape(state[tp].get(name, "-")) for tp in sizes])
+        table.add_row("bytes/slot", *[f"{state[tp].get('bytes_per_slot', 0):,}" for tp in sizes])
+        tables.append(table)
+    return Group(*tables)
 
 
 def _hanging(prefix: Text | str, body: Text | str, style: str = "") -> Table:
