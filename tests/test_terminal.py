@@ -50,7 +50,7 @@ def _budget(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_budget_is_one_compact_table_and_a_bar_chart_at_80_columns():
-    from kvdoctor.budget.report import mode_label, tokens_fit
+    from kvdoctor.budget.report import mode_labels, tokens_fit
 
     out = _budget().stdout
     lines = out.splitlines()
@@ -58,9 +58,11 @@ def test_budget_is_one_compact_table_and_a_bar_chart_at_80_columns():
     doc = json.loads(_budget("--format", "json").stdout)
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["engine", "mode"])
     chart = lines.index("tokens that fit")
-    for row in doc["engines"]:
+    labels = mode_labels(doc["engines"])
+    assert len(set(zip((r["engine"] for r in doc["engines"]), labels))) == len(labels)  # every mode told apart
+    for row, mode in zip(doc["engines"], labels):
         fit = tokens_fit(row)
-        label = f"{row['engine']} {mode_label(row)}"
+        label = f"{row['engine']} {mode}"
         bars = [line for line in lines[chart + 1:] if line.startswith(label[:30])]
         assert bars, label
         if fit is not None:

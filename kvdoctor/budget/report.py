@@ -125,10 +125,19 @@ def tokens_fit(row: dict[str, Any]) -> int | None:
 SHORT_OMIT = ("block ", "in-flight ", "tp 1", "page 1", "kv_bits None", "max_kv_size None")
 
 
-def mode_label(row: dict[str, Any]) -> str:
-    """The mode on one line, leaving out block sizes and settings at 1 or None, e.g. `hma on, kv auto`."""
-    parts = mode_text(row).splitlines()
-    return ", ".join(p for p in parts if not (p.startswith(SHORT_OMIT[:2]) or p in SHORT_OMIT[2:])) or parts[0]
+def _omittable(part: str) -> bool:
+    return part.startswith(SHORT_OMIT[:2]) or part in SHORT_OMIT[2:]
+
+
+def mode_labels(rows: list[dict[str, Any]]) -> list[str]:
+    """Each mode on one line. A block size, an in-flight count or a setting at 1 or None is left out
+    when every mode of that engine shares it, so the rows stay short and still tell modes apart."""
+    parts = [mode_text(row).splitlines() for row in rows]
+    common: dict[str, set[str]] = {}
+    for row, mine in zip(rows, parts):
+        common[row["engine"]] = common.get(row["engine"], set(mine)) & set(mine)
+    return [", ".join(p for p in mine if not (_omittable(p) and p in common[row["engine"]])) or mine[0]
+            for row, mine in zip(rows, parts)]
 
 
 def findings_text(row: dict[str, Any]) -> Text:
@@ -166,11 +175,11 @@ def summary_table(doc: dict[str, Any]) -> Table:
     table.add_column("x L", justify="right", no_wrap=True)
     table.add_column("findings", overflow="fold")
     last = None
-    for row in doc["engines"]:
+    for row, label in zip(doc["engines"], mode_labels(doc["engines"])):
         engine = "" if row["engine"] == last else f"{row['engine']} {row['version']}"
         last = row["engine"]
         fit = tokens_fit(row)
-        table.add_row(engine, mode_label(row),
+        table.add_row(engine, label,
                       Text("refused", style="bold red") if fit is None else Text(n(fit)),
                       "-" if fit is None else _contexts(row),
                       findings_text(row) if row.get("findings") else Text("-", style="dim"))
@@ -189,7 +198,7 @@ def bar_chart(doc: dict[str, Any], width: int) -> Table:
     """Tokens that fit per engine and mode as bars scaled to the largest."""
     fits = [tokens_fit(row) for row in doc["engines"]]
     top = max((f for f in fits if f is not None), default=0)
-    labels = [f"{row['engine']} {mode_label(row)}" for row in doc["engines"]]
+    labels = [f"{row['engine']} {label}" for row, label in zip(doc["engines"], mode_labels(doc["engines"]))]
     label_width = min(36, max(len(label) for label in labels))
     value_width = max(len(n(f)) if f is not None else 7 for f in fits)
     bar_width = max(10, width - label_width - value_width - 4)

@@ -296,7 +296,7 @@ def memory(result: Result, budget: dict[str, Any] | None, budget_error: str | No
         if budget_error:
             parts.append(f'<p class="note error-box">--kv-budget: {_e(budget_error)}</p>')
         return "".join(parts) if len(parts) > 1 else ""
-    from kvdoctor.budget.report import mode_label, size, tokens_fit
+    from kvdoctor.budget.report import mode_labels, size, tokens_fit
 
     first: dict[str, dict[str, Any]] = {}  # each engine's default mode (its first row)
     for row in budget["engines"]:
@@ -321,9 +321,9 @@ def memory(result: Result, budget: dict[str, Any] | None, budget_error: str | No
                  "times their length)</p>")
     colours = {"vllm": "#3d84d6", "sglang": "#e0803a", "mlx-lm": "#6a4fb0"}
     bars = []
-    for row in budget["engines"]:
+    for row, mode in zip(budget["engines"], mode_labels(budget["engines"])):
         fit = tokens_fit(row)
-        label = f"{row['engine']}: {mode_label(row)}"
+        label = f"{row['engine']}: {mode}"
         bars.append((label if len(label) < 52 else label[:50] + "…", fit or 0,
                      "refused" if fit is None else f"{fit:,} tokens", colours.get(row["engine"], UNKNOWN)))
     parts.append(_bars(bars, width=820))
