@@ -23,8 +23,9 @@ demo: $(STAMP)
 	$(PY) -m kvdoctor.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b 3
 	$(PY) -m kvdoctor.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b-broken 3
 	cp fixtures/demo/gpt-oss-20b-broken/config.json build/demo/gpt-oss-20b-broken/config.json
-	$(VENV)/bin/kvdoctor check build/demo/gpt-oss-20b build/demo/gpt-oss-20b-broken --engine $(DEMO_ENGINE); \
-	  echo "kvdoctor exit code: $$? (0 clean, 1 findings at or above --fail-on, 2 input error)"
+	$(VENV)/bin/kvdoctor check build/demo/gpt-oss-20b build/demo/gpt-oss-20b-broken --engine $(DEMO_ENGINE) \
+	  --kv-budget 40GiB --html-output build/demo/report.html; \
+	  echo "kvdoctor exit code: $$? (0 clean, 1 findings at or above --fail-on, 2 input error); HTML: build/demo/report.html"
 
 # Headless Chromium renders the HTML report in a test (Debian's package; skipped where it cannot be had).
 browser:
