@@ -5,13 +5,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO_ENGINE ?= sglang-mlx
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv browser demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	# Everything of kvdoctor[all] but sglang's own requirements (those of its CUDA server).
+	$(PY) -m pip install -q -e '.[dev,torch,mlx,dryrun]'
 	# The engine for --dry-run, without its GPU dependency tree (its MLX modules need only msgspec and psutil).
 	$(PY) -m pip install -q --no-deps sglang==0.5.23
 	touch $(STAMP)
@@ -22,10 +23,19 @@ demo: $(STAMP)
 	$(PY) -m kvdoctor.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b 3
 	$(PY) -m kvdoctor.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b-broken 3
 	cp fixtures/demo/gpt-oss-20b-broken/config.json build/demo/gpt-oss-20b-broken/config.json
-	$(VENV)/bin/kvdoctor check build/demo/gpt-oss-20b build/demo/gpt-oss-20b-broken --engine $(DEMO_ENGINE); \
-	  echo "kvdoctor exit code: $$? (0 clean, 1 findings at or above --fail-on, 2 input error)"
+	$(VENV)/bin/kvdoctor check build/demo/gpt-oss-20b build/demo/gpt-oss-20b-broken --engine $(DEMO_ENGINE) \
+	  --kv-budget 40GiB --html-output build/demo/report.html; \
+	  echo "kvdoctor exit code: $$? (0 clean, 1 findings at or above --fail-on, 2 input error); HTML: build/demo/report.html"
 
-test: $(STAMP)
+# Headless Chromium renders the HTML report in a test (Debian's package; skipped where it cannot be had).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  fi || echo "chromium could not be installed: the browser test will be skipped"; \
+	fi
+
+test: $(STAMP) browser
 	$(PY) -m pytest -n 2
 
 # Static guardrails over the package (ruff, then mypy; settings in pyproject.toml). Uses the venv as it

@@ -86,12 +86,10 @@ class Entry(_Strict):
 
 
 def default_catalog_dir() -> Path:
-    """`rules/` beside the package in a checkout, or the copy installed as package data."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "rules", here / "data" / "rules"):
-        if candidate.is_dir():
-            return candidate
-    raise InputError(f"kvdoctor's catalog directory is missing (looked in {here.parent / 'rules'})")
+    """The built-in catalog: shipped in the package, or `rules/` at the root of a checkout."""
+    from kvdoctor.resources import catalog_dir
+
+    return catalog_dir()
 
 
 def load_entry(path: Path) -> Entry:

@@ -22,6 +22,7 @@ from kvdoctor.errors import InputError
 from kvdoctor.limits import PROBE_BUDGET_BYTES, ProbeOverBudget, probes_fit
 from kvdoctor.loader import load_model
 from kvdoctor.model import SEVERITIES, Finding, ModelSpec, Result
+from kvdoctor.progress import update as progress
 from kvdoctor.selection import Selection
 
 
@@ -103,6 +104,8 @@ def run_probes(profile: EngineProfile, names: set[str], spec: ModelSpec, plan: P
 
 def check_target(target: str, opts: Options) -> Result:
     try:
+        name = target.rstrip("/").rpartition("/")[2] or target
+        progress(f"{name}: reading config and checkpoint headers")
         spec = load_model(target, library_check=not opts.static)
         profile = check_profile(opts.engine)
         settings = opts.deploy.settings(opts.engine)
@@ -121,6 +124,7 @@ def check_target(target: str, opts: Options) -> Result:
         ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, settings=settings,
                       observations=observations, options=opts.extra)
         for check in checks:
+            progress(f"{name}: {check.module.rpartition('.')[2]} rules" + ("" if check.rule.static else " (probes)"))
             findings.extend(check.run(ctx))
         findings = [guess_guard(finalize(f, opts), spec) for f in findings if opts.selection.enabled(f.code)]
     except InputError as exc:

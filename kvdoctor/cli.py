@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from typer._click import exceptions as click_exc  # typer 0.28 carries its own c
 from kvdoctor import __version__
 from kvdoctor.errors import InputError
 from kvdoctor.report import FORMATS
-from kvdoctor.strict import Jobs, Name, Seconds, command_line_type
+from kvdoctor.strict import Jobs, Name, Seconds, Size, command_line_type
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Check a model's KV-cache layout against a serving engine before deploy.")
@@ -113,9 +114,10 @@ def _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, 
 
 @app.command()
 def check(
-    targets: List[str] = typer.Argument(..., click_type=command_line_type(Name, metavar="TARGET"),
-                                        help="Model directories, folders holding model directories, "
-                                        "or Hugging Face ids (local cache only)."),
+    targets: Optional[List[str]] = typer.Argument(None, click_type=command_line_type(Name, metavar="TARGET"),
+                                                  help="Model directories, folders holding model directories, or "
+                                                  "Hugging Face ids (local cache only); default: the config "
+                                                  "file's `targets`."),
     engine: Optional[str] = ENGINE,
     deploy: Optional[str] = DEPLOY,
     output_format: str = typer.Option("rich", "--format", "--output-format", help=f"One of: {', '.join(FORMATS)}."),
@@ -124,6 +126,10 @@ def check(
     sarif_output: Optional[str] = typer.Option(None, "--sarif-output", help="Also write SARIF to this file."),
     junit_output: Optional[str] = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file."),
     gitlab_output: Optional[str] = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON."),
+    html_output: Optional[str] = typer.Option(None, "--html-output", click_type=PATH, help="Also write the HTML report to this file."),
+    kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=command_line_type(Size, metavar="SIZE"),
+                                            help="KV memory per GPU, e.g. 40GiB: the HTML "
+                                            "report shows the tokens that fit per engine and mode."),
     statistics: bool = typer.Option(False, "--statistics", help="Print counts per code instead of the findings."),
     select: Optional[List[str]] = SELECT,
     extend_select: Optional[List[str]] = EXTEND_SELECT,
@@ -149,6 +155,7 @@ def check(
                                                  "not be checked)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", click_type=command_line_type(Jobs, int),
                                        help="Targets checked at once (default: all cores)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     config: Optional[str] = CONFIG,
     isolated: bool = ISOLATED,
 ) -> None:
@@ -161,12 +168,18 @@ def check(
     if output_format not in FORMATS:
         _fail(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
     settings = _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
+    targets = list(targets or settings.targets)
+    if not targets:
+        _fail("no models to check: name model directories, or list them under `targets` in kvdoctor.toml")
     if dry_run:
         from kvdoctor.engines import dry_run_engines
 
         runnable = dry_run_engines()
         if static or settings.engine not in runnable:
             _fail(f"--dry-run needs --engine {' or '.join(runnable)} and cannot be combined with --static")
+    from kvdoctor.extras import require_for_check
+
+    require_for_check(settings.engine, static, dry_run)
     catalog = _catalog()
     extra = {"dry_run": dry_run, "trust_remote_code": trust_remote_code, "dry_run_timeout": dry_run_timeout,
              "dry_run_budget": dry_run_budget}
@@ -174,12 +187,17 @@ def check(
                              selection=settings.selection_for(model_identity(target, settings.root)),
                              severity_overrides=settings.severity, extra=extra))
             for target in expand_targets(targets)]
-    results, tracebacks = run_with_progress(work, jobs or available_cores())
+    from kvdoctor import progress
+
+    show = progress.wanted(quiet, output_format in ("rich", "html"))
+    with progress.shown(show and len(work) == 1):  # many targets: the runner's bar
+        results, tracebacks = run_with_progress(work, jobs or available_cores(), show=show)
     report = Report(results, catalog, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
-                    checked=[checked_codes(opts) for _, opts in work])
+                    checked=[checked_codes(opts) for _, opts in work], kv_budget=kv_budget)
     _baselines(report, baseline, write_baseline)
     _emit(report, output_format, output_file, statistics,
-          {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output})
+          {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output,
+           "html": html_output})
     for text in tracebacks:
         typer.echo(text, err=True)
     for r in results:
@@ -216,6 +234,10 @@ def _emit(report, output_format: str, output_file: Optional[str], statistics: bo
     for fmt, path in extra.items():
         if path:
             _write(path, render(report, fmt))
+    if output_format == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):
+        from kvdoctor.report.github import job_summary
+
+        _append(os.environ["GITHUB_STEP_SUMMARY"], job_summary(report))
     if statistics:
         from kvdoctor.report import statistics as stats
 
@@ -250,6 +272,14 @@ def _rich(report, output_file: Optional[str]) -> None:
             show(Console(file=fh, width=120, color_system=None))
     except OSError as exc:
         _fail(f"{output_file}: cannot write: {exc.strerror or exc}")
+
+
+def _append(path: str, text: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        _fail(f"{path}: cannot write the job summary: {exc.strerror or exc}")
 
 
 def _write(path: str, text: str) -> None:
@@ -373,6 +403,14 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except ModuleNotFoundError as exc:
+        from kvdoctor.extras import extra_for_module
+
+        extra = extra_for_module(exc.name)
+        if extra is None or RUN["debug"]:
+            raise
+        typer.echo(f"kvdoctor: error: {exc.name} is not installed: pip install 'kvdoctor[{extra}]'", err=True)
+        sys.exit(2)
     except Exception as exc:  # a bug in kvdoctor: one line unless --debug asks for the traceback
         if RUN["debug"]:
             raise

@@ -112,12 +112,13 @@ def run_targets(work: list[tuple[str, Options]], jobs: int,
     return results, tracebacks
 
 
-def run_with_progress(work: list[tuple[str, Options]], jobs: int) -> tuple[list[Result], list[str]]:
-    """run_targets with a progress bar on stderr when stderr is a terminal and there is more than one target."""
+def run_with_progress(work: list[tuple[str, Options]], jobs: int,
+                      show: bool = True) -> tuple[list[Result], list[str]]:
+    """run_targets with a progress bar on stderr when `show`, stderr is a terminal and there is more than one target."""
     from rich.console import Console
 
     console = Console(stderr=True)
-    if len(work) < 2 or not console.is_terminal:
+    if len(work) < 2 or not show or not console.is_terminal:
         return run_targets(work, jobs)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

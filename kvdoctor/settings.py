@@ -45,6 +45,7 @@ class FileSettings(BaseModel):
     engine: Optional[Name] = None  # an empty name is refused, not taken as "unset"
     deploy: Optional[Name] = None
     fail_on: Optional[Severity] = Field(None, alias="fail-on")
+    targets: Optional[list[str]] = None  # what `kvdoctor check` checks when the command line names nothing
 
 
 @dataclass
@@ -88,6 +89,7 @@ class Settings:
     root: Path
     config: Path | None
     origins: dict[str, str]  # setting -> "command line", "default", a file with its line, ...
+    targets: tuple[str, ...] = ()  # the config file's targets, relative to the working directory
 
     def selection_for(self, identity: str) -> Selection:
         """The selection for one model: the per-model ignores whose glob matches its identity added."""
@@ -112,6 +114,7 @@ class Settings:
             ("engine", self.engine, self.origins["engine"]),
             ("deploy", self.deploy.path, self.origins["deploy"]),
             ("fail-on", self.fail_on, self.origins["fail-on"]),
+            ("targets", list(self.targets), self.origins.get("targets", DEFAULT)),
         ]
 
 
@@ -300,6 +303,9 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     else:
         fail_on, origins["fail-on"] = DEFAULT_FAIL_ON, DEFAULT
 
+    targets = tuple(os.path.relpath(config.root / t, cwd) for t in file.targets or ()) if config else ()
+    origins["targets"] = from_file("targets") if targets else DEFAULT
+
     root = config.root if config else project_root(cwd)
     return Settings(selection=selection, per_model_ignores=per_model, severity=severity, engine=engine,
-                    deploy=deploy, fail_on=fail_on, root=root, config=config_path, origins=origins)
+                    deploy=deploy, fail_on=fail_on, root=root, config=config_path, origins=origins, targets=targets)

@@ -51,7 +51,8 @@ def budget_json(*args: str) -> dict:
 
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_budget_prints_every_engine_and_mode_for_every_config(name):
-    proc = run("budget", str(REAL / name), "--kv-budget", "40GiB", "--mode", "all", env={"COLUMNS": "200"})
+    proc = run("budget", str(REAL / name), "--kv-budget", "40GiB", "--mode", "all", "--verbose",
+               env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     for title in ("vllm 0.33.0: KV budget 40.00 GiB", "sglang 0.5.23: KV budget 40.00 GiB",
                   "mlx-lm 0.32.2: KV budget 40.00 GiB", "capacity unit:"):

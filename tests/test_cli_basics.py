@@ -96,10 +96,13 @@ def test_rules_and_explain():
 def test_rich_report_lists_state_caches_per_tp(tmp_path):
     """Kimi-Linear under the sglang profile: shapes and bytes per slot at TP 1, 2, 4 and 8."""
     d = make_model(tmp_path, "kimi-linear", shards=2)
-    proc = run("check", str(d), "--engine", "sglang", env={"COLUMNS": "160"})
+    proc = run("check", str(d), "--engine", "sglang", env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "bytes/slot" in out and "[32, 128, 128]" in out and "[4, 16, 128]" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "bytes/slot" in out and "32x128x128" in out and "4x16x128" in out
+    initial = next(line for line in out.splitlines() if "initial_state" in line).split()
+    assert initial[1:5] == ["initial_state", "32x128x128", "16x128x128", "8x128x128"]  # a column per TP size
     for per_slot in ("2,957,312", "1,478,656", "739,328", "369,664"):
         assert per_slot in out
     assert "0-2, 4-6, 8-10" in out  # the 20 KDA layers share one row; MLA layers 3, 7, ... are not in it

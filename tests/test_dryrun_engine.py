@@ -214,3 +214,22 @@ def test_missing_engine_is_one_finding_and_static_checks_still_run(tmp_path, mon
     assert "ENG050" in codes and "ENG004" in codes
     assert result.info["dry_run"] == {"ran": False, "outcome": "unavailable",
                                       "reason": "not installed: no-such-engine"}
+
+
+def test_html_report_draws_the_keys_each_layer_attended(gpt_oss, tmp_path):
+    import re
+    from pathlib import Path
+
+    from kvdoctor.report import Report, render
+
+    page = render(Report([gpt_oss], builtin_catalog(), Path(tmp_path)), "html")
+    section = page[page.index("<h3>Dry run</h3>"):page.index("<h3>Findings</h3>")]
+    prefill = dict(re.findall(r"<title>layer (\d+): most keys a prefill query attended ([\d,]+)", section))
+    decode = dict(re.findall(r"<title>layer (\d+): most keys at a decode step ([\d,]+)", section))
+    windows = re.findall(r"<title>layer (\d+): engine window ([\d,]+)</title></line>", section)
+    rows = gpt_oss.info["dry_run"]["layers"]
+    assert {int(k): int(v.replace(",", "")) for k, v in prefill.items()} == \
+        {row["index"]: row["prefill_max_keys"] for row in rows}
+    assert {int(k): int(v.replace(",", "")) for k, v in decode.items()} == \
+        {row["index"]: max(max(step) for step in row["decode_keys"]) for row in rows}
+    assert [int(i) for i, _ in windows] == [row["index"] for row in rows if row["engine_window"]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,29 +82,48 @@ def test_a_folder_without_models_is_an_input_error(tmp_path):
 
 
 def test_progress_bar_on_a_terminal_only(fleet):
+    """The bar is drawn on stderr when both streams are terminals, never into stdout, and never when
+    stdout is piped or with --quiet."""
+    import select
+
     root, names = fleet
     piped = run("check", "--static", "--format", "concise", *names[:3], "-j", "2", cwd=root)
     assert "checking" not in piped.stderr
-    master, slave = pty.openpty()
-    env = {**os.environ, "COLUMNS": "100"}
-    proc = subprocess.Popen([sys.executable, "-m", "kvdoctor", "check", "--static", "--format", "concise",
-                             *names[:3], "-j", "2"], cwd=root, stdout=subprocess.PIPE, stderr=slave, env=env)
-    os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    stdout, _ = proc.communicate(timeout=600)
-    os.close(master)
-    assert proc.returncode == 0
-    assert b"checking" in seen and b"/3" in seen  # "checking ━━━ 2/3"
+
+    def on_terminals(*extra: str) -> tuple[bytes, bytes]:
+        (out_master, out_slave), (err_master, err_slave) = pty.openpty(), pty.openpty()
+        env = {**os.environ, "COLUMNS": "100"}
+        proc = subprocess.Popen([sys.executable, "-m", "kvdoctor", "check", "--static", *names[:3], "-j", "2",
+                                 *extra], cwd=root, stdout=out_slave, stderr=err_slave, env=env)
+        os.close(out_slave)
+        os.close(err_slave)
+        seen = {out_master: b"", err_master: b""}
+        open_fds = set(seen)
+        while open_fds:
+            ready, _, _ = select.select(list(open_fds), [], [], 1.0)
+            for fd in ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    seen[fd] += chunk
+                else:
+                    open_fds.discard(fd)
+            if not ready and proc.poll() is not None:
+                break
+        assert proc.wait(timeout=600) == 0
+        os.close(out_master)
+        os.close(err_master)
+        return seen[out_master], seen[err_master]
+
+    stdout, stderr = on_terminals()
+    assert b"checking" in stderr and b"/3" in stderr  # "checking ━━━ 2/3"
     assert b"checking" not in stdout
-    assert stdout.decode().splitlines()[-1] == "3 target(s): 0 error(s), 0 warning(s), 0 info"
+    last = re.sub(r"\x1b\[[0-9;]*m", "", stdout.decode().splitlines()[-1])
+    assert last == "3 target(s): 0 error(s), 0 warning(s), 0 info"
+    _, quiet = on_terminals("--quiet")
+    assert b"checking" not in quiet
 
 
 def test_real_fixture_folder_expands_to_every_real_config():

@@ -31,6 +31,8 @@ def budget_command(
     deploy: Optional[str] = typer.Option(None, "--deploy", click_type=command_line_type(Name, metavar="PATH"),
                                          help="Deploy settings (YAML) with a budget: section."),
     output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show groups, pools, state and capacity "
+                                                                 "per engine and mode."),
 ) -> None:
     """KV budget per engine and mode: bytes per token per layer kind, groups or pools, state, capacity."""
     try:
@@ -42,7 +44,7 @@ def budget_command(
         typer.echo(json.dumps(doc, indent=2))
     else:
         from kvdoctor.budget.report import render
-        render(doc)
+        render(doc, verbose=verbose)
 
 
 def build_document(target: str, engine: str = "all", mode: str = "default", kv_budget: str | None = None,

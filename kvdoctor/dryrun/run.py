@@ -76,11 +76,7 @@ def launch(request: dict[str, Any], timeout: float) -> ChildOutcome:
             proc = subprocess.Popen([sys.executable, "-m", "kvdoctor.dryrun.child", str(request_path),
                                      str(events_path)], stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
                                     env=env, cwd=tmp, start_new_session=True)
-            try:
-                outcome.returncode = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                outcome.timed_out = True
-                _kill_group(proc)
+            outcome.returncode, outcome.timed_out = _wait(proc, timeout, events_path)
             outcome.seconds = round(time.monotonic() - started, 2)
             stderr.seek(0)
             outcome.stderr_tail = stderr.read()[-STDERR_TAIL:]
@@ -90,6 +86,52 @@ def launch(request: dict[str, Any], timeout: float) -> ChildOutcome:
             except json.JSONDecodeError:
                 break  # a line cut short by the kill
     return outcome
+
+
+def _wait(proc: subprocess.Popen, timeout: float, events_path: Path) -> tuple[int | None, bool]:
+    """Wait for the child, telling the progress display which stage and step it reached; kill it
+    at the time bound. Returns (returncode, timed_out)."""
+    from kvdoctor.progress import update
+
+    deadline = time.monotonic() + timeout
+    watcher = _StageWatcher(events_path)
+    while True:
+        try:
+            return proc.wait(timeout=min(0.25, max(0.0, deadline - time.monotonic()))), False
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                _kill_group(proc)
+                return None, True
+        update(watcher.poll())
+
+
+class _StageWatcher:
+    """Reads the child's events as they are appended and says where the dry run is."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.text = path, 0, "dry run: starting the engine"
+        self.steps: int | None = None
+
+    def poll(self) -> str:
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = event.get("event")
+            if kind == "stage" and event.get("status") == "started":
+                self.text = f"dry run: {event.get('stage')}"
+            elif kind == "schedule" and event.get("chosen"):
+                self.steps = len(event.get("steps") or [])
+            elif kind == "step":
+                stage = self.text.split(",")[0]
+                self.text = f"{stage}, {event.get('number', 0) + 1} of {self.steps or '?'} steps done"
+        return self.text
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -22,9 +22,10 @@ from typing import Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvdoctor.errors import InputError
+from kvdoctor.resources import data_dir
 from kvdoctor.yamlfile import load_validated
 
-RECIPE_DIR = Path(__file__).resolve().parent.parent / "data" / "recipes"
+RECIPE_DIR = data_dir("recipes")
 DEFAULT_RECIPE = "sglang-0.5.23"
 MAX_RECIPE_BYTES = 64 * 1024
 

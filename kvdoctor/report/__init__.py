@@ -25,6 +25,7 @@ TEXT_FORMATS = {
     "junit": "kvdoctor.report.junit:render",
     "github": "kvdoctor.report.github:render",
     "gitlab": "kvdoctor.report.gitlab:render",
+    "html": "kvdoctor.report.html:render",
 }
 FORMATS = ("rich", *TEXT_FORMATS)
 
@@ -42,6 +43,7 @@ class Report:
     deploy_path: str | None = None
     baseline: str | None = None  # the baseline file, when one was applied
     suppressed: int = 0  # findings the baseline hid
+    kv_budget: str | None = None  # --kv-budget: the HTML report shows the tokens that fit
 
     def fingerprints(self, index: int) -> list[str]:
         """A unique, line-free fingerprint for each finding of results[index]."""

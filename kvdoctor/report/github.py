@@ -41,3 +41,34 @@ def render(report: Report) -> str:
             lines.append(annotation(LEVEL[finding.severity], body, f"{finding.code} {finding.name}", path, line))
     lines.append(f"kvdoctor: {summary_line(report)}")
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def job_summary(report: Report, limit: int = 200) -> str:
+    """Markdown for `$GITHUB_STEP_SUMMARY`: one row per model, then the findings with their first fix."""
+    from kvdoctor.report import summary
+
+    lines = ["## kvdoctor", "", summary_line(report), "", "| model | engine | errors | warnings | info |",
+             "|---|---|---:|---:|---:|"]
+    for result in report.results:
+        if result.error:
+            lines.append(f"| `{_cell(report.identity(result))}` | {_cell(result.engine)} | cannot check: "
+                         f"{_cell(result.error)} | | |")
+            continue
+        counts = summary([result])
+        lines.append(f"| `{_cell(report.identity(result))}` | {_cell(result.engine)} | {counts['errors']} | "
+                     f"{counts['warnings']} | {counts['info']} |")
+    findings = [(result, f) for result in report.results for f in result.findings]
+    if findings:
+        lines += ["", "| code | severity | where | finding | fix |", "|---|---|---|---|---|"]
+        for result, f in findings[:limit]:
+            path, line = report.location(result, f)
+            where = f"{path}:{line}" if line else path
+            lines.append(f"| **{f.code}** {_cell(f.name)} | {f.severity} | `{_cell(where)}` | {_cell(f.message)} | "
+                         f"{_cell(f.fixes[0]) if f.fixes else ''} |")
+        if len(findings) > limit:
+            lines.append(f"\n{len(findings) - limit} more finding(s) left out; see the annotations or the SARIF file.")
+    return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from kvdoctor.model import Finding, Result
 from kvdoctor.report import summary
+from kvdoctor.report.versions import engine_line
 
 KIND_STYLE = {
     "full_attention": ("F", "black on green"),
@@ -94,7 +95,7 @@ def model_summary(result: Result) -> Table:
     ckpt = info.get("checkpoint")
     table.add_row("checkpoint", "none (config checks only)" if not ckpt else
                   f"{ckpt['tensors']} tensors in {ckpt['files']} file(s), {ckpt['bytes'] / 2**30:.2f} GiB (headers read)")
-    table.add_row("engine", f"{result.engine} " + " ".join(f"{k} {v}" for k, v in result.engine_versions.items()))
+    table.add_row("engine", engine_line(result.engine, result.engine_versions))
     for key, value in (info.get("defaults") or {}).items():
         table.add_row("default", f"{key} = {value!r} (absent from config.json; the family default)")
     for note in info.get("notes") or []:
@@ -116,9 +117,15 @@ def _span(indices: list[int]) -> str:
     return ", ".join(parts)
 
 
-def state_caches(result: Result) -> Table | None:
-    """Per-slot state cache shapes and bytes per tensor-parallel size, for layers that keep state
-    (KDA ReplaySSM); layers with the same shapes share a row."""
+def _shape(value) -> str:
+    """[32, 128, 128] -> 32x128x128 (narrow enough for a column per TP size)."""
+    return "x".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def state_caches(result: Result) -> Group | None:
+    """Per-slot state cache shapes and bytes for each tensor-parallel size, for layers that keep
+    state (KDA ReplaySSM): a table per group of layers with the same shapes, a row per tensor and a
+    column per TP size, which fits 80 columns."""
     groups: dict[str, tuple[dict, list[int]]] = {}
     for row in result.layers:
         state = row.get("state")
@@ -127,39 +134,51 @@ def state_caches(result: Result) -> Table | None:
             groups.setdefault(key, (state, []))[1].append(row["index"])
     if not groups:
         return None
-    table = Table(title="state caches per slot (slot dimension left out)", title_justify="left", box=None,
-                  padding=(0, 1))
-    table.add_column("layers", style="bold")
-    table.add_column("TP", justify="right")
-    names = list(dict.fromkeys(name for state, _ in groups.values() for per_tp in state.values() for name in per_tp
-                               if name != "bytes_per_slot"))
-    for name in names:
-        table.add_column(name)
-    table.add_column("bytes/slot", justify="right")
+    tables = []
     for state, indices in groups.values():
-        for i, (tp, shapes) in enumerate(sorted(state.items(), key=lambda kv: int(kv[0]))):
-            table.add_row(_span(indices) if i == 0 else "", str(tp),
-                          *[str(shapes.get(name, "-")) for name in names], f"{shapes.get('bytes_per_slot', 0):,}")
-    return table
+        sizes = sorted(state, key=int)
+        table = Table(title=f"state caches per slot, layers {_span(indices)} (slot dimension left out)",
+                      title_justify="left", box=None, padding=(0, 1))
+        table.add_column("tensor", style="bold")
+        for tp in sizes:
+            table.add_column(f"TP {tp}", justify="right")
+        names = list(dict.fromkeys(name for tp in sizes for name in state[tp] if name != "bytes_per_slot"))
+        for name in names:
+            table.add_row(name, *[_shape(state[tp].get(name, "-")) for tp in sizes])
+        table.add_row("bytes/slot", *[f"{state[tp].get('bytes_per_slot', 0):,}" for tp in sizes])
+        tables.append(table)
+    return Group(*tables)
+
+
+def _hanging(prefix: Text | str, body: Text | str, style: str = "") -> Table:
+    """`prefix` then `body`, whose wrapped lines stay under the body, never back at column 0."""
+    prefix = prefix if isinstance(prefix, Text) else Text(prefix, style=style)
+    grid = Table.grid()
+    grid.add_column(width=prefix.cell_len, no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(prefix, body if isinstance(body, Text) else Text(body, style=style))
+    return grid
 
 
 def finding_block(f: Finding) -> Group:
+    """A finding: its head line (code, severity, name, place), then message, engine error and fixes,
+    each indented under its text when it wraps."""
     assert f.severity is not None  # the catalog's, once finalized
     head = Text()
-    head.append(f"{f.code} ", style=SEVERITY_STYLE[f.severity])
     head.append(f"{f.severity} ", style=SEVERITY_STYLE[f.severity])
     head.append(f"[{f.name}] ", style="dim")
     if f.file:
         head.append(f"{f.file}{':' + str(f.line) if f.line else ''} ", style="underline")
     if f.layer is not None:
         head.append(f"layer {f.layer} ", style="bold")
-    parts = [head, Text("  " + f.message)]
+    head.rstrip()
+    parts = [_hanging(Text(f"{f.code} ", style=SEVERITY_STYLE[f.severity]), head), _hanging("  ", f.message)]
     if f.engine_error:
         err = f.engine_error
-        parts.append(Text(f"  engine would raise at {err.get('stage')}: {err.get('class')}: {err.get('message')}",
-                          style="red"))
+        parts.append(_hanging("  ", f"engine would raise at {err.get('stage')}: {err.get('class')}: "
+                                    f"{err.get('message')}", style="red"))
     for fix in f.fixes:
-        parts.append(Text(f"  fix: {fix}", style="green"))
+        parts.append(_hanging("  fix: ", fix, style="green"))
     return Group(*parts)
 
 

@@ -1,0 +1,31 @@
+"""The engine versions a profile describes against the ones installed here."""
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Mapping
+
+
+def installed(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def differing(described: Mapping[str, str]) -> dict[str, str]:
+    """{distribution: installed version} for each one installed at another version than described."""
+    out = {}
+    for dist, want in described.items():
+        have = installed(dist)
+        if have is not None and have != want:
+            out[dist] = have
+    return out
+
+
+def engine_line(engine: str, described: Mapping[str, str]) -> str:
+    """`sglang-mlx: sglang 0.5.23, mlx-lm 0.32.2 (installed: mlx-lm 0.33.0)`."""
+    line = engine + (": " + ", ".join(f"{k} {v}" for k, v in described.items()) if described else "")
+    other = differing(described)
+    if other:
+        line += " (installed: " + ", ".join(f"{k} {v}" for k, v in other.items()) + ")"
+    return line
