@@ -74,12 +74,13 @@ def active_checks(opts: Options) -> list[Check]:
     return [check for check in all_checks()
             if check.applies_to(opts.engine)
             and not (opts.static and not check.rule.static)
-            and any(opts.selection.enabled(code) for code in check.codes)]
+            and any(opts.selection.enabled(code) for code in check.rule.codes_for(opts.engine))]
 
 
 def checked_codes(opts: Options) -> list[str]:
     """The codes a target is checked for under these options (JUnit lists each, passing or not)."""
-    return [code for check in active_checks(opts) for code in check.codes if opts.selection.enabled(code)]
+    return [code for check in active_checks(opts) for code in check.rule.codes_for(opts.engine)
+            if opts.selection.enabled(code)]
 
 
 def run_probes(profile: EngineProfile, names: set[str], spec: ModelSpec, plan: Plan[object], deploy: Deploy,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 if TYPE_CHECKING:
     from kvdoctor.context import Context
@@ -44,6 +44,12 @@ class Rule:
     codes: tuple[str, ...]
     engines: tuple[str, ...] | None = None  # None: runs for every engine
     needs: tuple[str, ...] = ()  # "probe:<name>" or "dry_run"; the plan is always there
+    by_engine: Mapping[str, tuple[str, ...]] | None = None  # the codes it can emit per engine, when they differ
+
+    def codes_for(self, engine: str) -> tuple[str, ...]:
+        if self.by_engine is not None:
+            return self.by_engine.get(engine, ())
+        return self.codes if self.engines is None or engine in self.engines else ()
 
     @property
     def static(self) -> bool:
@@ -68,7 +74,7 @@ class Check:
         return self.rule.codes
 
     def applies_to(self, engine: str) -> bool:
-        return self.rule.engines is None or engine in self.rule.engines
+        return bool(self.rule.codes_for(engine))
 
 
 def load_check(module: str) -> Check:

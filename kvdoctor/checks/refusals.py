@@ -5,7 +5,7 @@ setting or a config key); this rule only carries it over, with the engine's exac
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Iterator, Mapping
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
@@ -13,7 +13,23 @@ from kvdoctor.engines import PROFILES, profile_class
 from kvdoctor.engines.base import Refusal
 from kvdoctor.model import Finding, Source
 
-RULE = Rule(codes=tuple(dict.fromkeys(code for name in PROFILES for code in profile_class(name).refusal_codes)))
+class _RefusalCodes(Mapping[str, tuple[str, ...]]):
+    """Each registered profile's refusal codes, read from the registry when asked."""
+
+    def __getitem__(self, engine: str) -> tuple[str, ...]:
+        if engine not in PROFILES:
+            raise KeyError(engine)
+        return profile_class(engine).refusal_codes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PROFILES)
+
+    def __len__(self) -> int:
+        return len(PROFILES)
+
+
+RULE = Rule(codes=tuple(dict.fromkeys(code for name in PROFILES for code in profile_class(name).refusal_codes)),
+            by_engine=_RefusalCodes())
 
 
 def where(ctx: Context, refusal: Refusal) -> Source:
