@@ -130,7 +130,8 @@ def test_a_match_inside_a_longer_match_yields_to_it(tmp_path):
     for code, message in (("TST001", "pool index map missing"),
                           ("TST002", "pool index map missing for the fused RoPE kernel")):
         (tmp_path / f"{code}.yaml").write_text(json.dumps({
-            "code": code, "name": f"test-{code.lower()}", "severity": "error", "summary": "s", "engines": [],
+            "code": code, "name": f"test-{code.lower()}", "severity": "error", "summary": "s",
+            "engines": [{"name": "vllm", "versions": ">=0.1"}],
             "error": {"class": "ValueError", "message": message, "pattern": re.escape(message), "source": "x.py:1"},
             "meaning": "m", "triggers": [], "fixes": [{"summary": "f"}], "check": "none yet"}))
     catalog = load_catalog(tmp_path)
