@@ -243,8 +243,8 @@ def sites_in(source: str, path: str, version: str, mode: str) -> list[Site]:
 # ---- grouping across releases --------------------------------------------------------------------------
 
 def group(engine: str, sites: list[Site]) -> list[Draft]:
-    """One draft per error: sites with the same class and nearly the same literal text, or (for bare
-    asserts) the same assertion in the same file and function."""
+    """One draft per error: sites with the same class and nearly the same literal text (or one text
+    extending the other), or, for bare asserts, the same assertion in the same file and function."""
     drafts: list[Draft] = []
     by_key: dict[tuple, Draft] = {}
     for site in sorted(sites, key=lambda s: Version(s.version), reverse=True):
@@ -257,6 +257,10 @@ def group(engine: str, sites: list[Site]) -> list[Draft]:
             skeleton = key[1]
             for other_key, other in by_key.items():
                 if other_key[0] == site.cls and len(other_key) == 2:
+                    shorter, longer = sorted((skeleton, other_key[1]), key=len)
+                    if len(shorter) >= 30 and longer.startswith(shorter):  # a sentence added or dropped
+                        draft = other
+                        break
                     matcher = difflib.SequenceMatcher(None, skeleton, other_key[1])
                     if matcher.real_quick_ratio() > 0.85 and matcher.quick_ratio() > 0.85 and matcher.ratio() > 0.85:
                         draft = other
