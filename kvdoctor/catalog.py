@@ -84,7 +84,7 @@ class EngineErrorFact(_Strict):
     sites: list[str] = Field(default_factory=list, description="file:line @ version at other releases: "
                              "a traceback that ends in a bare assertion is matched on its raising frame")
     context: list[str] = Field(default_factory=list, description="for generic errors (CUDA asserts): the "
-                               "entry is named only when a nearby line matches one of these")
+                               "entry is named only when each of these matches a nearby line")
 
     @field_validator("pattern")
     @classmethod

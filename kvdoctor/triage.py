@@ -11,6 +11,7 @@ wording of every catalog error (`error.pattern` and `error.patterns`). On top of
   is matched on its raising frame (file and line, or the statement, at a release the entry lists);
 - generic GPU errors (device-side assert, illegal memory access): an entry whose `error.context` is
   set is named only when a nearby line matches the context (the cache, kernel or flag it is about);
+  (every context regex must match some line within CONTEXT_WINDOW lines);
   otherwise the error is reported as unattributed, with the nearest engine frame or kernel as a hint;
 - nothing known: the result says "unknown" and quotes the line it looked at (the last error line).
 """
@@ -70,7 +71,8 @@ class Report:
 class Matcher:
     def __init__(self, catalog: Catalog):
         self.patterns = [(entry, re.compile(p)) for entry in catalog.entries.values()
-                         if entry.error is not None for p in _with_heads(entry.error.all_patterns)]
+                         if entry.error is not None and not quotes_statement(entry)
+                         for p in _with_heads(entry.error.all_patterns)]
         self.always: list[int] = []  # patterns without a literal to filter on
         self.literals: list[tuple[str, int]] = []  # (literal, pattern index)
         for index, (entry, compiled) in enumerate(self.patterns):
@@ -92,6 +94,12 @@ class Matcher:
         spans = list(found.values())
         return [a for a in spans
                 if not any(b[1] <= a[1] and a[2] <= b[2] and b[2] - b[1] > a[2] - a[1] for b in spans)]
+
+
+def quotes_statement(entry: Entry) -> bool:
+    """An entry for a bare `assert` or `raise X()` quotes the statement: it is named from the frame
+    that raised it (file and line, or the statement under that file), never from text alone."""
+    return entry.error.message.startswith(("assert ", "raise "))
 
 
 def _with_heads(patterns: list[str]) -> list[str]:
@@ -293,8 +301,7 @@ class FrameIndex:
         for entry, site_path, site_line in self.by_name.get(path.rsplit("/", 1)[-1], []):
             if not path.endswith(site_path) or entry.error.class_.rsplit(".", 1)[-1] != cls.rsplit(".", 1)[-1]:
                 continue
-            statement = entry.error.message.strip()  # a bare assert's entry quotes the statement
-            if site_line == line or (statement.startswith(("assert ", "raise ")) and code.strip() == statement):
+            if site_line == line or (quotes_statement(entry) and code.strip() == entry.error.message.strip()):
                 return entry
         return None
 
@@ -361,8 +368,8 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
 
 
 def _context_near(entry: Entry, number: int, bodies: list[tuple[int, str]]) -> bool:
-    regexes = [re.compile(c) for c in entry.error.context]
-    return any(r.search(text) for n, text in bodies if abs(n - number) <= CONTEXT_WINDOW for r in regexes)
+    near = [text for n, text in bodies if abs(n - number) <= CONTEXT_WINDOW]
+    return all(any(re.search(c, text) for text in near) for c in entry.error.context)
 
 
 def _unattributed(bodies: list[tuple[int, str]]) -> list[dict]:
