@@ -66,3 +66,9 @@ def test_templates_from_format_and_concatenation():
     assert harvest.template_of(node, {}) == "block {i} of {size}"
     node = ast.parse('"a " + b + " c"').body[0].value
     assert harvest.template_of(node, {}) == "a {...} c"
+
+
+def test_closing_punctuation_after_the_last_value_is_not_required():
+    pattern = harvest.pattern_of("Speculative decoding requires a trimmable prompt cache (got {types}).")
+    assert re.search(pattern, "ValueError: Speculative decoding requires a trimmable prompt cache (got {'ArraysCache'})")
+    assert harvest.pattern_of("cannot hold {n} tokens, try {m} instead.").endswith("instead\\.")

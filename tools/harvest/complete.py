@@ -8,7 +8,8 @@ appear near a generic error), extra_patterns (a wording seen in a public log but
 read) and pattern (a hand-tightened regex). Everything quoted from the engine (class, message,
 pattern, source, sites, version range, the pinned link) comes from the draft, never from the notes.
 
-`also: [ID, ...]` folds other drafts into the entry: the same error under an older wording or in a
+`versions: {range, evidence}` widens the harvested range when a public thread (the evidence,
+owner/repo#N) shows the error at a release the harvest did not read. `also: [ID, ...]` folds other drafts into the entry: the same error under an older wording or in a
 file it moved from (their patterns, sites and version ranges are merged). `manual:` stands in for
 a draft where the error is raised below the engine (a Triton, MLX or CUDA message surfacing through
 an engine frame): it gives class, message, pattern, source, versions and url, all verbatim from
@@ -85,6 +86,8 @@ def entry_from(draft: dict, note: dict) -> dict:
     for regex in [error["pattern"], *patterns, *error.get("context", [])]:
         re.compile(regex)
     engines = [draft["versions"]] + note.get("engines", [])
+    if note.get("versions"):  # a public thread shows the error at a release the harvest did not read
+        engines[0] = {"name": draft["versions"]["name"], "versions": note["versions"]["range"]}
     entry = {
         "code": note["code"], "name": note["name"], "severity": note["severity"], "summary": note["summary"],
         "engines": engines, "error": error, "meaning": _block(note["meaning"]), "triggers": note["triggers"],
@@ -93,6 +96,8 @@ def entry_from(draft: dict, note: dict) -> dict:
     if note.get("prevention"):
         entry["prevention"] = note["prevention"]
     entry["references"] = [draft["url"], *note.get("references", [])]
+    if note.get("versions"):
+        entry["references"].append(note["versions"]["evidence"])
     entry["tags"] = note.get("tags", [])
     entry["check"] = "none yet"
     if note.get("prevented_by"):

@@ -170,12 +170,17 @@ def log_template(call: ast.Call, assigns: dict) -> str | None:
 
 def pattern_of(template: str) -> str:
     """A regex for the message: literal text escaped, each placeholder any text; a placeholder at
-    either end is dropped (the log line goes on), runs of white space match any white space."""
+    either end is dropped (the log line goes on), and so is punctuation after the last one; runs of
+    white space match any white space."""
     pieces = re.split(r"(?<!\{)\{(?!\{)[^{}]*\}(?!\})", template)
     pieces = [p.replace("{{", "{").replace("}}", "}") for p in pieces]
     while pieces and not pieces[0].strip():
         pieces.pop(0)
     while pieces and not pieces[-1].strip():
+        pieces.pop()
+    # Punctuation closing the message after its last value (").", "'.") is often cut or changed in
+    # logs; the pattern ends at the value instead.
+    while len(pieces) > 1 and len(pieces[-1].strip()) <= 3 and not any(c.isalnum() for c in pieces[-1]):
         pieces.pop()
     escaped = [re.sub(r"(\\\s)+|\s+", r"\\s+", re.escape(p.strip() if i in (0, len(pieces) - 1) else p))
                for i, p in enumerate(pieces)]
