@@ -9,8 +9,10 @@ from __future__ import annotations
 import textwrap
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.syntax import Syntax
+from rich.table import Table
 from rich.text import Text
 
 from kvdoctor.catalog import Catalog, Entry
@@ -45,6 +47,20 @@ def prevention_text(entry: Entry) -> str:
     return "no kvdoctor check catches this before deploy yet"
 
 
+def _item(marker: str, text: str, style: str = "") -> Table:
+    """A list item whose wrapped lines hang under its text, not under its marker."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=len(marker) + 2, justify="right", no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    grid.add_row(Text(marker, style=style), Text(" ".join(text.split()), style=style))
+    return grid
+
+
+def _example(label: str, code: str) -> list:
+    return [Padding(Text(label, style="dim"), (0, 0, 0, 5)),
+            Padding(Syntax(code.rstrip(), "yaml", theme="ansi_dark", word_wrap=False), (0, 0, 0, 7))]
+
+
 def render_entry(entry: Entry, console: Console | None = None) -> None:
     parts: list = [Text(entry.summary, style="bold"), Text("")]
     parts.append(Text(f"severity: {entry.severity}   engines: {engines_text(entry)}   check: {entry.check}", style="dim"))
@@ -57,20 +73,20 @@ def render_entry(entry: Entry, console: Console | None = None) -> None:
     for i, paragraph in enumerate(reflow(entry.meaning)):
         parts += ([Text("")] if i else []) + [Text(paragraph)]
     parts += [Text(""), Text("When it happens", style="bold underline")]
-    parts += [Text(f"  - {' '.join(t.split())}") for t in entry.triggers]
+    parts += [_item("-", t) for t in entry.triggers]
     parts += [Text(""), Text("Fixes", style="bold underline")]
     for i, fix in enumerate(entry.fixes, 1):
-        parts.append(Text(f"  {i}. {' '.join(fix.summary.split())}", style="green"))
+        parts.append(_item(f"{i}.", fix.summary, "green"))
         if fix.before:
-            parts += [Text("     before:", style="dim"), Syntax(fix.before.rstrip(), "yaml", theme="ansi_dark", word_wrap=False)]
+            parts += _example("before:", fix.before)
         if fix.after:
-            parts += [Text("     after:", style="dim"), Syntax(fix.after.rstrip(), "yaml", theme="ansi_dark", word_wrap=False)]
+            parts += _example("after:", fix.after)
     if entry.prevention:
         parts += [Text(""), Text("Prevention", style="bold underline")]
-        parts += [Text(f"  - {' '.join(p.split())}") for p in entry.prevention]
+        parts += [_item("-", p) for p in entry.prevention]
     if entry.references:
         parts += [Text(""), Text("References", style="bold underline")]
-        parts += [Text(f"  - {r}") for r in entry.references]
+        parts += [_item("-", r) for r in entry.references]
     (console or Console()).print(Panel(Group(*parts), title=f"{entry.code} {entry.name}", border_style="cyan"))
 
 
