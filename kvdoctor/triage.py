@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import sys
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
@@ -74,19 +75,32 @@ class Matcher:
                          if entry.error is not None and not quotes_statement(entry)
                          for p in _with_heads(entry.error.all_patterns)]
         self.always: list[int] = []  # patterns without a literal to filter on
-        self.literals: list[tuple[str, int]] = []  # (literal, pattern index)
+        self.literals: dict[str, list[tuple[str, int]]] = {}  # first 4 characters -> (literal, pattern)
         for index, (entry, compiled) in enumerate(self.patterns):
             literals = required_literals(compiled.pattern)
             if literals is None:
                 self.always.append(index)
             else:
-                self.literals += [(literal, index) for literal in literals]
+                for literal in literals:
+                    self.literals.setdefault(literal[:MIN_LITERAL], []).append((literal, index))
+        self.keys = set(self.literals)
 
-    def spans(self, text: str) -> list[tuple[Entry, int, int]]:
-        """(entry, start, end) of each entry matching `text`, less those inside a longer match."""
-        candidates = sorted({index for literal, index in self.literals if literal in text}.union(self.always))
+    def keys_in(self, flat: str) -> set[str]:
+        """The literal keys (first 4 characters) that occur in a squeezed line."""
+        return {flat[i:i + MIN_LITERAL] for i in range(len(flat) - MIN_LITERAL + 1)} & self.keys
+
+    def candidates(self, flat: str, keys: set[str]) -> list[int]:
+        """The patterns whose literal occurs in `flat` (a line with white-space runs squeezed to one
+        space): its 4-character keys pick the few literals worth a substring test."""
+        found = {index for key in keys for literal, index in self.literals[key] if literal in flat}
+        return sorted(found.union(self.always))
+
+    def spans(self, text: str, keys: set[str] | None = None) -> list[tuple[Entry, int, int]]:
+        """(entry, start, end) of each entry matching `text`, less those inside a longer match.
+        `keys`, when given, are the literal keys known to occur in `text` (a superset is fine)."""
+        flat = " ".join(text.split())
         found: dict[str, tuple[Entry, int, int]] = {}
-        for i in candidates:
+        for i in self.candidates(flat, self.keys_in(flat) if keys is None else keys):
             m = self.patterns[i][1].search(text)
             entry = self.patterns[i][0]
             if m and (entry.code not in found or m.end() - m.start() > found[entry.code][2] - found[entry.code][1]):
@@ -122,8 +136,10 @@ MIN_HEAD_LITERAL = 40
 
 # Most log lines match no pattern, and a plain substring test is far cheaper than a regex search, so
 # each pattern gets the literal text every match must contain (one per top-level branch); the regex
-# runs only on lines holding one of them.
+# runs only on lines holding one of them. A `\s+` in a pattern counts as one space, and the line is
+# tested with its white-space runs squeezed to one space.
 MIN_LITERAL = 4
+WHITESPACE_RUN = "\\s+"
 QUANTIFIERS = "?*+{"
 _UNREADABLE = re.compile(r"\\[xuUN0-9]")  # escapes whose text is not the character itself
 
@@ -195,6 +211,10 @@ def _longest_literal(branch: str) -> str:
     runs, run, i = [], "", 0
     while i < len(branch):
         c = branch[i]
+        if branch.startswith(WHITESPACE_RUN, i) or (branch.startswith("\\s", i) and branch[i + 2:i + 3] not in "?*{"):
+            run += " "  # one or more white-space characters: one space in the normalised line
+            i += len(WHITESPACE_RUN) if branch.startswith(WHITESPACE_RUN, i) else 2
+            continue
         if c == "\\" and i + 1 < len(branch) and not branch[i + 1].isalnum():
             char, i = branch[i + 1], i + 2  # an escaped punctuation character
         elif c == "\\" or c in ".^$([" or c in QUANTIFIERS:
@@ -306,9 +326,19 @@ class FrameIndex:
         return None
 
 
+_PREPARED: "weakref.WeakKeyDictionary[Catalog, tuple[Matcher, FrameIndex]]" = weakref.WeakKeyDictionary()
+
+
+def prepared(catalog: Catalog) -> tuple[Matcher, FrameIndex]:
+    """The compiled patterns and frame index of a catalog, built once per catalog object."""
+    if catalog not in _PREPARED:
+        _PREPARED[catalog] = (Matcher(catalog), FrameIndex(catalog))
+    return _PREPARED[catalog]
+
+
 def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
     """The known errors in these lines, in order of first appearance, with what else was found."""
-    matcher, frames = Matcher(catalog), FrameIndex(catalog)
+    matcher, frames = prepared(catalog)
     hits: dict[str, Hit] = {}
     pending: list[tuple[Entry, int, str]] = []  # entries that need their context checked
     bodies: list[tuple[int, str]] = []
@@ -321,19 +351,24 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
         hits.setdefault(entry.code, Hit(entry, [], text.strip()[:MAX_SHOWN], how)).lines.append(number)
 
     previous: tuple[int, str] | None = None
+    previous_flat, previous_keys = "", set()
     last_frame: tuple[str, int, str] | None = None
     frame_code: str | None = None
     for number, raw in lines:
         count = number
         text = strip_prefixes(raw)
         bodies.append((number, text))
-        spans = matcher.spans(text)
+        flat = " ".join(text.split())
+        keys = matcher.keys_in(flat)
+        spans = matcher.spans(text, keys)
         for entry, _, _ in spans:
             add(entry, number, text)
         if previous is not None and previous[1].strip() and text.strip():
             head, tail = previous[1].rstrip(), text.lstrip()
             for sep in (" ", ""):
-                for entry, start, end in matcher.spans(head + sep + tail):
+                # a literal crossing the break starts in the last characters of the previous line
+                edge = matcher.keys_in(previous_flat[-(MIN_LITERAL - 1):] + sep + flat[:MIN_LITERAL - 1])
+                for entry, start, end in matcher.spans(head + sep + tail, previous_keys | keys | edge):
                     if start < len(head) and end > len(head) + len(sep):
                         add(entry, previous[0], head + sep + tail)
         frame = FRAME.match(text)
@@ -352,7 +387,7 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
                 add(entry, number, f'{text.strip()} (raised at {last_frame[0]}:{last_frame[1]})', "frame")
         if exception:
             last_frame = None
-        previous = (number, text)
+        previous, previous_flat, previous_keys = (number, text), flat, keys
 
     for entry, number, text in pending:
         if _context_near(entry, number, bodies):

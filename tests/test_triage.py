@@ -165,6 +165,11 @@ def test_colour_codes_are_ignored():
     assert "\x1b" not in hits[0].text
 
 
+def test_white_space_runs_inside_a_message_are_survived():
+    message = fill(CATALOG["VLM102"]).replace(" for the cache", "  for\tthe   cache")
+    assert codes_in(f"ValueError: {message}\n") == ["VLM102"]
+
+
 def test_a_message_wrapped_over_two_lines_is_found_once():
     entry = CATALOG["SWA011"]
     text = f"{entry.error.class_}: recent_window_tokens must be non-neg\native or None\n"  # a hard wrap mid-word
@@ -288,6 +293,8 @@ def test_cli_bad_input_is_exit_2(tmp_path):
     ("(?i)hello world", None),             # flags: a substring test could miss a match
     (r"\x41bcdef", None),                  # a numeric escape is not its own text
     ("one|tw", None),                      # a branch too short to filter on
+    (r"page\s+size\s+of", ["page size of"]),  # a white-space run is one space of the squeezed line
+    (r"abcd\s?efgh", ["abcd"]),               # an optional white space breaks the literal
 ])
 def test_required_literals_are_in_every_match(pattern, literals):
     from kvdoctor.triage import required_literals
@@ -300,7 +307,7 @@ def test_the_prefilter_keeps_every_catalog_message(entry):
     from kvdoctor.triage import required_literals
 
     literals = required_literals(entry.error.pattern)
-    assert literals is None or any(lit in fill(entry) for lit in literals)
+    assert literals is None or any(lit in " ".join(fill(entry).split()) for lit in literals)
 
 
 # ---- real-log shapes: prefixes, bare assertions, generic GPU errors, unknown logs ----------------------
