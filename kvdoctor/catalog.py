@@ -46,7 +46,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-ENGINE_NAMES = ("vllm", "sglang", "sglang-mlx", "mlx-lm", "mlx", "transformers", "hf")
+ENGINE_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")  # vllm, sglang, sglang-mlx, mlx-lm, hf ...
 
 
 class EngineRange(_Strict):
@@ -56,8 +56,8 @@ class EngineRange(_Strict):
     @field_validator("name")
     @classmethod
     def _engine(cls, value: str) -> str:
-        if value not in ENGINE_NAMES:
-            raise ValueError(f"engine name must be one of {', '.join(ENGINE_NAMES)}")
+        if not ENGINE_NAME_RE.match(value):
+            raise ValueError("engine name must be a lower-case package name such as vllm, sglang or mlx-lm")
         return value
 
     @field_validator("versions")
