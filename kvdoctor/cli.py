@@ -329,44 +329,35 @@ def triage(
     """Name the known errors in a log or traceback, with their meaning and fixes. Exit 1 if any is found."""
     from kvdoctor.triage import triage_file
 
-    hits, lines = triage_file(log, _catalog())
+    report = triage_file(log, _catalog())
     if output_format == "json":
-        typer.echo(json.dumps({"source": log, "lines_read": lines, "matches": [h.to_json() for h in hits]}, indent=2))
+        typer.echo(json.dumps(report.to_json(log), indent=2))
     else:
-        from rich.console import Console
-        from rich.text import Text
+        from kvdoctor.report.explain import render_triage
 
-        from kvdoctor.report.explain import render_entry
-
-        console = Console()
-        for hit in hits:
-            where = ", ".join(map(str, hit.lines[:10])) + (" ..." if len(hit.lines) > 10 else "")
-            console.print(Text(f"{hit.entry.code} found at line {where}: ", style="bold red") + Text(hit.text))
-            render_entry(hit.entry, console)
-        source = "standard input" if log == "-" else log
-        console.print(f"{len(hits)} known error(s) in {source} ({lines} line(s) read)", markup=False)
-    raise typer.Exit(1 if hits else 0)
+        render_triage(report, "standard input" if log == "-" else log)
+    raise typer.Exit(1 if report.hits else 0)
 
 
 @app.command("rules")
-def rules_cmd(output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json")) -> None:
+def rules_cmd(output_format: str = typer.Option("rich", "--format", "--output-format",
+                                               help="rich, json or markdown"),
+              verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show engines, version "
+                                           "ranges, the check and the codes that prevent each error.")) -> None:
     """List the catalog of known errors."""
+    from kvdoctor.report.explain import rules_json, rules_markdown, rules_text
 
     catalog = _catalog()
     if output_format == "json":
-        typer.echo(json.dumps([e.model_dump(by_alias=True) for e in catalog.entries.values()], indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
+        typer.echo(json.dumps(rules_json(catalog), indent=2))
+    elif output_format == "markdown":
+        typer.echo(rules_markdown(catalog))
+    elif output_format == "rich":
+        from rich.console import Console
 
-    table = Table(title=f"kvdoctor catalog ({len(catalog.entries)} entries)")
-    for col in ("code", "name", "severity", "engines", "check", "summary"):
-        table.add_column(col, overflow="fold")
-    for code in catalog.codes():
-        e = catalog[code]
-        table.add_row(code, e.name, e.severity, ", ".join(f"{r.name} {r.versions}" for r in e.engines),
-                      "yes" if e.implemented else "none yet", e.summary)
-    Console().print(table)
+        typer.echo(rules_text(catalog, verbose=verbose, width=min(Console().width, 100)))
+    else:
+        _fail(f"unknown --format {output_format!r} for rules (rich, json or markdown)")
 
 
 @app.command()

@@ -97,3 +97,86 @@ def test_entries_pinned_to_one_release_name_the_profiles_pin():
                 continue
             pins = list(profile_class(engine.name).pins.values())
             assert pins and engine.versions == f"=={pins[0]}", (entry.code, engine.name, engine.versions)
+
+
+def test_no_two_entries_share_an_engine_message():
+    """One engine error, one entry: a second cause of the same message is a trigger of the first entry."""
+    catalog = load_catalog(RULES)
+    seen: dict[str, str] = {}
+    for code, entry in catalog.entries.items():
+        if entry.error is None:
+            continue
+        key = " ".join(entry.error.message.split())
+        assert key not in seen, f"{code} and {seen[key]} quote the same engine message"
+        seen[key] = code
+
+
+def test_every_reference_is_public_and_docs_exist():
+    root = RULES.parent
+    for entry in load_catalog(RULES).entries.values():
+        for ref in entry.references:
+            head = ref.split()[0]
+            assert not head.startswith("shared/")
+            if head.startswith("docs/"):
+                assert (root / head.split("#")[0]).is_file(), f"{entry.code}: {head} is not in docs/"
+
+
+def test_every_entry_states_engine_version_ranges():
+    from packaging.specifiers import SpecifierSet
+
+    for entry in load_catalog(RULES).entries.values():
+        assert entry.engines, entry.code
+        for engine in entry.engines:
+            assert str(SpecifierSet(engine.versions)), entry.code
+
+
+def test_prevented_by_names_catalog_codes():
+    catalog = load_catalog(RULES)
+    for entry in catalog.entries.values():
+        for code in entry.prevented_by:
+            assert catalog.get(code) is not None, f"{entry.code}: prevented_by {code} has no entry"
+            assert catalog[code].implemented, f"{entry.code}: {code} is not a check kvdoctor runs"
+
+
+@pytest.mark.parametrize("reference", [
+    "shared/reference/kv-budget.md §1.6",
+    "https://github.com/vllm-project/vllm/blob/main/vllm/config/cache.py#L120",
+    "vllm-project/vllm PR #38632",
+    "see the vLLM docs",
+])
+def test_schema_refuses_a_private_or_unpinned_reference(tmp_path, reference):
+    good = yaml.safe_load((RULES / "CFG001.yaml").read_text())
+    good["references"] = [reference]
+    path = tmp_path / "CFG001.yaml"
+    path.write_text(yaml.safe_dump(good))
+    with pytest.raises(InputError, match="references"):
+        load_entry(path)
+
+
+@pytest.mark.parametrize("reference", [
+    "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/config/cache.py#L120",
+    "https://github.com/sgl-project/sglang/blob/0123456789abcdef0123456789abcdef01234567/python/x.py",
+    "vllm-project/vllm#38632",
+    "docs/kda.md",
+])
+def test_schema_accepts_public_references(tmp_path, reference):
+    good = yaml.safe_load((RULES / "CFG001.yaml").read_text())
+    good["references"] = [reference]
+    path = tmp_path / "CFG001.yaml"
+    path.write_text(yaml.safe_dump(good))
+    assert load_entry(path).references == [reference]
+
+
+@pytest.mark.parametrize("broken, field", [
+    ({"engines": []}, "engines"),
+    ({"engines": [{"name": "vllm", "versions": "latest"}]}, "versions"),
+    ({"engines": [{"name": "vllm", "versions": ""}]}, "versions"),
+    ({"prevented_by": ["not a code"]}, "prevented_by"),
+])
+def test_schema_refuses_bad_engine_ranges(tmp_path, broken, field):
+    good = yaml.safe_load((RULES / "CFG001.yaml").read_text())
+    good.update(broken)
+    path = tmp_path / "CFG001.yaml"
+    path.write_text(yaml.safe_dump(good))
+    with pytest.raises(InputError, match=field):
+        load_entry(path)

@@ -43,7 +43,7 @@ CASES = [
     # transformers' LlamaConfig accepts it.
     ("kv-heads-do-not-divide", edit(LLAMA, num_key_value_heads=3), "CFG013"),
     # vLLM's same assertion: num_heads (8) is not divisible by num_kv_heads (16).
-    ("kv-heads-above-heads", edit(LLAMA, num_key_value_heads=16), "CFG014"),
+    ("kv-heads-above-heads", edit(LLAMA, num_key_value_heads=16), "CFG013"),
     # transformers' LlamaConfig.validate_architecture: "The hidden size (250) is not a multiple of the
     # number of attention heads (8)."
     ("heads-do-not-divide-hidden", edit(LLAMA, hidden_size=250), "CFG015"),

@@ -63,11 +63,23 @@ def source_of(entry) -> tuple[str, int]:
     return (m.group(1), int(m.group(2))) if m else ("sglang/srt/server.py", 1)
 
 
+def context_for(entry) -> str:
+    """A log line holding a sample of each of the entry's context regexes (generic GPU errors)."""
+    from kvdoctor.triage import _longest_literal, _split_top
+
+    samples = [_longest_literal(_split_top(regex)[0]) for regex in entry.error.context]
+    assert all(re.search(r, " ".join(samples)) for r in entry.error.context), entry.code
+    return "[2026-05-02 10:11:13] server context: " + " ".join(samples) + "\n" if samples else ""
+
+
 def traceback_for(entry, message: str | None = None) -> str:
     """A traceback as an sglang / mlx-lm server prints it, ending in the entry's error."""
-    message = fill(entry) if message is None else message
     path, line = source_of(entry)
     path = path.removeprefix("python/")
+    if entry.error.message.startswith(("assert ", "raise ")):  # a bare statement: named by its frame
+        return (f'  File "/usr/local/lib/python3.12/site-packages/{path}", line {line}, in check\n'
+                f"    {entry.error.message}\n{entry.error.class_}\n")
+    message = fill(entry) if message is None else message
     if "warning" in entry.error.class_.lower():
         return f"[2026-05-02 10:11:14 TP0] WARNING {Path(path).name}:{line}: {message}\n"
     return (
@@ -103,11 +115,15 @@ def test_the_catalog_has_engine_errors_to_triage():
 
 @pytest.mark.parametrize("entry", WITH_ERROR, ids=lambda e: e.code)
 def test_each_catalog_error_is_named_from_its_traceback(entry):
-    assert set(codes_in(NOISE + traceback_for(entry) + UNRELATED)) == same_pattern(entry)
+    context = context_for(entry)
+    assert set(codes_in(context + NOISE + traceback_for(entry) + UNRELATED)) == same_pattern(entry)
+    message_says_it = all(re.search(c, fill(entry)) for c in entry.error.context)
+    if context and not message_says_it:  # a generic error without the lines that say what it is about
+        assert entry.code not in codes_in(NOISE + traceback_for(entry) + UNRELATED)
 
 
 def test_a_log_with_every_catalog_error_names_every_one_and_nothing_else():
-    log = NOISE + "".join(traceback_for(e) + UNRELATED for e in WITH_ERROR)
+    log = NOISE + "".join(context_for(e) + traceback_for(e) + UNRELATED for e in WITH_ERROR)
     hits, lines = triage_lines(read_lines(io.BytesIO(log.encode())), CATALOG)
     assert {h.entry.code for h in hits} == {e.code for e in WITH_ERROR}
     assert lines == log.count("\n")
@@ -130,7 +146,8 @@ def test_a_match_inside_a_longer_match_yields_to_it(tmp_path):
     for code, message in (("TST001", "pool index map missing"),
                           ("TST002", "pool index map missing for the fused RoPE kernel")):
         (tmp_path / f"{code}.yaml").write_text(json.dumps({
-            "code": code, "name": f"test-{code.lower()}", "severity": "error", "summary": "s", "engines": [],
+            "code": code, "name": f"test-{code.lower()}", "severity": "error", "summary": "s",
+            "engines": [{"name": "vllm", "versions": ">=0.1"}],
             "error": {"class": "ValueError", "message": message, "pattern": re.escape(message), "source": "x.py:1"},
             "meaning": "m", "triggers": [], "fixes": [{"summary": "f"}], "check": "none yet"}))
     catalog = load_catalog(tmp_path)
@@ -146,6 +163,11 @@ def test_colour_codes_are_ignored():
     assert codes_in(coloured) == ["SWA010"]
     hits, _ = triage_lines(read_lines(io.BytesIO(coloured.encode())), CATALOG)
     assert "\x1b" not in hits[0].text
+
+
+def test_white_space_runs_inside_a_message_are_survived():
+    message = fill(CATALOG["VLM102"]).replace(" for the cache", "  for\tthe   cache")
+    assert codes_in(f"ValueError: {message}\n") == ["VLM102"]
 
 
 def test_a_message_wrapped_over_two_lines_is_found_once():
@@ -271,6 +293,8 @@ def test_cli_bad_input_is_exit_2(tmp_path):
     ("(?i)hello world", None),             # flags: a substring test could miss a match
     (r"\x41bcdef", None),                  # a numeric escape is not its own text
     ("one|tw", None),                      # a branch too short to filter on
+    (r"page\s+size\s+of", ["page size of"]),  # a white-space run is one space of the squeezed line
+    (r"abcd\s?efgh", ["abcd"]),               # an optional white space breaks the literal
 ])
 def test_required_literals_are_in_every_match(pattern, literals):
     from kvdoctor.triage import required_literals
@@ -283,4 +307,109 @@ def test_the_prefilter_keeps_every_catalog_message(entry):
     from kvdoctor.triage import required_literals
 
     literals = required_literals(entry.error.pattern)
-    assert literals is None or any(lit in fill(entry) for lit in literals)
+    assert literals is None or any(lit in " ".join(fill(entry).split()) for lit in literals)
+
+
+# ---- real-log shapes: prefixes, bare assertions, generic GPU errors, unknown logs ----------------------
+
+def report_of(text: str):
+    from kvdoctor.triage import triage_report
+
+    return triage_report(read_lines(io.BytesIO(text.encode())), CATALOG)
+
+
+def test_worker_and_engine_prefixes_are_removed():
+    message = fill(CATALOG["MEM002"])
+    prefixed = (f"(APIServer pid=45) (EngineCore_DP0 pid=386) ERROR 04-29 18:34:40 [core.py:1100] ValueError: {message}\n"
+                f"(Worker_TP0_EP0 pid=10816) ERROR 06-15 08:40:03 [multiproc_executor.py:962] ValueError: {message}\n"
+                f"vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: {message}\n"
+                f"[rank0]: ValueError: {message}\n")
+    report = report_of(prefixed)
+    assert [h.entry.code for h in report.hits] == ["MEM002"] and report.hits[0].lines == [1, 2, 3, 4]
+    from kvdoctor.triage import strip_prefixes
+    assert strip_prefixes("(Worker_TP0 pid=123) ERROR 06-15 08:40:03 [x.py:9] AssertionError") == "AssertionError"
+    assert strip_prefixes("[2026-05-02 10:11:14 TP0] Scheduler hit an exception") == "Scheduler hit an exception"
+
+
+def test_an_older_wording_is_named_by_the_same_entry():
+    old = "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be " \
+          "stored in KV cache (3664). Try increasing `gpu_memory_utilization`\n"
+    assert codes_in(old) == ["MEM004"]
+
+
+def test_a_message_cut_after_its_first_sentence_is_still_named():
+    entry = CATALOG["VLM100"]
+    assert len(entry.error.message.split(". ")) > 1
+    cut = entry.error.message.split(". ")[0]
+    assert codes_in(f"crash at init with `NotImplementedError: {cut}` because the pages differ\n") == ["VLM100"]
+
+
+BARE_ASSERT = """\
+(EngineCore pid=2518) ERROR 06-23 18:03:05 [core.py:1136] EngineCore failed to start.
+(EngineCore pid=2518) ERROR 06-23 18:03:05 [core.py:1136] Traceback (most recent call last):
+(EngineCore pid=2518) ERROR 06-23 18:03:05 [core.py:1136]   File "/usr/local/lib/python3.12/site-packages/vllm/v1/core/{file}", line {line}, in unify_kv_cache_spec_page_size
+(EngineCore pid=2518) ERROR 06-23 18:03:05 [core.py:1136]     {code}
+(EngineCore pid=2518) ERROR 06-23 18:03:05 [core.py:1136]            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+(EngineCore pid=2518) ERROR 06-23 18:03:05 [core.py:1136] AssertionError
+"""
+
+
+def test_a_bare_assertion_is_named_by_its_raising_frame():
+    entry = CATALOG["VLM101"]
+    statement = entry.error.message
+    at_release = BARE_ASSERT.format(file="kv_cache_utils.py", line=1407, code="assert something_else")
+    report = report_of(at_release)  # the line of a release the entry lists
+    assert [(h.entry.code, h.how) for h in report.hits] == [("VLM101", "frame")]
+    moved = BARE_ASSERT.format(file="kv_cache_utils.py", line=1399, code=statement)  # a dev build: same statement
+    assert [h.entry.code for h in report_of(moved).hits] == ["VLM101"]
+    elsewhere = BARE_ASSERT.replace("vllm/v1/core/", "vllm/other/").format(file="kv_cache_utils.py", line=1399,
+                                                                         code=statement)
+    report = report_of(elsewhere)
+    assert report.hits == [] and report.unknown == {"line": 6, "text": "AssertionError"}
+
+
+def test_a_raise_statement_in_a_cut_traceback_names_its_entry():
+    text = ('  File "/opt/vllm/v1/core/kv_cache_utils.py", line 699, in check_enough_kv_cache_memory\n'
+            '    raise ValueError("No available memory for the cache blocks. "\n'
+            '                     "Try increasing `gpu_memory_utilization` when "\n')
+    assert codes_in(text) == ["VLM102"]
+
+
+OOB = ('/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:111: operator(): block: [93,0,0], thread: [55,0,0] '
+       'Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.\n')
+
+
+def test_a_device_side_assert_is_attributed_only_with_its_context():
+    alone = report_of(NOISE + OOB)
+    assert alone.hits == [] and alone.unknown is None
+    (item,) = alone.unattributed
+    assert item["line"] == NOISE.count("\n") + 1 and "index out of bounds" in item["text"]
+    assert item["hint"]["text"] == "IndexKernel"
+    launch = ("[2026-01-23 10:00:00] server_args=ServerArgs(model_path='openai/gpt-oss-120b', "
+              "speculative_algorithm='EAGLE3', swa_full_tokens_ratio=0.8)\n")
+    report = report_of(launch + NOISE + OOB)
+    assert [(h.entry.code, h.how) for h in report.hits] == [("SPEC001", "context")]
+    far = launch + NOISE * 20 + OOB  # the launch line is too far away to be this error's context
+    assert report_of(far).hits == []
+
+
+def test_an_unknown_log_says_which_line_it_looked_at():
+    report = report_of(NOISE + UNRELATED)
+    assert report.hits == [] and report.unattributed == []
+    assert report.unknown["text"] == "AssertionError: page_size must be a power of two"
+    assert report.unknown["line"] == (NOISE + UNRELATED).count("\n")
+
+
+def test_json_states_engine_range_and_the_check_that_prevents_it(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(NOISE + traceback_for(CATALOG["MEM004"]))
+    doc = json.loads(run("triage", str(log), "--format", "json").stdout)
+    (match,) = doc["matches"]
+    assert match["engines"] == [e.model_dump() for e in CATALOG["MEM004"].engines]
+    assert match["prevented_by"] == ["MEM004"] and doc["unknown"] is None
+    log.write_text(NOISE + UNRELATED)
+    proc = run("triage", str(log))
+    assert proc.returncode == 0 and "unknown" in proc.stdout and "page_size must be a power of two" in proc.stdout
+    piped = subprocess.run([sys.executable, "-m", "kvdoctor", "triage", "-"], input=(NOISE + OOB).encode(),
+                           capture_output=True, timeout=600)
+    assert piped.returncode == 0 and b"unattributed" in piped.stdout and b"IndexKernel" in piped.stdout

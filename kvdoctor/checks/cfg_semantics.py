@@ -30,7 +30,7 @@ UNBOUNDED_OK = ("time_step_limit",)
 # Findings that rest on facts, not on the guessed semantics: transformers itself refused the config.
 FACTS = frozenset({"CFG012"})
 
-RULE = Rule(codes=tuple(f"CFG{n:03d}" for n in range(11, 21)))
+RULE = Rule(codes=tuple(f"CFG{n:03d}" for n in range(11, 21) if n != 14))  # CFG014 folded into CFG013
 
 
 def _int(value: Any) -> TypeGuard[int]:
@@ -66,7 +66,7 @@ def _heads(spec: ModelSpec) -> Iterable[Finding]:
     attention = [l for l in spec.layers if l.kind in (FULL, SLIDING) or l.kind == "chunked_attention"]
     if _int(heads) and _int(kv) and heads > 0 and kv > 0 and attention:
         if kv > heads:
-            yield Finding.at("CFG014", f"num_key_value_heads = {kv} is more than num_attention_heads = {heads}: "
+            yield Finding.at("CFG013", f"num_key_value_heads = {kv} is more than num_attention_heads = {heads}: "
                              f"vLLM asserts num_heads ({heads}) is not divisible by num_kv_heads ({kv}) when it "
                              "builds the first attention layer", spec.key_source("num_key_value_heads"),
                              engine_error={"class": "AssertionError", "stage": "load",

@@ -1,36 +1,140 @@
-"""`kvdoctor explain CODE`: one catalog entry as a page."""
+"""`kvdoctor explain CODE`, `kvdoctor rules` and `kvdoctor triage`: catalog entries for a person to read.
+
+Entries keep their prose as YAML blocks with hard line breaks; here it is reflowed into paragraphs
+(a blank line separates them, a line starting with "- " or indented stays a line of its own) so the
+terminal wraps it at its own width. Before/after examples are printed verbatim.
+"""
 from __future__ import annotations
 
+import textwrap
+
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.syntax import Syntax
+from rich.table import Table
 from rich.text import Text
 
-from kvdoctor.catalog import Entry
+from kvdoctor.catalog import Catalog, Entry
+
+
+def reflow(text: str) -> list[str]:
+    """Paragraphs of `text` with the hard line breaks inside each one removed."""
+    paragraphs, current = [], []
+    for line in text.strip().splitlines():
+        if not line.strip():
+            if current:
+                paragraphs.append(" ".join(current))
+                current = []
+        elif line.startswith((" ", "\t", "- ", "* ")) and current:
+            paragraphs.append(" ".join(current))
+            current = [line.strip()]
+        else:
+            current.append(line.strip())
+    if current:
+        paragraphs.append(" ".join(current))
+    return paragraphs
+
+
+def engines_text(entry: Entry) -> str:
+    return ", ".join(f"{r.name} {r.versions}" for r in entry.engines)
+
+
+def prevention_text(entry: Entry) -> str:
+    codes = entry.preventers
+    if codes:
+        return "kvdoctor check catches this before deploy: " + ", ".join(codes)
+    return "no kvdoctor check catches this before deploy yet"
+
+
+def _item(marker: str, text: str, style: str = "") -> Table:
+    """A list item whose wrapped lines hang under its text, not under its marker."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=len(marker) + 2, justify="right", no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    grid.add_row(Text(marker, style=style), Text(" ".join(text.split()), style=style))
+    return grid
+
+
+def _example(label: str, code: str) -> list:
+    return [Padding(Text(label, style="dim"), (0, 0, 0, 5)),
+            Padding(Syntax(code.rstrip(), "yaml", theme="ansi_dark", word_wrap=False), (0, 0, 0, 7))]
 
 
 def render_entry(entry: Entry, console: Console | None = None) -> None:
     parts: list = [Text(entry.summary, style="bold"), Text("")]
-    engines = ", ".join(f"{r.name} {r.versions}" for r in entry.engines)
-    parts.append(Text(f"severity: {entry.severity}   engines: {engines}   check: {entry.check}", style="dim"))
+    parts.append(Text(f"severity: {entry.severity}   engines: {engines_text(entry)}   check: {entry.check}", style="dim"))
+    parts.append(Text(prevention_text(entry), style="dim"))
     if entry.error:
         parts += [Text(""), Text("Engine error", style="bold underline"),
                   Text(f"{entry.error.class_}: {entry.error.message}", style="red"),
                   Text(f"raised at {entry.error.source}", style="dim")]
-    parts += [Text(""), Text("What it means", style="bold underline"), Text(entry.meaning.strip())]
+    parts += [Text(""), Text("What it means", style="bold underline")]
+    for i, paragraph in enumerate(reflow(entry.meaning)):
+        parts += ([Text("")] if i else []) + [Text(paragraph)]
     parts += [Text(""), Text("When it happens", style="bold underline")]
-    parts += [Text(f"  - {t}") for t in entry.triggers]
+    parts += [_item("-", t) for t in entry.triggers]
     parts += [Text(""), Text("Fixes", style="bold underline")]
     for i, fix in enumerate(entry.fixes, 1):
-        parts.append(Text(f"  {i}. {fix.summary}", style="green"))
+        parts.append(_item(f"{i}.", fix.summary, "green"))
         if fix.before:
-            parts += [Text("     before:", style="dim"), Syntax(fix.before.rstrip(), "yaml", theme="ansi_dark")]
+            parts += _example("before:", fix.before)
         if fix.after:
-            parts += [Text("     after:", style="dim"), Syntax(fix.after.rstrip(), "yaml", theme="ansi_dark")]
+            parts += _example("after:", fix.after)
     if entry.prevention:
         parts += [Text(""), Text("Prevention", style="bold underline")]
-        parts += [Text(f"  - {p}") for p in entry.prevention]
+        parts += [_item("-", p) for p in entry.prevention]
     if entry.references:
         parts += [Text(""), Text("References", style="bold underline")]
-        parts += [Text(f"  - {r}") for r in entry.references]
+        parts += [_item("-", r) for r in entry.references]
     (console or Console()).print(Panel(Group(*parts), title=f"{entry.code} {entry.name}", border_style="cyan"))
+
+
+def rules_text(catalog: Catalog, verbose: bool = False, width: int = 80) -> str:
+    """The catalog as plain lines that read at `width` columns: code, severity and name, then the
+    summary on its own indented line; --verbose adds engines, check and preventing codes."""
+    out = [f"kvdoctor catalog: {len(catalog.codes())} entries"]
+    indent = " " * 9
+    for code in catalog.codes():
+        e = catalog[code]
+        out.append(f"{code:<8} {e.severity:<7} {e.name}")
+        out += textwrap.wrap(e.summary, width=width, initial_indent=indent, subsequent_indent=indent)
+        if verbose:
+            extra = f"engines: {engines_text(e)}; check: {e.check}"
+            if e.prevented_by:
+                extra += f"; prevented by: {', '.join(e.prevented_by)}"
+            out += textwrap.wrap(extra, width=width, initial_indent=indent, subsequent_indent=indent)
+    return "\n".join(out)
+
+
+def rules_markdown(catalog: Catalog) -> str:
+    rows = ["| code | severity | name | engines | summary |", "|---|---|---|---|---|"]
+    for code in catalog.codes():
+        e = catalog[code]
+        cells = [code, e.severity, e.name, engines_text(e), e.summary]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def rules_json(catalog: Catalog) -> list[dict]:
+    return [{**e.model_dump(by_alias=True), "prevented_by": e.preventers} for e in catalog.entries.values()]
+
+
+def render_triage(report, source: str, console: Console | None = None) -> None:
+    console = console or Console()
+    for hit in report.hits:
+        where = ", ".join(map(str, hit.lines[:10])) + (" ..." if len(hit.lines) > 10 else "")
+        console.print(Text(f"{hit.entry.code} found at line {where}: ", style="bold red") + Text(hit.text))
+        console.print(Text(f"  {engines_text(hit.entry)}; {prevention_text(hit.entry)}", style="dim"))
+        render_entry(hit.entry, console)
+    for item in report.unattributed:
+        hint = item["hint"]
+        nearest = f"; nearest hint at line {hint['line']}: {hint['text']}" if hint else "; no engine frame or kernel nearby"
+        console.print(Text(f"unattributed GPU error at line {item['line']}: ", style="bold yellow")
+                      + Text(item["text"] + nearest))
+    if report.unknown is not None:
+        console.print(Text(f"unknown: no catalog entry matches; looked at line {report.unknown['line']}: ",
+                           style="bold yellow") + Text(report.unknown["text"]))
+    elif not report.hits and not report.unattributed:
+        console.print(Text("unknown: the log is empty", style="bold yellow"))
+    console.print(f"{len(report.hits)} known error(s) in {source} ({report.lines_read} line(s) read)", markup=False)

@@ -1,0 +1,56 @@
+"""`kvdoctor rules` (rich at 80 columns, json with version ranges, markdown) and `explain` (reflowed
+prose, verbatim examples)."""
+from __future__ import annotations
+
+import json
+
+from helpers import run
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.report.explain import reflow
+
+CATALOG = builtin_catalog()
+
+
+def test_rules_json_lists_every_entry_with_its_version_ranges():
+    proc = run("rules", "--format", "json")
+    entries = json.loads(proc.stdout)
+    assert proc.returncode == 0 and len(entries) == len(CATALOG.codes())
+    for item in entries:
+        assert item["engines"] and all(e["name"] and e["versions"] for e in item["engines"]), item["code"]
+        assert item["engines"] == [e.model_dump() for e in CATALOG[item["code"]].engines]
+
+
+def test_rules_reads_at_80_columns_with_the_summary_on_its_own_line():
+    proc = run("rules", env={"COLUMNS": "80"})
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and max(len(line) for line in lines) <= 80
+    i = next(n for n, line in enumerate(lines) if line.startswith("SWA001 "))
+    assert lines[i].split() == ["SWA001", "error", CATALOG["SWA001"].name]
+    assert lines[i + 1].startswith(" " * 9) and CATALOG["SWA001"].summary.startswith(lines[i + 1].strip()[:30])
+    verbose = run("rules", "--verbose", env={"COLUMNS": "80"}).stdout
+    assert "engines: sglang-mlx ==0.5.23" in verbose and "engines:" not in proc.stdout
+
+
+def test_rules_markdown_is_a_table_and_a_bad_format_is_exit_2():
+    proc = run("rules", "--format", "markdown")
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| code | severity |") and len(rows) == len(CATALOG.codes()) + 1
+    bad = run("rules", "--format", "yaml")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_reflow_joins_hard_wrapped_lines_and_keeps_paragraphs_and_items():
+    text = "one two\nthree four\n\nsecond para\n- item a\n- item b\n"
+    assert reflow(text) == ["one two three four", "second para", "- item a", "- item b"]
+
+
+def test_explain_reflows_the_meaning_and_keeps_examples_verbatim():
+    entry = CATALOG["SWA001"]
+    out = run("explain", "SWA001", env={"COLUMNS": "200"}).stdout
+    first = reflow(entry.meaning)[0]
+    assert first[:150] in " ".join(out.split())  # one paragraph, wrapped only by the terminal
+    hard_break = entry.meaning.splitlines()[0].split()[-1] + " " + entry.meaning.splitlines()[1].split()[0]
+    assert hard_break in out  # the YAML line break is gone
+    for line in entry.fixes[0].before.strip().splitlines():
+        assert line.strip() in out
+    assert "kvdoctor check catches this before deploy: SWA001" in out

@@ -1,0 +1,35 @@
+"""Triage over the real-log corpus (tests/data/logs, listed in SOURCES.md): each log names exactly its
+expected entry, and a log whose error the catalog does not know names none and says where it looked."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.triage import triage_file
+
+LOGS = Path(__file__).resolve().parent / "data" / "logs"
+ROW = re.compile(r"^\| (\S+\.log) \| ([\w.-]+/[\w.-]+#\d+) \| ([^|]+) \| (\S+) \|$")
+ROWS = [m.groups() for line in (LOGS / "SOURCES.md").read_text().splitlines() if (m := ROW.match(line))]
+
+
+def test_every_log_is_listed_once_and_the_corpus_is_large_enough():
+    listed = [row[0] for row in ROWS]
+    assert sorted(listed) == sorted(p.name for p in LOGS.glob("*.log"))
+    assert len(set(listed)) == len(listed)
+    assert len(ROWS) >= 40
+    assert sum(row[3] == "none" for row in ROWS) >= 4  # logs triage must not claim
+
+
+@pytest.mark.parametrize("name, thread, version, expected", ROWS, ids=[r[0] for r in ROWS])
+def test_triage_names_the_expected_entry(name, thread, version, expected):
+    report = triage_file(str(LOGS / name), builtin_catalog())
+    codes = [hit.entry.code for hit in report.hits]
+    if expected == "none":
+        assert codes == [] and report.unknown is not None and report.unknown["text"]
+    else:
+        assert builtin_catalog().get(expected) is not None, f"{expected} is not in the catalog"
+        assert codes == [expected]
+        assert report.unknown is None
