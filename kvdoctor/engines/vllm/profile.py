@@ -73,26 +73,29 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     derived, key = derived_max_model_len(spec)
     facts = VllmFacts(arch, False, True, "", None, derived, key, None, (), None, None)
     layers: tuple[LayerPlan, ...] = tuple(LayerPlan(l.index, None, "unknown") for l in spec.layers)
-    try:
-        interp = S.interpret(spec)
-        is_hybrid = any(l.spec == S.MAMBA for l in interp.layers)
-        facts = dataclasses.replace(facts, is_hybrid=is_hybrid, model_window=interp.model_window,
-                                    layer_types=interp.layer_types)
+    try:  # vLLM's order: config stage (transformers, then vLLM's checks), model class, KV planning
+        S.check_layer_types(spec)
         length = _max_model_len(spec, settings, derived, key)
-        hma, why = hma_decision(spec, settings, interp)
-        facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length)
         heads = spec.config.get("num_attention_heads")
         if isinstance(heads, int) and heads % settings.tensor_parallel_size:
             raise tp_heads(heads, settings.tensor_parallel_size)
+        hma, why = hma_decision(spec, settings)
+        is_hybrid = arch in S.HYBRID
+        facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=is_hybrid)
+        interp = S.interpret(spec)
+        facts = dataclasses.replace(facts, model_window=interp.model_window,
+                                    layer_types=interp.layer_types,
+                                    hma_why=why if len({l.spec for l in interp.layers}) > 1 else
+                                    why + "; every layer has the same spec class, so it changes nothing here")
         mode = settings_mode(settings, length, hma)
         bfacts = budget_facts(spec, interp)
         budget = budget_vllm.plan(bfacts, mode)
         notes += budget.notes
         layers = layer_plans(interp, bfacts, budget, hma)
-        if budget.error is not None:
-            raise from_budget(budget.error, is_hybrid)
         facts = dataclasses.replace(facts, block_size=budget.mode.get("block_size"),
                                     groups=groups_of(budget, interp))
+        if budget.error is not None:
+            raise from_budget(budget.error, is_hybrid)
     except Startup as stop:
         return Plan("vllm", {"vllm": VERSION}, layers, (stop.refusal,), facts, tuple(notes))
     return Plan("vllm", {"vllm": VERSION}, layers, (), facts, tuple(notes))
@@ -130,7 +133,7 @@ def _max_model_len(spec: ModelSpec, settings: VllmSettings, derived: float | Non
     return settings.max_model_len
 
 
-def hma_decision(spec: ModelSpec, settings: VllmSettings, interp: S.Interpretation) -> tuple[bool, str]:
+def hma_decision(spec: ModelSpec, settings: VllmSettings) -> tuple[bool, str]:
     """VllmConfig.__post_init__ (config/vllm.py): the deploy flag wins; unset, vLLM turns the manager off
     itself for chunked local attention with EAGLE (env VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
     defaults to 1 in 0.33.0, so chunked attention alone keeps it on)."""
@@ -143,10 +146,7 @@ def hma_decision(spec: ModelSpec, settings: VllmSettings, interp: S.Interpretati
         if settings.disable_hybrid_kv_cache_manager is False:
             raise hma_forced_on()
         return False, "vLLM turns it off for chunked local attention with EAGLE-style speculation"
-    kinds = {l.spec for l in interp.layers}
-    if len(kinds) > 1:
-        return True, "on (vLLM's default): layers of different spec classes get separate KV cache groups"
-    return True, "on (vLLM's default); every layer has the same spec class, so it changes nothing here"
+    return True, "on (vLLM's default)"
 
 
 def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budget_vllm.Mode:

@@ -42,6 +42,7 @@ RULES = {
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
                        "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4"}
 QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
+HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM"}  # model classes vLLM marks IsHybrid (Mamba-style state)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ def _transformers_layer_types(spec: ModelSpec) -> list[str] | None:
     raw = spec.config.get("layer_types")
     if isinstance(raw, list):
         return [str(t) for t in raw]
+    if spec.model_type in ("llama4", "llama4_text"):  # Llama4TextConfig: from no_rope_layers, window or not
+        return ["chunked_attention" if rope else "full_attention" for rope in _llama4_rope_layers(spec)]
     if spec.model_type in DERIVES_LAYER_TYPES:
         return [_hf_kind(layer.kind) for layer in spec.layers]
     return None
@@ -90,14 +93,19 @@ def _hf_kind(kind: str) -> str:
             "gated_deltanet": "linear_attention", "kda": "linear_attention"}.get(kind, "full_attention")
 
 
+def check_layer_types(spec: ModelSpec) -> None:
+    """transformers' check while vLLM reads config.json: one `layer_types` entry per layer."""
+    types = _transformers_layer_types(spec)
+    if types is not None and len(types) != spec.num_hidden_layers:
+        raise layer_types_length(spec.num_hidden_layers, len(types))
+
+
 def interpret(spec: ModelSpec) -> Interpretation:
     """vLLM's per-layer spec classes and windows; raises Startup for what vLLM refuses on the way."""
     arch = architecture(spec)
     rule = RULES.get(arch, "layer_types")
     n = spec.num_hidden_layers
     types = _transformers_layer_types(spec)
-    if types is not None and len(types) != n:
-        raise layer_types_length(n, len(types))
     window = _transformers_window(spec)
     all_sliding = types is None or all(t == "sliding_attention" for t in types)
     model_window = window if all_sliding else None
