@@ -115,6 +115,8 @@ def extra_points(name: str, cfg: dict) -> list[tuple[str, dict, str, dict, int]]
         text_of(partial).update(use_sliding_window=True, sliding_window=4096,
                                 max_window_layers=text_of(cfg)["num_hidden_layers"] // 2)
         out.append(("qwen2_partial_window", partial, "default", {}, BUDGET))
+    if text_of(cfg).get("kv_lora_rank"):  # an MLA model with the plain nvfp4 KV layout
+        out.append(("none", cfg, "nvfp4", {"kv_cache_dtype": "nvfp4"}, BUDGET))
     if name == "meta-llama__Llama-3.1-8B":  # budgets below one request, and below one block
         out.append(("none", cfg, "kv_budget_4gib", {}, 4 * GiB))
         out.append(("none", cfg, "kv_budget_256kib", {}, 256 << 10))

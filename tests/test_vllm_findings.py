@@ -60,6 +60,7 @@ REFUSALS = [  # code, config, settings that make it fire; the same config with h
                               sliding_window=4096), {}),
     ("VLM009", lambda: edited("Qwen__Qwen2.5-7B-Instruct", use_sliding_window=True, sliding_window=4096,
                               max_window_layers=14), {}),
+    ("VLM011", lambda: config("deepseek-ai__DeepSeek-V3"), {"kv_cache_dtype": "nvfp4"}),
 ]
 
 
@@ -81,7 +82,8 @@ def test_refusal_fires_and_healthy_stays_quiet(code, make, settings, tmp_path):
 def _healthy(code: str) -> str:
     return {"VLM001": "allenai__Olmo-3.1-32B-Instruct", "VLM007": "Qwen__Qwen3-Next-80B-A3B-Instruct",
             "VLM009": "Qwen__Qwen2.5-7B-Instruct", "MEM002": "Qwen__Qwen3-Next-80B-A3B-Instruct",
-            "MEM004": "meta-llama__Llama-3.1-8B", "VLM006": "meta-llama__Llama-3.1-8B"}.get(code, "google__gemma-3-1b-it")
+            "MEM004": "meta-llama__Llama-3.1-8B", "VLM006": "meta-llama__Llama-3.1-8B",
+            "VLM011": "deepseek-ai__DeepSeek-V3"}.get(code, "google__gemma-3-1b-it")
 
 
 def test_hma_forced_on_with_chunked_eagle_is_refused(tmp_path):

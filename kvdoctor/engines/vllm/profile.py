@@ -17,8 +17,8 @@ from kvdoctor.budget import vllm as budget_vllm
 from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
 from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (VERSION, Startup, from_budget, hma_forced_on, max_model_len_over,
-                                            tp_heads)
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget, hma_forced_on, max_model_len_over,
+                                            nvfp4_with_mla, tp_heads)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MLA, SLIDING, LayerSpec, ModelSpec
 
@@ -58,6 +58,7 @@ class VllmCheckProfile(EngineProfile):
     name = "vllm"
     pins = {"vllm": VERSION}
     Settings = VllmSettings
+    refusal_codes = tuple(CODES)  # every catalog code plan() can put in Plan.refusals
 
     def plan(self, spec: ModelSpec, settings: Any) -> Plan[VllmFacts]:
         settings = settings if isinstance(settings, VllmSettings) else VllmSettings()
@@ -79,6 +80,9 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         heads = spec.config.get("num_attention_heads")
         if isinstance(heads, int) and heads % settings.tensor_parallel_size:
             raise tp_heads(heads, settings.tensor_parallel_size)
+        dtype = settings.kv_cache_dtype
+        if dtype.startswith("nvfp4") and not dtype.endswith("_ds_mla") and _uses_mla(spec):
+            raise nvfp4_with_mla()
         hma, why = hma_decision(spec, settings)
         is_hybrid = arch in S.HYBRID
         facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=is_hybrid)
@@ -99,6 +103,11 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     except Startup as stop:
         return Plan("vllm", {"vllm": VERSION}, layers, (stop.refusal,), facts, tuple(notes))
     return Plan("vllm", {"vllm": VERSION}, layers, (), facts, tuple(notes))
+
+
+def _uses_mla(spec: ModelSpec) -> bool:
+    """ModelConfig.use_mla: a DeepSeek-style latent attention (the config has a kv_lora_rank)."""
+    return S.RULES.get(S.architecture(spec)) in ("mla", "kimi_linear") or bool(spec.config.get("kv_lora_rank"))
 
 
 def derived_max_model_len(spec: ModelSpec) -> tuple[float | None, str | None]:

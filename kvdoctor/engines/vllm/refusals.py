@@ -28,6 +28,7 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM008": SRC + "config/vllm.py#L2285",
     "VLM009": SRC + "model_executor/models/qwen2.py#L352",
     "VLM010": SRC + "v1/core/kv_cache_planning.py#L401",
+    "VLM011": SRC + "config/vllm.py#L3432",
 }
 
 
@@ -80,6 +81,14 @@ def hma_forced_on() -> Startup:
                    "Hybrid KV cache manager was explicitly enabled but is not supported in this configuration. "
                    "Consider omitting the --enable-hybrid-kv-cache-manager flag to let vLLM decide automatically.",
                    key="disable_hybrid_kv_cache_manager", wrapped_in="1 validation error for VllmConfig")
+
+
+def nvfp4_with_mla() -> Startup:
+    return refusal("VLM011", "ValidationError",
+                   "nvfp4 KV cache is not supported with MLA (Multi-head Latent Attention) backends. Please use a "
+                   "different --kv-cache-dtype (e.g., 'fp8', 'auto', or 'nvfp4_ds_mla' with a sparse MLA backend) "
+                   "for MLA models such as DeepSeek.", key="kv_cache_dtype",
+                   wrapped_in="1 validation error for VllmConfig")
 
 
 def qwen2_window_layers(max_window_layers, layers: int) -> Startup:
