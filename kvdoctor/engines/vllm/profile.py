@@ -84,10 +84,10 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if dtype.startswith("nvfp4") and not dtype.endswith("_ds_mla") and _uses_mla(spec):
             raise nvfp4_with_mla()
         hma, why = hma_decision(spec, settings)
-        is_hybrid = arch in S.HYBRID
-        facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=is_hybrid)
+        facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
-        facts = dataclasses.replace(facts, model_window=interp.model_window,
+        is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
+        facts = dataclasses.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
                                     layer_types=interp.layer_types,
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")

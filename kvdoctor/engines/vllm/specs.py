@@ -103,9 +103,9 @@ def check_layer_types(spec: ModelSpec) -> None:
 def interpret(spec: ModelSpec) -> Interpretation:
     """vLLM's per-layer spec classes and windows; raises Startup for what vLLM refuses on the way."""
     arch = architecture(spec)
-    rule = RULES.get(arch, "layer_types")
     n = spec.num_hidden_layers
     types = _transformers_layer_types(spec)
+    rule = rule_for(spec, arch, types)
     window = _transformers_window(spec)
     all_sliding = types is None or all(t == "sliding_attention" for t in types)
     model_window = window if all_sliding else None
@@ -115,6 +115,19 @@ def interpret(spec: ModelSpec) -> Interpretation:
         if max_window != n:
             raise qwen2_window_layers(max_window, n)
     return Interpretation(arch, rule, tuple(types) if types else None, window, model_window, tuple(layers))
+
+
+def rule_for(spec: ModelSpec, arch: str, types: list[str] | None) -> str:
+    """The table's rule; for an architecture it does not list, what vLLM's shared code does: MLA when
+    the config has a latent (`kv_lora_rank`, ModelConfig.use_mla), a Mamba-style state for
+    `linear_attention` entries, else the per-layer `layer_types` reading of Llama-like classes."""
+    if arch in RULES:
+        return RULES[arch]
+    if spec.config.get("kv_lora_rank"):
+        return "mla"
+    if types and "linear_attention" in types:
+        return "linear_hybrid"
+    return "layer_types"
 
 
 def _layer(spec: ModelSpec, rule: str, i: int, types: list[str] | None, window: int | None,
@@ -130,6 +143,10 @@ def _layer(spec: ModelSpec, rule: str, i: int, types: list[str] | None, window: 
         if kind == "linear_attention":
             return LayerSpecPlan(i, MAMBA)
         return _attention(i, None, model_window)
+    if rule == "linear_hybrid":
+        if kind == "linear_attention":
+            return LayerSpecPlan(i, MAMBA)
+        return _attention(i, window if kind == "sliding_attention" else None, model_window)
     if rule == "llama4":
         chunk = spec.config.get("attention_chunk_size")
         rope = _llama4_rope_layers(spec)
