@@ -37,12 +37,17 @@ RULES = {
     "DeepseekV3ForCausalLM": "mla", "DeepseekV2ForCausalLM": "mla",
     "KimiLinearForCausalLM": "kimi_linear", "Qwen3NextForCausalLM": "qwen3_next",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4",
+    # qwen3_5.py raises the same "Invalid layer_type" for anything but linear / full attention
+    "Qwen3_5ForCausalLM": "qwen3_next", "Qwen3_5MoeForCausalLM": "qwen3_next",
+    "Qwen3_5ForConditionalGeneration": "qwen3_next", "Qwen3_5MoeForConditionalGeneration": "qwen3_next",
 }
 # model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
                        "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4"}
 QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
-HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM"}  # model classes vLLM marks IsHybrid (Mamba-style state)
+# model classes vLLM marks IsHybrid (Mamba-style state)
+HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,9 @@ def _transformers_layer_types(spec: ModelSpec) -> list[str] | None:
     raw = spec.config.get("layer_types")
     if isinstance(raw, list):
         return [str(t) for t in raw]
+    if spec.model_type.startswith("qwen3_5"):  # Qwen3_5(Moe)TextConfig: every full_attention_interval-th is full
+        interval = spec.config.get("full_attention_interval") or 4
+        return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(spec.num_hidden_layers)]
     if spec.model_type in ("llama4", "llama4_text"):  # Llama4TextConfig: from no_rope_layers, window or not
         return ["chunked_attention" if rope else "full_attention" for rope in _llama4_rope_layers(spec)]
     if spec.model_type in DERIVES_LAYER_TYPES:
