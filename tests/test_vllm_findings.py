@@ -61,6 +61,8 @@ REFUSALS = [  # code, config, settings that make it fire; the same config with h
     ("VLM009", lambda: edited("Qwen__Qwen2.5-7B-Instruct", use_sliding_window=True, sliding_window=4096,
                               max_window_layers=14), {}),
     ("VLM011", lambda: config("deepseek-ai__DeepSeek-V3"), {"kv_cache_dtype": "nvfp4"}),
+    ("VLM012", lambda: config("Qwen__Qwen3-Next-80B-A3B-Instruct"), {"mamba_block_size": 64,
+                                                                     "enable_prefix_caching": False}),
 ]
 
 
@@ -83,7 +85,8 @@ def _healthy(code: str) -> str:
     return {"VLM001": "allenai__Olmo-3.1-32B-Instruct", "VLM007": "Qwen__Qwen3-Next-80B-A3B-Instruct",
             "VLM009": "Qwen__Qwen2.5-7B-Instruct", "MEM002": "Qwen__Qwen3-Next-80B-A3B-Instruct",
             "MEM004": "meta-llama__Llama-3.1-8B", "VLM006": "meta-llama__Llama-3.1-8B",
-            "VLM011": "deepseek-ai__DeepSeek-V3"}.get(code, "google__gemma-3-1b-it")
+            "VLM011": "deepseek-ai__DeepSeek-V3",
+            "VLM012": "Qwen__Qwen3-Next-80B-A3B-Instruct"}.get(code, "google__gemma-3-1b-it")
 
 
 def test_hma_forced_on_with_chunked_eagle_is_refused(tmp_path):

@@ -100,5 +100,6 @@ def mtp_layers(spec: ModelSpec) -> list[Finding]:
         return []
     return [Finding.at("VLM023", f"num_nextn_predict_layers = {n}: vLLM builds KV caches for the "
                        f"{spec.num_hidden_layers} decoder layers only; the MTP layer(s) get theirs only when "
-                       "served as the draft (speculative_config method mtp)", spec.key_source("num_nextn_predict_layers"),
+                       "served as the draft (speculative_config method mtp)",
+                       spec.key_source("num_nextn_predict_layers"),
                        evidence={"num_nextn_predict_layers": n})]

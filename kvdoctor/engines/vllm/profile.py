@@ -17,10 +17,11 @@ from kvdoctor.budget import vllm as budget_vllm
 from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
 from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget, hma_forced_on, max_model_len_over,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget, hma_forced_on,
+                                            mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, tp_heads)
 from kvdoctor.engines.vllm.settings import VllmSettings
-from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MLA, SLIDING, LayerSpec, ModelSpec
+from kvdoctor.model import FULL, GDN, KDA, MLA, SLIDING, ModelSpec
 
 PLATFORM = "cuda (H200, FlashAttention / FlashAttention-MLA backends, block 16 unless block_size is set)"
 UNBOUNDED = 1 << 60  # no kv_budget: vLLM's admission check runs against memory it profiles on the GPU
@@ -83,6 +84,9 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         dtype = settings.kv_cache_dtype
         if dtype.startswith("nvfp4") and not dtype.endswith("_ds_mla") and _uses_mla(spec):
             raise nvfp4_with_mla()
+        if (settings.mamba_block_size is not None and settings.mamba_block_size != length
+                and settings.enable_prefix_caching is False):
+            raise mamba_block_without_prefix_caching()
         hma, why = hma_decision(spec, settings)
         facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)

@@ -29,6 +29,7 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM009": SRC + "model_executor/models/qwen2.py#L352",
     "VLM010": SRC + "v1/core/kv_cache_planning.py#L401",
     "VLM011": SRC + "config/vllm.py#L3432",
+    "VLM012": SRC + "config/vllm.py#L3449",
 }
 
 
@@ -89,6 +90,11 @@ def nvfp4_with_mla() -> Startup:
                    "different --kv-cache-dtype (e.g., 'fp8', 'auto', or 'nvfp4_ds_mla' with a sparse MLA backend) "
                    "for MLA models such as DeepSeek.", key="kv_cache_dtype",
                    wrapped_in="1 validation error for VllmConfig")
+
+
+def mamba_block_without_prefix_caching() -> Startup:
+    return refusal("VLM012", "ValidationError", "--mamba-block-size can only be set with --enable-prefix-caching",
+                   key="mamba_block_size", wrapped_in="1 validation error for VllmConfig")
 
 
 def qwen2_window_layers(max_window_layers, layers: int) -> Startup:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvdoctor.engines.vllm.refusals import Startup, layer_types_length, qwen2_window_layers, unknown_layer_type
+from kvdoctor.engines.vllm.refusals import layer_types_length, qwen2_window_layers, unknown_layer_type
 from kvdoctor.model import ModelSpec
 
 FULL = "FullAttentionSpec"

@@ -57,7 +57,8 @@ def error_row(exc: BaseException, stage: str) -> dict:
         return f"{f.filename.split('site-packages/')[-1]}:{f.lineno} in {f.name}" if f else None
 
     row = {"stage": stage, "class": type(exc).__name__, "message": str(exc),
-           "raised_at_vllm": where(in_vllm[-1] if in_vllm else None), "raised_at": where(frames[-1] if frames else None)}
+           "raised_at_vllm": where(in_vllm[-1] if in_vllm else None),
+           "raised_at": where(frames[-1] if frames else None)}
     if exc.__cause__ is not None:
         row["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
     return row
