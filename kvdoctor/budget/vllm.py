@@ -79,6 +79,8 @@ class Spec:
         """cdiv(max_memory_usage_bytes, page): the blocks one request at `length` holds."""
         if self.cls == "SlidingWindowSpec":
             return cdiv(min(self.window - 1 + mode.in_flight_tokens, length), self.block_size) + 1
+        if self.cls == "ChunkedLocalAttentionSpec":  # `window` holds the attention chunk size
+            return cdiv(min(self.window + mode.in_flight_tokens, length), self.block_size)
         if self.cls == "MambaSpec":
             return (2 if self.align_mode else 1) + self.spec_blocks
         return cdiv(length, self.block_size)
@@ -199,6 +201,8 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
             specs.append(Spec("MLAAttentionSpec", block, per_token))
         elif layer.kind == "sliding":
             specs.append(Spec("SlidingWindowSpec", block, per_token, window=layer.window))
+        elif layer.kind == "chunked":
+            specs.append(Spec("ChunkedLocalAttentionSpec", block, per_token, window=layer.window))
         else:
             specs.append(Spec("FullAttentionSpec", block, per_token))
     info["block_size"] = block
@@ -221,10 +225,10 @@ def promote(specs: list[Spec], notes: list[str]) -> list[Spec]:
     if _mergeable(specs):
         return specs
     classes = {s.cls for s in specs}
-    if "FullAttentionSpec" in classes and "SlidingWindowSpec" in classes:
+    local = {"SlidingWindowSpec", "ChunkedLocalAttentionSpec"}
+    if "FullAttentionSpec" in classes and classes & local:
         block = next(s.block_size for s in specs if s.cls == "FullAttentionSpec")
-        specs = [replace(s, cls="FullAttentionSpec", block_size=block) if s.cls == "SlidingWindowSpec" else s
-                 for s in specs]
+        specs = [replace(s, cls="FullAttentionSpec", block_size=block) if s.cls in local else s for s in specs]
         notes.append("Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any "
                      "optimizations for saving KV cache memory (e.g., dropping the KV cache outside the sliding "
                      "window). The compute of layers like sliding window is still saved.")

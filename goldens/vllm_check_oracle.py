@@ -1,0 +1,204 @@
+"""vLLM check oracle: what vLLM 0.33.0's own start-up code decides for a config and its deploy settings.
+
+Run in goldens/.venv/vllm with VLLM_TARGET_DEVICE=cpu (see README.md). Per point, all of it vLLM's code:
+1. `EngineArgs(model=DIR, load_format="dummy", skip_tokenizer_init=True, **settings).create_engine_config()`;
+2. the model class instantiated on the meta device under that config (`initialize_model`), the executor's
+   `update_block_size_for_backend` and `validate_block_size`, then the worker's `get_kv_cache_spec`
+   (each attention / Mamba layer's own `get_kv_cache_spec`);
+3. the engine core's `resolve_kv_cache_layout`, `get_global_kv_cache_groups` and `get_kv_cache_configs`
+   (admission check) against the point's KV budget (40 GiB unless the point sets one).
+What the script supplies: the mutated config.json, a single-process gloo group (faked to TP world size
+8 for `tp8` on rank 0), and one recorded workaround per CPU-only obstacle (see README.md). The point
+runner is kvdoctor/engines/vllm/startup.py, which `--dry-run` runs as its child; this file adds the
+corpus, the mutations and the settings grid.
+
+`python vllm_check_oracle.py` runs every model in a child process each and writes vllm_check.json;
+`python vllm_check_oracle.py --model NAME OUT.json` runs one model and writes its points to OUT.json.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "stubs"))  # transformers' image processors import torchvision at module level
+
+from common import CONFIGS, GiB, write  # noqa: E402
+
+REAL = HERE.parent / "fixtures" / "configs" / "real"
+BUDGET = 40 * GiB
+DEFAULT_WINDOW = 4096  # the window a mutation adds where the config has none
+
+
+# --- the corpus and its mutations (plain JSON edits of config.json) -------------------------------
+
+def corpus() -> dict[str, dict]:
+    out = {}
+    for folder in (CONFIGS, REAL):
+        for path in sorted(folder.iterdir()):
+            src = path / "config.json" if path.is_dir() else path
+            if src.suffix == ".json" and src.exists():
+                out[path.stem if path.is_file() else path.name] = json.loads(src.read_text())
+    return out
+
+
+def text_of(cfg: dict) -> dict:
+    return cfg.get("text_config") or cfg
+
+
+def max_position(cfg: dict) -> int:
+    return int(text_of(cfg).get("max_position_embeddings") or 131072)
+
+
+ATTENTION_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def mutations(cfg: dict) -> dict[str, dict]:
+    """The issue's config mutations that mean something for this config (name -> mutated copy)."""
+    text = text_of(cfg)
+    types = text.get("layer_types")
+    window = text.get("sliding_window")
+    out = {"none": cfg}
+
+    def edit(fn) -> dict:
+        new = copy.deepcopy(cfg)
+        fn(text_of(new))
+        return new
+
+    if isinstance(types, list) and types:
+        out["layer_types_shifted"] = edit(lambda t: t.update(layer_types=types[1:] + types[:1]))
+        out["layer_types_truncated"] = edit(lambda t: t.update(layer_types=types[:-1]))
+        out["layer_types_missing"] = edit(lambda t: t.pop("layer_types"))
+        extra = int(text.get("num_nextn_predict_layers") or 1)
+        out["mtp_appended"] = edit(lambda t: t.update(layer_types=types + [types[-1]] * extra))
+    if window is not None:
+        out["sliding_window_null"] = edit(lambda t: t.update(sliding_window=None))
+
+    def window_only(t: dict) -> None:
+        t.pop("layer_types", None)
+        t["sliding_window"] = window or DEFAULT_WINDOW
+
+    out["window_no_layer_types"] = edit(window_only)
+
+    def all_sliding(t: dict) -> None:
+        n = int(t.get("num_hidden_layers"))
+        old = types if isinstance(types, list) and len(types) == n else ["full_attention"] * n
+        t["layer_types"] = ["sliding_attention" if k in ATTENTION_TYPES else k for k in old]
+        t["sliding_window"] = window or DEFAULT_WINDOW
+
+    out["all_sliding"] = edit(all_sliding)
+    return out
+
+
+def settings_for(cfg: dict, hybrid: bool) -> dict[str, dict]:
+    """The issue's deploy settings (name -> EngineArgs keyword arguments)."""
+    out = {"default": {}, "hma_off": {"disable_hybrid_kv_cache_manager": True},
+           "len2x": {"max_model_len": 2 * max_position(cfg)}, "tp8": {"tensor_parallel_size": 8},
+           "fp8": {"kv_cache_dtype": "fp8"}}
+    if hybrid:
+        out["prefix_caching"] = {"enable_prefix_caching": True}
+    return out
+
+
+def extra_points(name: str, cfg: dict) -> list[tuple[str, dict, str, dict, int]]:
+    """Points for refusals the grid does not reach: (mutation, config, setting, engine args, KV budget)."""
+    out = []
+    if text_of(cfg).get("model_type") == "qwen2":  # a window on the upper layers only
+        partial = copy.deepcopy(cfg)
+        text_of(partial).update(use_sliding_window=True, sliding_window=4096,
+                                max_window_layers=text_of(cfg)["num_hidden_layers"] // 2)
+        out.append(("qwen2_partial_window", partial, "default", {}, BUDGET))
+    if text_of(cfg).get("kv_lora_rank"):  # an MLA model with the plain nvfp4 KV layout
+        out.append(("none", cfg, "nvfp4", {"kv_cache_dtype": "nvfp4"}, BUDGET))
+    if name == "meta-llama__Llama-3.1-8B":  # budgets below one request, and below one block
+        out.append(("none", cfg, "kv_budget_4gib", {}, 4 * GiB))
+        out.append(("none", cfg, "kv_budget_256kib", {}, 256 << 10))
+    return out
+
+
+# --- one point: vLLM's start-up up to KV planning (kvdoctor/engines/vllm/startup.py, the dry run's child) ---
+
+def _load_startup():
+    """startup.py by path: its folder must not go on sys.path (its profile.py would shadow the stdlib's)."""
+    path = HERE.parent / "kvdoctor" / "engines" / "vllm" / "startup.py"
+    spec = importlib.util.spec_from_file_location("kvdoctor_vllm_startup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+startup = _load_startup()
+
+
+def run_point(cfg: dict, kwargs: dict, root: Path, budget: int = BUDGET) -> dict:
+    return startup.run_point(cfg, kwargs, root, budget)
+
+
+def run_model(name: str) -> list[dict]:
+    root = Path(tempfile.mkdtemp(prefix="kvdoctor-vllm-check-"))
+    startup.setup(root)
+    cfg = corpus()[name]
+    points = []
+    for mutation, mutated in mutations(cfg).items():
+        base = run_point(mutated, {}, root)
+        hybrid = bool(base.get("fields", {}).get("is_hybrid")) or any(
+            l["spec"] == "MambaSpec" for l in base.get("layers") or [])
+        wanted = settings_for(mutated, hybrid) if mutation == "none" else {"default": {}, "hma_off": {
+            "disable_hybrid_kv_cache_manager": True}}
+        for setting, kwargs in wanted.items():
+            point = base if setting == "default" else run_point(mutated, kwargs, root)
+            points.append({"model": name, "mutation": mutation, "setting": setting, "engine_args": kwargs,
+                           "kv_budget_bytes": BUDGET, "config": mutated, **point})
+            print(f"{name} {mutation} {setting}: "
+                  f"{'start' if point['outcome']['start'] else point['outcome']['class']}", file=sys.stderr, flush=True)
+    for mutation, mutated, setting, kwargs, budget in extra_points(name, cfg):
+        point = run_point(mutated, kwargs, root, budget)
+        points.append({"model": name, "mutation": mutation, "setting": setting, "engine_args": kwargs,
+                       "kv_budget_bytes": budget, "config": mutated, **point})
+    return points
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--model":  # vLLM logs to stdout: the points go to a file
+        Path(sys.argv[3]).write_text(json.dumps(run_model(sys.argv[2])))
+        return
+    import torch
+    import transformers
+    import vllm
+
+    wanted = set(filter(None, os.environ.get("KVDOCTOR_GOLDEN_MODELS", "").split(",")))
+    points = []
+    previous = HERE / "vllm_check.json"
+    if wanted and previous.exists():  # a partial run keeps the other models' points
+        points = [p for p in json.loads(previous.read_text())["points"] if p["model"] not in wanted]
+    for name in corpus():
+        if wanted and name not in wanted:
+            continue
+        out = Path(tempfile.mkdtemp()) / "points.json"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # vLLM inspects model classes in a subprocess
+            filter(None, [str(HERE / "stubs"), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.run([sys.executable, __file__, "--model", name, str(out)], capture_output=True, text=True,
+                              timeout=3600, env=env)
+        if proc.returncode:
+            sys.stderr.write(proc.stderr[-4000:])
+            raise SystemExit(f"{name}: the oracle child failed")
+        points += json.loads(out.read_text())
+        print(name, len(points), flush=True)
+    write("vllm_check", "vllm", {"vllm": vllm.__version__, "torch": torch.__version__,
+                                  "transformers": transformers.__version__,
+                                  "python": sys.version.split()[0], "platform": "cpu (VLLM_TARGET_DEVICE=cpu)",
+                                  "stand_ins": "no-op torch.cuda.Stream/Event; VLLM_KIMI_K3_GEMM_AR=0; gloo group "
+                                               "(TP world size 8 faked for tp8); CPU_MLA block check skipped; "
+                                               "see README.md"},
+          points)
+
+
+if __name__ == "__main__":
+    main()

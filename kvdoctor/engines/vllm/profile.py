@@ -1,0 +1,244 @@
+"""`vllm` for `check`: what vLLM 0.33.0 (v1 engine, CUDA) does with this model at start-up, predicted statically.
+
+The order is vLLM's: the config stage (transformers' layer_types check, max_model_len against the derived
+limit, TP against the heads, the HMA decision), the model class's per-layer specs (specs.py), then KV
+planning (HMA-off promotion, hybrid block alignment, page unification, grouping, the admission check
+against `kv_budget`), the latter through kvdoctor.budget.vllm, which goldens/vllm.json checks.
+Page sizes are the CUDA ones (FlashAttention / FlashAttention-MLA on an H200: block 16 unless set);
+a CPU start-up picks other blocks. Imports no torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from kvdoctor.budget import vllm as budget_vllm
+from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
+from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan
+from kvdoctor.engines.vllm import specs as S
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget, hma_forced_on,
+                                            mamba_block_without_prefix_caching, max_model_len_over,
+                                            nvfp4_with_mla, tp_heads)
+from kvdoctor.engines.vllm.settings import VllmSettings
+from kvdoctor.model import FULL, GDN, KDA, MLA, SLIDING, ModelSpec
+
+PLATFORM = "cuda (H200, FlashAttention / FlashAttention-MLA backends, block 16 unless block_size is set)"
+UNBOUNDED = 1 << 60  # no kv_budget: vLLM's admission check runs against memory it profiles on the GPU
+CACHE_LABELS = {S.FULL: "full", S.SLIDING: "windowed", S.CHUNKED: "chunked", S.MLA: "mla", S.MAMBA: "state"}
+BUDGET_KINDS = {S.FULL: "full", S.SLIDING: "sliding", S.CHUNKED: "chunked", S.MLA: "mla"}
+ROPE_FACTOR_FREE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling", "default")
+
+
+@dataclass(frozen=True)
+class Group:
+    spec: str  # the spec class the group's layers share after HMA-off promotion
+    layer_ids: tuple[int, ...]
+    block_size: int
+    page_bytes: int
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class VllmFacts:
+    architecture: str
+    is_hybrid: bool  # vLLM's sense: the model class has a Mamba-style state (IsHybrid)
+    hma: bool
+    hma_why: str
+    max_model_len: int | None
+    derived_max_model_len: float | None
+    derived_from: str | None
+    block_size: int | None
+    groups: tuple[Group, ...]
+    model_window: int | None  # CacheConfig.sliding_window: the window a layer without its own gets
+    layer_types: tuple[str, ...] | None  # what transformers holds, as vLLM's model class reads it
+    platform: str = PLATFORM
+
+
+class VllmCheckProfile(EngineProfile):
+    name = "vllm"
+    pins = {"vllm": VERSION}
+    Settings = VllmSettings
+    refusal_codes = tuple(CODES)  # every catalog code plan() can put in Plan.refusals
+
+    def plan(self, spec: ModelSpec, settings: Any) -> Plan[VllmFacts]:
+        settings = settings if isinstance(settings, VllmSettings) else VllmSettings()
+        return plan(spec, settings)
+
+    def report(self, plan: Plan[Any], observations: Mapping[str, Any]) -> dict[str, Any]:
+        return {"vllm": facts_json(plan.facts)} if plan.facts is not None else {}
+
+
+def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
+    notes: list[str] = []
+    arch = S.architecture(spec)
+    derived, key = derived_max_model_len(spec)
+    facts = VllmFacts(arch, False, True, "", None, derived, key, None, (), None, None)
+    layers: tuple[LayerPlan, ...] = tuple(LayerPlan(l.index, None, "unknown") for l in spec.layers)
+    try:  # vLLM's order: config stage (transformers, then vLLM's checks), model class, KV planning
+        S.check_layer_types(spec)
+        length = _max_model_len(spec, settings, derived, key)
+        heads = spec.config.get("num_attention_heads")
+        if isinstance(heads, int) and heads % settings.tensor_parallel_size:
+            raise tp_heads(heads, settings.tensor_parallel_size)
+        dtype = settings.kv_cache_dtype
+        if dtype.startswith("nvfp4") and not dtype.endswith("_ds_mla") and _uses_mla(spec):
+            raise nvfp4_with_mla()
+        if (settings.mamba_block_size is not None and settings.mamba_block_size != length
+                and settings.enable_prefix_caching is False):
+            raise mamba_block_without_prefix_caching()
+        hma, why = hma_decision(spec, settings)
+        facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
+        interp = S.interpret(spec)
+        is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
+        facts = dataclasses.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
+                                    layer_types=interp.layer_types,
+                                    hma_why=why if len({l.spec for l in interp.layers}) > 1 else
+                                    why + "; every layer has the same spec class, so it changes nothing here")
+        mode = settings_mode(settings, length, hma)
+        bfacts = budget_facts(spec, interp)
+        budget = budget_vllm.plan(bfacts, mode)
+        notes += budget.notes
+        layers = layer_plans(interp, bfacts, budget, hma)
+        facts = dataclasses.replace(facts, block_size=budget.mode.get("block_size"),
+                                    groups=groups_of(budget, interp))
+        if budget.error is not None:
+            raise from_budget(budget.error, is_hybrid)
+    except Startup as stop:
+        return Plan("vllm", {"vllm": VERSION}, layers, (stop.refusal,), facts, tuple(notes))
+    return Plan("vllm", {"vllm": VERSION}, layers, (), facts, tuple(notes))
+
+
+def _uses_mla(spec: ModelSpec) -> bool:
+    """ModelConfig.use_mla: a DeepSeek-style latent attention (the config has a kv_lora_rank)."""
+    return S.RULES.get(S.architecture(spec)) in ("mla", "kimi_linear") or bool(spec.config.get("kv_lora_rank"))
+
+
+def derived_max_model_len(spec: ModelSpec) -> tuple[float | None, str | None]:
+    """The smallest of the position keys vLLM reads, times a RoPE factor of the types that do not
+    already scale max_position_embeddings (config/model.py _get_and_verify_max_len)."""
+    cfg = spec.config
+    best, key = None, None
+    for name in (*POSITION_KEYS[:4], "model_max_length", "max_target_positions", "max_sequence_length",
+                 "max_seq_length", "seq_len"):
+        value = cfg.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (best is None or value < best):
+            best, key = value, name
+    if isinstance(cfg.get("model_max_length"), int) and cfg["model_max_length"]:
+        best, key = cfg["model_max_length"], "model_max_length"
+    if best is None:
+        return None, None
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type") or rope.get("type") if isinstance(rope, dict) else None
+    factor = rope.get("factor") if isinstance(rope, dict) and rope_type not in ROPE_FACTOR_FREE else None
+    if "gemma3" in spec.model_type:
+        factor = None
+    return float(best) * (factor or 1.0), key
+
+
+def _max_model_len(spec: ModelSpec, settings: VllmSettings, derived: float | None, key: str | None) -> int | None:
+    if settings.max_model_len is None:
+        return int(derived) if derived is not None else 2048
+    if derived is not None and settings.max_model_len > derived:
+        model_max = spec.config.get("model_max_length")
+        if model_max is None or settings.max_model_len > model_max:
+            raise max_model_len_over(settings.max_model_len, key, derived, model_max)
+    return settings.max_model_len
+
+
+def hma_decision(spec: ModelSpec, settings: VllmSettings) -> tuple[bool, str]:
+    """VllmConfig.__post_init__ (config/vllm.py): the deploy flag wins; unset, vLLM turns the manager off
+    itself for chunked local attention with EAGLE (env VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+    defaults to 1 in 0.33.0, so chunked attention alone keeps it on)."""
+    spec_cfg = settings.speculative_config
+    eagle = spec_cfg is not None and spec_cfg.method in ("eagle", "eagle3", "mtp")
+    needs_off = bool(spec.config.get("attention_chunk_size")) and eagle
+    if settings.disable_hybrid_kv_cache_manager is True:
+        return False, "disabled by the deploy setting disable_hybrid_kv_cache_manager: true"
+    if needs_off:
+        if settings.disable_hybrid_kv_cache_manager is False:
+            raise hma_forced_on()
+        return False, "vLLM turns it off for chunked local attention with EAGLE-style speculation"
+    return True, "on (vLLM's default)"
+
+
+def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budget_vllm.Mode:
+    budget = settings.kv_budget_bytes
+    mode = budget_vllm.Mode(
+        max_model_len=length or 2048, kv_budget_bytes=budget if budget is not None else UNBOUNDED,
+        kv_cache_dtype=settings.kv_cache_dtype, tp=settings.tensor_parallel_size, hma=hma,
+        prefix_caching=True if settings.enable_prefix_caching is None else settings.enable_prefix_caching,
+        num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size)
+    overrides = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
+                                   ("max_num_seqs", settings.max_num_seqs)) if v is not None}
+    return dataclasses.replace(mode, **overrides)
+
+
+def budget_facts(spec: ModelSpec, interp: S.Interpretation):
+    """kvdoctor.budget's facts with the layers as vLLM builds them (not as the model means them)."""
+    state = KDA if interp.rule == "kimi_linear" else GDN
+    kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
+    shadow = [dataclasses.replace(layer, kind=kinds[plan_layer.spec], window=plan_layer.window)
+              for plan_layer, layer in zip(interp.layers, spec.layers)]
+    facts = facts_from_spec(dataclasses.replace(spec, layers=shadow))
+    layers = []
+    for plan_layer, fact in zip(interp.layers, facts.layers):
+        kind = BUDGET_KINDS.get(plan_layer.spec, fact.kind)
+        window = plan_layer.chunk if plan_layer.spec == S.CHUNKED else plan_layer.window
+        layers.append(Layer(plan_layer.index, kind, window))
+    facts.layers = layers
+    return facts
+
+
+def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[LayerPlan, ...]:
+    info = budget.facts
+    block = info.get("block_size")
+    dtype = _kv_dtype(facts, budget.mode["kv_cache_dtype"])
+    out = []
+    for layer in interp.layers:
+        extra: dict[str, Any] = {"engine_spec": layer.spec, "dtype": dtype}
+        if layer.spec == S.MAMBA:
+            page = info.get("state_padded") or info.get("state_bytes")
+            extra.update(num_kv_heads=None, head_size=None, page_size_bytes=page,
+                         state_shapes=[t["shape"] for t in info.get("state_tensors", [])])
+        else:
+            heads, head_size = info["kv_heads_per_rank"], info["head_size"]
+            if layer.spec != S.MLA:
+                head_size //= 2  # budget.vllm's head_size counts K and V
+            extra.update(num_kv_heads=heads, head_size=head_size, page_size_bytes=block * info["bytes_per_token"],
+                         block_size=block)
+        if layer.chunk:
+            extra["attention_chunk_size"] = layer.chunk
+        label = CACHE_LABELS[layer.spec]
+        if not hma and layer.spec in (S.SLIDING, S.CHUNKED) and _promoted(interp):
+            label = "full"  # HMA off: the window still bounds compute, the cache is reserved full-length
+        window = layer.window if layer.spec == S.SLIDING else layer.chunk
+        out.append(LayerPlan(layer.index, window, label, extra=extra))
+    return tuple(out)
+
+
+def _promoted(interp: S.Interpretation) -> bool:
+    kinds = {l.spec for l in interp.layers}
+    return S.FULL in kinds and bool(kinds & {S.SLIDING, S.CHUNKED})
+
+
+def _kv_dtype(facts, kv_cache_dtype: str) -> str:
+    if kv_cache_dtype == "auto":
+        return facts.serving_dtype
+    return "uint8" if kv_cache_dtype.startswith("fp8") else kv_cache_dtype
+
+
+def groups_of(budget, interp: S.Interpretation) -> tuple[Group, ...]:
+    indices = [l.index for l in interp.layers]
+    return tuple(Group(g.spec.cls, tuple(indices[p] for p in g.layers), g.spec.block_size, g.spec.page,
+                       g.spec.window if g.spec.cls == "SlidingWindowSpec" else None)
+                 for g in budget.facts.get("groups", ()))
+
+
+def facts_json(facts: VllmFacts) -> dict[str, Any]:
+    return {"architecture": facts.architecture, "is_hybrid": facts.is_hybrid,
+            "hma": {"on": facts.hma, "why": facts.hma_why}, "max_model_len": facts.max_model_len,
+            "derived_max_model_len": facts.derived_max_model_len, "derived_from": facts.derived_from,
+            "block_size": facts.block_size, "platform": facts.platform, "model_window": facts.model_window,
+            "groups": [{"spec": g.spec, "layer_ids": list(g.layer_ids), "block_size": g.block_size,
+                        "page_bytes": g.page_bytes, "window": g.window} for g in facts.groups]}

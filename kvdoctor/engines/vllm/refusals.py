@@ -1,0 +1,120 @@
+"""The start-up errors vLLM 0.33.0 raises from a config and its settings, worded exactly as vLLM words them.
+
+Each builder returns a `Startup` exception carrying the `Refusal` (code, class, exact text, pinned
+source). vLLM's config classes are pydantic dataclasses: a ValueError raised in their validators
+reaches the user as `pydantic_core.ValidationError` whose text is "1 validation error for <Class>",
+then "Value error, <message>" and pydantic's own tail (the input's repr); `message` is that
+`<message>` and `evidence["wrapped_in"]` the first line.
+"""
+from __future__ import annotations
+
+from kvdoctor.budget.common import EngineRefusal
+from kvdoctor.engines.base import Refusal
+
+VERSION = "0.33.0"
+TRANSFORMERS = "5.20.2"  # the transformers the vLLM oracle venv resolves (goldens/vllm_check.json)
+SRC = f"https://github.com/vllm-project/vllm/blob/v{VERSION}/vllm/"
+HF_SRC = f"https://github.com/huggingface/transformers/blob/v{TRANSFORMERS}/src/transformers/"
+
+CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it; MEM codes are the budget's
+    "VLM001": HF_SRC + "configuration_utils.py#L706",
+    "VLM002": SRC + "config/model.py#L2680",
+    "MEM014": SRC + "config/model.py#L1560",
+    "MEM002": SRC + "v1/core/kv_cache_planning.py#L814",
+    "VLM004": SRC + "v1/core/kv_cache_planning.py#L814",
+    "MEM004": SRC + "v1/core/kv_cache_planning.py#L77",
+    "VLM006": SRC + "v1/core/kv_cache_planning.py#L57",
+    "VLM007": SRC + "model_executor/models/qwen3_next.py#L518",
+    "VLM008": SRC + "config/vllm.py#L2285",
+    "VLM009": SRC + "model_executor/models/qwen2.py#L352",
+    "VLM010": SRC + "v1/core/kv_cache_planning.py#L401",
+    "VLM011": SRC + "config/vllm.py#L3432",
+    "VLM012": SRC + "config/vllm.py#L3449",
+}
+
+
+class Startup(Exception):
+    """vLLM would stop here; carries the refusal."""
+
+    def __init__(self, refusal: Refusal):
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+def refusal(code: str, error_class: str, message: str, key: str | None = None, layer: int | None = None,
+            **evidence) -> Startup:
+    return Startup(Refusal(code=code, error_class=error_class, message=message, stage="startup", layer=layer,
+                           key=key, source=CODES[code], evidence=evidence))
+
+
+def layer_types_length(layers: int, types: int) -> Startup:
+    """transformers' PreTrainedConfig.validate_layer_type, run while vLLM loads the config."""
+    inner = f"`num_hidden_layers` ({layers}) must be equal to the number of `layer_types` ({types})"
+    return refusal("VLM001", "StrictDataclassClassValidationError",
+                   f"Class validation error for validator 'validate_layer_type':\n    ValueError: {inner}",
+                   key="layer_types", num_hidden_layers=layers, layer_types=types)
+
+
+def max_model_len_over(requested: int, key: str, derived: float, model_max_length: int | None) -> Startup:
+    message = (f"User-specified max_model_len ({requested}) is greater than the derived max_model_len ({key}="
+               f"{derived} or model_max_length={model_max_length} in model's config.json). To allow overriding "
+               "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must "
+               "be used with extreme caution. If the model uses relative position encoding (RoPE), positions "
+               "exceeding derived_max_model_len lead to nan. If the model uses absolute position encoding, positions "
+               "exceeding derived_max_model_len will cause a CUDA array out-of-bounds error.")
+    return refusal("VLM002", "ValidationError", message, key="max_model_len",
+                   wrapped_in="1 validation error for ModelConfig", max_model_len=requested, derived=derived)
+
+
+def tp_heads(heads: int, tp: int) -> Startup:
+    return refusal("MEM014", "ValidationError",
+                   f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp}).",
+                   key="tensor_parallel_size", wrapped_in="1 validation error for VllmConfig",
+                   num_attention_heads=heads, tensor_parallel_size=tp)
+
+
+def unknown_layer_type(kind: str | None, layer: int) -> Startup:
+    return refusal("VLM007", "ValueError", f"Invalid layer_type {kind}", key="layer_types", layer=layer)
+
+
+def hma_forced_on() -> Startup:
+    return refusal("VLM008", "ValidationError",
+                   "Hybrid KV cache manager was explicitly enabled but is not supported in this configuration. "
+                   "Consider omitting the --enable-hybrid-kv-cache-manager flag to let vLLM decide automatically.",
+                   key="disable_hybrid_kv_cache_manager", wrapped_in="1 validation error for VllmConfig")
+
+
+def nvfp4_with_mla() -> Startup:
+    return refusal("VLM011", "ValidationError",
+                   "nvfp4 KV cache is not supported with MLA (Multi-head Latent Attention) backends. Please use a "
+                   "different --kv-cache-dtype (e.g., 'fp8', 'auto', or 'nvfp4_ds_mla' with a sparse MLA backend) "
+                   "for MLA models such as DeepSeek.", key="kv_cache_dtype",
+                   wrapped_in="1 validation error for VllmConfig")
+
+
+def mamba_block_without_prefix_caching() -> Startup:
+    return refusal("VLM012", "ValidationError", "--mamba-block-size can only be set with --enable-prefix-caching",
+                   key="mamba_block_size", wrapped_in="1 validation error for VllmConfig")
+
+
+def qwen2_window_layers(max_window_layers, layers: int) -> Startup:
+    return refusal("VLM009", "AssertionError",
+                   "Sliding window for some but all layers is not supported. This model uses sliding window but "
+                   f"`max_window_layers` = {max_window_layers} is less than `num_hidden_layers` = {layers}. Please "
+                   "open an issue to discuss this feature.", key="max_window_layers")
+
+
+# kvdoctor.budget.vllm raises these with vLLM's text; the profile files them under their codes.
+BUDGET_CODES = (("Failed to promote local KV cache specs", "MEM002"), ("To serve at least one request", "MEM004"),
+                ("No available memory for the cache blocks", "VLM006"), ("cannot be padded", "VLM010"))
+KEYS = {"MEM002": "disable_hybrid_kv_cache_manager", "VLM004": "disable_hybrid_kv_cache_manager",
+        "MEM004": "max_model_len", "VLM006": "kv_budget"}
+
+
+def from_budget(error: EngineRefusal, has_state: bool) -> Startup:
+    """`has_state`: some layer keeps a Mamba-style state (MEM002 explains that promotion failure; VLM004
+    the one where local layers of two kinds meet without a full-attention layer to promote them to)."""
+    code = next(c for text, c in BUDGET_CODES if text in error.message)
+    if code == "MEM002" and not has_state:
+        code = "VLM004"
+    return refusal(code, error.cls, error.message, key=KEYS.get(code))

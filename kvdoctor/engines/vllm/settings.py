@@ -1,0 +1,67 @@
+"""The deploy file's `vllm:` section: the engine arguments that change vLLM's KV caches.
+
+Names and meanings are vLLM 0.33.0's `EngineArgs` (`--tensor-parallel-size`, `--max-model-len`, ...);
+None means "not given", i.e. vLLM's own default or derivation. Strict types: `tensor_parallel_size: "8"`
+is refused, as vLLM's CLI would not guess either. Imports only pydantic.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kvdoctor.budget.settings import parse_size
+from kvdoctor.errors import InputError
+
+# vllm/config/cache.py CacheDType @ v0.33.0
+CacheDType = Literal[
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4",
+    "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
+    "fp8_per_token_head", "nvfp4", "nvfp4_4over6"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SpeculativeSettings(_Strict):
+    """`--speculative-config`: only what changes the KV layout (draft layers, lookahead slots)."""
+
+    method: Literal["ngram", "eagle", "eagle3", "mtp", "draft_model", "suffix"]
+    num_speculative_tokens: int = Field(ge=1, le=64)
+
+
+class VllmSettings(_Strict):
+    tensor_parallel_size: int = Field(1, ge=1, le=1024)
+    max_model_len: Optional[int] = Field(None, ge=1)
+    disable_hybrid_kv_cache_manager: Optional[bool] = Field(
+        None, description="true: --disable-hybrid-kv-cache-manager; false: --enable-...; null: vLLM decides")
+    kv_cache_dtype: CacheDType = "auto"
+    enable_prefix_caching: Optional[bool] = None
+    block_size: Optional[int] = Field(None, ge=1)
+    mamba_block_size: Optional[int] = Field(None, ge=1)
+    max_num_batched_tokens: Optional[int] = Field(None, ge=1)
+    max_num_seqs: Optional[int] = Field(None, ge=1)
+    kv_budget: Optional[Union[str, int]] = Field(
+        None, description="KV cache memory vLLM gets after profiling, e.g. 40GiB; its admission check runs against it")
+    attention_backend: Optional[str] = Field(None, description="--attention-backend, e.g. FLASH_ATTN, TRITON_ATTN")
+    speculative_config: Optional[SpeculativeSettings] = None
+
+    @field_validator("kv_budget")
+    @classmethod
+    def _size(cls, value):
+        if value is not None:
+            try:
+                parse_size(value, "vllm.kv_budget")
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @property
+    def kv_budget_bytes(self) -> Optional[int]:
+        return None if self.kv_budget is None else parse_size(self.kv_budget, "vllm.kv_budget")
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return self.speculative_config.num_speculative_tokens if self.speculative_config else 0

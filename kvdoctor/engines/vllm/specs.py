@@ -1,0 +1,191 @@
+"""Which KV cache spec vLLM 0.33.0's model class gives each layer, read from config.json as vLLM reads it.
+
+vLLM does not read kvdoctor's (Hugging Face) meaning of a layer; each model class decides from the
+transformers config object:
+- `layer_types`: the list transformers holds (the config's own, or the one its config class derives);
+  transformers refuses a list whose length is not `num_hidden_layers`.
+- The model-level window `CacheConfig.sliding_window` is `sliding_window` only when there is no
+  `layer_types` or every entry is `sliding_attention` (engine/arg_utils.py), and `Attention` falls
+  back to it for a layer its class gave no window of its own (layers/attention/attention.py).
+- Per class: Llama / Mistral / Phi-3 / Gemma 2 / Gemma 3 / the Transformers backend (Olmo 3) give a
+  `sliding_attention` entry the window; Qwen2 gives none (model-level window only, and asserts
+  `max_window_layers == num_hidden_layers` when the types are mixed); gpt-oss slides the even layers
+  whatever `layer_types` says; DeepSeek-V3 and Kimi-Linear's attention is MLA (no window);
+  Llama 4 uses chunked local attention on its RoPE layers; Qwen3-Next and Kimi-Linear build a Mamba
+  state for their linear-attention layers.
+Checked against goldens/vllm_check.json (vLLM's own get_kv_cache_spec on the meta device).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvdoctor.engines.vllm.refusals import layer_types_length, qwen2_window_layers, unknown_layer_type
+from kvdoctor.model import ModelSpec
+
+FULL = "FullAttentionSpec"
+SLIDING = "SlidingWindowSpec"
+CHUNKED = "ChunkedLocalAttentionSpec"
+MLA = "MLAAttentionSpec"
+MAMBA = "MambaSpec"
+
+# Resolved architecture -> how its model class picks a layer's attention.
+RULES = {
+    "LlamaForCausalLM": "layer_types", "MistralForCausalLM": "layer_types", "Phi3ForCausalLM": "layer_types",
+    "Gemma2ForCausalLM": "layer_types", "Gemma3ForCausalLM": "layer_types", "Olmo3ForCausalLM": "layer_types",
+    "Qwen2ForCausalLM": "model_window", "GptOssForCausalLM": "even_layers",
+    "DeepseekV3ForCausalLM": "mla", "DeepseekV2ForCausalLM": "mla",
+    "KimiLinearForCausalLM": "kimi_linear", "Qwen3NextForCausalLM": "qwen3_next",
+    "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4",
+    # qwen3_5.py raises the same "Invalid layer_type" for anything but linear / full attention
+    "Qwen3_5ForCausalLM": "qwen3_next", "Qwen3_5MoeForCausalLM": "qwen3_next",
+    "Qwen3_5ForConditionalGeneration": "qwen3_next", "Qwen3_5MoeForConditionalGeneration": "qwen3_next",
+}
+# model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
+DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
+                       "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4"}
+QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
+# model classes vLLM marks IsHybrid (Mamba-style state)
+HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
+
+
+@dataclass(frozen=True)
+class LayerSpecPlan:
+    index: int
+    spec: str  # the vLLM spec class, named as vLLM names it
+    window: int | None = None  # sliding window (keys including the query's own)
+    chunk: int | None = None  # attention_chunk_size of a chunked local layer
+
+
+@dataclass(frozen=True)
+class Interpretation:
+    architecture: str
+    rule: str
+    layer_types: tuple[str, ...] | None  # what transformers holds
+    sliding_window: int | None  # the text config's window as transformers holds it
+    model_window: int | None  # CacheConfig.sliding_window
+    layers: tuple[LayerSpecPlan, ...]
+
+
+def architecture(spec: ModelSpec) -> str:
+    archs = spec.raw_config.get("architectures") or []
+    return str(archs[0]) if archs else ""
+
+
+def _transformers_window(spec: ModelSpec) -> int | None:
+    cfg = spec.config
+    window = cfg.get("sliding_window")
+    if spec.model_type == "qwen2" and not cfg.get("use_sliding_window", False):
+        return None  # Qwen2Config keeps the window only with use_sliding_window
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def _transformers_layer_types(spec: ModelSpec) -> list[str] | None:
+    raw = spec.config.get("layer_types")
+    if isinstance(raw, list):
+        return [str(t) for t in raw]
+    if spec.model_type.startswith("qwen3_5"):  # Qwen3_5(Moe)TextConfig: every full_attention_interval-th is full
+        interval = spec.config.get("full_attention_interval") or 4
+        return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(spec.num_hidden_layers)]
+    if spec.model_type in ("llama4", "llama4_text"):  # Llama4TextConfig: from no_rope_layers, window or not
+        return ["chunked_attention" if rope else "full_attention" for rope in _llama4_rope_layers(spec)]
+    if spec.model_type in DERIVES_LAYER_TYPES:
+        return [_hf_kind(layer.kind) for layer in spec.layers]
+    return None
+
+
+def _hf_kind(kind: str) -> str:
+    """kvdoctor's layer kind -> the `layer_types` entry transformers derives for it."""
+    return {"sliding_attention": "sliding_attention", "chunked_attention": "chunked_attention",
+            "gated_deltanet": "linear_attention", "kda": "linear_attention"}.get(kind, "full_attention")
+
+
+def check_layer_types(spec: ModelSpec) -> None:
+    """transformers' check while vLLM reads config.json: one `layer_types` entry per layer."""
+    types = _transformers_layer_types(spec)
+    if types is not None and len(types) != spec.num_hidden_layers:
+        raise layer_types_length(spec.num_hidden_layers, len(types))
+
+
+def interpret(spec: ModelSpec) -> Interpretation:
+    """vLLM's per-layer spec classes and windows; raises Startup for what vLLM refuses on the way."""
+    arch = architecture(spec)
+    n = spec.num_hidden_layers
+    types = _transformers_layer_types(spec)
+    rule = rule_for(spec, arch, types)
+    window = _transformers_window(spec)
+    all_sliding = types is None or all(t == "sliding_attention" for t in types)
+    model_window = window if all_sliding else None
+    layers = [_layer(spec, rule, i, types, window, model_window) for i in range(n)]
+    if rule == "model_window" and types and len(set(types)) > 1:
+        max_window = spec.config.get("max_window_layers")
+        if max_window != n:
+            raise qwen2_window_layers(max_window, n)
+    return Interpretation(arch, rule, tuple(types) if types else None, window, model_window, tuple(layers))
+
+
+def rule_for(spec: ModelSpec, arch: str, types: list[str] | None) -> str:
+    """The table's rule; for an architecture it does not list, what vLLM's shared code does: MLA when
+    the config has a latent (`kv_lora_rank`, ModelConfig.use_mla), a Mamba-style state for
+    `linear_attention` entries, else the per-layer `layer_types` reading of Llama-like classes."""
+    if arch in RULES:
+        return RULES[arch]
+    if spec.config.get("kv_lora_rank"):
+        return "mla"
+    if types and "linear_attention" in types:
+        return "linear_hybrid"
+    return "layer_types"
+
+
+def _layer(spec: ModelSpec, rule: str, i: int, types: list[str] | None, window: int | None,
+           model_window: int | None) -> LayerSpecPlan:
+    kind = types[i] if types else None
+    if rule in ("mla", "kimi_linear"):
+        if rule == "kimi_linear" and _kimi_kda_layer(spec, i):
+            return LayerSpecPlan(i, MAMBA)
+        return LayerSpecPlan(i, MLA)
+    if rule == "qwen3_next":
+        if kind not in QWEN3_NEXT_TYPES:
+            raise unknown_layer_type(kind, i)
+        if kind == "linear_attention":
+            return LayerSpecPlan(i, MAMBA)
+        return _attention(i, None, model_window)
+    if rule == "linear_hybrid":
+        if kind == "linear_attention":
+            return LayerSpecPlan(i, MAMBA)
+        return _attention(i, window if kind == "sliding_attention" else None, model_window)
+    if rule == "llama4":
+        chunk = spec.config.get("attention_chunk_size")
+        rope = _llama4_rope_layers(spec)
+        if chunk and rope[i]:
+            return LayerSpecPlan(i, CHUNKED, chunk=chunk)
+        return _attention(i, None, model_window)  # its NoPE layers: plain Attention, no window of their own
+    if rule == "even_layers":
+        return _attention(i, window if i % 2 == 0 else None, model_window)
+    if rule == "model_window":
+        return _attention(i, None, model_window)
+    return _attention(i, window if kind == "sliding_attention" else None, model_window)
+
+
+def _kimi_kda_layer(spec: ModelSpec, i: int) -> bool:
+    """KimiLinearConfig.is_kda_layer: `linear_attn_config.kda_layers` lists 1-indexed layers; vLLM
+    asks it, not `layer_types`."""
+    lac = spec.config.get("linear_attn_config") or {}
+    return (i + 1) in set(lac.get("kda_layers") or ())
+
+
+def _attention(i: int, per_layer: int | None, model_window: int | None) -> LayerSpecPlan:
+    window = per_layer if per_layer is not None else model_window
+    return LayerSpecPlan(i, SLIDING if window else FULL, window=window)
+
+
+def _llama4_rope_layers(spec: ModelSpec) -> list[bool]:
+    """Llama4TextConfig: `no_rope_layers[i]` is 1 for a RoPE layer; by default every
+    `no_rope_layer_interval`-th layer (4) has no RoPE. vLLM chunks the RoPE layers only."""
+    cfg: dict[str, Any] = spec.config
+    given = cfg.get("no_rope_layers")
+    if isinstance(given, list) and given:
+        return [bool(v) for v in given]
+    interval = cfg.get("no_rope_layer_interval") or 4
+    return [(i + 1) % interval != 0 for i in range(spec.num_hidden_layers)]

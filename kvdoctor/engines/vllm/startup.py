@@ -1,0 +1,318 @@
+"""vLLM's own start-up up to KV planning, for one config.json and one set of engine arguments.
+
+Runs inside a Python that has vLLM 0.33.0 (imported here only; never by kvdoctor's own process), with
+VLLM_TARGET_DEVICE=cpu. Used by `kvdoctor check --engine vllm --dry-run` (a child process: `python
+startup.py REQUEST.json RESULT.json`) and by goldens/vllm_check_oracle.py. All of it calls vLLM:
+1. `EngineArgs(model=DIR, load_format="dummy", skip_tokenizer_init=True, **args).create_engine_config()`;
+2. the model class on the meta device (`initialize_model`), `update_block_size_for_backend`,
+   `validate_block_size` and the worker's `get_kv_cache_spec` (every layer's own spec);
+3. the engine core's `resolve_kv_cache_layout`, `get_global_kv_cache_groups` and `get_kv_cache_configs`
+   (admission check) against the given KV budget.
+What it supplies: a single-process gloo group (TP world size faked for TP > 1, rank 0) and one recorded
+workaround per CPU-only obstacle (see goldens/README.md). Standard library and vLLM imports only.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# Kimi's model code imports the SM100 fused GEMM+all-reduce kernel (cutlass) at construction unless this
+# vLLM flag turns it off; it does not touch KV specs.
+os.environ.setdefault("VLLM_KIMI_K3_GEMM_AR", "0")
+
+
+class Log(logging.Handler):
+    """Every WARNING+ record from any logger (vLLM re-applies its dictConfig, so hook Logger.handle)."""
+
+    records: list[dict] = []
+    stage = "config"
+
+    @classmethod
+    def install(cls) -> None:
+        original = logging.Logger.handle
+
+        def handle(self, record):
+            if record.levelno >= logging.WARNING:
+                cls.records.append({"stage": cls.stage, "logger": record.name,
+                                    "where": f"{Path(record.pathname).name}:{record.lineno}",
+                                    "message": record.getMessage()})
+            return original(self, record)
+
+        logging.Logger.handle = handle
+
+
+def error_row(exc: BaseException, stage: str) -> dict:
+    frames = traceback.extract_tb(exc.__traceback__)
+    in_vllm = [f for f in frames if "site-packages/vllm/" in f.filename]
+
+    def where(f):
+        return f"{f.filename.split('site-packages/')[-1]}:{f.lineno} in {f.name}" if f else None
+
+    row = {"stage": stage, "class": type(exc).__name__, "message": str(exc),
+           "raised_at_vllm": where(in_vllm[-1] if in_vllm else None),
+           "raised_at": where(frames[-1] if frames else None)}
+    if exc.__cause__ is not None:
+        row["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+    return row
+
+
+CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround that lets the point go on
+    ("Failed to find a kernel that can implement the ScaledMM linear layer", "drop_quantization_config"),
+    ("No MXFP4 MoE backend supports the deployment configuration", "drop_quantization_config"),
+    # CpuPlatform turns prefix caching off for MLA after the Mamba block size was aligned for it
+    # (MLA + linear-attention hybrids such as Kimi-Linear): rerun with prefix caching off from the start.
+    ("--mamba-block-size can only be set with --enable-prefix-caching", "prefix_caching_off"),
+)
+# Refusals the CPU box raises where a GPU would not (no workaround): kept, marked `cpu_only`, not compared.
+# The Mamba block-size message is one of them here: no point sets --mamba-block-size, so it only comes from
+# CpuPlatform turning off the prefix caching the point asked for (MLA + linear-attention hybrids).
+CPU_ONLY = ("on CPU", "No Unquantized MoE backend supports the deployment configuration",
+            "--mamba-block-size can only be set with --enable-prefix-caching")
+
+
+SKIPPED: list[str] = []  # CPU-only checks skipped during the current point
+
+
+def _skip_cpu_mla_block_check() -> None:
+    """The CPU MLA kernel takes block 16 only, so CpuPlatform refuses the block size the hybrid alignment
+    picks for MLA + linear-attention models (Kimi-Linear: 1920); FlashAttention-MLA on CUDA takes any
+    multiple of 16. Skip that one refusal (recorded per point in `skipped_cpu_checks`)."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    original = CpuPlatform._check_aligned_block_size.__func__
+
+    def check(cls, vllm_config, backend_classes, pre_block_size):
+        try:
+            original(cls, vllm_config, backend_classes, pre_block_size)
+        except ValueError as exc:
+            if not str(exc).endswith("attention backend(s): CPU_MLA."):
+                raise
+            SKIPPED.append(str(exc))
+
+    CpuPlatform._check_aligned_block_size = classmethod(check)
+
+
+class _NoCudaStream:
+    """Stands in for torch.cuda.Stream / Event, which Kimi-Linear's layers create at construction."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def engine_config(cfg: dict, kwargs: dict, root: Path):
+    from vllm.engine.arg_utils import EngineArgs
+
+    model_dir = Path(tempfile.mkdtemp(dir=root))
+    (model_dir / "config.json").write_text(json.dumps(cfg, indent=2))
+    return EngineArgs(model=str(model_dir), load_format="dummy", skip_tokenizer_init=True,
+                      **kwargs).create_engine_config()
+
+
+def fields(vc) -> dict:
+    mc, cc, sc, pc = vc.model_config, vc.cache_config, vc.scheduler_config, vc.parallel_config
+    text = mc.hf_text_config
+    return {
+        "architecture": mc.architecture, "architectures": list(mc.architectures or []),
+        "model_type": getattr(mc.hf_config, "model_type", None), "hf_config_class": type(mc.hf_config).__name__,
+        "is_hybrid": bool(mc.is_hybrid), "is_attention_free": bool(mc.is_attention_free), "use_mla": bool(mc.use_mla),
+        "get_sliding_window": mc.get_sliding_window(), "text_sliding_window": getattr(text, "sliding_window", None),
+        "text_layer_types": list(getattr(text, "layer_types", None) or []) or None,
+        "attention_chunk_size": mc.attention_chunk_size, "max_model_len": mc.max_model_len,
+        "head_size": mc.get_head_size(), "total_num_kv_heads": mc.get_total_num_kv_heads(),
+        "num_kv_heads_per_rank": mc.get_num_kv_heads(pc), "num_layers": mc.get_num_layers(pc),
+        "dtype": str(mc.dtype).replace("torch.", ""), "tensor_parallel_size": pc.tensor_parallel_size,
+        "cache_dtype": cc.cache_dtype, "block_size": cc.block_size, "enable_prefix_caching": cc.enable_prefix_caching,
+        "mamba_cache_mode": cc.mamba_cache_mode, "mamba_block_size": cc.mamba_block_size,
+        "disable_hybrid_kv_cache_manager": sc.disable_hybrid_kv_cache_manager,
+        "max_num_batched_tokens": sc.max_num_batched_tokens, "max_num_seqs": sc.max_num_seqs,
+    }
+
+
+def layer_index(name: str) -> int | None:
+    match = re.search(r"layers\.(\d+)\.", name)
+    return int(match.group(1)) if match else None
+
+
+def spec_row(name: str, spec) -> dict:
+    row = {"name": name, "index": layer_index(name), "spec": type(spec).__name__,
+           "block_size": spec.block_size, "page_size_bytes": spec.page_size_bytes,
+           "is_draft": bool(getattr(spec, "is_draft", False))}
+    if hasattr(spec, "num_kv_heads"):
+        row.update(num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
+                   head_size_v=getattr(spec, "head_size_v", spec.head_size),
+                   dtype=str(spec.dtype).replace("torch.", ""),
+                   window=getattr(spec, "sliding_window", None),
+                   attention_chunk_size=getattr(spec, "attention_chunk_size", None))
+    if hasattr(spec, "shapes"):
+        row.update(shapes=[list(s) for s in spec.shapes], dtypes=[str(d).replace("torch.", "") for d in spec.dtypes],
+                   mamba_type=str(spec.mamba_type.name if hasattr(spec.mamba_type, "name") else spec.mamba_type),
+                   mamba_cache_mode=spec.mamba_cache_mode)
+    return row
+
+
+def group_row(group) -> dict:
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
+    spec = group.kv_cache_spec
+    first = next(iter(spec.kv_cache_specs.values())) if isinstance(spec, UniformTypeKVCacheSpecs) else spec
+    return {"spec": type(first).__name__, "container": type(spec).__name__,
+            "layer_ids": [layer_index(n) for n in group.layer_names], "layer_names": list(group.layer_names),
+            "block_size": spec.block_size, "page_bytes": first.page_size_bytes,
+            "window": getattr(first, "sliding_window", None),
+            "attention_chunk_size": getattr(first, "attention_chunk_size", None)}
+
+
+def model_specs(vc, tp_fake: int | None) -> dict:
+    """Stage 2: the real model class on the meta device, then every layer's own get_kv_cache_spec."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import parallel_state
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.platforms import current_platform
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    tp = parallel_state.get_tp_group()
+    saved = (tp.world_size, tp.rank_in_group)
+    if tp_fake:
+        tp.world_size, tp.rank_in_group = tp_fake, 0
+    try:
+        with set_current_vllm_config(vc):
+            with torch.device("meta"):
+                initialize_model(vllm_config=vc)
+            current_platform.update_block_size_for_backend(vc)
+            vc.validate_block_size()
+            return get_kv_cache_spec(vc)
+    finally:
+        tp.world_size, tp.rank_in_group = saved
+
+
+def planning(vc, specs: dict, budget: int) -> dict:
+    """Stage 3: the engine core's layout resolution, grouping and admission check."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+
+    out: dict = {}
+    with set_current_vllm_config(vc):
+        layouts = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
+        out["kv_cache_layout"] = resolve_kv_cache_layout(vc, [layouts], list(specs.values())).name
+        Log.stage = "groups"
+        try:
+            groups = get_global_kv_cache_groups(vc, [dict(specs)])
+        except Exception as exc:  # noqa: BLE001 - what vLLM raises is the golden
+            out["error"] = error_row(exc, "groups")
+            return out
+        out["groups"] = [group_row(g) for g in groups]
+        Log.stage = "admission"
+        try:
+            config = get_kv_cache_configs(vc, [dict(specs)], [budget], groups)[0]
+            out["num_blocks"] = config.num_blocks
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = error_row(exc, "admission")
+    return out
+
+
+def run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
+    point = _run_point(cfg, kwargs, root, budget)
+    outcome = point["outcome"]
+    if not outcome["start"]:
+        outcome["cpu_only"] = any(text in outcome["message"] for text in CPU_ONLY)
+    return point
+
+
+def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
+    workarounds: list[str] = []
+    earlier: list[dict] = []
+    Log.records = []
+    SKIPPED.clear()
+    while True:
+        Log.stage = "config"
+        point: dict = {"workarounds": list(workarounds)}
+        try:
+            vc = engine_config(cfg, kwargs, root)
+        except Exception as exc:  # noqa: BLE001
+            fix = next((w for text, w in CPU_OBSTACLES if text in str(exc)), None)
+            if fix == "prefix_caching_off" and fix not in workarounds and "enable_prefix_caching" not in kwargs:
+                earlier.append(error_row(exc, "config"))
+                workarounds.append(fix)
+                kwargs = {**kwargs, "enable_prefix_caching": False}
+                continue
+            point["outcome"] = {"start": False, **error_row(exc, "config")}
+            break
+        point["fields"] = fields(vc)
+        Log.stage = "specs"
+        try:
+            specs = model_specs(vc, kwargs.get("tensor_parallel_size") if kwargs.get("tensor_parallel_size", 1) > 1
+                                else None)
+        except Exception as exc:  # noqa: BLE001
+            fix = next((w for text, w in CPU_OBSTACLES if text in str(exc)), None)
+            if fix == "drop_quantization_config" and fix not in workarounds and "quantization_config" in cfg:
+                earlier.append(error_row(exc, "specs"))
+                workarounds.append(fix)
+                cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+                continue
+            point["outcome"] = {"start": False, **error_row(exc, "specs")}
+            break
+        point["fields_after_specs"] = {"block_size": vc.cache_config.block_size,
+                                       "mamba_page_size_padded": vc.cache_config.mamba_page_size_padded}
+        point["layers"] = [spec_row(n, s) for n, s in specs.items()]
+        plan = planning(vc, specs, budget)
+        point["kv_cache_layout"] = plan.get("kv_cache_layout")
+        point["groups"] = plan.get("groups")
+        point["hma"] = {"on": not vc.scheduler_config.disable_hybrid_kv_cache_manager}
+        if "error" in plan:
+            point["outcome"] = {"start": False, **plan["error"]}
+        else:
+            point["outcome"] = {"start": True}
+            point["num_blocks"] = plan["num_blocks"]
+        break
+    point["engine_args_effective"] = kwargs
+    point["skipped_cpu_checks"] = list(SKIPPED)
+    point["earlier_attempt_errors"] = earlier
+    point["log"] = Log.records
+    return point
+
+
+def setup(root: Path) -> None:
+    """Once per process: the log hook, the CPU stand-ins and a world-size-1 gloo group."""
+    import torch
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    Log.install()
+    torch.cuda.Stream = torch.cuda.Event = _NoCudaStream
+    _skip_cpu_mla_block_check()
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                     distributed_init_method=f"file://{root / 'store'}", backend="gloo")
+        initialize_model_parallel(1, 1)
+
+
+def main() -> None:
+    """REQUEST.json {"config": {...}, "engine_args": {...}, "kv_budget_bytes": N} -> RESULT.json."""
+    request = json.loads(Path(sys.argv[1]).read_text())
+    import vllm
+
+    root = Path(tempfile.mkdtemp(prefix="kvdoctor-vllm-dryrun-"))
+    result = {"versions": {"vllm": vllm.__version__}}
+    Path(sys.argv[2]).write_text(json.dumps(result))  # how far it got, if the point kills the process
+    setup(root)
+    result.update(run_point(request["config"], request.get("engine_args") or {}, root,
+                            int(request.get("kv_budget_bytes") or 40 << 30)))
+    Path(sys.argv[2]).write_text(json.dumps(result, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""`--engine vllm --dry-run`: vLLM 0.33.0's own start-up in a child process, against the static plan.
+
+Needs a Python with vLLM 0.33.0 (goldens/.venv/vllm, or $KVDOCTOR_VLLM_PYTHON); without one only the
+'unavailable' path is tested. Each run takes tens of seconds on two cores.
+"""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.engines.vllm import dryrun
+from kvdoctor.engines.vllm.profile import plan
+from kvdoctor.engines.vllm.settings import VllmSettings
+from kvdoctor.loader import load_model
+from test_vllm_findings import MODELS, spec_of
+
+PYTHON = dryrun.find_python()
+needs_vllm = pytest.mark.skipif(PYTHON is None, reason="no Python with vLLM 0.33.0 (set KVDOCTOR_VLLM_PYTHON)")
+
+
+def test_engine_args_carry_only_what_is_set():
+    assert dryrun.engine_args(VllmSettings()) == {}
+    args = dryrun.engine_args(VllmSettings(tensor_parallel_size=8, kv_cache_dtype="fp8", kv_budget="4GiB",
+                                           disable_hybrid_kv_cache_manager=True))
+    assert args == {"tensor_parallel_size": 8, "kv_cache_dtype": "fp8", "disable_hybrid_kv_cache_manager": True}
+
+
+def test_without_vllm_one_finding_and_the_static_plan_stands(tmp_path):
+    spec = load_model(str(MODELS / "google__gemma-3-1b-it"), library_check=False)
+    finding = dryrun.unavailable(spec)
+    assert finding.code == "ENG050" and "static vLLM checks still ran" in finding.message
+    assert dryrun.find_python(str(tmp_path / "missing-python")) in (None, PYTHON)
+
+
+@needs_vllm
+def test_dry_run_agrees_with_the_plan_and_confirms_a_predicted_refusal():
+    spec = load_model(str(MODELS / "google__gemma-3-1b-it"), library_check=False)
+    healthy = dryrun.launch(spec, VllmSettings(), PYTHON, timeout=600)
+    assert healthy["outcome"]["start"] and dryrun.version_ok(healthy)
+    assert dryrun.findings(spec, plan(spec, VllmSettings()), healthy, builtin_catalog()) == []
+    long = VllmSettings(max_model_len=65536)
+    refused = dryrun.launch(spec, long, PYTHON, timeout=600)
+    assert refused["outcome"]["class"] == "ValidationError"
+    assert dryrun.triage_code(builtin_catalog(), "ValidationError", refused["outcome"]["message"]) == "VLM002"
+    assert dryrun.findings(spec, plan(spec, long), refused, builtin_catalog()) == []  # predicted: no duplicate
+
+
+@needs_vllm
+def test_a_stale_plan_is_reported(tmp_path):
+    """Feed the comparison a plan made for other settings: the engine's answer wins, as VLM030."""
+    cfg = json.loads((MODELS / "google__gemma-3-1b-it" / "config.json").read_text())
+    spec = spec_of(tmp_path, copy.deepcopy(cfg))
+    result = dryrun.launch(spec, VllmSettings(), PYTHON, timeout=600)
+    stale = plan(spec, VllmSettings(max_model_len=65536))  # refuses, where vLLM started
+    codes = [f.code for f in dryrun.findings(spec, stale, result, builtin_catalog())]
+    assert codes == ["VLM030"]

@@ -1,0 +1,104 @@
+"""The static vLLM profile against vLLM 0.33.0's own start-up code (goldens/vllm_check.json).
+
+Each golden point is one config (real, or mutated as issue 14 lists) with one set of engine arguments,
+run through vLLM's create_engine_config, its model class on the meta device and its KV planning. The
+profile must agree on the outcome (start, or the refusal's class and text), every layer's spec class,
+window, chunk, KV heads per rank, head size, dtype and bytes per token, and the KV cache groups (count,
+spec classes, layer sets). Block sizes and page bytes are the CPU's in the goldens (see README.md), so
+pages are compared per token; numbers inside an admission message depend on them and are masked.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.engines.vllm.profile import plan
+from kvdoctor.engines.vllm.settings import VllmSettings
+from kvdoctor.loader import load_model
+
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "goldens" / "vllm_check.json").read_text())
+POINTS = [p for p in GOLDEN["points"] if p["outcome"]["start"] or not p["outcome"].get("cpu_only")]
+PLATFORM_NUMBERS = ("MEM004",)  # admission: GiB and lengths follow the platform's page sizes
+
+
+def point_id(p: dict) -> str:
+    return f"{p['model']}-{p['mutation']}-{p['setting']}"
+
+
+def profile_plan(point: dict, tmp_path: Path):
+    model = tmp_path / point["model"]
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(point["config"], indent=2))
+    spec = load_model(str(model), library_check=False)
+    args = point.get("engine_args_effective", point["engine_args"])
+    settings = VllmSettings(kv_budget=point["kv_budget_bytes"], **args)
+    return plan(spec, settings)
+
+
+def golden_inner_message(outcome: dict) -> str:
+    """pydantic wraps vLLM's ValueError: 'N validation error for X\\n  Value error, MESSAGE [type=...'."""
+    text = outcome["message"]
+    if outcome["class"] == "ValidationError":
+        text = text.split("Value error, ", 1)[1].rsplit(" [type=value_error", 1)[0]
+    return text
+
+
+def masked(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)?", "N", text)
+
+
+def test_goldens_cover_the_issue_grid():
+    models = {p["model"] for p in GOLDEN["points"]}
+    assert {"deepseek-ai__DeepSeek-V3", "meta-llama__Llama-4-Scout-17B-16E-Instruct"} <= models
+    mutations = {p["mutation"] for p in GOLDEN["points"]}
+    assert {"none", "layer_types_shifted", "layer_types_truncated", "layer_types_missing", "sliding_window_null",
+            "window_no_layer_types", "mtp_appended", "all_sliding"} <= mutations
+    settings = {p["setting"] for p in GOLDEN["points"]}
+    assert {"default", "hma_off", "len2x", "tp8", "fp8", "prefix_caching"} <= settings
+    assert GOLDEN["versions"]["vllm"] == "0.33.0"
+    assert len(POINTS) >= 100
+
+
+@pytest.mark.parametrize("point", POINTS, ids=point_id)
+def test_profile_matches_vllm(point, tmp_path):
+    got = profile_plan(point, tmp_path)
+    outcome = point["outcome"]
+    if outcome["start"]:
+        assert not got.refusals, [r.message for r in got.refusals]
+    else:
+        assert got.refusals, f"vLLM refused: {outcome['message'][:200]}"
+        refusal = got.refusals[0]
+        assert refusal.error_class == outcome["class"]
+        want = golden_inner_message(outcome)
+        if refusal.code in PLATFORM_NUMBERS:
+            assert masked(refusal.message) == masked(want)
+        else:
+            assert refusal.message == want
+    if point.get("layers"):
+        by_index = {l.index: l for l in got.layers}
+        for row in point["layers"]:
+            mine = by_index[row["index"]]
+            assert mine.extra["engine_spec"] == row["spec"], row["name"]
+            if row["spec"] == "MambaSpec":
+                assert mine.extra["state_shapes"] == row["shapes"], row["name"]
+                continue
+            window = row["window"] if row["spec"] == "SlidingWindowSpec" else row["attention_chunk_size"]
+            assert mine.engine_window == window, row["name"]
+            assert (mine.extra["num_kv_heads"], mine.extra["head_size"], mine.extra["dtype"]) == (
+                row["num_kv_heads"], row["head_size"], row["dtype"]), row["name"]
+            per_token = mine.extra["page_size_bytes"] // mine.extra["block_size"]
+            assert per_token == row["page_size_bytes"] // row["block_size"], row["name"]
+        assert len(got.layers) == len(point["layers"])
+    if point.get("groups"):
+        want = Counter((g["spec"], frozenset(g["layer_ids"])) for g in point["groups"])
+        have = Counter((g.spec, frozenset(g.layer_ids)) for g in got.facts.groups)
+        assert have == want
+        assert got.facts.hma == point["hma"]["on"]
+    if point.get("fields"):
+        assert got.facts.max_model_len == point["fields"]["max_model_len"]
+        assert got.facts.architecture == point["fields"]["architecture"]
+        assert got.facts.is_hybrid == point["fields"]["is_hybrid"]
