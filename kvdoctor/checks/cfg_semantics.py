@@ -26,8 +26,9 @@ EXAONE_CHARS = "LG"
 MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 # Non-finite values transformers itself uses as defaults: "no upper limit".
 UNBOUNDED_OK = ("time_step_limit",)
-# Findings that rest on facts, not on the guessed semantics: transformers itself refused the config.
-FACTS = frozenset({"CFG012"})
+# Findings that rest on facts, not on the guessed semantics: transformers itself refused the config,
+# a non-finite number, and what the engine's own code says (ENG: its refusals and dry-run results).
+FACTS = frozenset({"CFG012", "CFG020"})
 
 
 def _int(value: Any) -> bool:
@@ -200,7 +201,8 @@ def _unmodelled(spec: ModelSpec) -> Iterable[Finding]:
         return
     types = spec.config.get("layer_types")
     accepted = (lambda i: True) if spec.semantics == "transformers" else \
-        (lambda i: isinstance(types, list) and i < len(types) and types[i] in TRANSFORMERS_LAYER_TYPES)
+        (lambda i: isinstance(types, list) and i < len(types) and isinstance(types[i], str)
+         and types[i] in TRANSFORMERS_LAYER_TYPES)
     unknown = [l.index for l in spec.layers if l.kind == UNKNOWN and accepted(l.index)]
     if unknown:
         yield Finding.at("CFG011", f"{len(unknown)} layers have a kind transformers accepts but kvdoctor does not "
@@ -211,8 +213,10 @@ def _unmodelled(spec: ModelSpec) -> Iterable[Finding]:
 
 def guess_guard(finding: Finding, spec: ModelSpec) -> Finding:
     """A best-effort spec (a model type neither kvdoctor nor transformers knows) never yields an
-    error: its findings rest on guessed semantics, so errors become warnings that say so."""
-    if spec.semantics == "guess" and finding.severity == "error" and finding.code not in FACTS:
+    error from kvdoctor's own rules: they rest on guessed semantics, so their errors become warnings
+    that say so. What the engine's own code says (ENG codes) and transformers' refusals stand."""
+    if spec.semantics == "guess" and finding.severity == "error" and finding.code not in FACTS \
+            and not finding.code.startswith("ENG"):
         finding.severity = "warning"
         finding.message += f" (model_type {spec.model_type!r} is unknown: kvdoctor guessed the layer semantics)"
         finding.evidence["guessed"] = True
