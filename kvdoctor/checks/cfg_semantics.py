@@ -51,7 +51,9 @@ def _rejected(spec: ModelSpec) -> Iterable[Finding]:
     rejected = spec.rejected
     if rejected is None:
         return
-    key = next((k for k in sorted(spec.config, key=len, reverse=True) if k in rejected.message), "model_type")
+    # Point at the key the message names, as written ("`layer_types`") or in words ("hidden size").
+    text = rejected.message + " " + rejected.message.lower().replace(" ", "_")
+    key = next((k for k in sorted(spec.config, key=len, reverse=True) if k in text), "model_type")
     yield Finding.at("CFG012", f"transformers' {rejected.class_name} refuses this config: {rejected.error_class}: "
                      f"{rejected.message}", spec.key_source(key),
                      engine_error={"class": rejected.error_class, "message": rejected.message, "stage": "load"},
