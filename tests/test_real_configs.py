@@ -226,3 +226,17 @@ def test_a_string_transformers_accepts_but_kvdoctor_cannot_size_is_a_warning(tmp
     findings = {f["code"]: f for f in doc["results"][0]["findings"]}
     assert code == 0 and "CFG002" not in findings
     assert findings["CFG011"]["severity"] == "warning" and findings["CFG011"]["layer"] == 1
+
+
+def test_values_transformers_adjusts_or_derives_say_so(dirs):
+    """MiMo-V2-Flash configures sliding_window 128; its transformers class makes it 129 (keys
+    including the query's own), and kvdoctor reports that value with its provenance."""
+    spec = _spec(dirs, "XiaomiMiMo__MiMo-V2-Flash")
+    assert spec.semantics == "transformers" and spec.config["sliding_window"] == 128
+    sliding = next(l for l in spec.layers if l.kind == SLIDING)
+    assert sliding.window == 129
+    src = sliding.sources["window"]
+    assert src.kind == "transformers" and "MiMoV2FlashConfig.sliding_window (adjusted" in src.ref
+    assert src.line == spec.key_lines["sliding_window"]
+    derived = sliding.sources["kind"]
+    assert derived.kind == "transformers" and "layer_types (default" in derived.ref

@@ -27,8 +27,9 @@ EXAONE_CHARS = "LG"
 MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 # Non-finite values transformers itself uses as defaults: "no upper limit".
 UNBOUNDED_OK = ("time_step_limit",)
-# Findings that rest on facts, not on the guessed semantics: transformers itself refused the config.
-FACTS = frozenset({"CFG012"})
+# Findings that rest on facts, not on the guessed semantics: transformers itself refused the config,
+# a non-finite number, and what the engine's own code says (ENG: its refusals and dry-run results).
+FACTS = frozenset({"CFG012", "CFG020"})
 
 RULE = Rule(codes=tuple(f"CFG{n:03d}" for n in range(11, 21) if n != 14))  # CFG014 folded into CFG013
 
@@ -53,7 +54,9 @@ def _rejected(spec: ModelSpec) -> Iterable[Finding]:
     rejected = spec.rejected
     if rejected is None:
         return
-    key = next((k for k in sorted(spec.config, key=len, reverse=True) if k in rejected.message), "model_type")
+    # Point at the key the message names, as written ("`layer_types`") or in words ("hidden size").
+    text = rejected.message + " " + rejected.message.lower().replace(" ", "_")
+    key = next((k for k in sorted(spec.config, key=len, reverse=True) if k in text), "model_type")
     yield Finding.at("CFG012", f"transformers' {rejected.class_name} refuses this config: {rejected.error_class}: "
                      f"{rejected.message}", spec.key_source(key),
                      engine_error={"class": rejected.error_class, "message": rejected.message, "stage": "load"},
@@ -215,8 +218,10 @@ def _unmodelled(spec: ModelSpec) -> Iterable[Finding]:
 
 def guess_guard(finding: Finding, spec: ModelSpec) -> Finding:
     """A best-effort spec (a model type neither kvdoctor nor transformers knows) never yields an
-    error: its findings rest on guessed semantics, so errors become warnings that say so."""
-    if spec.semantics == "guess" and finding.severity == "error" and finding.code not in FACTS:
+    error from kvdoctor's own rules: they rest on guessed semantics, so their errors become warnings
+    that say so. What the engine's own code says (ENG codes) and transformers' refusals stand."""
+    if spec.semantics == "guess" and finding.severity == "error" and finding.code not in FACTS \
+            and not finding.code.startswith("ENG"):
         finding.severity = "warning"
         finding.message += f" (model_type {spec.model_type!r} is unknown: kvdoctor guessed the layer semantics)"
         finding.evidence["guessed"] = True
