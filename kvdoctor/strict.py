@@ -25,7 +25,6 @@ from kvdoctor.errors import InputError
 
 Bool = Annotated[bool, Strict()]
 Int = Annotated[int, Strict()]
-Float = Annotated[float, Strict(), AllowInfNan(False)]  # an integer is accepted: 1 is the number 1.0
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -113,11 +112,7 @@ SglangSwaRatio = Ratio
 # is a finding, KDA062, with the engine's own message: the type lets 0 and below through to it.
 SglangReplayCacheLen = Annotated[int, Strict(), Field(le=1 << 16)]
 
-# mlx 0.32.4's mx.quantize (what mlx-lm's quantized KV cache calls) accepts group sizes 32, 64 and 128
-# ("The supported group sizes are 32, 64, and 128.",
-# https://github.com/ml-explore/mlx/blob/v0.32.1/mlx/ops.cpp#L5047) and bits 1, 2, 3, 4, 5, 6 and 8
-# (1-bit came after v0.32.1, in ml-explore/mlx commit 309f947e6; 0.32.4 reports "The supported bits
-# are 1, 2, 3, 4, 5, 6 and 8.").
+
 def _one_of(*allowed: int):
     def check(value: int) -> int:
         if value not in allowed:
@@ -126,6 +121,11 @@ def _one_of(*allowed: int):
     return AfterValidator(check)
 
 
+# mlx 0.32.4's mx.quantize (what mlx-lm's quantized KV cache calls) accepts group sizes 32, 64 and 128
+# ("The supported group sizes are 32, 64, and 128.",
+# https://github.com/ml-explore/mlx/blob/v0.32.1/mlx/ops.cpp#L5047) and bits 1, 2, 3, 4, 5, 6 and 8
+# (1-bit came after v0.32.1, in ml-explore/mlx commit 309f947e6; 0.32.4 reports "The supported bits
+# are 1, 2, 3, 4, 5, 6 and 8.").
 MlxKvBits = Annotated[int, Strict(), _one_of(1, 2, 3, 4, 5, 6, 8)]
 MlxGroupSize = Annotated[int, Strict(), _one_of(32, 64, 128)]
 
@@ -155,9 +155,8 @@ def check_value(annotated: Any, value: Any) -> Any:
     try:
         return TypeAdapter(annotated).validate_python(value)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ValueError(err["msg"].removeprefix("Value error, ")[0].lower() + err["msg"].removeprefix(
-            "Value error, ")[1:]) from None
+        msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ValueError(msg[:1].lower() + msg[1:]) from None
 
 
 def command_line_type(annotated: Any, kind: type = str, metavar: str | None = None):
