@@ -411,6 +411,7 @@ def child(model: str, cases_path: Path) -> None:
     import warnings
 
     sys.path[:0] = [str(HERE / "shims"), str(HERE / "stubs")]
+    sys.path.append(str(HERE / ".venv-extra"))  # uvicorn, fastapi, setproctitle: imported by some model modules
     import cudafake
     import fakemods
 
@@ -433,7 +434,8 @@ def child(model: str, cases_path: Path) -> None:
             result["seconds"] = round(time.time() - started, 2)
             result["warnings"] = records.take()
         print("POINT " + json.dumps({"model": model, "mutation": case["mutation"], "setting": case["setting"],
-                                     "settings": case["settings"], "result": result}), flush=True)
+                                     "settings": case["settings"], "config": case["config"], "result": result}),
+              flush=True)
 
 
 def run_all() -> None:

@@ -1,0 +1,118 @@
+"""kvdoctor's static SGLang (CUDA) plan against SGLang 0.5.23's own start-up code.
+
+goldens/sglang_check.json was written by goldens/sglang_check_oracle.py, which runs SGLang's ServerArgs,
+ModelConfig, KVCacheConfigurator and pool classes on its CUDA platform path for every config, mutation and
+setting. These tests only read the JSON: the start-up outcome (and the exact refusal), the hybrid-SWA
+decision, the SWA / full layer ids, the runner's window, each layer's pool and buffer index, the pool
+classes, the attention buffer shape and dtype, GDN state shapes and dtypes, and the 40 GiB sizing.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.engines.sglang_cuda import plan_layers
+from kvdoctor.engines.sglang_cuda.settings import Settings
+from kvdoctor.loader import load_model
+from kvdoctor.model import GDN
+
+GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "goldens" / "sglang_check.json").read_text())
+POINTS = [p for p in GOLDEN["points"] if p["result"]["outcome"] != "not_applicable"]
+
+
+def ident(point: dict) -> str:
+    return f"{point['model'].split('__')[-1]}-{point['mutation']}-{point['setting']}"
+
+
+def plan(point: dict, tmp_path: Path, **extra):
+    (tmp_path / "config.json").write_text(json.dumps(point["config"]))
+    spec = load_model(str(tmp_path), with_checkpoint=False)
+    return spec, plan_layers(spec, Settings(**point["settings"], **extra))
+
+
+def golden_placements(pools: dict) -> dict[int, tuple[str, int]]:
+    """Layer id -> (pool, buffer index) as SGLang's own pool objects map them."""
+    kv = pools["token_to_kv_pool"]
+    attn = "mla" if (kv.get("full_kv_pool") or kv)["class"] == "MLATokenToKVPool" else "full"
+    if "layers_mapping" in kv:
+        return {int(k): ("swa" if is_swa else "full", i) for k, (i, is_swa) in kv["layers_mapping"].items()}
+    if "full_attention_layer_id_mapping" in kv:
+        out = {int(k): (attn, i) for k, i in kv["full_attention_layer_id_mapping"].items()}
+        out.update({int(k): ("mamba", i) for k, i in (pools["mamba_pool"] or {}).get("mamba_map", {}).items()})
+        return out
+    return {kv["start_layer"] + i: (attn, i) for i in range(kv["layer_num"])}
+
+
+def test_goldens_cover_the_grid():
+    assert GOLDEN["versions"]["sglang"] == "0.5.23" and GOLDEN["platform"].startswith("cuda")
+    assert len(POINTS) >= 100
+    outcomes = {p["result"]["outcome"] for p in POINTS}
+    assert {"ok", "refused"} <= outcomes
+    assert {p["model"] for p in POINTS} >= {"openai__gpt-oss-20b", "Qwen__Qwen3-Next-80B-A3B-Instruct",
+                                            "moonshotai__Kimi-Linear-48B-A3B-Instruct", "google__gemma-3-1b-it"}
+
+
+@pytest.mark.parametrize("point", POINTS, ids=[ident(p) for p in POINTS])
+def test_static_plan_matches_sglang(point, tmp_path):
+    want = point["result"]
+    spec, (layers, refusals, facts) = plan(point, tmp_path)
+    if want["outcome"] == "refused":
+        assert refusals, f"SGLang refuses: {want['error']['message'][:160]}"
+        assert (refusals[0].error_class, refusals[0].message) == (want["error"]["class"], want["error"]["message"])
+        assert refusals[0].stage == "startup"
+        return
+    assert not refusals, refusals[0].message
+    model = want["model"]
+    assert facts.attention_arch == model["attention_arch"]
+    assert facts.hybrid_swa == model["is_hybrid_swa"]
+    assert (facts.hybrid_swa_why == "allow-list") == model["is_hybrid_swa"]
+    if not model["is_hybrid_swa"]:
+        assert (facts.hybrid_swa_why == "disabled-by-flag") == (model["is_hybrid_swa_model"] is True)
+    expect_ids = lambda ids: None if ids is None else tuple(ids)  # noqa: E731
+    assert facts.swa_layer_ids == expect_ids(model["swa_attention_layer_ids"])
+    assert facts.full_layer_ids == expect_ids(model["full_attention_layer_ids"])
+    assert facts.runner_sliding_window == model["runner_sliding_window_size"]
+    assert facts.kv_cache_dtype == want["kv_cache_dtype"]
+
+    pools = want["pools_tiny"]
+    assert want["stages"]["pools_tiny"] == "ok"
+    got = {l.index: (l.extra["pool"], l.extra["pool_index"]) for l in layers if "pool" in l.extra}
+    assert got == golden_placements(pools)
+    assert facts.pools["token_to_kv_pool"] == pools["token_to_kv_pool"]["class"]
+    assert facts.pools["req_to_token_pool"] == pools["req_to_token_pool"]
+
+    kv = pools["token_to_kv_pool"].get("full_kv_pool") or pools["token_to_kv_pool"]
+    buffer = facts.pools["attention_buffer_per_token"]
+    for name in ("k_buffer", "v_buffer", "kv_buffer"):
+        if name in kv:
+            assert buffer[name] == kv[name][0]["shape"][1:], name
+            assert buffer["dtype"] == kv[name][0]["dtype"]
+
+    if GDN in spec.kinds():
+        tp = str(point["settings"].get("tp_size", 1))
+        state = next(l.state for l in layers if l.state)[tp]
+        mamba = pools["mamba_pool"]
+        for name in ("conv", "temporal"):
+            assert state[name]["shape"] == mamba[name][0]["shape"][2:], name  # [layers, slots, ...]
+            assert state[name]["dtype"] == mamba[name][0]["dtype"], name
+
+
+SIZED = [p for p in POINTS if "sizing_40GiB" in p["result"]]
+
+
+@pytest.mark.parametrize("point", SIZED, ids=[ident(p) for p in SIZED])
+def test_budget_at_40GiB_matches_sglang(point, tmp_path):
+    want = point["result"]["sizing_40GiB"]
+    _, (_, _, facts) = plan(point, tmp_path, kv_budget="40GiB")
+    got = facts.budget
+    assert "error" not in got, got.get("error")
+    assert got["max_running_requests"] == want["max_running_requests"]
+    if want["swa_max_total_num_tokens"] is not None:
+        assert got["pools"] == {"full": want["full_max_total_num_tokens"], "swa": want["swa_max_total_num_tokens"]}
+    else:
+        assert got["pools"] == {"full": want["max_total_num_tokens"]}
+    if "max_mamba_cache_size" in want:
+        assert got["state"]["slots"] == want["max_mamba_cache_size"]
+        assert got["state"]["slots_per_request"] == want["mamba_ratio"]
