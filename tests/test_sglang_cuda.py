@@ -9,6 +9,7 @@ classes, the attention buffer shape and dtype, GDN state shapes and dtypes, and 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,48 @@ def test_budget_at_40GiB_matches_sglang(point, tmp_path):
     if "max_mamba_cache_size" in want:
         assert got["state"]["slots"] == want["max_mamba_cache_size"]
         assert got["state"]["slots_per_request"] == want["mamba_ratio"]
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+
+
+def fixture_plan(tmp_path: Path, model: str, edit=None, **settings):
+    cfg = json.loads((FIXTURES / model / "config.json").read_text())
+    if edit:
+        edit(cfg)
+    tmp_path.mkdir()
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = load_model(str(tmp_path), with_checkpoint=False)
+    return plan_layers(spec, Settings(**settings))
+
+
+@pytest.mark.parametrize("code, model, edit, settings", [
+    ("SGL001", "Qwen__Qwen2.5-7B-Instruct", None, {"context_length": 65536}),
+    ("SGL002", "openai__gpt-oss-20b", lambda c: c.__setitem__("layer_types", c["layer_types"][:-1]), {}),
+    ("SGL003", "openai__gpt-oss-20b", lambda c: c.__setitem__("sliding_window", None), {}),
+])
+def test_refusal_fires_with_its_catalog_entry_and_stays_quiet_when_healthy(tmp_path, code, model, edit, settings):
+    from kvdoctor.catalog import builtin_catalog
+
+    entry = builtin_catalog()[code]
+    _, refusals, _ = fixture_plan(tmp_path / "bad", model, edit, **settings)
+    assert [r.code for r in refusals] == [code]
+    assert refusals[0].error_class == entry.error.class_
+    assert re.search(entry.error.pattern, refusals[0].message)
+    assert refusals[0].source.startswith("https://github.com/")
+    assert "/blob/v0.5.23/" in refusals[0].source or "/blob/v5.20.2/" in refusals[0].source
+    _, healthy, _ = fixture_plan(tmp_path / "good", model)
+    assert healthy == ()
+
+
+def test_window_that_sglang_does_not_mask_is_listed(tmp_path):
+    _, _, mistral = fixture_plan(tmp_path / "m", "mistralai__Mistral-7B-v0.1")
+    assert len(mistral.window_differs_layers) == 32  # MistralForCausalLM passes no window: all 32 attend fully
+    _, _, llama = fixture_plan(tmp_path / "l", "meta-llama__Llama-3.1-8B")
+    assert llama.window_differs_layers == ()
+    _, _, gemma = fixture_plan(tmp_path / "g", "google__gemma-2-2b")
+    assert gemma.window_differs_layers == ()  # even layers slide in both readings
+    layers, _, shifted = fixture_plan(tmp_path / "s", "google__gemma-2-2b", lambda c: c.__setitem__(
+        "layer_types", ["full_attention", "sliding_attention"] * (c["num_hidden_layers"] // 2)))
+    assert shifted.window_differs_layers == tuple(range(len(layers)))  # SGLang keeps the even ids sliding
+    assert layers[0].engine_window == 4096 and layers[1].engine_window is None

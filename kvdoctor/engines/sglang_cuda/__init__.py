@@ -12,7 +12,7 @@ from typing import Any
 from kvdoctor.engines.base import LayerPlan, Refusal
 from kvdoctor.engines.sglang_cuda import archs, pools, refusals, sizing, swa
 from kvdoctor.engines.sglang_cuda.settings import Settings
-from kvdoctor.model import GDN, KDA, MAMBA, MLA, SPARSE_MLA, ModelSpec
+from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
 
 VERSION = "0.5.23"
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
@@ -31,7 +31,7 @@ class SglangCudaFacts:
     swa_layer_ids: tuple[int, ...] | None
     full_layer_ids: tuple[int, ...] | None
     runner_sliding_window: int | None  # what SGLang sizes the SWA pool with (its window_left)
-    unmasked_window_layers: tuple[int, ...]  # the model means a window here, SGLang attends everything
+    window_differs_layers: tuple[int, ...]  # SGLang's window is not the model's own (SGL004)
     pools: dict[str, Any] = field(default_factory=dict)
     kv_cache_dtype: str = "bfloat16"
     override_warning: str | None = None
@@ -44,7 +44,7 @@ class SglangCudaFacts:
                 "swa_layer_ids": list(self.swa_layer_ids) if self.swa_layer_ids is not None else None,
                 "full_layer_ids": list(self.full_layer_ids) if self.full_layer_ids is not None else None,
                 "runner_sliding_window": self.runner_sliding_window,
-                "unmasked_window_layers": list(self.unmasked_window_layers),
+                "window_differs_layers": list(self.window_differs_layers),
                 "kv_cache_dtype": self.kv_cache_dtype, "pools": self.pools, "budget": self.budget}
 
 
@@ -74,8 +74,8 @@ def plan_layers(spec: ModelSpec, settings: Settings | None = None
         layers.append(LayerPlan(index=layer.index, engine_window=windows.get(layer.index),
                                 cache=_cache(layer.kind, placement),
                                 state=state if layer.kind == GDN else None, extra=extra))
-    unmasked = tuple(l.index for l in spec.layers if l.window and l.kind == "sliding_attention"
-                     and windows.get(l.index) is None)
+    differs = tuple(l.index for l in spec.layers if l.kind in (SLIDING, FULL)
+                    and (l.window if l.kind == SLIDING else None) != windows.get(l.index))
     tp = settings.tp
     facts = SglangCudaFacts(
         architecture=archs.serving_arch(spec.raw_config),
@@ -83,7 +83,7 @@ def plan_layers(spec: ModelSpec, settings: Settings | None = None
         hybrid_swa=decision.on, hybrid_swa_why=decision.why, hybrid_swa_detail=decision.detail,
         hybrid_swa_source=decision.source, swa_layer_ids=decision.swa_layer_ids,
         full_layer_ids=decision.full_layer_ids, runner_sliding_window=swa.runner_window(spec, decision.on),
-        unmasked_window_layers=unmasked, kv_cache_dtype=pools.kv_dtype(spec, settings),
+        window_differs_layers=differs, kv_cache_dtype=pools.kv_dtype(spec, settings),
         override_warning=decision.override_warning, budget=sizing.size(spec, settings),
         pools={**pools.pool_classes(spec, decision), "attention_buffer_per_token": pools.attention_buffers(
             spec, settings, tp), "tp_size": tp})

@@ -12,7 +12,7 @@ from kvdoctor.model import ModelSpec
 
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TRANSFORMERS_LAYER_TYPES = ("https://github.com/huggingface/transformers/blob/v5.20.2/src/transformers/"
-                            "configuration_utils.py")
+                            "configuration_utils.py#L694")
 
 
 def derived_context_length(spec: ModelSpec) -> int:
