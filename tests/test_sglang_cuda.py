@@ -17,7 +17,7 @@ import pytest
 from kvdoctor.engines.sglang_cuda import plan_layers
 from kvdoctor.engines.sglang_cuda.settings import Settings
 from kvdoctor.loader import load_model
-from kvdoctor.model import GDN
+from kvdoctor.model import GDN, MAMBA
 
 GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "goldens" / "sglang_check.json").read_text())
 POINTS = [p for p in GOLDEN["points"] if p["result"]["outcome"] != "not_applicable"]
@@ -91,7 +91,7 @@ def test_static_plan_matches_sglang(point, tmp_path):
             assert buffer[name] == kv[name][0]["shape"][1:], name
             assert buffer["dtype"] == kv[name][0]["dtype"]
 
-    if GDN in spec.kinds():
+    if spec.kinds() & {GDN, MAMBA}:
         tp = str(point["settings"].get("tp_size", 1))
         state = next(l.state for l in layers if l.state)[tp]
         mamba = pools["mamba_pool"]

@@ -73,7 +73,7 @@ def plan_layers(spec: ModelSpec, settings: Settings | None = None
             extra = {"pool": placement.pool, "pool_index": placement.index}
         layers.append(LayerPlan(index=layer.index, engine_window=windows.get(layer.index),
                                 cache=_cache(layer.kind, placement),
-                                state=state if layer.kind == GDN else None, extra=extra))
+                                state=state if layer.kind in (GDN, MAMBA) else None, extra=extra))
     differs = tuple(l.index for l in spec.layers if l.kind in (SLIDING, FULL)
                     and (l.window if l.kind == SLIDING else None) != windows.get(l.index))
     tp = settings.tp

@@ -53,6 +53,12 @@ WINDOW_RULES = {
     "Gemma3ForConditionalGeneration": ("layer_types", "models/gemma3_causal.py#L185"),
     "Olmo2ForCausalLM": ("layer_types", "models/olmo2.py#L127"),
     "GptOssForCausalLM": ("layer_types", "models/gpt_oss.py#L453"),
+    "Gemma4ForCausalLM": ("layer_types", "models/gemma4_causal.py#L325"),
+    "Gemma4ForConditionalGeneration": ("layer_types", "models/gemma4_causal.py#L325"),
+    # MiMo-V2 passes `sliding_window_size` itself as window_left on hybrid_layer_pattern == 1 layers.
+    "MiMoV2FlashForCausalLM": ("pattern", "models/mimo_v2.py#L891"),
+    # Llama-4: chunked attention (iRoPE) on every layer but each fourth, chunk = attention_chunk_size.
+    "Llama4ForConditionalGeneration": ("irope", "models/llama4.py#L218"),
 }
 # Classes whose window function is `config.sliding_window - 1`: a null window fails at model load.
 WINDOW_MINUS_ONE_SOURCES = {
@@ -61,6 +67,8 @@ WINDOW_MINUS_ONE_SOURCES = {
     "Gemma3ForConditionalGeneration": "models/gemma3_causal.py#L65",
     "Olmo2ForCausalLM": "models/olmo2.py#L60",
     "GptOssForCausalLM": "models/gpt_oss.py#L132",
+    "Gemma4ForCausalLM": "models/gemma4_causal.py#L84",
+    "Gemma4ForConditionalGeneration": "models/gemma4_causal.py#L84",
 }
 
 

@@ -119,8 +119,33 @@ def gdn_state(spec: ModelSpec, settings: Settings, tp: int) -> dict[str, Any]:
                                                                              "dtype": ssm_dtype(spec, settings)}}
 
 
+MAMBA2_KEYS = {  # Nemotron-H spelling, Falcon-H1 spelling
+    "heads": ("mamba_num_heads", "mamba_n_heads"), "head_dim": ("mamba_head_dim", "mamba_d_head"),
+    "state": ("ssm_state_size", "mamba_d_state"), "groups": ("n_groups", "mamba_n_groups"),
+    "kernel": ("conv_kernel", "mamba_d_conv"),
+}
+
+
+def _first(cfg: dict, keys: tuple[str, ...]) -> int:
+    return next(cfg[k] for k in keys if isinstance(cfg.get(k), int))
+
+
+def mamba2_state(spec: ModelSpec, settings: Settings, tp: int) -> dict[str, Any]:
+    """One Mamba2 layer's state on one rank (configs/mamba_utils.py Mamba2StateShape): conv
+    (intermediate + 2 * groups * state, kernel - 1), SSM (heads, head_dim, state)."""
+    cfg = spec.config
+    heads, head_dim, state, groups, kernel = (_first(cfg, MAMBA2_KEYS[k]) for k in
+                                              ("heads", "head_dim", "state", "groups", "kernel"))
+    groups = groups + (tp - groups if groups % tp else 0)
+    conv = [(heads * head_dim + 2 * groups * state) // tp, kernel - 1]
+    return {"conv": {"shape": conv, "dtype": model_dtype(spec)},
+            "temporal": {"shape": [heads // tp, head_dim, state], "dtype": ssm_dtype(spec, settings)}}
+
+
 def state_by_tp(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
-    if GDN not in spec.kinds():
+    kinds = spec.kinds()
+    build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds else None
+    if build is None:
         return None
     tps = (settings.tp_size,) if settings.tp_size else TP_SIZES
-    return {str(tp): gdn_state(spec, settings, tp) for tp in tps}
+    return {str(tp): build(spec, settings, tp) for tp in tps}

@@ -50,6 +50,9 @@ def split_ids(arch: str, spec: ModelSpec) -> tuple[tuple[int, ...], tuple[int, .
         return tuple(i for i in range(n) if (i + 1) % 4), tuple(i for i in range(n) if (i + 1) % 4 == 0)
     if arch == "UnlimitedOCRForCausalLM":
         return tuple(range(n)), ()
+    pattern = spec.config.get("hybrid_layer_pattern")
+    if arch in ("MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM") and isinstance(pattern, list):
+        return tuple(i for i in range(n) if pattern[i] == 1), tuple(i for i in range(n) if pattern[i] == 0)
     kinds = [layer.kind for layer in spec.layers]
     return (tuple(i for i, k in enumerate(kinds) if k == SLIDING),
             tuple(i for i, k in enumerate(kinds) if k != SLIDING and k in ("full_attention", "mla")))
@@ -78,6 +81,13 @@ def engine_windows(spec: ModelSpec) -> dict[int, int | None]:
     rule = archs.WINDOW_RULES.get(arch)
     window = spec.config.get("sliding_window")
     out: dict[int, int | None] = {layer.index: None for layer in spec.layers}
+    if rule is not None and rule[0] == "irope":
+        chunk = spec.config.get("attention_chunk_size")
+        return {i: (chunk if isinstance(chunk, int) and (i + 1) % 4 else None) for i in out}
+    if rule is not None and rule[0] == "pattern":
+        pattern, left = spec.config.get("hybrid_layer_pattern") or [], spec.config.get("sliding_window_size")
+        return {i: (left + 1 if isinstance(left, int) and i < len(pattern) and pattern[i] == 1 else None)
+                for i in out}
     if rule is None or not isinstance(window, int):
         return out
     types = layer_types(spec)

@@ -43,8 +43,11 @@ class _FakeModule(types.ModuleType):
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, names: tuple[str, ...]):
+        self.names = frozenset(names)
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in FAKED:
+        if fullname.split(".")[0] in self.names:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -58,6 +61,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def install() -> None:
+def install(extra: tuple[str, ...] = ()) -> None:
+    """`extra`: more top-level names to fake (the probe fakes torchvision, whose wheel needs a CUDA torch)."""
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+        sys.meta_path.insert(0, _Finder(FAKED + extra))
