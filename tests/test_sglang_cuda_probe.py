@@ -48,3 +48,24 @@ def test_canaries_reach_the_planned_buffers_in_sglangs_own_pools(tmp_path, model
     seen = probe.observe(tmp_path, {}, probe.interpreter())
     assert seen["ok"], seen.get("error")
     assert probe.invariants(seen, layers) == {"reach": [], "unplanned_or_missing": [], "aliasing": [], "dense": []}
+
+
+def test_startup_agreement_flags_a_stale_plan():
+    from kvdoctor.engines.base import Refusal
+
+    refusal = Refusal("SGL001", "ValueError", "too long", "startup")
+    assert probe.startup_agreement({"ok": False, "error": {"class": "ValueError", "message": "too long"}},
+                                   [refusal])["agree"]
+    assert not probe.startup_agreement({"ok": True, "layers": {}}, [refusal])["agree"]
+    assert not probe.startup_agreement({"ok": False, "error": {"class": "ValueError", "message": "x"}}, [])["agree"]
+
+
+@pytest.mark.skipif(probe.interpreter() is None, reason="set KVDOCTOR_SGLANG_PYTHON to an interpreter with SGLang")
+def test_dry_run_refusal_matches_the_static_plan(tmp_path):
+    shutil.copy(FIXTURES / "Qwen__Qwen2.5-7B-Instruct" / "config.json", tmp_path / "config.json")
+    settings = {"context_length": 65536}
+    _, refusals, _ = plan_layers(load_model(str(tmp_path), with_checkpoint=False), Settings(**settings))
+    seen = probe.observe(tmp_path, settings, probe.interpreter())
+    assert probe.startup_agreement(seen, refusals) == {
+        "engine": (refusals[0].error_class, refusals[0].message), "plan": (refusals[0].error_class,
+                                                                          refusals[0].message), "agree": True}

@@ -59,3 +59,14 @@ def invariants(seen: dict[str, Any], layers: Sequence[LayerPlan]) -> dict[str, A
     dense = [{"pool": pool, "indices": sorted(ix)} for pool, ix in by_pool.items()
              if sorted(ix) != list(range(len(ix)))]
     return {"reach": reach, "unplanned_or_missing": missing, "aliasing": alias, "dense": dense}
+
+
+def startup_agreement(seen: dict[str, Any], refusals: Sequence[Any]) -> dict[str, Any]:
+    """The dry run's outcome beside the static plan's: a stale plan is one that disagrees.
+
+    The child runs SGLang's own start-up (ServerArgs resolution, ModelConfig, the pool configurator and the
+    pool classes) on the model directory, so its exception, class and text, is what the server would print
+    at start-up (up to model load: the window SGLang resolves at load time, SGL003, is not reached)."""
+    engine = None if seen.get("ok") else (seen["error"]["class"], seen["error"]["message"])
+    static = (refusals[0].error_class, refusals[0].message) if refusals else None
+    return {"engine": engine, "plan": static, "agree": engine == static}
