@@ -32,6 +32,7 @@ class SglangCudaFacts:
     full_layer_ids: tuple[int, ...] | None
     runner_sliding_window: int | None  # what SGLang sizes the SWA pool with (its window_left)
     window_differs_layers: tuple[int, ...]  # SGLang's window is not the model's own (SGL004)
+    kind_differs_layers: tuple[int, ...]  # SGLang builds another layer kind than the config means (SGL005)
     pools: dict[str, Any] = field(default_factory=dict)
     kv_cache_dtype: str = "bfloat16"
     override_warning: str | None = None
@@ -45,6 +46,7 @@ class SglangCudaFacts:
                 "full_layer_ids": list(self.full_layer_ids) if self.full_layer_ids is not None else None,
                 "runner_sliding_window": self.runner_sliding_window,
                 "window_differs_layers": list(self.window_differs_layers),
+                "kind_differs_layers": list(self.kind_differs_layers),
                 "kv_cache_dtype": self.kv_cache_dtype, "pools": self.pools, "budget": self.budget}
 
 
@@ -65,26 +67,33 @@ def plan_layers(spec: ModelSpec, settings: Settings | None = None
     where = pools.placements(spec, decision)
     windows = swa.engine_windows(spec)
     state = pools.state_by_tp(spec, settings)
+    kinds = pools.sglang_kinds(spec)
     layers = []
     for layer in spec.layers:
         placement = where.get(layer.index)
+        kind = kinds[layer.index]
         extra: dict[str, Any] = {}
         if placement is not None:
             extra = {"pool": placement.pool, "pool_index": placement.index}
         layers.append(LayerPlan(index=layer.index, engine_window=windows.get(layer.index),
-                                cache=_cache(layer.kind, placement),
-                                state=state if layer.kind in (GDN, MAMBA) else None, extra=extra))
+                                cache=_cache(kind, placement),
+                                state=state if kind in (GDN, MAMBA) else None, extra=extra))
     differs = tuple(l.index for l in spec.layers if l.kind in (SLIDING, FULL)
                     and (l.window if l.kind == SLIDING else None) != windows.get(l.index))
     tp = settings.tp
+    swa_ids = set(decision.swa_layer_ids or ()) if decision.on else set()
+    full_ids = {i for i, p in where.items() if p.pool != "mamba"} - swa_ids
+    buffers = {"attention_buffer_per_token": pools.attention_buffers(spec, settings, tp, full_ids)}
+    if decision.on:
+        buffers["swa_buffer_per_token"] = pools.attention_buffers(spec, settings, tp, swa_ids)
     facts = SglangCudaFacts(
         architecture=archs.serving_arch(spec.raw_config),
         attention_arch="MLA" if spec.kinds() & {MLA, SPARSE_MLA} else "MHA",
         hybrid_swa=decision.on, hybrid_swa_why=decision.why, hybrid_swa_detail=decision.detail,
         hybrid_swa_source=decision.source, swa_layer_ids=decision.swa_layer_ids,
         full_layer_ids=decision.full_layer_ids, runner_sliding_window=swa.runner_window(spec, decision.on),
-        window_differs_layers=differs, kv_cache_dtype=pools.kv_dtype(spec, settings),
+        window_differs_layers=differs,
+        kind_differs_layers=tuple(i for i, k in kinds.items() if k != spec.layers[i].kind), kv_cache_dtype=pools.kv_dtype(spec, settings),
         override_warning=decision.override_warning, budget=sizing.size(spec, settings),
-        pools={**pools.pool_classes(spec, decision), "attention_buffer_per_token": pools.attention_buffers(
-            spec, settings, tp), "tp_size": tp})
+        pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp})
     return tuple(layers), refusals.predict(spec, settings), facts

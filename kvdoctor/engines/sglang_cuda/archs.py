@@ -76,3 +76,19 @@ def serving_arch(raw_config: dict) -> str:
     """The architecture SGLang serves the model as (the first listed, after its own renames)."""
     archs = raw_config.get("architectures") or [""]
     return RENAMED.get(archs[0], archs[0])
+
+
+# SGLang's own config classes for these lay out the hybrid from `full_attention_interval` alone (attention on
+# every interval-th layer, gated DeltaNet elsewhere) and never read `layer_types` (configs/qwen3_next.py:260;
+# Qwen3.5's text config subclasses it).
+INTERVAL_ARCHS = {
+    "Qwen3NextForCausalLM": "configs/qwen3_next.py#L260",
+    "Qwen3_5ForConditionalGeneration": "configs/qwen3_5.py#L15",
+    "Qwen3_5MoeForConditionalGeneration": "configs/qwen3_5.py#L119",
+    "Qwen3_5ForCausalLM": "configs/qwen3_5.py#L15",
+    "Qwen3_5MoeForCausalLM": "configs/qwen3_5.py#L119",
+}
+
+# Config classes that declare `sliding_window: int` strictly (transformers' strict dataclasses): a null is
+# refused while the config loads, before the model class is reached.
+STRICT_WINDOW_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "MiMoV2FlashForCausalLM"})

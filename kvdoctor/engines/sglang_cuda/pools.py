@@ -8,9 +8,11 @@ the state layers in a `MambaPool` numbered by `mamba_map`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from kvdoctor.engines.sglang_cuda import archs
 from kvdoctor.engines.sglang_cuda.settings import Settings
 from kvdoctor.engines.sglang_cuda.swa import SwaDecision
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
@@ -44,8 +46,28 @@ def store_dtype(dtype: str) -> str:
     return "uint8" if dtype.startswith("float8") else dtype
 
 
+def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
+    """The spec with each layer's kind replaced by the kind SGLang builds there."""
+    kinds = sglang_kinds(spec)
+    if all(kinds[l.index] == l.kind for l in spec.layers):
+        return spec
+    return dataclasses.replace(spec, layers=[l if kinds[l.index] == l.kind else _rebuilt(spec, l, kinds[l.index])
+                                             for l in spec.layers])
+
+
+def _rebuilt(spec: ModelSpec, layer, kind: str):
+    """A layer SGLang builds as another kind: the attention geometry comes from the config's own keys."""
+    cfg = spec.config
+    if kind not in ATTENTION:
+        return dataclasses.replace(layer, kind=kind)
+    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
+    head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
+    return dataclasses.replace(layer, kind=kind, window=None, n_kv_heads=heads, head_dim=head_dim,
+                               v_head_dim=head_dim, n_heads=cfg.get("num_attention_heads"))
+
+
 def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
-    kinds = spec.kinds()
+    kinds = set(sglang_kinds(spec).values())
     mla = bool(kinds & {MLA, SPARSE_MLA})
     attention = "MLATokenToKVPool" if mla else "MHATokenToKVPool"
     if kinds & set(STATE):
@@ -57,18 +79,30 @@ def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
     return {"token_to_kv_pool": attention, "req_to_token_pool": "ReqToTokenPool"}
 
 
+def sglang_kinds(spec: ModelSpec) -> dict[int, str]:
+    """Layer id -> the kind SGLang builds there: the model's own, except for the families whose SGLang
+    config class derives the layout itself (`archs.INTERVAL_ARCHS`)."""
+    kinds = {layer.index: layer.kind for layer in spec.layers}
+    if archs.serving_arch(spec.raw_config) in archs.INTERVAL_ARCHS:
+        interval = spec.config.get("full_attention_interval") or 4
+        kinds = {i: (FULL if (i + 1) % interval == 0 else GDN) for i in kinds}
+    return kinds
+
+
 def placements(spec: ModelSpec, swa: SwaDecision) -> dict[int, Placement]:
-    kinds = spec.kinds()
+    by_layer = sglang_kinds(spec)
+    kinds = set(by_layer.values())
     hybrid_state = bool(kinds & set(STATE))
     attn_label = "mla" if kinds & {MLA, SPARSE_MLA} else "full"
     out: dict[int, Placement] = {}
     counters = {"full": 0, "swa": 0, "mamba": 0}
     swa_ids = set(swa.swa_layer_ids or ()) if swa.on else set()
-    for layer in spec.layers:
-        if layer.kind in STATE:
+    for index, kind in sorted(by_layer.items()):
+        layer = spec.layers[index]
+        if kind in STATE:
             out[layer.index] = Placement(layer.index, "mamba", counters["mamba"])
             counters["mamba"] += 1
-        elif layer.kind in ATTENTION:
+        elif kind in ATTENTION:
             if hybrid_state:
                 out[layer.index] = Placement(layer.index, attn_label, counters["full"])
                 counters["full"] += 1
@@ -81,9 +115,12 @@ def placements(spec: ModelSpec, swa: SwaDecision) -> dict[int, Placement]:
     return out
 
 
-def attention_buffers(spec: ModelSpec, settings: Settings, tp: int) -> dict[str, Any] | None:
-    """Per-token buffer shape of one attention layer on one rank (rows are tokens, plus page padding)."""
-    layer = next((l for l in spec.layers if l.kind in ATTENTION), None)
+def attention_buffers(spec: ModelSpec, settings: Settings, tp: int, pool_layers: set[int] | None = None
+                      ) -> dict[str, Any] | None:
+    """Per-token buffer shape of the first attention layer of a pool on one rank (rows are tokens, plus
+    page padding); None when the pool has no attention layer."""
+    layer = next((l for l in as_sglang_builds(spec).layers if l.kind in ATTENTION
+                  and (pool_layers is None or l.index in pool_layers)), None)
     if layer is None:
         return None
     dtype = store_dtype(kv_dtype(spec, settings))

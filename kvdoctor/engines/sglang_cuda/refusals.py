@@ -57,6 +57,17 @@ def layer_types_length(spec: ModelSpec) -> Refusal | None:
                    evidence={"num_hidden_layers": n, "layer_types": len(types)})
 
 
+def strict_null_window(spec: ModelSpec) -> Refusal | None:
+    arch = archs.serving_arch(spec.raw_config)
+    if arch in archs.STRICT_WINDOW_ARCHS and "sliding_window" in spec.config and spec.config["sliding_window"] is None:
+        message = ("Validation error for field 'sliding_window':\n    TypeError: Field 'sliding_window' expected "
+                   "int, got NoneType (value: None)")
+        return Refusal("SGL005", "StrictDataclassFieldValidationError", message, "startup",
+                       key=spec.config_prefix + "sliding_window", source=archs.ref("utils/hf_transformers/config.py#L228"),
+                       evidence={"architecture": arch})
+    return None
+
+
 def null_window(spec: ModelSpec) -> Refusal | None:
     arch = archs.serving_arch(spec.raw_config)
     where = archs.WINDOW_MINUS_ONE_SOURCES.get(arch)
@@ -69,5 +80,5 @@ def null_window(spec: ModelSpec) -> Refusal | None:
 
 def predict(spec: ModelSpec, settings: Settings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load."""
-    found = [layer_types_length(spec), context_too_long(spec, settings), null_window(spec)]
+    found = [strict_null_window(spec), layer_types_length(spec), context_too_long(spec, settings), null_window(spec)]
     return tuple(r for r in found if r is not None)[:1]  # start-up stops at the first
