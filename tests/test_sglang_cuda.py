@@ -161,8 +161,12 @@ def test_budget_at_40GiB_matches_sglang(point, tmp_path):
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 
 
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "configs" / "real"
+
+
 def fixture_plan(tmp_path: Path, model: str, edit=None, **settings):
-    cfg = json.loads((FIXTURES / model / "config.json").read_text())
+    source = FIXTURES / model / "config.json"
+    cfg = json.loads((source if source.exists() else REAL / f"{model}.json").read_text())
     if edit:
         edit(cfg)
     tmp_path.mkdir()
@@ -175,6 +179,7 @@ def fixture_plan(tmp_path: Path, model: str, edit=None, **settings):
     ("SGL001", "Qwen__Qwen2.5-7B-Instruct", None, {"context_length": 65536}),
     ("SGL002", "openai__gpt-oss-20b", lambda c: c.__setitem__("layer_types", c["layer_types"][:-1]), {}),
     ("SGL003", "openai__gpt-oss-20b", lambda c: c.__setitem__("sliding_window", None), {}),
+    ("SGL005", "google__gemma-4-26B-A4B", lambda c: c["text_config"].__setitem__("sliding_window", None), {}),
 ])
 def test_refusal_fires_with_its_catalog_entry_and_stays_quiet_when_healthy(tmp_path, code, model, edit, settings):
     from kvdoctor.catalog import builtin_catalog
@@ -201,3 +206,14 @@ def test_window_that_sglang_does_not_mask_is_listed(tmp_path):
         "layer_types", ["full_attention", "sliding_attention"] * (c["num_hidden_layers"] // 2)))
     assert shifted.window_differs_layers == tuple(range(len(layers)))  # SGLang keeps the even ids sliding
     assert layers[0].engine_window == 4096 and layers[1].engine_window is None
+
+
+def test_layout_sglang_derives_itself_is_listed(tmp_path):
+    def attention_first(cfg):
+        cfg["layer_types"] = ["full_attention" if i % 4 == 0 else "linear_attention"
+                              for i in range(cfg["num_hidden_layers"])]
+    layers, _, moved = fixture_plan(tmp_path / "moved", "Qwen__Qwen3-Next-80B-A3B-Instruct", attention_first)
+    assert moved.kind_differs_layers[:4] == (0, 3, 4, 7)  # SGLang keeps attention on 3, 7, ... (interval 4)
+    assert layers[3].cache == "full" and layers[0].cache == "mamba"
+    _, _, healthy = fixture_plan(tmp_path / "healthy", "Qwen__Qwen3-Next-80B-A3B-Instruct")
+    assert healthy.kind_differs_layers == ()
