@@ -11,8 +11,9 @@ SWA / full layer ids, Mamba / GDN / KDA state params), `resolve_sliding_window_s
 of the registered model class, `resolve_layer_indices`, `configure_kv_cache_dtype`, a real
 `KVCacheConfigurator` (`_handle_max_mamba_cache`, `config_from_budget`, `resolve_max_num_reqs`) at a
 40 GiB budget, and `_init_pools` at tiny sizes on the CPU device for the pool classes, buffer shapes and
-layer-id -> buffer maps. The platform is CUDA: `kvdoctor/engines/sglang_cuda/shims/cudafake.py` makes torch report H200s and
-`.../shims/fakemods.py` makes CUDA-only extension packages importable; no kernel runs. What the script
+layer-id -> buffer maps. The platform is CUDA: `kvdoctor/engines/sglang_cuda/shims/cudafake.py` makes
+torch report H200s and `fakemods.py` beside it makes CUDA-only extension packages importable; no kernel
+runs. What the script
 states itself: the 40 GiB budget (SGLang profiles it on the GPU), `attn_tp_size` (no process groups).
 
 Each model runs in a child process (SGLang keeps process-wide state); points run in sequence in it.

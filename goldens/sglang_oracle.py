@@ -1,11 +1,11 @@
 """SGLang oracle: run SGLang 0.5.23's own pool sizing on every config over a grid of settings.
 
-Run in goldens/.venv/sglang (see README.md). The platform is CUDA: `kvdoctor/engines/sglang_cuda/shims/cudafake.py` makes torch
-report an H200 and `.../shims/fakemods.py` makes CUDA-only extension packages importable (no kernel
-runs), so SGLang resolves what it resolves on a CUDA server: the Mamba radix-cache strategy
-(`extra_buffer`, 5 state slots per request with the overlap scheduler), the chunked-prefill size,
-the CUDA quantization registry. What comes from
-SGLang's code: the server-argument resolution (`ServerArgs.resolve_once`), the model facts and the hybrid-SWA
+Run in goldens/.venv/sglang (see README.md). The platform is CUDA: `kvdoctor/engines/sglang_cuda/shims/
+cudafake.py` makes torch report an H200 and `fakemods.py` beside it makes CUDA-only extension packages
+importable (no kernel runs), so SGLang resolves what it resolves on a CUDA server: the Mamba radix-cache
+strategy (`extra_buffer`, 5 state slots per request with the overlap scheduler), the chunked-prefill
+size, the CUDA quantization registry. What comes from SGLang's code: the server-argument resolution
+(`ServerArgs.resolve_once`), the model facts and the hybrid-SWA
 allow-list (`ModelConfig.from_server_args`), the window the model class reports
 (`get_attention_sliding_window_size`), and the sizing itself on a real `KVCacheConfigurator`:
 `_handle_max_mamba_cache` (state slots), `config_from_budget` (pool configurators, token cap,

@@ -93,7 +93,8 @@ def plan_layers(spec: ModelSpec, settings: Settings | None = None
         hybrid_swa_source=decision.source, swa_layer_ids=decision.swa_layer_ids,
         full_layer_ids=decision.full_layer_ids, runner_sliding_window=swa.runner_window(spec, decision.on),
         window_differs_layers=differs,
-        kind_differs_layers=tuple(i for i, k in kinds.items() if k != spec.layers[i].kind), kv_cache_dtype=pools.kv_dtype(spec, settings),
+        kind_differs_layers=tuple(i for i, k in kinds.items() if k != spec.layers[i].kind),
+        kv_cache_dtype=pools.kv_dtype(spec, settings),
         override_warning=decision.override_warning, budget=sizing.size(spec, settings),
         pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp})
     return tuple(layers), refusals.predict(spec, settings), facts

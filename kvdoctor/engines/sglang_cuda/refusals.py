@@ -63,8 +63,8 @@ def strict_null_window(spec: ModelSpec) -> Refusal | None:
         message = ("Validation error for field 'sliding_window':\n    TypeError: Field 'sliding_window' expected "
                    "int, got NoneType (value: None)")
         return Refusal("SGL005", "StrictDataclassFieldValidationError", message, "startup",
-                       key=spec.config_prefix + "sliding_window", source=archs.ref("utils/hf_transformers/config.py#L228"),
-                       evidence={"architecture": arch})
+                       key=spec.config_prefix + "sliding_window",
+                       source=archs.ref("utils/hf_transformers/config.py#L228"), evidence={"architecture": arch})
     return None
 
 

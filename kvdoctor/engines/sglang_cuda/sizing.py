@@ -9,6 +9,7 @@ from kvdoctor.budget.facts import facts_from_spec
 from kvdoctor.engines.sglang_cuda.pools import as_sglang_builds
 from kvdoctor.engines.sglang_cuda.refusals import derived_context_length
 from kvdoctor.engines.sglang_cuda.settings import Settings
+from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
 
@@ -26,7 +27,11 @@ def size(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
     """None without `kv_budget`; else the pools' tokens, state slots and max_running_requests, or the refusal."""
     if settings.kv_budget is None:
         return None
-    result = budget.plan(facts_from_spec(as_sglang_builds(spec)), mode(spec, settings))
+    try:
+        facts = facts_from_spec(as_sglang_builds(spec))
+    except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
+        return {"not_priced": str(exc)}
+    result = budget.plan(facts, mode(spec, settings))
     if result.error is not None:
         return {"error": {"class": result.error.cls, "message": result.error.message}}
     out: dict[str, Any] = {"kv_budget": settings.kv_budget, "configurator": result.mode.get("configurator"),
