@@ -1,7 +1,11 @@
 """SGLang oracle: run SGLang 0.5.23's own pool sizing on every config over a grid of settings.
 
-Run in goldens/.venv/sglang with PYTHONPATH=goldens/stubs (see README.md). What comes from
-SGLang's code: the server-argument resolution (`ServerArgs`), the model facts and the hybrid-SWA
+Run in goldens/.venv/sglang (see README.md). The platform is CUDA: `kvdoctor/engines/sglang_cuda/shims/
+cudafake.py` makes torch report an H200 and `fakemods.py` beside it makes CUDA-only extension packages
+importable (no kernel runs), so SGLang resolves what it resolves on a CUDA server: the Mamba radix-cache
+strategy (`extra_buffer`, 5 state slots per request with the overlap scheduler), the chunked-prefill
+size, the CUDA quantization registry. What comes from SGLang's code: the server-argument resolution
+(`ServerArgs.resolve_once`), the model facts and the hybrid-SWA
 allow-list (`ModelConfig.from_server_args`), the window the model class reports
 (`get_attention_sliding_window_size`), and the sizing itself on a real `KVCacheConfigurator`:
 `_handle_max_mamba_cache` (state slots), `config_from_budget` (pool configurators, token cap,
@@ -18,7 +22,8 @@ import sys
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "kvdoctor" / "engines" / "sglang_cuda" / "shims"), str(HERE / "stubs")]
 
 from common import GiB, contexts, max_position, model_dirs, only_models, write  # noqa: E402
 
@@ -61,8 +66,7 @@ def grid(limit: int, hybrid_swa: bool, mamba: bool, sliding: bool) -> list[dict]
 def server_args(model_dir: Path, point: dict):
     from sglang.srt.server_args import ServerArgs
 
-    kwargs = dict(model_path=str(model_dir), device="cpu", skip_tokenizer_init=True, tp_size=point["tp"],
-                  chunked_prefill_size=8192,  # what an H200 (90-160 GiB) resolves to (memory_hook.py)
+    kwargs = dict(model_path=str(model_dir), skip_tokenizer_init=True, load_format="dummy", tp_size=point["tp"],
                   page_size=point["page_size"], context_length=point["context_length"],
                   swa_full_tokens_ratio=point["swa_full_tokens_ratio"],
                   mamba_full_memory_ratio=point["mamba_full_memory_ratio"],
@@ -91,6 +95,7 @@ def window_the_model_reports(model_config):
 
 
 def plan(model_dir: Path, point: dict) -> dict:
+    import cudafake
     import torch
     from sglang.srt.arg_groups.serving_hook import handle_environment_variables
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig
@@ -103,12 +108,15 @@ def plan(model_dir: Path, point: dict) -> dict:
     out: dict = {}
     try:
         os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
+        cudafake.install(devices=point["tp"])
         sa = server_args(model_dir, point)
+        sa.resolve_once()  # what the launcher does: backend, Mamba cache strategy, chunk size, validation
         handle_environment_variables(sa)  # what launch does: --mamba-ssm-dtype becomes SGLANG_MAMBA_SSM_DTYPE
         get_context().set_server_args(sa)
         get_parallel().override_permanently(attn_tp_size=point["tp"], attn_dcp_size=1, attn_cp_size=1)
         mc = ModelConfig.from_server_args(sa)
         kv_dtype = mc.dtype if point["kv_cache_dtype"] == "auto" else torch.float8_e4m3fn
+        resolved = sa.resolved_dict()
         n = mc.num_hidden_layers
         layers = ModelLayerInfo(start_layer=0, end_layer=n, num_effective_layers=n,
                                 swa_attention_layer_ids=mc.swa_attention_layer_ids,
@@ -125,6 +133,8 @@ def plan(model_dir: Path, point: dict) -> dict:
         from sglang.srt.runtime_context import get_schedule
         out.update(is_hybrid_swa=bool(mc.is_hybrid_swa), sliding_window_size=kvc.sliding_window_size,
                    overlap_schedule=not get_schedule().disable_overlap_schedule,
+                   chunked_prefill_size=resolved.get("chunked_prefill_size"),
+                   mamba_radix_cache_strategy=resolved.get("mamba_radix_cache_strategy"),
                    dtype=str(mc.dtype).replace("torch.", ""))
         rest = point["kv_budget_bytes"] / (1 << 30)
         if kvc.mambaish_config is not None:
@@ -132,6 +142,7 @@ def plan(model_dir: Path, point: dict) -> dict:
             out["mamba_cache_per_req"] = params.mamba_cache_per_req
             out["ssm_dtype"] = str(params.dtype.temporal).replace("torch.", "")
             rest = kvc._handle_max_mamba_cache(rest)
+            out["mamba_ratio"] = kvc._calculate_mamba_ratio()
             out["max_mamba_cache_size"] = get_schedule().max_mamba_cache_size
         available = int(rest * (1 << 30))
         config = kvc.config_from_budget(available)
@@ -146,11 +157,16 @@ def plan(model_dir: Path, point: dict) -> dict:
 
 def main() -> None:
     logging.disable(logging.WARNING)
+    import cudafake
+    import fakemods
+
+    cudafake.install()
+    fakemods.install()
     import sglang
 
     wanted = only_models()
     points = []
-    for name, model_dir in model_dirs(drop_keys=("quantization_config",)).items():
+    for name, model_dir in model_dirs().items():
         if wanted and name not in wanted:
             continue
         probe = plan(model_dir, grid(max_position(model_dir), False, False, False)[0])

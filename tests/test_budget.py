@@ -271,11 +271,14 @@ def test_sglang_pr_37610_swa_pool_of_one_page_below_window_plus_page():
 
 
 def test_reference_side_by_side_numbers():
-    """kv-budget.md §5 (40 GiB, 128K, TP1): the engines' own numbers, reproduced."""
+    """kv-budget.md §5 (40 GiB, 128K, TP1): the engines' own numbers, reproduced. SGLang's running requests
+    are its CUDA path's (goldens/sglang.json): the `extra_buffer` Mamba strategy holds 5 state slots per
+    request, so 262 slots serve 52, not the 87 of the CPU path's 3 slots the memo measured."""
     facts, _ = model("qwen3-next")
     s = sglang.plan(facts, sglang.Mode(context_length=131072, kv_budget_bytes=40 * GiB))
     assert (s.state["slots"], s.capacity["max_total_num_tokens"], s.capacity["max_running_requests"]) == \
-        (262, 920754, 87)
+        (262, 920754, 52)
+    assert (s.state["slots_per_request"], s.state["mamba_radix_cache_strategy"]) == (5, "extra_buffer")
     assert s.state["bytes_per_slot"] / 1e6 == pytest.approx(77.3, abs=0.05)
     off = vllm.plan(model("gpt-oss-20b")[0], vllm.Mode(max_model_len=131072, kv_budget_bytes=40 * GiB, hma=False))
     assert (off.capacity["tokens"], round(off.capacity["max_concurrency"], 2)) == (873808, 6.67)

@@ -108,6 +108,7 @@ def test_sglang_matches_engine(point):
     assert got.error is None, got.error.message
     if "max_mamba_cache_size" in want:
         assert got.state["slots"] == want["max_mamba_cache_size"]
+        assert got.state["slots_per_request"] == want["mamba_ratio"]  # 5 on CUDA with extra_buffer, 1 without radix
     pools = {p["pool"]: p["tokens"] for p in got.pools}
     assert got.capacity["max_total_num_tokens"] == want["max_total_num_tokens"]
     if want["swa_max_total_num_tokens"] is not None:

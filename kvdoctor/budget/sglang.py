@@ -1,5 +1,9 @@
 """SGLang 0.5.23 (CUDA path): how the memory left after weights becomes token pools and state slots.
 
+The CUDA path matters for hybrid state models: there `auto` resolves the Mamba radix-cache strategy to
+`extra_buffer`, so a request holds 5 state slots (3 + 2 ping-pong tracking slots), not the 3 of the
+CPU path (goldens/sglang.json is generated on the CUDA platform path).
+
 Order as in `KVCacheConfigurator`: Mamba/linear state slots come first (`_handle_max_mamba_cache`,
 in GB floats), the rest becomes the token pool (default, hybrid SWA, or SWA sized from a request
 cap), the user's token cap applies, then `resolve_max_num_reqs`. File:line references are to the
@@ -16,6 +20,23 @@ from kvdoctor.engines.pins import PINS
 
 VERSION = PINS["sglang"]
 MAMBA_SLOTS_PER_REQUEST = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO with the radix cache on
+# With the `extra_buffer` Mamba radix-cache strategy each request also holds ping-pong tracking slots:
+# 2 with the overlap scheduler, 1 without (mem_cache/allocation_sizing.py:11 get_mamba_tracking_slots).
+EXTRA_BUFFER_SLOTS = {True: 2, False: 1}
+# arg_groups/overrides.py:403 `_MAMBA_EXTRA_BUFFER_ARCHS`: with the radix cache on, the overlap
+# scheduler (or a page size > 1) and the triton linear-attention backend (the CUDA default),
+# `--mamba-radix-cache-strategy auto` resolves to `extra_buffer` for these; on other archs to
+# `no_buffer`, which also turns the overlap scheduler off (overrides.py:477-486).
+EXTRA_BUFFER_ARCHS = frozenset({
+    "KimiLinearForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3NextForCausalLM", "Qwen4ExpForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
+    "MiniCPMV4_7ForConditionalGeneration", "BailingMoeV2_5ForCausalLM", "BailingMoeV3ForCausalLM",
+    "BailingMoeV3VLForConditionalGeneration", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM",
+    "Glm5NextForConditionalGeneration", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "NemotronH_Omni_Reasoning_V3", "KimiK3ForConditionalGeneration", "InklingForConditionalGeneration",
+    "InklingForConditionalGenerationMTP",
+})
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL default
 FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 # configs/model_config.py:2651 `is_hybrid_swa_model`: architectures that get separate SWA pools.
@@ -41,6 +62,8 @@ REFS = {
     "swa_floor": "srt/model_executor/pool_configurator.py:198-216",
     "request_cap": "srt/model_executor/pool_configurator.py:924-1046",
     "max_running": "srt/mem_cache/kv_cache_configurator.py:3119-3172",
+    "mamba_ratio": "srt/mem_cache/kv_cache_configurator.py:3062-3088",
+    "mamba_strategy": "srt/arg_groups/overrides.py:403-486",
     "allow_list": "srt/configs/model_config.py:2651",
     "window": "srt/model_executor/model_runner_components/load_model_utils.py:144-157",
 }
@@ -111,8 +134,26 @@ def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str
     return per_layer * layers, tensors
 
 
-def slots_per_request(mode: Mode) -> int:
-    return MAMBA_SLOTS_PER_REQUEST if mode.radix_cache else 1
+def mamba_strategy(facts: ModelFacts, mode: Mode) -> str | None:
+    """The Mamba radix-cache strategy `auto` resolves to on CUDA (None: the radix cache is off)."""
+    if not mode.radix_cache:
+        return None
+    wants = mode.overlap_schedule or mode.page_size > 1
+    return "extra_buffer" if wants and set(facts.architectures[:1]) & EXTRA_BUFFER_ARCHS else "no_buffer"
+
+
+def overlap_schedule(facts: ModelFacts, mode: Mode) -> bool:
+    """`no_buffer` turns the overlap scheduler off for hybrid state models."""
+    return mode.overlap_schedule and not (facts.state_kind and mamba_strategy(facts, mode) == "no_buffer")
+
+
+def slots_per_request(facts: ModelFacts, mode: Mode) -> int:
+    """State slots one running request holds (`_calculate_mamba_ratio`, kv_cache_configurator.py:3062)."""
+    strategy = mamba_strategy(facts, mode)
+    if strategy is None:
+        return 1
+    extra = EXTRA_BUFFER_SLOTS[overlap_schedule(facts, mode)] if strategy == "extra_buffer" else 0
+    return MAMBA_SLOTS_PER_REQUEST + extra
 
 
 def mamba_slots(rest_gib: float, per_req: int, mode: Mode) -> tuple[int, float]:
@@ -164,10 +205,10 @@ def not_enough_memory() -> EngineRefusal:
     return EngineRefusal("RuntimeError", "Not enough memory. Please try to increase --mem-fraction-static.")
 
 
-def swa_request_cap(window: int, mode: Mode) -> int:
+def swa_request_cap(facts: ModelFacts, window: int, mode: Mode) -> int:
     """SWA slots the scheduler can hold live at max_running_requests (no spec decoding)."""
     per_request = window + SWA_EVICTION_INTERVAL + mode.page_size + mode.page_size
-    chunks = 2 if mode.overlap_schedule else 1
+    chunks = 2 if overlap_schedule(facts, mode) else 1
     return per_request * max(1, mode.max_running_requests) + chunks * mode.chunked_prefill_size + mode.page_size
 
 
@@ -179,7 +220,7 @@ def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int 
     if hybrid_swa(facts, mode) and facts.count("sliding"):
         full_layers, swa_layers = facts.count("full"), facts.count("sliding")
         if mode.max_running_requests is not None and not mode.radix_cache and full_layers:
-            swa = -(-swa_request_cap(window, mode) // page) * page
+            swa = -(-swa_request_cap(facts, window, mode) // page) * page
             full = int((available - swa * cell * swa_layers) // (cell * full_layers)) // page * page
             if full <= 0:
                 raise EngineRefusal(
@@ -223,14 +264,14 @@ def _cap_total(full: int, swa: int | None, mode: Mode, capped_swa: bool = False)
     return full, (min(swa, cap) if capped_swa and swa is not None else swa)
 
 
-def max_running(tokens: int, mode: Mode, slots: int | None, notes: list[str]) -> int:
+def max_running(facts: ModelFacts, tokens: int, mode: Mode, slots: int | None, notes: list[str]) -> int:
     estimate = max(min(int(tokens / mode.context_length * 512), 4096), 2048)
     if mode.max_running_requests is not None:
         value = min(max(1, mode.max_running_requests), tokens // 2)
     else:
         value = min(estimate, tokens // 2)
     if slots is not None:
-        ratio = slots_per_request(mode)
+        ratio = slots_per_request(facts, mode)
         cap = slots // ratio
         if cap < value:
             notes.append(f"max_running_requests is capped to {cap} by the mamba state cache "
@@ -284,7 +325,8 @@ def plan(facts: ModelFacts, mode: Mode) -> Budget:
         if facts.state_kind:
             per_req, tensors = state_per_request(facts, mode)
             budget.state = {"kind": facts.state_kind, "slots": None, "bytes_per_slot": per_req,
-                            "slots_per_request": slots_per_request(mode), "bytes": None,
+                            "slots_per_request": slots_per_request(facts, mode), "bytes": None,
+                            "mamba_radix_cache_strategy": mamba_strategy(facts, mode),
                             "ssm_dtype": ssm_dtype(facts, mode), "tensors": tensors}
             budget.layer_kinds.append({"kind": facts.state_kind, "layers": kinds[facts.state_kind],
                                        "bytes_per_token_per_layer": 0, "pool": "state",
@@ -300,7 +342,7 @@ def plan(facts: ModelFacts, mode: Mode) -> Budget:
                                  "bytes_per_token": cell * kinds["sliding"]})
         tokens = full if full else swa
         budget.facts.update(available=available, tokens=tokens, full=full, swa=swa, slots=slots)
-        running = max_running(tokens, mode, slots, budget.notes)
+        running = max_running(facts, tokens, mode, slots, budget.notes)
     except EngineRefusal as refusal:
         budget.error = refusal
         return budget

@@ -1,0 +1,43 @@
+"""Tokens per pool and max running requests for a KV budget, through kvdoctor's SGLang budget calculator
+(kvdoctor.budget.sglang, itself checked against SGLang's own sizing in goldens/sglang.json)."""
+from __future__ import annotations
+
+from typing import Any
+
+from kvdoctor.budget import sglang as budget
+from kvdoctor.budget.facts import facts_from_spec
+from kvdoctor.engines.sglang_cuda.pools import as_sglang_builds
+from kvdoctor.engines.sglang_cuda.refusals import derived_context_length
+from kvdoctor.engines.sglang_cuda.settings import Settings
+from kvdoctor.errors import InputError
+from kvdoctor.model import ModelSpec
+
+
+def mode(spec: ModelSpec, settings: Settings) -> budget.Mode:
+    return budget.Mode(
+        context_length=settings.context_length or derived_context_length(spec), kv_budget_bytes=settings.kv_budget,
+        page_size=settings.page_size or 1, swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
+        disable_hybrid_swa_memory=settings.disable_hybrid_swa_memory, kv_cache_dtype=settings.kv_cache_dtype,
+        tp=settings.tp, max_mamba_cache_size=settings.max_mamba_cache_size, mamba_ssm_dtype=settings.mamba_ssm_dtype,
+        radix_cache=not settings.disable_radix_cache, max_running_requests=settings.max_running_requests,
+        overlap_schedule=not settings.disable_overlap_schedule)
+
+
+def size(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
+    """None without `kv_budget`; else the pools' tokens, state slots and max_running_requests, or the refusal."""
+    if settings.kv_budget is None:
+        return None
+    try:
+        facts = facts_from_spec(as_sglang_builds(spec))
+    except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
+        return {"not_priced": str(exc)}
+    result = budget.plan(facts, mode(spec, settings))
+    if result.error is not None:
+        return {"error": {"class": result.error.cls, "message": result.error.message}}
+    out: dict[str, Any] = {"kv_budget": settings.kv_budget, "configurator": result.mode.get("configurator"),
+                           "pools": {p["pool"]: p["tokens"] for p in result.pools},
+                           "max_running_requests": result.capacity["max_running_requests"]}
+    if result.state:
+        out["state"] = {k: result.state[k] for k in ("slots", "slots_per_request", "mamba_radix_cache_strategy",
+                                                     "bytes_per_slot", "ssm_dtype")}
+    return out
