@@ -76,7 +76,7 @@ class Matcher:
                          for p in _with_heads(entry.error.all_patterns)]
         self.always: list[int] = []  # patterns without a literal to filter on
         self.literals: dict[str, list[tuple[str, int]]] = {}  # first 4 characters -> (literal, pattern)
-        for index, (entry, compiled) in enumerate(self.patterns):
+        for index, (_entry, compiled) in enumerate(self.patterns):
             literals = required_literals(compiled.pattern)
             if literals is None:
                 self.always.append(index)
