@@ -84,7 +84,7 @@ def checked_codes(opts: Options) -> list[str]:
 
 
 def run_probes(profile: EngineProfile, names: set[str], spec: ModelSpec, plan: Plan[object], deploy: Deploy,
-               settings: BaseModel) -> tuple[dict[str, object], list[Finding]]:
+               settings: BaseModel, label: str = "") -> tuple[dict[str, object], list[Finding]]:
     """Run the profile's probes that the rules need, each within the probe budget: a probe lists what it
     will build first; the first entry past the budget becomes LIM001 and the probe builds only what
     comes before it."""
@@ -99,6 +99,7 @@ def run_probes(profile: EngineProfile, names: set[str], spec: ModelSpec, plan: P
             cost = costs[fits]
             source = deploy.source(cost.setting) if cost.setting else cost.source
             over.append(ProbeOverBudget(cost.what, cost.nbytes, PROBE_BUDGET_BYTES, source, cost.layer).finding())
+        progress(f"{label}: {probe.name} probe")
         observations[probe.name] = probe.run(spec, plan, settings, fits)
     return observations, over
 
@@ -118,7 +119,7 @@ def check_target(target: str, opts: Options) -> Result:
         if not probes_allowed:
             checks = [check for check in checks if check.rule.static]
         wanted = {name for check in checks for name in check.rule.probes}
-        observations, findings = run_probes(profile, wanted, spec, plan, opts.deploy, settings)
+        observations, findings = run_probes(profile, wanted, spec, plan, opts.deploy, settings, name)
         runner = profile.dry_run()
         if opts.extra.get(DRY_RUN) and runner is not None and any(DRY_RUN in c.rule.needs for c in checks):
             observations[DRY_RUN] = runner.run(spec, opts.deploy, plan, opts.extra)

@@ -39,7 +39,7 @@ def shown(enabled: bool) -> Iterator[None]:
     with Progress(SpinnerColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("starting", total=None)
-        _sink = lambda description: bar.update(task, description=description)  # noqa: E731
+        _sink = lambda description: bar.update(task, description=description, refresh=True)  # noqa: E731
         try:
             yield
         finally:

@@ -345,7 +345,7 @@ def test_strict_deploy_values(field, value, tmp_path):
     else:
         event("accepted")
         assert right, value
-        got = getattr(getattr(deploy, section), key) if section else getattr(deploy, key)
+        got = getattr(deploy.settings(section.replace("_", "-")), key) if section else getattr(deploy, key)
         assert got == value and type(got) is type(value)
 
 

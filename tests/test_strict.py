@@ -66,7 +66,7 @@ def test_usage_errors_are_one_line_through_the_real_cli():
         (("check", "--dry-run-timeout", "nan", model),
          "kvdoctor: error: --dry-run-timeout 'nan': input should be a finite number"),
         (("check", ""), "kvdoctor: error: TARGETS '': expected a non-empty name"),
-        (("check",), "kvdoctor: error: missing argument TARGETS"),
+        (("check",), "kvdoctor: error: no models to check: name model directories, or list them under `targets` in kvdoctor.toml"),
     ]:
         proc = run(*args)
         assert (proc.returncode, proc.stderr) == (2, line + "\n"), args

@@ -122,7 +122,7 @@ def probed_model(tmp_path_factory):
 def test_progress_shows_on_a_terminal(probed_model):
     drawn = ANSI.sub("", _in_terminal(["check", str(probed_model), "--engine", "sglang-mlx"]))
     assert "reading config and checkpoint headers" in drawn
-    assert "swa rules (probes)" in drawn  # the probe stage was shown while it ran
+    assert "mask_routing probe" in drawn  # the probe stage was shown while it ran
 
 
 @pytest.mark.parametrize("extra", [["--quiet"], ["--format", "json"], ["--format", "concise"]])

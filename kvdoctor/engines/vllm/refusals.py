@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from kvdoctor.budget.common import EngineRefusal
 from kvdoctor.engines.base import Refusal
+from kvdoctor.engines.pins import PINS
 
-VERSION = "0.33.0"
+VERSION = PINS["vllm"]
 TRANSFORMERS = "5.20.2"  # the transformers the vLLM oracle venv resolves (goldens/vllm_check.json)
 SRC = f"https://github.com/vllm-project/vllm/blob/v{VERSION}/vllm/"
 HF_SRC = f"https://github.com/huggingface/transformers/blob/v{TRANSFORMERS}/src/transformers/"
