@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kvdoctor.dryrun import shrink
+from kvdoctor.dryrun import compact, shrink
 from kvdoctor.dryrun.engine_import import PINNED, EngineUnavailable, load_mlx_backend
 from kvdoctor.dryrun.instrument import AttentionRecorder, CodeTracer
 
@@ -256,13 +256,26 @@ class DryRun:
         return True
 
     def _shrink(self, config, model_dir, model_file, full_sig):
+        """The first shrunk copy whose signature proves it is the same model to the engine: with fewer
+        heads (compact.py) when that holds, else with the full head count."""
         first_diff: list[str] = []
-        for label, candidate in shrink.shrink_candidates(config):
+        factor = compact.head_factor(config)
+        candidates = [(f"{label}, 1/{factor} of the heads", compact.fewer_heads(candidate, factor), factor)
+                      for label, candidate in shrink.shrink_candidates(config)] if factor > 1 else []
+        candidates += [(label, candidate, 1) for label, candidate in shrink.shrink_candidates(config)]
+        for label, candidate, scale in candidates:
             model, loaded = shrink.load_weightless(candidate, model_dir, model_file)
             shrink.cast_floats(model, self.request.get("dtype"))
-            shrink.randomize(model, SEED)
-            diff = shrink.signature_diff(full_sig, shrink.signature(model, self.backend))
+            small_sig = shrink.signature(model, self.backend)
+            if scale > 1:
+                if not compact.matches_scaled(full_sig, small_sig, scale):
+                    del model
+                    continue
+                diff = []
+            else:
+                diff = shrink.signature_diff(full_sig, small_sig)
             if not diff:
+                shrink.randomize(model, SEED)
                 self.emit({"event": "shrink", "candidate": label, "signature": full_sig,
                            "changes": _changes(config, candidate)})
                 return model, loaded
