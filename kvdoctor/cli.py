@@ -131,28 +131,46 @@ def check(
     write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings here "
                                                  "(exits 0 unless a target could not be checked)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Targets checked at once (default: all cores)."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="K/N: check only shard K of N (by a hash of each "
+                                        "target's identity; join the JSON of all shards with `kvdoctor merge`)."),
+    executor: str = typer.Option("local", "--executor", help="local (worker processes) or ray (Ray tasks)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: "
+                                              "RAY_ADDRESS, else a local Ray started for the run)."),
     config: Optional[str] = CONFIG,
     isolated: bool = ISOLATED,
 ) -> None:
     """Check models and report findings."""
-    from kvdoctor.baseline import model_identity
+    from kvdoctor.fingerprint import model_identity
     from kvdoctor.check import Options, checked_codes
     from kvdoctor.report import Report, exit_code
-    from kvdoctor.runner import available_cores, expand_targets, run_with_progress
+    from kvdoctor.runner import available_cores, expand_targets, in_shard, run_with_progress
 
     if output_format not in FORMATS:
         _fail(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
+    part = _shard(shard)
+    if executor not in ("local", "ray"):
+        _fail(f"--executor {executor!r}: expected local or ray")
+    if ray_address is not None and executor != "ray":
+        _fail("--ray-address needs --executor ray")
     settings = _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
     if dry_run and (static or settings.engine not in DRY_RUN_ENGINES):
         _fail(f"--dry-run needs --engine {' or '.join(DRY_RUN_ENGINES)} and cannot be combined with --static")
     catalog = _catalog()
     extra = {"dry_run": dry_run, "trust_remote_code": trust_remote_code, "dry_run_timeout": dry_run_timeout,
              "dry_run_budget": dry_run_budget}
+    chosen = [(target, model_identity(target, settings.root)) for target in expand_targets(targets)]
+    if part is not None:
+        chosen = [(target, identity) for target, identity in chosen if in_shard(identity, part)]
     work = [(target, Options(catalog=catalog, engine=settings.engine, deploy=settings.deploy, static=static,
-                             selection=settings.selection_for(model_identity(target, settings.root)),
+                             selection=settings.selection_for(identity),
                              severity_overrides=settings.severity, extra=extra))
-            for target in expand_targets(targets)]
-    results, tracebacks = run_with_progress(work, jobs or available_cores())
+            for target, identity in chosen]
+    if executor == "ray":
+        from kvdoctor.executors.ray_executor import run_on_ray
+
+        results, tracebacks = run_on_ray(work, ray_address)
+    else:
+        results, tracebacks = run_with_progress(work, jobs or available_cores())
     report = Report(results, catalog, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
                     checked=[checked_codes(opts) for _, opts in work])
     _baselines(report, baseline, write_baseline)
@@ -165,6 +183,16 @@ def check(
             typer.echo(f"kvdoctor: error: {r.error}", err=True)
     code = exit_code(results, settings.fail_on, exit_zero or write_baseline is not None)
     raise typer.Exit(code)
+
+
+def _shard(value: Optional[str]) -> Optional[tuple[int, int]]:
+    """--shard K/N as (K, N), 1 <= K <= N."""
+    if value is None:
+        return None
+    k, sep, n = value.partition("/")
+    if not sep or not k.strip().isdigit() or not n.strip().isdigit() or not 1 <= int(k) <= int(n):
+        _fail(f"--shard {value!r}: expected K/N with 1 <= K <= N, e.g. 2/4")
+    return int(k), int(n)
 
 
 def _baselines(report, baseline: Optional[str], write_baseline: Optional[str]) -> None:
@@ -234,6 +262,40 @@ def _write(path: str, text: str) -> None:
         Path(path).write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
         _fail(f"{path}: cannot write: {exc.strerror or exc}")
+
+
+@app.command()
+def merge(
+    parts: List[str] = typer.Argument(..., help="JSON reports of `check --shard K/N` runs."),
+    output_format: str = typer.Option("rich", "--format", "--output-format", help=f"One of: {', '.join(FORMATS)}."),
+    output_file: Optional[str] = typer.Option(None, "--output-file", "-o", help="Write --format here, not stdout."),
+    json_output: Optional[str] = typer.Option(None, "--json-output", help="Also write JSON to this file."),
+    sarif_output: Optional[str] = typer.Option(None, "--sarif-output", help="Also write SARIF to this file."),
+    junit_output: Optional[str] = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file."),
+    gitlab_output: Optional[str] = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON."),
+    statistics: bool = typer.Option(False, "--statistics", help="Print counts per code instead of the findings."),
+    fail_on: Optional[str] = FAIL_ON,
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (never hides exit 2)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Report only findings this baseline lacks."),
+    config: Optional[str] = CONFIG,
+    isolated: bool = ISOLATED,
+) -> None:
+    """Join the JSON reports of sharded checks into one result, in any output format, with check's exit code."""
+    from kvdoctor.merge import merge_parts
+    from kvdoctor.report import Report, exit_code
+
+    if output_format not in FORMATS:
+        _fail(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
+    settings = _settings(None, None, None, None, None, None, fail_on, config, isolated)
+    results, checked, deploy_path = merge_parts(parts)
+    report = Report(results, _catalog(), settings.root, settings.fail_on, deploy_path=deploy_path, checked=checked)
+    _baselines(report, baseline, None)
+    _emit(report, output_format, output_file, statistics,
+          {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output})
+    for r in results:
+        if r.error:
+            typer.echo(f"kvdoctor: error: {r.error}", err=True)
+    raise typer.Exit(exit_code(results, settings.fail_on, exit_zero))
 
 
 @app.command("config")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from kvdoctor.budget import sglang, vllm
 from kvdoctor.budget.common import Budget, GiB, MiB
 from kvdoctor.budget.facts import ModelFacts
 from kvdoctor.context import Context
@@ -51,6 +50,8 @@ def findings_for(facts: ModelFacts, budget: Budget, where: dict[str, Source | No
 
 
 def _vllm(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
+    from kvdoctor.budget import vllm
+
     name, m, err = label(b), b.mode, b.error
     if err and err.message.startswith("Failed to promote local KV cache specs"):
         yield Finding.at("MEM002", f"{name}: the hybrid KV cache manager is off, and {facts.state_kind.upper()} "
@@ -122,6 +123,8 @@ def _vllm_mode_args(b: Budget) -> dict[str, Any]:
 
 
 def _sglang(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
+    from kvdoctor.budget import sglang
+
     name, m, err = label(b), b.mode, b.error
     if err and err.message.startswith("SWA pool (") and "cannot hold even one request" in err.message:
         yield Finding.at("MEM007", f"{name}: the SWA pool is too small to admit a single request",
@@ -163,6 +166,8 @@ def _sglang(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
 
 
 def _sg_mode(b: Budget) -> sglang.Mode:
+    from kvdoctor.budget import sglang
+
     m = b.mode
     return sglang.Mode(context_length=m["context_length"], kv_budget_bytes=m_budget(b), page_size=m["page_size"],
                        tp=m["tp"], kv_cache_dtype=m["kv_cache_dtype"], max_mamba_cache_size=m["max_mamba_cache_size"],

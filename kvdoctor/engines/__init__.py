@@ -3,11 +3,14 @@ version the profile describes, lays out caches for this model. Imported only whe
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from kvdoctor.context import EnginePlan
-from kvdoctor.deploy import Deploy
 from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
+
+if TYPE_CHECKING:
+    from kvdoctor.deploy import Deploy
 
 ENGINES: dict[str, str] = {
     "hf": "kvdoctor.engines.hf",

@@ -1,9 +1,13 @@
 """`hf`: the model's own meaning (transformers semantics); every window applies as declared."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvdoctor.context import EnginePlan
-from kvdoctor.deploy import Deploy
 from kvdoctor.model import ATTENTION_KINDS, SLIDING, CHUNKED, LayerPlan, ModelSpec
+
+if TYPE_CHECKING:
+    from kvdoctor.deploy import Deploy
 
 
 def cache_kind(kind: str) -> str:
