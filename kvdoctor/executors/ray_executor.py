@@ -34,6 +34,14 @@ def resources(opts: Options) -> dict[str, Any]:
     return {"num_cpus": 1.0, "memory": CHECK_MEMORY}
 
 
+def _in_dir(cwd: str, task: Callable[[str, Options], tuple[Result, str | None]], target: str,
+            opts: Options) -> tuple[Result, str | None]:
+    """Run `task` from the caller's working directory: relative targets and deploy files mean what
+    they meant on the command line (a cluster's nodes share the models' file system)."""
+    os.chdir(cwd)
+    return task(target, opts)
+
+
 def _import_ray():
     try:
         import ray
@@ -52,12 +60,14 @@ def run_on_ray(work: list[tuple[str, Options]], address: str | None = None,
     ray = _import_ray()
     started_here = not ray.is_initialized()
     if started_here:
+        path = os.environ.get("PYTHONPATH")  # workers import the same kvdoctor as this process
         ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False,
                  log_to_driver=False, configure_logging=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+                 runtime_env={"env_vars": {"PYTHONPATH": path}} if path else None)
     try:
-        remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(task)
-        refs = [remote.options(**resources(opts)).remote(target, opts) for target, opts in work]
+        remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_in_dir)
+        cwd = os.getcwd()
+        refs = [remote.options(**resources(opts)).remote(cwd, task, target, opts) for target, opts in work]
         results: list[Result] = []
         tracebacks: list[str] = []
         for i, ((target, opts), ref) in enumerate(zip(work, refs)):  # input order; later tasks run meanwhile
