@@ -296,9 +296,9 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise InputError(f"{index_path}: expected an object with a 'weight_map' of tensor name -> shard file")
-    for name, shard in weight_map.items():
-        if not isinstance(shard, str):
-            raise InputError(f"{index_path}: weight_map[{show(name)}] = {show(shard)}; expected a shard file name")
+    if set(map(type, weight_map.values())) - {str}:
+        name, shard = next((n, s) for n, s in weight_map.items() if not isinstance(s, str))
+        raise InputError(f"{index_path}: weight_map[{show(name)}] = {show(shard)}; expected a shard file name")
     shards = sorted(set(weight_map.values()))
     if len(shards) > MAX_SHARDS:
         raise InputError(f"{index_path}: {len(shards)} shards, more than the {MAX_SHARDS} accepted")
@@ -308,10 +308,10 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check
     ckpt = Checkpoint(files=[s for s in shards if s not in missing], tensors={}, index_file=INDEX_NAME,
                       missing_shards=missing, extra_shards=extra)
     _read_files(ckpt, [(paths[s], s) for s in ckpt.files], library_check)
-    for name, shard in weight_map.items():
-        info = ckpt.tensors.get(name)
-        if info is not None and info.file != shard:
-            raise InputError(f"{index_path}: tensor {show(name)} is mapped to {shard} but stored in {info.file}")
+    stored = dict(zip(ckpt.tensors, map(itemgetter(3), ckpt.tensors.values())))  # name -> the file holding it
+    for name in [n for n, s in weight_map.items() if stored.get(n, s) != s][:1]:
+        raise InputError(f"{index_path}: tensor {show(name)} is mapped to {weight_map[name]} but stored in "
+                         f"{stored[name]}")
     return ckpt
 
 
@@ -334,9 +334,9 @@ def _read_all(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bo
     for path, label in files:
         tensors, length = read_header(path, label, limit=min(MAX_HEADER_BYTES, left), library_check=library_check)
         left -= length
-        for name, info in tensors.items():
-            if name in ckpt.tensors:
-                raise InputError(f"{path}: tensor {show(name)} is also stored in {ckpt.tensors[name].file}; "
-                                 "expected each tensor in one shard")
-            ckpt.tensors[name] = info
+        if not ckpt.tensors.keys().isdisjoint(tensors):
+            name = next(n for n in tensors if n in ckpt.tensors)
+            raise InputError(f"{path}: tensor {show(name)} is also stored in {ckpt.tensors[name].file}; "
+                             "expected each tensor in one shard")
+        ckpt.tensors.update(tensors)
         ckpt.total_bytes += os.path.getsize(path)

@@ -201,6 +201,8 @@ def _baselines(report, baseline: Optional[str], write_baseline: Optional[str]) -
     A missing --baseline file is an error unless it is also the --write-baseline target (first run).
     Rewriting a baseline keeps its manual section; a file that is not a baseline is never overwritten.
     """
+    if baseline is None and write_baseline is None:
+        return
     from kvdoctor.baseline import apply_baseline, load_baseline, write_baseline as write
 
     first_run = baseline is not None and baseline == write_baseline and not Path(baseline).exists()

@@ -5,12 +5,14 @@ them when the deploy file has a `budget:` section, on the modes that section des
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from kvdoctor.budget.common import Budget, GiB, MiB
-from kvdoctor.budget.facts import ModelFacts
 from kvdoctor.context import Context
 from kvdoctor.model import Finding, Source
+
+if TYPE_CHECKING:
+    from kvdoctor.budget.facts import ModelFacts
 
 MEMORY_REFUSALS = ("No available memory for the cache blocks", "Not enough memory.",
                    "Not enough GPU memory for hybrid", "Hybrid (mamba/linear-attention) state cache is too small",

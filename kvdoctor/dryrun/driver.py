@@ -50,7 +50,7 @@ WINDOWED_COPIES = 1.25
 MODELLED = [
     "weights: mlx-lm's loader builds the model from config.json with no weight files; the shrunk copy "
     "gets random weights from a fixed seed (mlx_lm.load is the one runner call replaced)",
-    "memory: MLX's buffer cache is capped at 1 GB through the engine's own SGLANG_MLX_CACHE_LIMIT_GB "
+    "memory: MLX's buffer cache is capped at 0.25 GB through the engine's own SGLANG_MLX_CACHE_LIMIT_GB "
     "unless the environment sets it",
     "scheduler: kvdoctor feeds the runner a fixed request schedule with sequential pool slots; no "
     "TokenToKVPoolAllocator, RadixCache, prefix hits or auxiliary-state snapshots",
@@ -460,6 +460,8 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list]:
 
 def apply_environment(deploy: dict[str, Any]) -> None:
     """Set the engine environment variables the deploy settings stand for (in the child only)."""
-    os.environ.setdefault("SGLANG_MLX_CACHE_LIMIT_GB", "1")
+    # The engine leaves the cache uncapped by default; freed cache buffers would then pile up (each
+    # step copies the contiguous caches), so the dry run keeps at most 0.25 GB of them for reuse.
+    os.environ.setdefault("SGLANG_MLX_CACHE_LIMIT_GB", "0.25")
     if deploy.get("use_custom_rope"):
         os.environ["SGLANG_MLX_USE_CUSTOM_ROPE"] = "1"
