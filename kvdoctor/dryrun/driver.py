@@ -174,6 +174,8 @@ class DryRun:
         self.backend = None
         self.recorder: AttentionRecorder | None = None
         self.roots: dict[str, Path] = {}
+        self.fewer_heads = True  # try the fewer-heads copy (compact.py) first
+        self.scaled_heads = False  # whether the copy in use has fewer heads
 
     def _enter(self, stage: str) -> None:
         """Close the current stage as passed and open the next one."""
@@ -199,16 +201,30 @@ class DryRun:
         tracer = CodeTracer(self.roots)
         try:
             with tracer.installed(), float32_gather_mm():
-                if self._stages():
-                    self.emit({"event": "stage", "stage": self.stage, "status": "ok"})
+                if not self._attempt() and self.scaled_heads:
+                    # An engine error names sizes (an rms_norm over all heads, say): it is reported as the
+                    # full head count raises it, so the run is repeated without the fewer-heads copy.
+                    # run.py keeps only the events after the restart.
+                    self.emit({"event": "restart", "reason": "the engine raised on the copy with fewer heads; "
+                               "repeated with the full head count"})
+                    self.fewer_heads, self.stage, self.recorder = False, None, None
+                    self._attempt()
+        finally:
+            self.emit({"event": "engine_code", "files": tracer.files()})
+            self.emit({"event": "done", "seconds": round(time.monotonic() - started, 2)})
+
+    def _attempt(self) -> bool:
+        """The stages once; False when the engine raised (reported as an `error` event)."""
+        try:
+            if self._stages():
+                self.emit({"event": "stage", "stage": self.stage, "status": "ok"})
+            return True
         except Exception as exc:  # every engine failure is a result, reported with its stage
             engine, origin = engine_frame(exc, self.roots)
             self.emit({"event": "error", "stage": self.stage or "load", "class": type(exc).__name__,
                        "message": str(exc), "frame": engine, "origin": origin,
                        "layer": self.recorder.error_layer if self.recorder else None})
-        finally:
-            self.emit({"event": "engine_code", "files": tracer.files()})
-            self.emit({"event": "done", "seconds": round(time.monotonic() - started, 2)})
+            return False
 
     # -- stages -----------------------------------------------------------------------------------
 
@@ -259,7 +275,7 @@ class DryRun:
         """The first shrunk copy whose signature proves it is the same model to the engine: with fewer
         heads (compact.py) when that holds, else with the full head count."""
         first_diff: list[str] = []
-        factor = compact.head_factor(config)
+        factor = compact.head_factor(config) if self.fewer_heads else 1
         candidates = [(f"{label}, 1/{factor} of the heads", compact.fewer_heads(candidate, factor), factor)
                       for label, candidate in shrink.shrink_candidates(config)] if factor > 1 else []
         candidates += [(label, candidate, 1) for label, candidate in shrink.shrink_candidates(config)]
@@ -275,6 +291,7 @@ class DryRun:
             else:
                 diff = shrink.signature_diff(full_sig, small_sig)
             if not diff:
+                self.scaled_heads = scale > 1
                 shrink.randomize(model, SEED)
                 self.emit({"event": "shrink", "candidate": label, "signature": full_sig,
                            "changes": _changes(config, candidate)})
