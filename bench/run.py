@@ -46,7 +46,9 @@ OUT = HERE / "out"
 PY = sys.executable
 ROOT = HERE.parent
 FIXTURES = ROOT / "fixtures" / "models"
-SHARED_CONFIGS = ROOT.parent / "shared" / "configs"
+# ../shared/configs beside the checkout (a worktree sits one level deeper)
+SHARED_CONFIGS = next((p / "shared" / "configs" for p in ROOT.parents if (p / "shared" / "configs").is_dir()),
+                      ROOT.parent / "shared" / "configs")
 DRY_RUN_MODELS = ("openai__gpt-oss-20b", "google__gemma-2-2b", "Qwen__Qwen3-Next-80B-A3B-Instruct")
 
 FLOOR = r"""
@@ -356,6 +358,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="cold runs per static and fleet figure")
     parser.add_argument("--dry-runs", type=int, default=3, help="runs per dry-run model")
+    parser.add_argument("--fleet-runs", type=int, default=3, help="runs per fleet and Ray figure")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "bench.json")
     parser.add_argument("--only", default="static,profile,dryrun,fleet,ray")
     parser.add_argument("--configs", type=Path, default=SHARED_CONFIGS, help="config files for the dry-run RSS sweep")
@@ -373,9 +376,9 @@ def main() -> None:
     if "dryrun" in only:
         doc["dryrun"] = bench_dryrun(args.dry_runs, args.configs)
     if "fleet" in only:
-        doc["fleet"] = bench_fleet(args.runs)
+        doc["fleet"] = bench_fleet(args.fleet_runs)
     if "ray" in only:
-        doc["ray"] = bench_ray(max(1, args.runs // 2))
+        doc["ray"] = bench_ray(args.fleet_runs)
     doc["load_after"] = [round(x, 1) for x in os.getloadavg()]
     doc["minutes"] = round((time.time() - started) / 60, 1)
     print(f"\npython {doc['python']}, {doc['cores']} cores, load average {doc['load_before']} before, "

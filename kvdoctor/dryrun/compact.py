@@ -46,6 +46,21 @@ def fewer_heads(config: dict[str, Any], factor: int) -> dict[str, Any]:
     return out
 
 
+def head_sized_hidden(config: dict[str, Any]) -> dict[str, Any] | None:
+    """For model classes that derive the head dim from hidden size / heads (Qwen2, Phi-3 in mlx-lm):
+    the fewer-heads config with the hidden size that gives the full model's head dim again, or None
+    when that is no smaller than the config's own."""
+    out = copy.deepcopy(config)
+    changed = False
+    for section in text_sections(out):
+        heads, head_dim, hidden = section.get("num_attention_heads"), section.get("head_dim"), section.get("hidden_size")
+        if not all(type(v) is int for v in (heads, head_dim, hidden)) or heads * head_dim >= hidden:
+            continue
+        section["hidden_size"] = heads * head_dim
+        changed = True
+    return out if changed else None
+
+
 def _mixer_matches(full: dict[str, Any], small: dict[str, Any], factor: int) -> bool:
     if {k: v for k, v in full.items() if k not in HEAD_FIELDS} != {k: v for k, v in small.items() if k not in HEAD_FIELDS}:
         return False

@@ -278,6 +278,10 @@ class DryRun:
         factor = compact.head_factor(config) if self.fewer_heads else 1
         candidates = [(f"{label}, 1/{factor} of the heads", compact.fewer_heads(candidate, factor), factor)
                       for label, candidate in shrink.shrink_candidates(config)] if factor > 1 else []
+        if factor > 1:  # last: the full hidden size shrunk in step with the heads
+            sized = compact.head_sized_hidden(candidates[-1][1])
+            if sized is not None:
+                candidates.append((f"hidden size of the heads, 1/{factor} of the heads", sized, factor))
         candidates += [(label, candidate, 1) for label, candidate in shrink.shrink_candidates(config)]
         for label, candidate, scale in candidates:
             model, loaded = shrink.load_weightless(candidate, model_dir, model_file)
