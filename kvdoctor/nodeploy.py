@@ -34,6 +34,8 @@ class DefaultSection:
         return type(self._built())
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy and pickle protocols: this object's own (see __reduce__)
+            raise AttributeError(name)
         return getattr(self._built(), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -47,6 +49,9 @@ class DefaultSection:
 
     def __repr__(self) -> str:
         return repr(self._built())
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled (spawned workers, Ray) as what it stands for
+        return (DefaultSection, (object.__getattribute__(self, "_engine"),))
 
 
 class NoDeployFile:
