@@ -1,22 +1,33 @@
-"""Benchmark: kvdoctor on real-sized (sparse) checkpoints against the floor and the meta-device peer.
+"""Benchmark: static checks against the header-parse floor, dry runs, fleets, shards and Ray.
 
-Writes the layouts of bench/layouts.py as sparse safetensors files under bench/out/, then times cold
-processes, interleaved round by round so machine noise hits every command alike:
+Sections (`--only static,profile,dryrun,fleet,ray`; all by default):
 
-  floor   a plain Python process that reads and parses every safetensors header (and the index)
-  static  `kvdoctor check --static` (config and checkpoint rules; no caches built)
-  full    `kvdoctor check --engine E` with the real caches and probes, per applicable engine
-  peer    what a user would write instead: transformers' model on the `meta` device, parameter
-          shapes compared with the headers
+  static   real-sized (sparse) checkpoints of bench/layouts.py, cold processes interleaved round by
+           round so machine noise hits every command alike: the floor (a plain Python process that
+           parses every safetensors header and the index), `check --static`, `check --engine E` and
+           the transformers meta-device peer. Median, min..max, ratio to the floor, peak RSS.
+  profile  where the static check's time goes: an `-X importtime` summary by package and a cProfile
+           top-10 (by own time) of the largest layout.
+  dryrun   `check --engine sglang-mlx --dry-run` of config-only dirs: gpt-oss-20b, gemma-2-2b and
+           Qwen3-Next (median, spread, peak RSS over --dry-runs runs), then peak RSS of one run of every
+           config in ../shared/configs (or --configs DIR).
+  fleet    100 and 1,000 real-layout sparse checkpoints (the fixture configs, hard-linked copies)
+           checked in one command at -j 1 and -j 2, interleaved: seconds, targets per second, speed-up.
+  ray      the 100-target fleet through `--executor ray` on a local head started here (127.0.0.1),
+           against the local run's JSON.
 
-Each figure is the median over --runs cold processes with the min..max spread, plus the peak
-resident memory of the process (os.wait4). Usage: `python bench/run.py [--runs N] [--json FILE]`.
+Usage: `python bench/run.py [--runs N] [--json FILE] [--only SECTIONS] [--no-peer]`. The box is shared,
+so each figure is a median of interleaved cold runs; `docs/performance.md` says how noisy they were.
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,6 +44,12 @@ from kvdoctor.synth import write_checkpoint  # noqa: E402
 
 OUT = HERE / "out"
 PY = sys.executable
+ROOT = HERE.parent
+FIXTURES = ROOT / "fixtures" / "models"
+# ../shared/configs beside the checkout (a worktree sits one level deeper)
+SHARED_CONFIGS = next((p / "shared" / "configs" for p in ROOT.parents if (p / "shared" / "configs").is_dir()),
+                      ROOT.parent / "shared" / "configs")
+DRY_RUN_MODELS = ("openai__gpt-oss-20b", "google__gemma-2-2b", "Qwen__Qwen3-Next-80B-A3B-Instruct")
 
 FLOOR = r"""
 import json, struct, sys
@@ -84,73 +101,295 @@ def materialize(name: str) -> Path:
     return d
 
 
-def timed(cmd: list[str]) -> tuple[float, float, int, str]:
-    """(seconds, peak RSS in MB, exit code, last line of stdout) of one cold process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "120"})
-    out = proc.stdout.read()
-    proc.stderr.read()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    last = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
-    return seconds, usage.ru_maxrss / 1024, proc.returncode, last[0][:100]
+def timed(cmd: list[str], cwd: Path | None = None, keep: bool = False) -> tuple[float, float, int, str, float]:
+    """(seconds, peak RSS in MB, exit code, last line of stdout or all of it with `keep`, CPU seconds)
+    of one cold process. The output goes through a temporary file, so a large report costs no pipe
+    round trips."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env={**os.environ, "COLUMNS": "120"})
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    code = os.waitstatus_to_exitcode(status)
+    last = text if keep else (text.strip().splitlines()[-1:] or [""])[0][:100]
+    return seconds, usage.ru_maxrss / 1024, code, last, usage.ru_utime + usage.ru_stime
+
+
+def figures(samples: list[tuple]) -> dict:
+    secs = [s[0] for s in samples]
+    return {"median_s": round(statistics.median(secs), 3), "min_s": round(min(secs), 3), "max_s": round(max(secs), 3),
+            "cpu_s": round(statistics.median(s[4] for s in samples), 3),
+            "peak_rss_mb": round(max(s[1] for s in samples), 1), "exit_codes": sorted({s[2] for s in samples})}
 
 
 def engines_for(name: str) -> list[str]:
-    from kvdoctor.engines import ENGINES
+    from kvdoctor.engines import check_engines
 
     wanted = {"kimi-linear-48b": ["sglang"], "gpt-oss-120b": ["sglang-mlx"]}[name]
-    return [e for e in wanted if e in ENGINES]
+    return [e for e in wanted if e in check_engines()]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--no-peer", action="store_true", help="skip the transformers meta-device peer")
-    args = parser.parse_args()
+def kvdoctor(*args: str) -> list[str]:
+    return [PY, "-m", "kvdoctor", *args]
 
+
+# -- static: the floor, the static check, the full check, the peer -------------------------------
+
+def bench_static(runs: int, peer: bool) -> list[dict]:
     rows = []
     for name in LAYOUTS:
         d = materialize(name)
         size = sum(p.stat().st_size for p in d.glob("*.safetensors"))
         ntensors = len(json.loads((d / "model.safetensors.index.json").read_text())["weight_map"])
-        cmds = {"floor": [PY, "-c", FLOOR, str(d)],
-                "static": [PY, "-m", "kvdoctor", "check", str(d), "--static", "--format", "json"]}
+        cmds = {"floor": [PY, "-c", FLOOR, str(d)], "static": kvdoctor("check", str(d), "--static", "--format", "json")}
         for engine in engines_for(name):
-            cmds[f"full ({engine})"] = [PY, "-m", "kvdoctor", "check", str(d), "--engine", engine, "--format", "json"]
-        if not args.no_peer:
+            cmds[f"full ({engine})"] = kvdoctor("check", str(d), "--engine", engine, "--format", "json")
+        if peer:
             cmds["peer (transformers meta)"] = [PY, "-c", PEER, str(d)]
-        samples: dict[str, list[tuple[float, float, int, str]]] = {k: [] for k in cmds}
-        for _ in range(args.runs):
+        samples: dict[str, list[tuple]] = {k: [] for k in cmds}
+        for _ in range(runs):
             for label, cmd in cmds.items():  # interleaved: one round runs every command once
                 samples[label].append(timed(cmd))
         floor = statistics.median(s[0] for s in samples["floor"])
+        floor_cpu = statistics.median(s[4] for s in samples["floor"])
         peer_key = "peer (transformers meta)"
-        peer = statistics.median(s[0] for s in samples[peer_key]) if peer_key in samples else None
-        for label, runs in samples.items():
-            secs = [s[0] for s in runs]
-            med = statistics.median(secs)
-            rows.append({
-                "layout": name, "tensors": ntensors, "bytes": size, "command": label,
-                "median_s": round(med, 3), "min_s": round(min(secs), 3), "max_s": round(max(secs), 3),
-                "x_floor": round(med / floor, 2), "x_peer": round(med / peer, 3) if peer else None,
-                "peak_rss_mb": round(max(s[1] for s in runs), 1), "exit_codes": sorted({s[2] for s in runs}),
-                "last_line": runs[-1][3],
-            })
-
-    header = f"{'layout':16} {'tensors':>7} {'GB':>6} {'command':26} {'median s':>8} {'spread s':>13} {'x floor':>7} {'x peer':>7} {'RSS MB':>7} exit"
-    print(header)
-    print("-" * len(header))
+        peer_s = statistics.median(s[0] for s in samples[peer_key]) if peer_key in samples else None
+        for label, runs_ in samples.items():
+            row = {"layout": name, "tensors": ntensors, "bytes": size, "command": label, **figures(runs_),
+                   "last_line": runs_[-1][3]}
+            row["x_floor"] = round(row["median_s"] / floor, 2)
+            row["x_floor_cpu"] = round(row["cpu_s"] / floor_cpu, 2)
+            # the ratio within each round, then its median: both commands saw the same moment's load
+            row["x_floor_paired"] = round(statistics.median(a[0] / b[0] for a, b in zip(runs_, samples["floor"])), 2)
+            row["x_peer"] = round(row["median_s"] / peer_s, 3) if peer_s else None
+            rows.append(row)
+    print(f"\n{'layout':16} {'tensors':>7} {'GB':>6} {'command':26} {'median s':>8} {'spread s':>13} "
+          f"{'x floor':>7} {'paired':>6} {'cpu x':>6} {'x peer':>7} {'RSS MB':>7} exit")
     for r in rows:
-        spread = f"{r['min_s']:.3f}-{r['max_s']:.3f}"
-        peer = f"{r['x_peer']:.3f}" if r["x_peer"] is not None else "-"
+        peer_x = f"{r['x_peer']:.3f}" if r["x_peer"] is not None else "-"
         print(f"{r['layout']:16} {r['tensors']:>7} {r['bytes'] / 1e9:>6.1f} {r['command']:26} {r['median_s']:>8.3f} "
-              f"{spread:>13} {r['x_floor']:>7.2f} {peer:>7} {r['peak_rss_mb']:>7.1f} {r['exit_codes']}")
-    print(f"\n{args.runs} cold runs each, interleaved; python {sys.version.split()[0]}, {os.cpu_count()} cores")
+              f"{r['min_s']:.3f}-{r['max_s']:.3f} {r['x_floor']:>7.2f} {r['x_floor_paired']:>6.2f} "
+              f"{r['x_floor_cpu']:>6.2f} {peer_x:>7} {r['peak_rss_mb']:>7.1f} {r['exit_codes']}")
+    return rows
+
+
+# -- profile: -X importtime and cProfile of the largest static check --------------------------------
+
+def bench_profile() -> dict:
+    d = materialize("kimi-linear-48b")
+    cmd = ["check", str(d), "--static", "--format", "json"]
+    proc = subprocess.run([PY, "-X", "importtime", "-m", "kvdoctor", *cmd], capture_output=True, text=True)
+    by_package: dict[str, float] = {}
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        self_us, _cumulative, name = line[len("import time:"):].split("|")
+        if not self_us.strip().isdigit():
+            continue
+        name = name.strip()
+        package = ".".join(name.split(".")[:2]) if name.startswith("kvdoctor.") else name.split(".")[0]
+        by_package[package] = by_package.get(package, 0.0) + int(self_us) / 1000
+    imports = sorted(by_package.items(), key=lambda kv: -kv[1])
+    total = sum(by_package.values())
+    print(f"\n-X importtime of `kvdoctor {' '.join(cmd[:1])} --static` (Kimi-Linear-48B): {total:.1f} ms of imports; "
+          "by package (own time):")
+    for package, ms in imports[:12]:
+        print(f"  {ms:7.1f} ms  {package}")
+    profile_path = OUT / "static.prof"
+    subprocess.run([PY, "-m", "cProfile", "-o", str(profile_path), "-m", "kvdoctor", *cmd], capture_output=True)
+    text = io.StringIO()
+    stats = pstats.Stats(str(profile_path), stream=text)
+    stats.sort_stats("tottime").print_stats(10)
+    top = [line for line in text.getvalue().splitlines() if line.strip()][-11:]
+    print("cProfile top-10 by own time (profiling itself inflates the figures):")
+    for line in top:
+        print("  " + line.strip())
+    return {"imports_ms": round(total, 1), "imports_by_package_ms": {k: round(v, 1) for k, v in imports[:20]},
+            "cprofile_top10": top[1:]}
+
+
+# -- dry runs ---------------------------------------------------------------------------------------
+
+def config_dirs(source: Path) -> dict[str, Path]:
+    """One config-only model dir per shared config file (NAME.json -> OUT/configs/NAME/config.json)."""
+    dirs = {}
+    for path in sorted(source.glob("*.json")):
+        d = OUT / "configs" / path.stem
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, d / "config.json")
+        dirs[path.stem] = d
+    return dirs
+
+
+def _dry_run_info(text: str) -> dict:
+    try:
+        result = json.loads(text)["results"][0]
+    except (json.JSONDecodeError, KeyError, IndexError):
+        return {}
+    info = result.get("info", {}).get("dry_run") or {}
+    sliding = [layer for layer in info.get("layers", []) if layer.get("engine_window")]
+    decode = sorted({k for layer in sliding for step in layer.get("decode_keys", []) for k in step})
+    return {"outcome": info.get("outcome"), "child_s": info.get("seconds"),
+            "shrink": (info.get("shrink") or {}).get("candidate"),
+            "estimated_s": (info.get("schedule") or {}).get("estimated_seconds"),
+            "sliding_decode_keys": decode, "codes": [f["code"] for f in result.get("findings", [])]}
+
+
+def bench_dryrun(runs: int, source: Path) -> list[dict]:
+    dirs = config_dirs(source)
+    rows = []
+    chosen = [name for name in DRY_RUN_MODELS if name in dirs]
+    samples: dict[str, list[tuple]] = {name: [] for name in chosen}
+    for _ in range(runs):
+        for name in chosen:
+            samples[name].append(timed(kvdoctor("check", str(dirs[name]), "--engine", "sglang-mlx", "--dry-run",
+                                                "--format", "json"), keep=True))
+    for name in dirs:
+        if name not in samples:
+            samples[name] = [timed(kvdoctor("check", str(dirs[name]), "--engine", "sglang-mlx", "--dry-run",
+                                            "--format", "json"), keep=True)]
+    print(f"\n{'dry run (config only)':40} {'runs':>4} {'median s':>8} {'spread s':>13} {'RSS MB':>7} outcome / shrink")
+    for name, runs_ in samples.items():
+        row = {"model": name, "runs": len(runs_), **figures(runs_), **_dry_run_info(runs_[-1][3])}
+        rows.append(row)
+        print(f"{name:40} {row['runs']:>4} {row['median_s']:>8.2f} {row['min_s']:.2f}-{row['max_s']:.2f} "
+              f"{row['peak_rss_mb']:>7.0f} {row.get('outcome')} / {row.get('shrink')}; sliding decode keys "
+              f"{row.get('sliding_decode_keys')}")
+    return rows
+
+
+# -- fleets -----------------------------------------------------------------------------------------
+
+FLEET_MAX_TENSORS = 5000  # leaves out Kimi-Linear-48B (21k tensors) and Qwen3-Next (74k): the static rows time them
+
+
+def fleet(size: int) -> Path:
+    """`size` model dirs: the fixture configs of at most FLEET_MAX_TENSORS tensors (eight: dense models
+    and gpt-oss-20b) with real-layout sparse checkpoints in two shards, as hard-linked copies."""
+    from kvdoctor.synth import layout_for
+
+    base = OUT / "fleet-base"
+    names = []
+    for name in sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").exists()):
+        d = base / name
+        if not (d / ".done").exists():
+            d.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(FIXTURES / name / "config.json", d / "config.json")
+            write_checkpoint(d, layout_for(d), shards=2)
+            (d / ".done").touch()
+        if len(json.loads((d / "model.safetensors.index.json").read_text())["weight_map"]) <= FLEET_MAX_TENSORS:
+            names.append(name)
+    d = OUT / f"fleet-{size}"
+    if (d / ".done").exists():
+        return d
+    shutil.rmtree(d, ignore_errors=True)
+    for i in range(size):
+        src = base / names[i % len(names)]
+        target = d / f"{i:04d}-{src.name}"
+        target.mkdir(parents=True)
+        for f in src.iterdir():
+            if f.name != ".done":
+                os.link(f, target / f.name)
+    (d / ".done").touch()
+    return d
+
+
+def bench_fleet(runs: int) -> list[dict]:
+    rows = []
+    for size, modes in ((100, ("--static", "full")), (1000, ("--static",))):
+        d = fleet(size)
+        for mode in modes:
+            extra = ["--static"] if mode == "--static" else []
+            cmds = {j: kvdoctor("check", str(d), *extra, "--format", "json", "-j", str(j)) for j in (1, 2)}
+            samples: dict[int, list[tuple]] = {1: [], 2: []}
+            for _ in range(runs):
+                for j, cmd in cmds.items():
+                    samples[j].append(timed(cmd))
+            one = statistics.median(s[0] for s in samples[1])
+            for j, runs_ in samples.items():
+                row = {"targets": size, "mode": "static" if extra else "full (hf)", "jobs": j, **figures(runs_)}
+                row["targets_per_s"] = round(size / row["median_s"], 1)
+                row["speedup_vs_j1"] = round(one / row["median_s"], 2)
+                row["speedup_paired"] = round(statistics.median(a[0] / b[0] for a, b in zip(samples[1], runs_)), 2)
+                rows.append(row)
+    print(f"\n{'fleet':>6} {'mode':10} {'-j':>3} {'median s':>8} {'spread s':>13} {'targets/s':>9} {'x -j 1':>6} "
+          f"{'paired':>6} exit")
+    for r in rows:
+        print(f"{r['targets']:>6} {r['mode']:10} {r['jobs']:>3} {r['median_s']:>8.2f} {r['min_s']:.2f}-{r['max_s']:.2f} "
+              f"{r['targets_per_s']:>9.1f} {r['speedup_vs_j1']:>6.2f} {r['speedup_paired']:>6.2f} {r['exit_codes']}")
+    return rows
+
+
+# -- ray --------------------------------------------------------------------------------------------
+
+def bench_ray(runs: int) -> dict:
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep the head on 127.0.0.1 (tests do the same)
+    try:
+        import ray
+    except ImportError:
+        print("\nray: not installed (pip install 'kvdoctor[ray]'); section skipped")
+        return {"skipped": "ray not installed"}
+    d = fleet(100)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        address = ray.get_runtime_context().gcs_address
+        local_cmd = kvdoctor("check", str(d), "--static", "--format", "json", "-j", "2")
+        ray_cmd = kvdoctor("check", str(d), "--static", "--format", "json", "--executor", "ray", "--ray-address", address)
+        local, remote = [], []
+        for _ in range(runs):
+            local.append(timed(local_cmd, keep=True))
+            remote.append(timed(ray_cmd, keep=True))
+    finally:
+        ray.shutdown()
+    same = all(r[3] == local[0][3] for r in remote)
+    row = {"address": address, "targets": 100, "local_j2": figures(local), "ray": figures(remote), "same_json": same}
+    print(f"\nray on a local head at {address}: 100 static targets in {row['ray']['median_s']:.2f} s "
+          f"({row['ray']['min_s']:.2f}-{row['ray']['max_s']:.2f}) against {row['local_j2']['median_s']:.2f} s "
+          f"locally at -j 2; JSON identical to the local run's: {same}")
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="cold runs per static and fleet figure")
+    parser.add_argument("--dry-runs", type=int, default=3, help="runs per dry-run model")
+    parser.add_argument("--fleet-runs", type=int, default=3, help="runs per fleet and Ray figure")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "bench.json")
+    parser.add_argument("--only", default="static,profile,dryrun,fleet,ray")
+    parser.add_argument("--configs", type=Path, default=SHARED_CONFIGS, help="config files for the dry-run RSS sweep")
+    parser.add_argument("--no-peer", action="store_true", help="skip the transformers meta-device peer")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    OUT.mkdir(exist_ok=True)
+    started = time.time()
+    load = os.getloadavg()
+    doc: dict = {"python": sys.version.split()[0], "cores": os.cpu_count(), "load_before": [round(x, 1) for x in load]}
+    if "static" in only:
+        doc["static"] = bench_static(args.runs, not args.no_peer)
+    if "profile" in only:
+        doc["profile"] = bench_profile()
+    if "dryrun" in only:
+        doc["dryrun"] = bench_dryrun(args.dry_runs, args.configs)
+    if "fleet" in only:
+        doc["fleet"] = bench_fleet(args.fleet_runs)
+    if "ray" in only:
+        doc["ray"] = bench_ray(args.fleet_runs)
+    doc["load_after"] = [round(x, 1) for x in os.getloadavg()]
+    doc["minutes"] = round((time.time() - started) / 60, 1)
+    print(f"\npython {doc['python']}, {doc['cores']} cores, load average {doc['load_before']} before, "
+          f"{doc['load_after']} after; {doc['minutes']} min")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        previous = json.loads(args.json.read_text()) if args.json.exists() else {}
+        if isinstance(previous, dict):
+            previous.update(doc)
+            doc = previous
+        args.json.write_text(json.dumps(doc, indent=2))
 
 
 if __name__ == "__main__":

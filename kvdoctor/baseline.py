@@ -16,9 +16,7 @@ as it is on every rewrite, for fingerprints accepted for good (each with a reaso
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Optional
@@ -27,57 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvdoctor import __version__
 from kvdoctor.errors import InputError
+from kvdoctor.fingerprint import (fingerprint, fingerprint_parts, fingerprints, layer_group,  # noqa: F401 (re-exported)
+                                  model_identity, unique_fingerprints)
 from kvdoctor.jsonfile import read_bounded
-from kvdoctor.model import Finding, Result
+from kvdoctor.model import Result
 
 FORMAT_VERSION = 1
 MAX_BASELINE_BYTES = 64 * 1024 * 1024
-
-
-def model_identity(target: str, root: Path) -> str:
-    """A model's name that stays the same across machines: its path relative to the project root
-    (absolute when outside it), or the Hugging Face id it was given as."""
-    path = Path(target)
-    if not path.exists():
-        return target
-    absolute = os.path.abspath(path)
-    relative = os.path.relpath(absolute, os.path.abspath(root))
-    if relative == os.curdir:
-        return "."
-    if relative.startswith(os.pardir):
-        return Path(absolute).as_posix()
-    return Path(relative).as_posix()
-
-
-def layer_group(result: Result, finding: Finding) -> str:
-    if finding.layer is None:
-        return "model"
-    kind = next((row["kind"] for row in result.layers if row["index"] == finding.layer), None)
-    return kind or "unlisted-layer"
-
-
-def fingerprint_parts(result: Result, finding: Finding, root: Path) -> dict[str, str]:
-    return {"code": finding.code, "model": model_identity(result.target, root), "engine": result.engine,
-            "group": layer_group(result, finding), "key": finding.key or ""}
-
-
-def fingerprint(parts: dict[str, str]) -> str:
-    text = "\x1f".join(parts[k] for k in ("code", "model", "engine", "group", "key"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
-
-
-def fingerprints(result: Result, root: Path) -> list[str]:
-    return [fingerprint(fingerprint_parts(result, f, root)) for f in result.findings]
-
-
-def unique_fingerprints(result: Result, root: Path) -> list[str]:
-    """One id per finding for SARIF and GitLab: a repeated fingerprint gets ':2', ':3', ... in order."""
-    seen: Counter[str] = Counter()
-    out = []
-    for fp in fingerprints(result, root):
-        seen[fp] += 1
-        out.append(fp if seen[fp] == 1 else f"{fp}:{seen[fp]}")
-    return out
 
 
 class _Strict(BaseModel):

@@ -4,16 +4,14 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Optional
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import TYPE_CHECKING
 
 from kvdoctor.errors import InputError
-from kvdoctor.yamlfile import load_validated
+
+if TYPE_CHECKING:
+    from kvdoctor.catalog_schema import Entry
 
 CODE_RE = re.compile(r"^[A-Z]{2,5}[0-9]{3}$")
-SITE_RE = re.compile(r"^[\w./-]+\.py:\d+ @ [\w.+-]+$")
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_ENTRY_BYTES = 256 * 1024
 
@@ -34,150 +32,6 @@ def reference_problem(reference: str) -> str | None:
     return (f"{reference!r} is not a public reference: use a pinned source URL, owner/repo#N or docs/...")
 
 
-def _compile(value: str, what: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{what} does not compile: {exc}") from None
-    return value
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-ENGINE_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")  # vllm, sglang, sglang-mlx, mlx-lm, hf ...
-
-
-class EngineRange(_Strict):
-    name: str
-    versions: str = Field(description="a version specifier such as '>=0.10,<0.34' or '==0.5.23'")
-
-    @field_validator("name")
-    @classmethod
-    def _engine(cls, value: str) -> str:
-        if not ENGINE_NAME_RE.match(value):
-            raise ValueError("engine name must be a lower-case package name such as vllm, sglang or mlx-lm")
-        return value
-
-    @field_validator("versions")
-    @classmethod
-    def _specifier(cls, value: str) -> str:
-        try:
-            spec = SpecifierSet(value)
-        except InvalidSpecifier:
-            raise ValueError(f"versions {value!r} is not a version specifier such as '>=0.10,<0.34'") from None
-        if not str(spec):
-            raise ValueError("versions must state a range, e.g. '>=0.10,<0.34' or '==0.5.23'")
-        return value
-
-    def contains(self, version: str) -> bool:
-        return SpecifierSet(self.versions).contains(version, prereleases=True)
-
-
-class EngineErrorFact(_Strict):
-    class_: str = Field(alias="class")
-    message: str = Field(description="the newest wording, verbatim; {name} where the engine fills a value in")
-    pattern: str
-    patterns: list[str] = Field(default_factory=list, description="older or other wordings of the same error")
-    source: str = Field(description="file:line at a version, verbatim from the engine")
-    sites: list[str] = Field(default_factory=list, description="file:line @ version at other releases: "
-                             "a traceback that ends in a bare assertion is matched on its raising frame")
-    context: list[str] = Field(default_factory=list, description="for generic errors (CUDA asserts): the "
-                               "entry is named only when each of these matches a nearby line")
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        return _compile(value, "pattern")
-
-    @field_validator("patterns", "context")
-    @classmethod
-    def _all_compile(cls, values: list[str]) -> list[str]:
-        return [_compile(v, "pattern") for v in values]
-
-    @field_validator("sites")
-    @classmethod
-    def _sites(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if not SITE_RE.match(value):
-                raise ValueError(f"site {value!r} must read 'path/file.py:LINE @ VERSION'")
-        return values
-
-    @property
-    def all_patterns(self) -> list[str]:
-        return [self.pattern, *self.patterns]
-
-
-class Fix(_Strict):
-    summary: str
-    before: Optional[str] = None
-    after: Optional[str] = None
-
-
-class Entry(_Strict):
-    code: str
-    name: str
-    severity: Literal["error", "warning", "info"]
-    summary: str
-    engines: list[EngineRange] = Field(min_length=1)
-    error: Optional[EngineErrorFact] = None
-    meaning: str
-    triggers: list[str]
-    fixes: list[Fix] = Field(min_length=1)
-    prevention: list[str] = Field(default_factory=list)
-    references: list[str] = Field(default_factory=list)
-    tags: list[str] = Field(default_factory=list)
-    check: str = Field(description="the module that implements the check, or 'none yet'")
-    prevented_by: list[str] = Field(default_factory=list, description="codes of `kvdoctor check` findings "
-                                    "that catch the cause of this error before deploy")
-
-    @field_validator("code")
-    @classmethod
-    def _code(cls, value: str) -> str:
-        if not CODE_RE.match(value):
-            raise ValueError("code must be 2-5 capital letters and 3 digits, e.g. SWA001")
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not NAME_RE.match(value):
-            raise ValueError("name must be kebab-case")
-        return value
-
-    @field_validator("references")
-    @classmethod
-    def _public(cls, values: list[str]) -> list[str]:
-        for value in values:
-            problem = reference_problem(value)
-            if problem:
-                raise ValueError(problem)
-        return values
-
-    @field_validator("prevented_by")
-    @classmethod
-    def _codes(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if not CODE_RE.match(value):
-                raise ValueError(f"prevented_by lists codes such as MEM001, not {value!r}")
-        return values
-
-    @property
-    def preventers(self) -> list[str]:
-        """The check codes that catch this before deploy: the entry itself when a check implements it."""
-        own = [self.code] if self.implemented else []
-        return own + [c for c in self.prevented_by if c != self.code]
-
-    @property
-    def family(self) -> str:
-        return self.code.rstrip("0123456789")
-
-    @property
-    def implemented(self) -> bool:
-        return self.check != "none yet"
-
-
 def default_catalog_dir() -> Path:
     """The built-in catalog: shipped in the package, or `rules/` at the root of a checkout."""
     from kvdoctor.resources import catalog_dir
@@ -185,7 +39,22 @@ def default_catalog_dir() -> Path:
     return catalog_dir()
 
 
+SCHEMA_NAMES = ("Entry", "EngineRange", "EngineErrorFact", "Fix")
+
+
+def __getattr__(name: str):
+    """The schema's models, imported on first use (`from kvdoctor.catalog import Entry` still works)."""
+    if name in SCHEMA_NAMES:
+        from kvdoctor import catalog_schema
+
+        return getattr(catalog_schema, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def load_entry(path: Path) -> Entry:
+    from kvdoctor.catalog_schema import Entry
+    from kvdoctor.yamlfile import load_validated
+
     entry, _ = load_validated(path, Entry, "catalog entry", MAX_ENTRY_BYTES)
     if path.stem != entry.code:
         raise InputError(f"{path}: file name must be the entry's code ({entry.code}.yaml)")
@@ -196,9 +65,11 @@ class Catalog:
     """Entries by code. Built-in entries are parsed on first use: a check that finds nothing reads
     only the file names, so a static check stays fast (the tests validate every built-in entry)."""
 
-    def __init__(self, paths: dict[str, Path], loaded: dict[str, Entry] | None = None):
+    def __init__(self, paths: dict[str, Path], loaded: dict[str, Entry] | None = None,
+                 builtin: frozenset[str] = frozenset()):
         self.paths = paths
         self._loaded = dict(loaded or {})
+        self.builtin = builtin  # codes of kvdoctor's own entries
 
     def get(self, code: str) -> Entry | None:
         if code not in self._loaded:
@@ -207,6 +78,24 @@ class Catalog:
                 return None
             self._loaded[code] = load_entry(path)
         return self._loaded[code]
+
+    def brief(self, code: str) -> tuple[str, str, list[str]] | None:
+        """(name, severity, fix summaries): what a finding carries. A built-in entry not yet parsed
+        is read with the bounded YAML loader alone, not validated (the tests validate every built-in
+        entry against the schema), so a check with findings still imports no pydantic."""
+        if code in self._loaded:
+            entry = self._loaded[code]
+            return entry.name, entry.severity, [fix.summary for fix in entry.fixes]
+        path = self.paths.get(code)
+        if path is None:
+            return None
+        if code not in self.builtin:
+            entry = self[code]
+            return entry.name, entry.severity, [fix.summary for fix in entry.fixes]
+        from kvdoctor.yamlfile import load_yaml
+
+        data, _ = load_yaml(path, "catalog entry", MAX_ENTRY_BYTES)
+        return data["name"], data["severity"], [fix["summary"] for fix in data["fixes"]]
 
     def __getitem__(self, code: str) -> Entry:
         entry = self.get(code)
@@ -228,6 +117,7 @@ def load_catalog(directory: Path | None = None, extra_dirs: tuple[Path, ...] = (
     paths: dict[str, Path] = {}
     loaded: dict[str, Entry] = {}
     folders = [(directory or default_catalog_dir(), False)] + [(d, True) for d in extra_dirs]
+    builtin: set[str] = set()
     for folder, eager in folders:
         if not folder.is_dir():
             raise InputError(f"{folder}: catalog directory not found")
@@ -239,7 +129,9 @@ def load_catalog(directory: Path | None = None, extra_dirs: tuple[Path, ...] = (
             paths[path.stem] = path
             if eager:
                 loaded[path.stem] = load_entry(path)
-    return Catalog(paths, loaded)
+            elif directory is None:
+                builtin.add(path.stem)
+    return Catalog(paths, loaded, frozenset(builtin))
 
 
 @lru_cache(maxsize=1)

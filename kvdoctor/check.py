@@ -7,23 +7,26 @@ the first past the budget) -> the dry run, when asked -> rules on a frozen (spec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from kvdoctor.catalog import Catalog
 from kvdoctor.checks import DRY_RUN, Check, all_checks
 from kvdoctor.checks.cfg_semantics import guess_guard
 from kvdoctor.context import Context
-from kvdoctor.deploy import Deploy
 from kvdoctor.engines import check_profile
-from kvdoctor.engines.base import EngineProfile, Plan
 from kvdoctor.errors import InputError
 from kvdoctor.limits import PROBE_BUDGET_BYTES, ProbeOverBudget, probes_fit
 from kvdoctor.loader import load_model
 from kvdoctor.model import SEVERITIES, Finding, ModelSpec, Result
+from kvdoctor.nodeploy import NoDeployFile
 from kvdoctor.progress import update as progress
 from kvdoctor.selection import Selection
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from kvdoctor.deploy import Deploy
+    from kvdoctor.engines.base import EngineProfile, Plan
 
 
 @dataclass
@@ -31,7 +34,7 @@ class Options:
     catalog: Catalog
     engine: str = "hf"
     selection: Selection = field(default_factory=Selection)
-    deploy: Deploy = field(default_factory=Deploy)
+    deploy: Any = field(default_factory=NoDeployFile)  # a deploy.Deploy, or the defaults of none
     static: bool = False
     severity_overrides: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -39,13 +42,14 @@ class Options:
 
 def finalize(finding: Finding, opts: Options) -> Finding:
     """Attach the catalog's name, severity and fixes to a finding a rule produced."""
-    entry = opts.catalog.get(finding.code)
-    if entry is None:
+    brief = opts.catalog.brief(finding.code)
+    if brief is None:
         raise RuntimeError(f"rule emitted {finding.code}, which has no catalog entry")
-    finding.name = entry.name
-    finding.severity = opts.severity_overrides.get(finding.code) or finding.severity or entry.severity
+    name, severity, fixes = brief
+    finding.name = name
+    finding.severity = opts.severity_overrides.get(finding.code) or finding.severity or severity
     if not finding.fixes:
-        finding.fixes = [fix.summary for fix in entry.fixes]
+        finding.fixes = fixes
     return finding
 
 

@@ -8,9 +8,13 @@ Tensor data is never read.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import struct
+from itertools import chain, repeat
+from math import prod
+from operator import floordiv, itemgetter, le, mod, mul, sub
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +82,10 @@ def _parse_header(path: Path, label: str, limit: int) -> tuple[dict[str, TensorI
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: safetensors header is not UTF-8 (byte offset {8 + exc.start})") from None
+    tensors = _valid_entries(text, data_start=8 + length, data_size=size - 8 - length, label=label)
+    if tensors is not None:
+        return tensors, length
+    # Something is wrong: the entry-by-entry path below finds it and says what, in one line.
     try:
         header = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=reject_constant)
     except RecursionError:
@@ -90,6 +98,62 @@ def _parse_header(path: Path, label: str, limit: int) -> tuple[dict[str, TensorI
     if not isinstance(header, dict):
         raise InputError(f"{path}: safetensors header must be a JSON object, got {type(header).__name__}")
     return _entries(path, header, data_start=8 + length, data_size=size - 8 - length, label=label), length
+
+
+def _valid_entries(text: str, data_start: int, data_size: int, label: str) -> dict[str, TensorInfo] | None:
+    """The tensors of a header that passes every check of `_entries`, or None when any check fails.
+
+    The checks run column by column over all entries at once (C-level map, set, sorted and zip, no
+    Python code per entry); None sends the header to `_entries`, which finds the first fault and
+    reports it exactly as before. Objects are parsed into tuples of pairs, so duplicate names (which a
+    dict would silently merge) are still seen."""
+    try:
+        pairs = json.loads(text, object_pairs_hook=tuple, parse_constant=reject_constant)
+    except (ValueError, RecursionError):
+        return None
+    if type(pairs) is not tuple:
+        return None
+    names = list(map(itemgetter(0), pairs))
+    if len(set(names)) != len(names):
+        return None
+    entries = list(map(itemgetter(1), pairs))
+    if "__metadata__" in names:
+        at = names.index("__metadata__")
+        meta = entries[at]
+        if type(meta) is not tuple or set(map(type, map(itemgetter(1), meta))) - {str}:
+            return None
+        del names[at], entries[at]
+    if not entries:
+        return {} if data_size == 0 else None
+    if set(map(type, entries)) != {tuple}:
+        return None
+    fields = list(map(dict, entries))
+    if list(map(len, fields)) != list(map(len, entries)):  # a key twice inside an entry
+        return None
+    try:
+        dtypes = list(map(itemgetter("dtype"), fields))
+        shapes = list(map(itemgetter("shape"), fields))
+        offsets = list(map(itemgetter("data_offsets"), fields))
+    except KeyError:
+        return None
+    if (set(map(type, dtypes)) != {str} or not DTYPE_BITS.keys() >= set(dtypes)
+            or set(map(type, shapes)) != {list} or max(map(len, shapes)) > MAX_RANK
+            or set(map(type, offsets)) != {list} or set(map(len, offsets)) != {2}):
+        return None
+    dims = list(chain.from_iterable(shapes))
+    if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
+        return None
+    begins, ends = map(list, zip(*offsets))
+    if set(map(type, begins)) | set(map(type, ends)) != {int} or min(begins) < 0 or not all(map(le, begins, ends)):
+        return None
+    bits = list(map(mul, map(prod, shapes), map(DTYPE_BITS.__getitem__, dtypes)))
+    if any(map(mod, bits, repeat(8))) or list(map(floordiv, bits, repeat(8))) != list(map(sub, ends, begins)):
+        return None
+    starts, stops = zip(*sorted(zip(begins, ends)))
+    if starts[0] != 0 or starts[1:] != stops[:-1] or stops[-1] != data_size:  # contiguous, covering the data
+        return None
+    rows = zip(names, dtypes, map(tuple, shapes), repeat(label))
+    return dict(zip(names, map(tuple.__new__, repeat(TensorInfo), rows)))
 
 
 def _entries(path: Path, header: dict, data_start: int, data_size: int, label: str) -> dict[str, TensorInfo]:
@@ -232,9 +296,9 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise InputError(f"{index_path}: expected an object with a 'weight_map' of tensor name -> shard file")
-    for name, shard in weight_map.items():
-        if not isinstance(shard, str):
-            raise InputError(f"{index_path}: weight_map[{show(name)}] = {show(shard)}; expected a shard file name")
+    if set(map(type, weight_map.values())) - {str}:
+        name, shard = next((n, s) for n, s in weight_map.items() if not isinstance(s, str))
+        raise InputError(f"{index_path}: weight_map[{show(name)}] = {show(shard)}; expected a shard file name")
     shards = sorted(set(weight_map.values()))
     if len(shards) > MAX_SHARDS:
         raise InputError(f"{index_path}: {len(shards)} shards, more than the {MAX_SHARDS} accepted")
@@ -244,22 +308,35 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check
     ckpt = Checkpoint(files=[s for s in shards if s not in missing], tensors={}, index_file=INDEX_NAME,
                       missing_shards=missing, extra_shards=extra)
     _read_files(ckpt, [(paths[s], s) for s in ckpt.files], library_check)
-    for name, shard in weight_map.items():
-        info = ckpt.tensors.get(name)
-        if info is not None and info.file != shard:
-            raise InputError(f"{index_path}: tensor {show(name)} is mapped to {shard} but stored in {info.file}")
+    stored = dict(zip(ckpt.tensors, map(itemgetter(3), ckpt.tensors.values())))  # name -> the file holding it
+    for name in [n for n, s in weight_map.items() if stored.get(n, s) != s][:1]:
+        raise InputError(f"{index_path}: tensor {show(name)} is mapped to {weight_map[name]} but stored in "
+                         f"{stored[name]}")
     return ckpt
 
 
 def _read_files(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bool) -> None:
-    """Read every file's header into `ckpt`, within the total header budget."""
+    """Read every file's header into `ckpt`, within the total header budget.
+
+    The cyclic garbage collector is paused meanwhile: parsing allocates hundreds of thousands of
+    small containers, none in a cycle, and its collections would otherwise cost as much as the parse."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        _read_all(ckpt, files, library_check)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _read_all(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bool) -> None:
     left = MAX_TOTAL_HEADER_BYTES
     for path, label in files:
         tensors, length = read_header(path, label, limit=min(MAX_HEADER_BYTES, left), library_check=library_check)
         left -= length
-        for name, info in tensors.items():
-            if name in ckpt.tensors:
-                raise InputError(f"{path}: tensor {show(name)} is also stored in {ckpt.tensors[name].file}; "
-                                 "expected each tensor in one shard")
-            ckpt.tensors[name] = info
+        if not ckpt.tensors.keys().isdisjoint(tensors):
+            name = next(n for n in tensors if n in ckpt.tensors)
+            raise InputError(f"{path}: tensor {show(name)} is also stored in {ckpt.tensors[name].file}; "
+                             "expected each tensor in one shard")
+        ckpt.tensors.update(tensors)
         ckpt.total_bytes += os.path.getsize(path)

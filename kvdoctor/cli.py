@@ -19,7 +19,8 @@ from typer._click import exceptions as click_exc  # typer 0.28 carries its own c
 from kvdoctor import __version__
 from kvdoctor.errors import InputError
 from kvdoctor.report import FORMATS
-from kvdoctor.strict import Jobs, Name, Seconds, Size, command_line_type
+from kvdoctor.strict_cli import strict_type
+
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Check a model's KV-cache layout against a serving engine before deploy.")
@@ -28,7 +29,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 ENGINE = typer.Option(None, "--engine", "-e", help="Engine profile (default: the deploy file's, the config "
                       "file's, else hf).")
 # An empty string is no path: it would name the working directory.
-PATH = command_line_type(Name, metavar="PATH")
+PATH = strict_type("Name", metavar="PATH")
 DEPLOY = typer.Option(None, "--deploy", click_type=PATH, help="Deploy settings (YAML).")
 SELECT = typer.Option(None, "--select", help="Codes or prefixes to run (default ALL); replaces the config "
                       "file's selection.")
@@ -114,7 +115,7 @@ def _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, 
 
 @app.command()
 def check(
-    targets: Optional[List[str]] = typer.Argument(None, click_type=command_line_type(Name, metavar="TARGET"),
+    targets: Optional[List[str]] = typer.Argument(None, click_type=strict_type("Name", metavar="TARGET"),
                                                   help="Model directories, folders holding model directories, or "
                                                   "Hugging Face ids (local cache only); default: the config "
                                                   "file's `targets`."),
@@ -127,7 +128,7 @@ def check(
     junit_output: Optional[str] = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file."),
     gitlab_output: Optional[str] = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON."),
     html_output: Optional[str] = typer.Option(None, "--html-output", click_type=PATH, help="Also write the HTML report to this file."),
-    kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=command_line_type(Size, metavar="SIZE"),
+    kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=strict_type("Size", metavar="SIZE"),
                                             help="KV memory per GPU, e.g. 40GiB: the HTML "
                                             "report shows the tokens that fit per engine and mode."),
     statistics: bool = typer.Option(False, "--statistics", help="Print counts per code instead of the findings."),
@@ -143,30 +144,40 @@ def check(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let the dry run execute the "
                                            "model's own code (auto_map, model_file), in a child process."),
     dry_run_timeout: Optional[float] = typer.Option(None, "--dry-run-timeout",
-                                                    click_type=command_line_type(Seconds, float),
+                                                    click_type=strict_type("Seconds", float),
                                                     help="Kill a dry run after this many seconds (default 300)."),
     dry_run_budget: Optional[float] = typer.Option(None, "--dry-run-budget",
-                                                   click_type=command_line_type(Seconds, float),
+                                                   click_type=strict_type("Seconds", float),
                                                    help="Estimated seconds a dry-run schedule may take (default 45)."),
     baseline: Optional[str] = typer.Option(None, "--baseline", click_type=PATH,
                                            help="Report only findings this baseline lacks."),
     write_baseline: Optional[str] = typer.Option(None, "--write-baseline", click_type=PATH,
                                                  help="Record today's findings here (exits 0 unless a target could "
                                                  "not be checked)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", click_type=command_line_type(Jobs, int),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", click_type=strict_type("Jobs", int),
                                        help="Targets checked at once (default: all cores)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="K/N: check only shard K of N (by a hash of each "
+                                        "target's identity; join the JSON of all shards with `kvdoctor merge`)."),
+    executor: str = typer.Option("local", "--executor", help="local (worker processes) or ray (Ray tasks)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: "
+                                              "RAY_ADDRESS, else a local Ray started for the run)."),
     config: Optional[str] = CONFIG,
     isolated: bool = ISOLATED,
 ) -> None:
     """Check models and report findings."""
-    from kvdoctor.baseline import model_identity
+    from kvdoctor.fingerprint import model_identity
     from kvdoctor.check import Options, checked_codes
     from kvdoctor.report import Report, exit_code
-    from kvdoctor.runner import available_cores, expand_targets, run_with_progress
+    from kvdoctor.runner import available_cores, expand_targets, in_shard, run_with_progress
 
     if output_format not in FORMATS:
         _fail(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
+    part = _shard(shard)
+    if executor not in ("local", "ray"):
+        _fail(f"--executor {executor!r}: expected local or ray")
+    if ray_address is not None and executor != "ray":
+        _fail("--ray-address needs --executor ray")
     settings = _settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
     targets = list(targets or settings.targets)
     if not targets:
@@ -183,15 +194,23 @@ def check(
     catalog = _catalog()
     extra = {"dry_run": dry_run, "trust_remote_code": trust_remote_code, "dry_run_timeout": dry_run_timeout,
              "dry_run_budget": dry_run_budget}
+    chosen = [(target, model_identity(target, settings.root)) for target in expand_targets(targets)]
+    if part is not None:
+        chosen = [(target, identity) for target, identity in chosen if in_shard(identity, part)]
     work = [(target, Options(catalog=catalog, engine=settings.engine, deploy=settings.deploy, static=static,
-                             selection=settings.selection_for(model_identity(target, settings.root)),
+                             selection=settings.selection_for(identity),
                              severity_overrides=settings.severity, extra=extra))
-            for target in expand_targets(targets)]
+            for target, identity in chosen]
     from kvdoctor import progress
 
     show = progress.wanted(quiet, output_format in ("rich", "html"))
-    with progress.shown(show and len(work) == 1):  # many targets: the runner's bar
-        results, tracebacks = run_with_progress(work, jobs or available_cores(), show=show)
+    if executor == "ray":
+        from kvdoctor.executors.ray_executor import run_on_ray
+
+        results, tracebacks = run_on_ray(work, ray_address)
+    else:
+        with progress.shown(show and len(work) == 1):  # many targets: the runner's bar
+            results, tracebacks = run_with_progress(work, jobs or available_cores(), show=show)
     report = Report(results, catalog, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
                     checked=[checked_codes(opts) for _, opts in work], kv_budget=kv_budget)
     _baselines(report, baseline, write_baseline)
@@ -207,12 +226,24 @@ def check(
     raise typer.Exit(code)
 
 
+def _shard(value: Optional[str]) -> Optional[tuple[int, int]]:
+    """--shard K/N as (K, N), 1 <= K <= N."""
+    if value is None:
+        return None
+    k, sep, n = value.partition("/")
+    if not sep or not k.strip().isdigit() or not n.strip().isdigit() or not 1 <= int(k) <= int(n):
+        _fail(f"--shard {value!r}: expected K/N with 1 <= K <= N, e.g. 2/4")
+    return int(k), int(n)
+
+
 def _baselines(report, baseline: Optional[str], write_baseline: Optional[str]) -> None:
     """Read the old baseline first, record today's findings, then hide the known ones.
 
     A missing --baseline file is an error unless it is also the --write-baseline target (first run).
     Rewriting a baseline keeps its manual section; a file that is not a baseline is never overwritten.
     """
+    if baseline is None and write_baseline is None:
+        return
     from kvdoctor.baseline import apply_baseline, load_baseline
     from kvdoctor.baseline import write_baseline as write
 
@@ -287,6 +318,43 @@ def _write(path: str, text: str) -> None:
         Path(path).write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
         _fail(f"{path}: cannot write: {exc.strerror or exc}")
+
+
+@app.command()
+def merge(
+    parts: List[str] = typer.Argument(..., click_type=PATH, help="JSON reports of `check --shard K/N` runs."),
+    output_format: str = typer.Option("rich", "--format", "--output-format", help=f"One of: {', '.join(FORMATS)}."),
+    output_file: Optional[str] = typer.Option(None, "--output-file", "-o", help="Write --format here, not stdout."),
+    json_output: Optional[str] = typer.Option(None, "--json-output", help="Also write JSON to this file."),
+    sarif_output: Optional[str] = typer.Option(None, "--sarif-output", help="Also write SARIF to this file."),
+    junit_output: Optional[str] = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file."),
+    gitlab_output: Optional[str] = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON."),
+    html_output: Optional[str] = typer.Option(None, "--html-output", click_type=PATH, help="Also write the HTML report to this file."),
+    statistics: bool = typer.Option(False, "--statistics", help="Print counts per code instead of the findings."),
+    fail_on: Optional[str] = FAIL_ON,
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (never hides exit 2)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", click_type=PATH,
+                                           help="Report only findings this baseline lacks."),
+    config: Optional[str] = CONFIG,
+    isolated: bool = ISOLATED,
+) -> None:
+    """Join the JSON reports of sharded checks into one result, in any output format, with check's exit code."""
+    from kvdoctor.merge import merge_parts
+    from kvdoctor.report import Report, exit_code
+
+    if output_format not in FORMATS:
+        _fail(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
+    settings = _settings(None, None, None, None, None, None, fail_on, config, isolated)
+    results, checked, deploy_path = merge_parts(parts)
+    report = Report(results, _catalog(), settings.root, settings.fail_on, deploy_path=deploy_path, checked=checked)
+    _baselines(report, baseline, None)
+    _emit(report, output_format, output_file, statistics,
+          {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output,
+           "html": html_output})
+    for r in results:
+        if r.error:
+            typer.echo(f"kvdoctor: error: {r.error}", err=True)
+    raise typer.Exit(exit_code(results, settings.fail_on, exit_zero))
 
 
 @app.command("config")

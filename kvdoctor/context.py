@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from kvdoctor.deploy import Deploy
 from kvdoctor.engines.base import Plan
 from kvdoctor.model import ModelSpec
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+    from kvdoctor.deploy import Deploy
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,18 @@
 """Many targets in one run: expand folders of models, check them in parallel, keep the input order.
 
-Checks are CPU-bound (they build caches and run kernels), so they run in worker processes. Workers
-are spawned, not forked, so each imports torch and mlx afresh and behaves the same on every platform;
-the results are the same, in the same order, whatever the number of workers.
+Checks are CPU-bound (they parse headers, build caches and run kernels), so with -j N they run in a
+pool of N worker processes. Where the platform can fork (Linux), the workers are forked once the
+parent has imported kvdoctor's checks, so a worker starts in milliseconds instead of importing
+everything again; they are reused for every target (torch and mlx, which are not safe to fork, are
+imported inside each worker on first use and then stay loaded). Elsewhere the workers are spawned.
+The results are the same, in the same order, whatever the number of workers or the executor.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -80,6 +84,52 @@ def check_one(target: str, opts: Options) -> tuple[Result, str | None]:
         return result, traceback.format_exc()
 
 
+def died(target: str, opts: Options, why: str) -> Result:
+    """The result of a target whose worker died (out of memory, a crash in a kernel, a lost node)."""
+    return Result(target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[], findings=[],
+                  error=f"internal error: the worker checking it died ({why})")
+
+
+def in_shard(identity: str, shard: tuple[int, int]) -> bool:
+    """Whether a target belongs to shard K of N (1-based): decided by a hash of its identity alone,
+    so adding or removing other targets never moves it to another shard."""
+    k, n = shard
+    digest = hashlib.sha256(identity.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % n == k - 1
+
+
+def warm_imports(work: list[tuple[str, Options]]) -> None:
+    """Import, before forking, what every worker will need: the engine profiles of the run and every
+    rule module (`all_checks()`; rule modules import nothing heavy at module level, and the probes
+    that need torch or mlx import them inside each worker, as they must not be forked)."""
+    from kvdoctor.checks import all_checks
+    from kvdoctor.engines import check_profile
+
+    for engine in sorted({opts.engine for _, opts in work}):
+        check_profile(engine)
+    all_checks()
+
+
+_WORK: list[tuple[str, Options]] = []
+
+
+def _keep_work(work: list[tuple[str, Options]]) -> None:
+    global _WORK
+    _WORK = work
+
+
+def _check_index(i: int) -> tuple[Result, str | None]:
+    target, opts = _WORK[i]
+    return check_one(target, opts)
+
+
+def _pool_context():
+    import multiprocessing
+
+    forkable = sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if forkable else "spawn")
+
+
 def run_targets(work: list[tuple[str, Options]], jobs: int,
                 on_done: Callable[[int, Result], None] | None = None) -> tuple[list[Result], list[str]]:
     """Check each (target, options) pair; returns the results in input order and any tracebacks."""
@@ -91,20 +141,22 @@ def run_targets(work: list[tuple[str, Options]], jobs: int,
             if on_done:
                 on_done(i, outcomes[i][0])
     else:
-        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(check_one, target, opts): i for i, (target, opts) in enumerate(work)}
+        context = _pool_context()
+        if context.get_start_method() == "fork":
+            warm_imports(work)
+        # The work list reaches each worker once (inherited when forked), never once per target.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_keep_work,
+                                 initargs=(work,)) as pool:
+            futures = {pool.submit(_check_index, i): i for i in range(len(work))}
             for future in as_completed(futures):
                 i = futures[future]
                 try:
                     outcomes[i] = future.result()
                 except Exception as exc:  # noqa: BLE001 - a worker died (out of memory, a crash in a kernel)
                     target, opts = work[i]
-                    outcomes[i] = (Result(target=target, model_type=None, engine=opts.engine, engine_versions={},
-                                          layers=[], findings=[],
-                                          error=f"internal error: the worker checking it died ({type(exc).__name__}: {exc})"),
-                                   None)
+                    outcomes[i] = (died(target, opts, f"{type(exc).__name__}: {exc}"), None)
                 if on_done:
                     on_done(i, outcomes[i][0])
     results = [o[0] for o in outcomes if o is not None]
@@ -115,10 +167,12 @@ def run_targets(work: list[tuple[str, Options]], jobs: int,
 def run_with_progress(work: list[tuple[str, Options]], jobs: int,
                       show: bool = True) -> tuple[list[Result], list[str]]:
     """run_targets with a progress bar on stderr when `show`, stderr is a terminal and there is more than one target."""
+    if len(work) < 2 or not show or not sys.stderr.isatty():  # rich is imported only when the bar is shown
+        return run_targets(work, jobs)
     from rich.console import Console
 
     console = Console(stderr=True)
-    if len(work) < 2 or not show or not console.is_terminal:
+    if not console.is_terminal:
         return run_targets(work, jobs)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -13,15 +13,15 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from kvdoctor.deploy import Deploy, load_deploy
 from kvdoctor.errors import InputError
 from kvdoctor.jsonfile import read_bounded
 from kvdoctor.selection import Selection, validate_selectors
-from kvdoctor.strict import Name
+
+if TYPE_CHECKING:
+    from kvdoctor.deploy import Deploy
 
 CONFIG_NAMES = ("kvdoctor.toml", "pyproject.toml")
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -32,26 +32,15 @@ COMMAND_LINE = "command line"
 DEFAULT = "default"
 
 
-class FileSettings(BaseModel):
-    """The keys a config file may hold (kebab-case, as ruff spells them)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    select: Optional[list[str]] = None
-    extend_select: list[str] = Field(default_factory=list, alias="extend-select")
-    ignore: list[str] = Field(default_factory=list)
-    per_model_ignores: dict[str, list[str]] = Field(default_factory=dict, alias="per-model-ignores")
-    severity: dict[str, Severity] = Field(default_factory=dict)
-    engine: Optional[Name] = None  # an empty name is refused, not taken as "unset"
-    deploy: Optional[Name] = None
-    fail_on: Optional[Severity] = Field(None, alias="fail-on")
-    targets: Optional[list[str]] = None  # what `kvdoctor check` checks when the command line names nothing
+# What FileSettings() holds: the settings of a project without a config file (tested against it).
+NO_FILE = SimpleNamespace(select=None, extend_select=[], ignore=[], per_model_ignores={}, severity={}, engine=None,
+                          deploy=None, fail_on=None, targets=None)
 
 
 @dataclass
 class ConfigFile:
     path: Path
-    settings: FileSettings
+    settings: Any  # settings_file.FileSettings
     lines: dict[str, int]  # key (kebab-case, subtable keys as 'severity.CFG004') -> line in the file
 
     @property
@@ -154,6 +143,10 @@ def read_config(path: Path) -> ConfigFile:
     if not isinstance(data, dict):
         raise InputError(f"{path}: [tool.kvdoctor] must be a table")
     lines = _key_lines(text, table_path)
+    from pydantic import ValidationError
+
+    from kvdoctor.settings_file import FileSettings
+
     try:
         settings = FileSettings.model_validate(data)
     except ValidationError as exc:
@@ -213,17 +206,29 @@ def _check_codes(codes: list[str] | tuple[str, ...], known: list[str], where: st
         raise InputError(f"{where}: unknown rule code(s): {', '.join(unknown)} (see `kvdoctor rules`)")
 
 
+def _load_deploy(path: str | None):
+    """The deploy file's settings; without a file, the engine defaults, whose pydantic model is built
+    only when an engine reads one of its sections (nodeploy.py)."""
+    if path is None:
+        from kvdoctor.nodeploy import NoDeployFile
+
+        return NoDeployFile()
+    from kvdoctor.deploy import load_deploy
+
+    return load_deploy(path)
+
+
 def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     """Merge defaults, the nearest config file (searched from the working directory) and the command
     line, validating every value."""
-    from kvdoctor.engines import check_engines
+    from kvdoctor.engines import check_engines, is_check_engine
 
     cwd = Path.cwd()
     config_path = None if cli.isolated else (Path(os.path.abspath(cli.config)) if cli.config else find_config(cwd))
     if config_path is not None and not config_path.is_file():
         raise InputError(f"{cli.config}: config file not found")
     config = read_config(config_path) if config_path else None
-    file = config.settings if config else FileSettings()
+    file = config.settings if config else NO_FILE
     origins: dict[str, str] = {
         "config file": COMMAND_LINE if cli.config else ("--isolated" if cli.isolated else "searched from the working directory"),
         "project root": "the config file's directory" if config else "nearest .git, else the working directory",
@@ -274,11 +279,11 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     if cli.deploy is not None:
         deploy_path, origins["deploy"] = cli.deploy, COMMAND_LINE
     elif file.deploy is not None:
-        deploy_path = os.path.relpath(config.root / file.deploy, cwd)  # type: ignore[union-attr]
+        deploy_path = os.path.relpath(config.root / str(file.deploy), cwd)  # type: ignore[union-attr]
         origins["deploy"] = from_file("deploy")
     else:
         deploy_path, origins["deploy"] = None, DEFAULT
-    deploy = load_deploy(deploy_path)
+    deploy = _load_deploy(deploy_path)
 
     # Engine: the command line, then the deploy file (it describes one engine's start-up), then the config file.
     if cli.engine is not None:
@@ -289,8 +294,8 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
         engine, origins["engine"] = file.engine, from_file("engine")
     else:
         engine, origins["engine"] = DEFAULT_ENGINE, DEFAULT
-    engines = check_engines()
-    if engine not in engines:
+    if not is_check_engine(engine):
+        engines = check_engines()
         raise InputError(f"{origins['engine'] if origins['engine'] != COMMAND_LINE else '--engine'}: unknown engine "
                          f"{engine!r}; expected one of: {', '.join(sorted(engines))}")
 

@@ -10,25 +10,25 @@ from typing import Any, Optional
 import typer
 
 from kvdoctor.errors import InputError
-from kvdoctor.strict import Name, Size, Tokens, command_line_type
+from kvdoctor.strict_cli import strict_type
 
 
 def budget_command(
-    target: str = typer.Argument(..., click_type=command_line_type(Name, metavar="TARGET"),
+    target: str = typer.Argument(..., click_type=strict_type("Name", metavar="TARGET"),
                                  help="A model directory or Hugging Face id (local cache only)."),
     engine: str = typer.Option("all", "--engine", "-e", help="An engine profile with a budget model (vllm, "
                                                             "sglang, mlx-lm) or all."),
     mode: str = typer.Option("default", "--mode", help="default (one mode per engine) or all (the knobs that "
                                                         "change the budget: HMA, fp8, SWA ratio, kv_bits, ...)."),
-    kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=command_line_type(Size, metavar="SIZE"),
+    kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=strict_type("Size", metavar="SIZE"),
                                             help="Memory left for KV caches after weights, e.g. 40GiB (the engines "
                                                  "profile it on the GPU)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", click_type=command_line_type(Size, metavar="SIZE"),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", click_type=strict_type("Size", metavar="SIZE"),
                                              help="GPU size, e.g. 141GiB: the KV budget is estimated from checkpoint "
                                                   "weights."),
-    context: Optional[int] = typer.Option(None, "--context", click_type=command_line_type(Tokens, int),
+    context: Optional[int] = typer.Option(None, "--context", click_type=strict_type("Tokens", int),
                                           help="Context length (default: the model's maximum)."),
-    deploy: Optional[str] = typer.Option(None, "--deploy", click_type=command_line_type(Name, metavar="PATH"),
+    deploy: Optional[str] = typer.Option(None, "--deploy", click_type=strict_type("Name", metavar="PATH"),
                                          help="Deploy settings (YAML) with a budget: section."),
     output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show groups, pools, state and capacity "

@@ -5,16 +5,18 @@ them when the deploy file has a `budget:` section, on the modes each engine's ow
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from kvdoctor.budget import sglang, vllm
 from kvdoctor.budget.common import Budget, GiB, MiB
-from kvdoctor.budget.facts import ModelFacts
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.deploy import Deploy
 from kvdoctor.engines import section_name
 from kvdoctor.model import Finding, Source
+
+if TYPE_CHECKING:
+    from kvdoctor.budget.facts import ModelFacts
+    from kvdoctor.budget.sglang import Mode as SglangMode
+    from kvdoctor.deploy import Deploy
 
 RULE = Rule(codes=tuple(f"MEM{n:03d}" for n in range(1, 15)))  # runs when the deploy sets budget:
 
@@ -56,6 +58,8 @@ def findings_for(facts: ModelFacts, budget: Budget, where: dict[str, Source | No
 
 
 def _vllm(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
+    from kvdoctor.budget import vllm
+
     name, m, err = label(b), b.mode, b.error
     if err and err.message.startswith("Failed to promote local KV cache specs"):
         yield Finding.at("MEM002", f"{name}: the hybrid KV cache manager is off, and {facts.state_kind.upper()} "
@@ -127,6 +131,8 @@ def _vllm_mode_args(b: Budget) -> dict[str, Any]:
 
 
 def _sglang(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
+    from kvdoctor.budget import sglang
+
     name, m, err = label(b), b.mode, b.error
     if err and err.message.startswith("SWA pool (") and "cannot hold even one request" in err.message:
         yield Finding.at("MEM007", f"{name}: the SWA pool is too small to admit a single request",
@@ -167,7 +173,9 @@ def _sglang(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
                                    "slots": b.state["slots"], "slots_bf16": half_slots})
 
 
-def _sg_mode(b: Budget) -> sglang.Mode:
+def _sg_mode(b: Budget) -> SglangMode:
+    from kvdoctor.budget import sglang
+
     m = b.mode
     return sglang.Mode(context_length=m["context_length"], kv_budget_bytes=m_budget(b), page_size=m["page_size"],
                        tp=m["tp"], kv_cache_dtype=m["kv_cache_dtype"], max_mamba_cache_size=m["max_mamba_cache_size"],

@@ -13,6 +13,7 @@ from kvdoctor.loader import layer_tensor
 from kvdoctor.model import FULL, KDA, MLA, SLIDING, CHUNKED, ATTN_MAMBA, Finding, LayerSpec, ModelSpec, Source, TensorInfo
 
 LAYER_RE = re.compile(r"^(?:model\.|model\.language_model\.|language_model\.model\.|backbone\.|transformer\.)(?:layers|h)\.(\d+)\.")
+LAYER_LINES_RE = re.compile(LAYER_RE.pattern, re.MULTILINE)
 SOFTMAX_KINDS = {FULL, SLIDING, CHUNKED, ATTN_MAMBA}
 
 
@@ -53,8 +54,17 @@ def run(ctx: Context) -> Iterable[Finding]:
     yield from _dtypes(dtypes)
 
 
+def _layer_numbers(names: list[str]) -> list[str]:
+    """The layer number of every name LAYER_RE matches: one regex pass over all names joined by
+    newlines (a name holding a newline itself falls back to one match a name)."""
+    text = "\n".join(names)
+    if text.count("\n") != max(len(names) - 1, 0):
+        return [m.group(1) for name in names if (m := LAYER_RE.match(name))]
+    return LAYER_LINES_RE.findall(text)
+
+
 def _layer_count(spec: ModelSpec) -> Iterable[Finding]:
-    present = sorted({int(m.group(1)) for name in spec.checkpoint.tensors if (m := LAYER_RE.match(name))})
+    present = sorted(set(map(int, _layer_numbers(list(spec.checkpoint.tensors)))))
     if not present:
         return
     n = spec.num_hidden_layers

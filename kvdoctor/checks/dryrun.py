@@ -2,15 +2,34 @@
 a stage of the pipeline (the profile's `dry_run()`, in a child process); this rule only reads it."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Iterator, Mapping
 
 from kvdoctor.checks import DRY_RUN, Rule
 from kvdoctor.context import Context
-from kvdoctor.engines import dry_run_engines
+from kvdoctor.engines import dry_run_engines, is_check_engine, profile
 from kvdoctor.model import Finding
 
-RULE = Rule(codes=("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058",
-                   "ENG059", "ENG060", "ENG061"), engines=tuple(dry_run_engines()), needs=(DRY_RUN,))
+CODES = ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058", "ENG059", "ENG060",
+         "ENG061")
+
+
+class _DryRunCodes(Mapping[str, tuple[str, ...]]):
+    """CODES for each profile with a dry run (engines.dry_run_engines()), importing only the profile
+    asked about: a check of one engine imports no other profile (nor pydantic with them)."""
+
+    def __getitem__(self, engine: str) -> tuple[str, ...]:
+        if not (is_check_engine(engine) and profile(engine).dry_run() is not None):
+            raise KeyError(engine)
+        return CODES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dry_run_engines())
+
+    def __len__(self) -> int:
+        return len(dry_run_engines())
+
+
+RULE = Rule(codes=CODES, needs=(DRY_RUN,), by_engine=_DryRunCodes())
 
 
 def run(ctx: Context) -> Iterable[Finding]:

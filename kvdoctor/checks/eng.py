@@ -3,17 +3,21 @@
 kvdoctor.checks.refusals."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.engines.sglang_mlx import NO_LAYER_MAP_WARNING, MlxFacts, mlx_facts
 from kvdoctor.model import CHUNKED, SLIDING, Finding
+
+if TYPE_CHECKING:
+    from kvdoctor.engines.sglang_mlx import MlxFacts
 
 RULE = Rule(codes=("ENG011", "SWA005"), engines=("sglang-mlx",))
 
 
 def run(ctx: Context) -> Iterable[Finding]:
+    from kvdoctor.engines.sglang_mlx import NO_LAYER_MAP_WARNING, mlx_facts
+
     facts = mlx_facts(ctx.plan)
     if not facts.serves:
         return

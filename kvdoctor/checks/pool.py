@@ -6,17 +6,20 @@ from typing import Any, Iterable
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.engines.sglang_mlx import POOL_MAP_SETTING, SGLANG_VERSION, PoolProbe, PoolRun, mlx_facts
 from kvdoctor.model import Finding
 
-RULE = Rule(codes=("POOL001", "POOL002", "POOL003"), engines=("sglang-mlx",), needs=(f"probe:{PoolProbe.name}",))
+# The profile is imported when the rule runs (it brings pydantic); the probe's name and the setting
+# are its PoolProbe.name and POOL_MAP_SETTING (a test holds them equal).
+RULE = Rule(codes=("POOL001", "POOL002", "POOL003"), engines=("sglang-mlx",), needs=("probe:pool",))
 
 MISSING_MAP = ("BatchedDecodeContext requires full_kv_pool_index_by_layer when the fused AOT RoPE + "
                "pool-scatter kernel is active")
-SETTING = POOL_MAP_SETTING
+SETTING = "sglang_mlx.full_kv_pool_index_by_layer"
 
 
 def run(ctx: Context) -> Iterable[Finding]:
+    from kvdoctor.engines.sglang_mlx import SGLANG_VERSION, PoolProbe, PoolRun, mlx_facts
+
     seen = ctx.observations.get(PoolProbe.name)
     if not isinstance(seen, PoolRun) or seen.readback is None or seen.map == "derived":
         return

@@ -5,7 +5,8 @@ setting or a config key); this rule only carries it over, with the engine's exac
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Mapping
+from functools import cached_property
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
@@ -28,8 +29,25 @@ class _RefusalCodes(Mapping[str, tuple[str, ...]]):
         return len(PROFILES)
 
 
-RULE = Rule(codes=tuple(dict.fromkeys(code for name in PROFILES for code in profile_class(name).refusal_codes)),
-            by_engine=_RefusalCodes())
+class _AllRefusalCodes(Sequence[str]):
+    """Every registered profile's refusal codes, read on first use: listing them imports every profile
+    (and pydantic with them), which a check of one engine never needs (it reads `codes_for`)."""
+
+    @cached_property
+    def _codes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(code for name in PROFILES for code in profile_class(name).refusal_codes))
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._codes[index]
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def __repr__(self) -> str:
+        return repr(self._codes)
+
+
+RULE = Rule(codes=_AllRefusalCodes(), by_engine=_RefusalCodes())  # type: ignore[arg-type]
 
 
 def where(ctx: Context, refusal: Refusal) -> Source:

@@ -2,23 +2,19 @@
 would build, driven through the model's own mask routing) saw break."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.engines.sglang_mlx import (
-    SGLANG_VERSION,
-    MaskRouting,
-    MaskRoutingProbe,
-    MlxFacts,
-    SglangMlxSettings,
-    mlx_facts,
-    routing_source,
-)
 from kvdoctor.model import Finding, Source
 
+if TYPE_CHECKING:
+    from kvdoctor.engines.sglang_mlx import MlxFacts, SglangMlxSettings
+
+# The profile is imported when the rule runs (it brings pydantic); the probe's name is its
+# MaskRoutingProbe.name (a test holds the two equal).
 RULE = Rule(codes=("SWA001", "SWA002", "SWA003", "SWA004", "ENG009", "ENG010", "ENG012"), engines=("sglang-mlx",),
-            needs=(f"probe:{MaskRoutingProbe.name}",))
+            needs=("probe:mask_routing",))
 
 
 # What each broken invariant the probe records means (kvdoctor.mlx.probes).
@@ -27,6 +23,8 @@ CODES = {"full_mask_from_window": "SWA001", "mask_width": "SWA002", "attended": 
 
 
 def run(ctx: Context) -> Iterable[Finding]:
+    from kvdoctor.engines.sglang_mlx import MaskRouting, MaskRoutingProbe, mlx_facts, routing_source
+
     seen = ctx.observations.get(MaskRoutingProbe.name)
     if not isinstance(seen, MaskRouting) or seen.report is None:
         return
@@ -34,6 +32,8 @@ def run(ctx: Context) -> Iterable[Finding]:
 
 
 def _settings(ctx: Context) -> SglangMlxSettings:
+    from kvdoctor.engines.sglang_mlx import SglangMlxSettings
+
     assert isinstance(ctx.settings, SglangMlxSettings)
     return ctx.settings
 
@@ -41,6 +41,8 @@ def _settings(ctx: Context) -> SglangMlxSettings:
 def _reach(ctx: Context) -> str:
     """When requests meet SWA001 under the pinned sglang: a prompt is prefilled in chunks of chunked_prefill_size,
     and every chunk after the first extends the cache (batched decode never asks the windowed caches for masks)."""
+    from kvdoctor.engines.sglang_mlx import SGLANG_VERSION
+
     chunk = _settings(ctx).chunked_prefill_size
     context = ctx.deploy.context_length
     if context is not None and context <= chunk:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kvdoctor.dryrun import shrink
+from kvdoctor.dryrun import compact, shrink
 from kvdoctor.dryrun.engine_import import PINNED, EngineUnavailable, load_mlx_backend
 from kvdoctor.dryrun.instrument import AttentionRecorder, CodeTracer
 
@@ -50,7 +50,7 @@ WINDOWED_COPIES = 1.25
 MODELLED = [
     "weights: mlx-lm's loader builds the model from config.json with no weight files; the shrunk copy "
     "gets random weights from a fixed seed (mlx_lm.load is the one runner call replaced)",
-    "memory: MLX's buffer cache is capped at 1 GB through the engine's own SGLANG_MLX_CACHE_LIMIT_GB "
+    "memory: MLX's buffer cache is capped at 0.25 GB through the engine's own SGLANG_MLX_CACHE_LIMIT_GB "
     "unless the environment sets it",
     "scheduler: kvdoctor feeds the runner a fixed request schedule with sequential pool slots; no "
     "TokenToKVPoolAllocator, RadixCache, prefix hits or auxiliary-state snapshots",
@@ -174,6 +174,8 @@ class DryRun:
         self.backend = None
         self.recorder: AttentionRecorder | None = None
         self.roots: dict[str, Path] = {}
+        self.fewer_heads = True  # try the fewer-heads copy (compact.py) first
+        self.scaled_heads = False  # whether the copy in use has fewer heads
 
     def _enter(self, stage: str) -> None:
         """Close the current stage as passed and open the next one."""
@@ -199,16 +201,30 @@ class DryRun:
         tracer = CodeTracer(self.roots)
         try:
             with tracer.installed(), float32_gather_mm():
-                if self._stages():
-                    self.emit({"event": "stage", "stage": self.stage, "status": "ok"})
+                if not self._attempt() and self.scaled_heads:
+                    # An engine error names sizes (an rms_norm over all heads, say): it is reported as the
+                    # full head count raises it, so the run is repeated without the fewer-heads copy.
+                    # run.py keeps only the events after the restart.
+                    self.emit({"event": "restart", "reason": "the engine raised on the copy with fewer heads; "
+                               "repeated with the full head count"})
+                    self.fewer_heads, self.stage, self.recorder = False, None, None
+                    self._attempt()
+        finally:
+            self.emit({"event": "engine_code", "files": tracer.files()})
+            self.emit({"event": "done", "seconds": round(time.monotonic() - started, 2)})
+
+    def _attempt(self) -> bool:
+        """The stages once; False when the engine raised (reported as an `error` event)."""
+        try:
+            if self._stages():
+                self.emit({"event": "stage", "stage": self.stage, "status": "ok"})
+            return True
         except Exception as exc:  # every engine failure is a result, reported with its stage
             engine, origin = engine_frame(exc, self.roots)
             self.emit({"event": "error", "stage": self.stage or "load", "class": type(exc).__name__,
                        "message": str(exc), "frame": engine, "origin": origin,
                        "layer": self.recorder.error_layer if self.recorder else None})
-        finally:
-            self.emit({"event": "engine_code", "files": tracer.files()})
-            self.emit({"event": "done", "seconds": round(time.monotonic() - started, 2)})
+            return False
 
     # -- stages -----------------------------------------------------------------------------------
 
@@ -259,19 +275,39 @@ class DryRun:
         return True
 
     def _shrink(self, config, model_dir, model_file, full_sig):
+        """The first shrunk copy whose signature proves it is the same model to the engine: with fewer
+        heads (compact.py) when that holds, else with the full head count."""
         first_diff: list[str] = []
-        for label, candidate in shrink.shrink_candidates(config):
+        factor = compact.head_factor(config) if self.fewer_heads else 1
+        candidates = [(f"{label}, 1/{factor} of the heads", compact.fewer_heads(candidate, factor), factor)
+                      for label, candidate in shrink.shrink_candidates(config)] if factor > 1 else []
+        if factor > 1:  # last: the full hidden size shrunk in step with the heads
+            sized = compact.head_sized_hidden(candidates[-1][1])
+            if sized is not None:
+                candidates.append((f"hidden size of the heads, 1/{factor} of the heads", sized, factor))
+        candidates += [(label, candidate, 1) for label, candidate in shrink.shrink_candidates(config)]
+        for label, candidate, scale in candidates:
             try:
                 model, loaded = shrink.load_weightless(candidate, model_dir, model_file)
             except Exception as exc:  # noqa: BLE001 - the full-size config loaded: the shrink broke it
+                if scale > 1:  # a fewer-heads copy the family refuses: the full-head candidates follow
+                    continue
                 first_diff = first_diff or [f"the {label} copy does not build: {type(exc).__name__}: {exc}"]
                 self.emit({"event": "harness", "stage": "load", "step": f"shrink ({label})",
                            "class": type(exc).__name__, "message": str(exc)})
                 continue
             shrink.cast_floats(model, self.request.get("dtype"))
-            shrink.randomize(model, SEED)
-            diff = shrink.signature_diff(full_sig, shrink.signature(model, self.backend))
+            small_sig = shrink.signature(model, self.backend)
+            if scale > 1:
+                if not compact.matches_scaled(full_sig, small_sig, scale):
+                    del model
+                    continue
+                diff = []
+            else:
+                diff = shrink.signature_diff(full_sig, small_sig)
             if not diff:
+                self.scaled_heads = scale > 1
+                shrink.randomize(model, SEED)
                 self.emit({"event": "shrink", "candidate": label, "signature": full_sig,
                            "changes": _changes(config, candidate)})
                 return model, loaded
@@ -456,6 +492,8 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list]:
 
 def apply_environment(deploy: dict[str, Any]) -> None:
     """Set the engine environment variables the deploy settings stand for (in the child only)."""
-    os.environ.setdefault("SGLANG_MLX_CACHE_LIMIT_GB", "1")
+    # The engine leaves the cache uncapped by default; freed cache buffers would then pile up (each
+    # step copies the contiguous caches), so the dry run keeps at most 0.25 GB of them for reuse.
+    os.environ.setdefault("SGLANG_MLX_CACHE_LIMIT_GB", "0.25")
     if deploy.get("use_custom_rope"):
         os.environ["SGLANG_MLX_USE_CUSTOM_ROPE"] = "1"

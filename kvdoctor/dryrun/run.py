@@ -82,9 +82,12 @@ def launch(request: dict[str, Any], timeout: float) -> ChildOutcome:
             outcome.stderr_tail = stderr.read()[-STDERR_TAIL:]
         for line in events_path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                outcome.events.append(json.loads(line))
+                event = json.loads(line)
             except json.JSONDecodeError:
                 break  # a line cut short by the kill
+            if event.get("event") == "restart":  # the run was repeated (driver.py): keep the repeat only
+                outcome.events = [e for e in outcome.events if e.get("event") == "versions"]
+            outcome.events.append(event)
     return outcome
 
 

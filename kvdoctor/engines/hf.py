@@ -1,13 +1,14 @@
 """`hf`: the model's own meaning (transformers semantics); every window applies as declared."""
 from __future__ import annotations
 
-from typing import ClassVar, Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from pydantic import BaseModel
-
-from kvdoctor.deploy import Section
 from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan
 from kvdoctor.model import ATTENTION_KINDS, CHUNKED, SLIDING, ModelSpec
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def cache_kind(kind: str) -> str:
@@ -18,14 +19,29 @@ def cache_kind(kind: str) -> str:
     return "state"
 
 
-class HfSettings(Section):
-    """Nothing to set: the reference has no start-up options."""
+@lru_cache(maxsize=1)
+def settings_class() -> type[BaseModel]:
+    """HfSettings, defined on first use: the reference reads no setting, so a static check of it
+    without a deploy file never imports pydantic (deploy.Section is a pydantic model)."""
+    from kvdoctor.deploy import Section
+
+    class HfSettings(Section):
+        """Nothing to set: the reference has no start-up options."""
+
+    return HfSettings
+
+
+class _SettingsClass:
+    """`HfProfile.Settings`, read as a class attribute like every profile's."""
+
+    def __get__(self, obj: Any, owner: Any) -> type[BaseModel]:
+        return settings_class()
 
 
 class HfProfile(EngineProfile):
     name = "hf"
     pins: ClassVar[Mapping[str, str]] = {}
-    Settings = HfSettings
+    Settings = _SettingsClass()
     reference = True
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[None]:

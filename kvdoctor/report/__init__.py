@@ -47,12 +47,12 @@ class Report:
 
     def fingerprints(self, index: int) -> list[str]:
         """A unique, line-free fingerprint for each finding of results[index]."""
-        from kvdoctor.baseline import unique_fingerprints
+        from kvdoctor.fingerprint import unique_fingerprints
 
         return unique_fingerprints(self.results[index], self.root)
 
     def identity(self, result: Result) -> str:
-        from kvdoctor.baseline import model_identity
+        from kvdoctor.fingerprint import model_identity
 
         return model_identity(result.target, self.root)
 
@@ -96,7 +96,7 @@ def summary_line(report: Report) -> str:
 def finding_json(f: Finding) -> dict[str, Any]:
     return {
         "code": f.code, "name": f.name, "severity": f.severity, "message": f.message, "layer": f.layer,
-        "file": f.file, "line": f.line, "engine_error": f.engine_error, "evidence": f.evidence,
+        "file": f.file, "line": f.line, "key": f.key, "engine_error": f.engine_error, "evidence": f.evidence,
         "fixes": f.fixes,
     }
 
@@ -111,6 +111,8 @@ def result_json(r: Result) -> dict[str, Any]:
         out["error"] = r.error
     if r.info:
         out["info"] = r.info
+    if r.spec is not None and str(r.spec.model_dir) != r.target:  # a Hugging Face id: the local snapshot
+        out["model_dir"] = str(r.spec.model_dir)
     return out
 
 
@@ -133,8 +135,11 @@ def document(results: list[Result], report: Report | None = None) -> dict[str, A
         for i, result in enumerate(doc["results"]):
             for finding, fp in zip(result["findings"], report.fingerprints(i)):
                 finding["fingerprint"] = fp
+            result["checked"] = report.checked_codes(i)
         if report.baseline is not None:
             doc["summary"]["suppressed"] = report.suppressed
+        if report.deploy_path is not None:
+            doc["deploy"] = report.deploy_path
     return doc
 
 

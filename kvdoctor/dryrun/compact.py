@@ -1,0 +1,89 @@
+"""Fewer attention heads for the dry run, accepted only when the engine sees the same model otherwise.
+
+The attention score matrices, which dominate a dry run's time and memory on CPU, grow with the number
+of query heads. The engine's cache choices (layer classes, which layers slide, their windows, the
+cache classes) do not depend on how many heads there are, only on their ratio and head dim; so the
+shrunk copy may keep one KV head and the query heads that go with it. The copy is used only when its
+signature (shrink.py) equals the full model's with every head count and projection width divided by
+that one factor; a mixer the change did not reach (a linear-attention block with its own head
+counts) must match the full model unchanged. Otherwise the run falls back to the full head count.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kvdoctor.dryrun.shrink import text_sections
+
+HEAD_FIELDS = ("heads", "kv_heads", "q_width", "k_width", "v_width")
+
+
+def head_factor(config: dict[str, Any]) -> int:
+    """The factor that leaves one KV head in every text section, or 1 when the counts do not allow it."""
+    factors = set()
+    for section in text_sections(config):
+        heads, kv = section.get("num_attention_heads"), section.get("num_key_value_heads", section.get("num_attention_heads"))
+        if heads is None:
+            continue
+        if type(heads) is not int or type(kv) is not int or kv < 1 or heads % kv:
+            return 1
+        factors.add(kv)
+    return factors.pop() if len(factors) == 1 else 1
+
+
+def fewer_heads(config: dict[str, Any], factor: int) -> dict[str, Any]:
+    """`config` with its query and KV head counts divided by `factor`; the head dim is pinned so that a
+    model class deriving it from hidden size / heads still gets the full model's."""
+    out = copy.deepcopy(config)
+    for section in text_sections(out):
+        heads = section.get("num_attention_heads")
+        if heads is None:
+            continue
+        if section.get("head_dim") is None and isinstance(section.get("hidden_size"), int):
+            section["head_dim"] = section["hidden_size"] // heads
+        section["num_attention_heads"] = heads // factor
+        section["num_key_value_heads"] = section.get("num_key_value_heads", heads) // factor
+    return out
+
+
+def head_sized_hidden(config: dict[str, Any]) -> dict[str, Any] | None:
+    """For model classes that derive the head dim from hidden size / heads (Qwen2, Phi-3 in mlx-lm):
+    the fewer-heads config with the hidden size that gives the full model's head dim again, or None
+    when that is no smaller than the config's own."""
+    out = copy.deepcopy(config)
+    changed = False
+    for section in text_sections(out):
+        heads, head_dim, hidden = section.get("num_attention_heads"), section.get("head_dim"), section.get("hidden_size")
+        if not (type(heads) is int and type(head_dim) is int and type(hidden) is int) or heads * head_dim >= hidden:
+            continue
+        section["hidden_size"] = heads * head_dim
+        changed = True
+    return out if changed else None
+
+
+def _mixer_matches(full: dict[str, Any], small: dict[str, Any], factor: int) -> bool:
+    if {k: v for k, v in full.items() if k not in HEAD_FIELDS} != {k: v for k, v in small.items() if k not in HEAD_FIELDS}:
+        return False
+    for scale in (factor, 1):  # every head field scaled by the factor, or (a mixer it did not reach) none
+        if all((full[k] is None and small[k] is None) or
+               (full[k] is not None and small[k] is not None and small[k] * scale == full[k]) for k in HEAD_FIELDS):
+            return True
+    return False
+
+
+def matches_scaled(full_sig: dict[str, Any], small_sig: dict[str, Any], factor: int) -> bool:
+    """True when the fewer-heads copy's signature is the full model's with head counts divided by
+    `factor`, and at least one mixer was actually scaled (else the copy proves nothing new)."""
+    if any(full_sig[k] != small_sig[k] for k in ("num_layers", "discovery_error", "window_map", "container_window")):
+        return False
+    scaled = False
+    for a, b in zip(full_sig["layers"], small_sig["layers"]):
+        if {k: v for k, v in a.items() if k != "mixers"} != {k: v for k, v in b.items() if k != "mixers"}:
+            return False
+        if len(a["mixers"]) != len(b["mixers"]):
+            return False
+        for m, n in zip(a["mixers"], b["mixers"]):
+            if not _mixer_matches(m, n, factor):
+                return False
+            scaled = scaled or m["heads"] != n["heads"]
+    return scaled

@@ -1,0 +1,32 @@
+"""Command-line value types of strict.py, for `typer.Option(click_type=...)`, built on first use.
+
+strict.py validates with pydantic; importing it for every command would put pydantic on the static
+path, which without a deploy file, config file or baseline needs none.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def strict_type(type_name: str, kind: type = str, metavar: str | None = None):
+    """strict.command_line_type(strict.TYPE_NAME, ...), built when a value is first given: strict.py
+    imports pydantic, which a static check without deploy file, config file or baseline never needs.
+    A printable, non-blank name is what strict.Name accepts and is passed through without it."""
+    from typer._click.types import ParamType  # typer 0.28 carries its own copy of click
+
+    class LazyValue(ParamType):
+        name = metavar or {int: "INTEGER", float: "NUMBER"}.get(kind, "TEXT")
+        real: Any = None
+
+        def convert(self, value: Any, param, ctx) -> Any:
+            if not isinstance(value, str):
+                return value  # a default
+            if type_name == "Name" and value.strip() and value.isprintable():
+                return value
+            if self.real is None:
+                from kvdoctor import strict
+
+                self.real = strict.command_line_type(getattr(strict, type_name), kind, metavar)
+            return self.real.convert(value, param, ctx)
+
+    return LazyValue()

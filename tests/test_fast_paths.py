@@ -1,0 +1,179 @@
+"""The fast paths agree with the careful ones they stand in for: the column-wise header check with
+the per-entry one, the no-file defaults with the pydantic models' defaults, the fewer-heads dry-run
+shrink with the engine's signature. A static check without deploy file, config file or baseline
+builds no pydantic model and imports no rich."""
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kvdoctor import checkpoint
+from kvdoctor.errors import InputError
+
+DTYPES = sorted(checkpoint.DTYPE_BITS)
+
+
+def careful(text: str, data_size: int):
+    """What the per-entry path says of a header: its tensors, or the error message."""
+    try:
+        header = json.loads(text, object_pairs_hook=checkpoint._reject_duplicates,
+                            parse_constant=checkpoint.reject_constant)
+        if not isinstance(header, dict):
+            return "not an object"
+        return checkpoint._entries(Path("f"), header, data_start=8, data_size=data_size, label="f")
+    except (InputError, ValueError, RecursionError) as exc:
+        return f"error: {exc}"
+
+
+entry = st.fixed_dictionaries({
+    "dtype": st.one_of(st.sampled_from(DTYPES), st.sampled_from(["F17", 3, None])),
+    "shape": st.one_of(st.lists(st.integers(0, 5), max_size=3), st.just([1.0]), st.just([True]), st.just([-1]),
+                       st.just("2")),
+    "data_offsets": st.one_of(st.just(None), st.lists(st.integers(-2, 40), min_size=2, max_size=2), st.just([0]),
+                              st.just([0.0, 2])),
+})
+
+
+@st.composite
+def headers(draw):
+    """Mostly valid headers (contiguous spans), with a drawn fault now and then."""
+    names = draw(st.lists(st.text("ab.\n\"", min_size=1, max_size=4), min_size=0, max_size=6))
+    out, position = [], 0
+    for name in names:
+        dtype = draw(st.sampled_from(["F32", "BF16", "U8", "F4"]))
+        shape = draw(st.lists(st.integers(0, 4), max_size=3))
+        numel = 1
+        for d in shape:
+            numel *= d
+        size = numel * checkpoint.DTYPE_BITS[dtype] // 8
+        item = {"dtype": dtype, "shape": shape, "data_offsets": [position, position + size]}
+        position += size
+        if draw(st.integers(0, 9)) == 0:
+            item = draw(entry)
+        out.append((name, item))
+    if draw(st.booleans()):
+        out.insert(draw(st.integers(0, len(out))), ("__metadata__", draw(st.sampled_from([{"a": "b"}, {"a": 1}, []]))))
+    text = "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in out) + "}"
+    if draw(st.integers(0, 7)) == 0:
+        text = draw(st.sampled_from(["[]", "{", '{"a": NaN}', text.replace("{", '{"k": 1, "k": 2, ', 1)]))
+    return text, position + draw(st.sampled_from([0, 0, 0, 1]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(headers())
+def test_the_columnwise_check_accepts_exactly_what_the_per_entry_check_accepts(header):
+    text, data_size = header
+    fast = checkpoint._valid_entries(text, 8, data_size, "f")
+    slow = careful(text, data_size)
+    if fast is None:
+        assert isinstance(slow, str)  # refused: the per-entry path then says why, as before
+    else:
+        assert fast == slow
+
+
+def test_a_real_layout_takes_the_columnwise_path(tmp_path):
+    from helpers import make_model
+
+    d = make_model(tmp_path, "gpt-oss-20b", shards=2)
+    for f in sorted(d.glob("*.safetensors")):
+        with f.open("rb") as fh:  # the header only: the data region is a hole of many GB
+            (n,) = struct.unpack("<Q", fh.read(8))
+            text = fh.read(n).decode()
+        size = f.stat().st_size - 8 - n
+        fast = checkpoint._valid_entries(text, 8 + n, size, "f")
+        assert fast is not None and len(fast) > 10
+        assert fast == careful(text, size)
+
+
+def test_no_file_defaults_are_the_models_defaults():
+    from kvdoctor.deploy import Deploy
+    from kvdoctor.nodeploy import NoDeployFile
+    from kvdoctor.settings import NO_FILE
+    from kvdoctor.settings_file import FileSettings
+
+    assert vars(NO_FILE) == FileSettings().model_dump()
+    from kvdoctor.engines import check_engines
+
+    real, light = Deploy(), NoDeployFile()
+    for name in ("path", "engine", "context_length", "budget", "lines", "aliases", "warnings"):
+        assert getattr(light, name) == getattr(real, name), name
+    assert light.source("sglang_mlx.radix_cache") == real.source("sglang_mlx.radix_cache")
+    for engine in check_engines():  # each section built on first read, with the profile's defaults
+        section, expected = light.settings(engine), real.settings(engine)
+        assert isinstance(section, type(expected)) and section.model_dump() == expected.model_dump(), engine
+
+
+PROBE = """
+import sys
+from kvdoctor.cli import main
+sys.argv = ["kvdoctor", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print("LOADED:" + ",".join(sorted({n.split(".")[0] for n in sys.modules} & {"pydantic", "rich", "numpy"})), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("extra, loaded", [((), ""), (("--deploy", "deploy.yaml"), "pydantic")])
+def test_static_check_builds_no_pydantic_model_without_a_deploy_file(tmp_path, extra, loaded):
+    from helpers import make_model
+
+    d = make_model(tmp_path, "kimi-linear", shards=2, edit=lambda c: c.update(auto_map={"AutoModel": "m.M"}))
+    (tmp_path / "deploy.yaml").write_text("context_length: 4096\n")
+    proc = subprocess.run([sys.executable, "-c", PROBE, "check", str(d), "--static", "--format", "json", *extra],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert "CFG010" in proc.stdout  # a finding was reported, its catalog entry read without pydantic
+    assert proc.stderr.strip().splitlines()[-1] == f"LOADED:{loaded}", proc.stderr[-2000:]
+
+
+def test_rules_name_the_profile_constants_they_no_longer_import():
+    from kvdoctor.checks import dryrun, pool, refusals, swa
+    from kvdoctor.engines import PROFILES, dry_run_engines, profile_class
+    from kvdoctor.engines.sglang_mlx import POOL_MAP_SETTING, MaskRoutingProbe, PoolProbe
+
+    assert swa.RULE.probes == (MaskRoutingProbe.name,)
+    assert pool.RULE.probes == (PoolProbe.name,) and pool.SETTING == POOL_MAP_SETTING
+    assert set(refusals.RULE.codes) == {code for name in PROFILES for code in profile_class(name).refusal_codes}
+    for name in PROFILES:
+        assert bool(dryrun.RULE.codes_for(name)) == (name in dry_run_engines()), name
+
+
+def test_fewer_heads_keeps_the_ratio_and_pins_the_head_dim():
+    from kvdoctor.dryrun import compact
+
+    cfg = {"hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8}
+    assert compact.head_factor(cfg) == 8
+    assert compact.fewer_heads(cfg, 8) == {"hidden_size": 2880, "num_attention_heads": 8, "num_key_value_heads": 1,
+                                          "head_dim": 45}
+    assert compact.head_factor({"num_attention_heads": 12, "num_key_value_heads": 5}) == 1  # heads not in groups
+    nested = {"num_attention_heads": 8, "num_key_value_heads": 4, "text_config": {"num_attention_heads": 8,
+                                                                                  "num_key_value_heads": 2}}
+    assert compact.head_factor(nested) == 1  # two sections that would need different factors
+
+
+def _sig(heads, kv, window=128, other=None):
+    mixers = [{"attr": "self_attn", "class": "Attention", "heads": heads, "kv_heads": kv, "head_dim": 64,
+               "q_width": heads * 64, "k_width": kv * 64, "v_width": kv * 64}]
+    if other:
+        mixers.append(other)
+    return {"num_layers": 1, "discovery_error": None, "window_map": {"0": window}, "container_window": None,
+            "layers": [{"layer_class": "Block", "attention_attr": "self_attn", "sliding_flag": True, "mixers": mixers}]}
+
+
+def test_the_scaled_signature_must_match_exactly():
+    from kvdoctor.dryrun.compact import matches_scaled
+
+    linear = {"attr": "linear_attn", "class": "GDN", "heads": 32, "kv_heads": None, "head_dim": 128,
+              "q_width": None, "k_width": None, "v_width": None}
+    assert matches_scaled(_sig(64, 8, other=linear), _sig(8, 1, other=linear), 8)
+    assert not matches_scaled(_sig(64, 8), _sig(64, 8), 8)  # nothing was scaled
+    assert not matches_scaled(_sig(64, 8), _sig(16, 1), 8)  # the ratio changed
+    assert not matches_scaled(_sig(64, 8), _sig(8, 1, window=64), 8)  # the engine's window moved
+    assert not matches_scaled(_sig(64, 8, other=linear), _sig(8, 1, other={**linear, "heads": 16}), 8)  # 32 -> 16

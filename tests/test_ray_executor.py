@@ -1,0 +1,94 @@
+"""--executor ray: a real local Ray head on 127.0.0.1, started and stopped here. The JSON equals a
+local run's, results come back in input order, and a killed worker loses no target: a task killed
+once is retried, a task killed every time is reported as that target's error."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REAL_NAMES, make_model, real_config, run
+
+# Ray maps 127.0.0.1 to the machine's outside address unless clusters are off: keep the head on loopback.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def head():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        address = ray.get_runtime_context().gcs_address
+        assert address.startswith("127.0.0.1:")
+        yield address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rayfleet")
+    for name in REAL_NAMES[:5]:
+        make_model(root, real_config(name), dirname=f"models/{name}")
+    make_model(root, "gpt-oss-20b", dirname="models/zz-broken", edit=lambda c: c.update(layer_types=c["layer_types"][:-1]))
+    return root
+
+
+def test_ray_gives_the_local_json_in_input_order(head, fleet):
+    targets = sorted(str(p.relative_to(fleet)) for p in (fleet / "models").iterdir())[::-1]
+    local = run("check", *targets, "--format", "json", "--static", "-j", "1", cwd=fleet)
+    remote = run("check", *targets, "--format", "json", "--static", "--executor", "ray", "--ray-address", head,
+                 cwd=fleet)
+    assert "Traceback" not in remote.stderr, remote.stderr
+    assert remote.returncode == local.returncode == 1
+    assert remote.stdout == local.stdout
+    assert [r["target"] for r in json.loads(remote.stdout)["results"]] == targets
+
+
+def test_a_killed_worker_is_retried_once_then_its_target_is_an_error(head, fleet, tmp_path):
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.check import Options
+    from kvdoctor.executors.ray_executor import run_on_ray
+    from kvdoctor.runner import check_one
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def killing(target: str, opts):
+        """SIGKILL this Ray worker: the first time for 'once' targets, every time for 'always'."""
+        name = Path(target).name
+        if name.endswith("zz-broken") or name == REAL_NAMES[0]:
+            attempt = marks / f"{name}.{len(list(marks.glob(name + '.*')))}"
+            attempt.touch()
+            if name == REAL_NAMES[0] or attempt.name.endswith(".0"):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return check_one(target, opts)
+
+    catalog = builtin_catalog()
+    targets = sorted(str(p) for p in (fleet / "models").iterdir())
+    work = [(t, Options(catalog=catalog, static=True)) for t in targets]
+    results, _ = run_on_ray(work, task=killing)
+    assert [r.target for r in results] == targets  # nothing dropped, input order
+    by_name = {Path(r.target).name: r for r in results}
+    always = by_name[REAL_NAMES[0]]
+    assert always.error and "worker checking it died" in always.error
+    assert len(list(marks.glob(REAL_NAMES[0] + ".*"))) == 2  # tried, retried once, then given up
+    once = by_name["zz-broken"]
+    assert once.error is None and [f.code for f in once.findings] == ["CFG001"]  # the retry succeeded
+    assert len(list(marks.glob("zz-broken.*"))) == 2
+    assert all(r.error is None for name, r in by_name.items() if name != REAL_NAMES[0])
+
+
+def test_without_ray_the_executor_says_which_extra_to_install(fleet):
+    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['kvdoctor', 'check', 'models', '--executor', 'ray']; "
+            "from kvdoctor.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=fleet,
+                          env={**os.environ, "COLUMNS": "120"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "kvdoctor: error: --executor ray needs Ray, which is not installed: pip install 'kvdoctor[ray]'"]
