@@ -18,10 +18,10 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from kvdoctor.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
                               SglangSwaRatio, TensorParallel, Tokens)
 from kvdoctor.deploy import Section
-from kvdoctor.engines.base import Cost, EngineProfile, LayerPlan, Plan, Probe, Refusal
+from kvdoctor.engines.base import Cost, EngineProfile, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.errors import InputError
-from kvdoctor.model import ATTN_MAMBA, CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, ModelSpec
+from kvdoctor.model import ModelSpec
 
 if TYPE_CHECKING:
     from kvdoctor.budget.common import Budget

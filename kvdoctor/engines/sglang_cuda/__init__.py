@@ -14,7 +14,6 @@ from kvdoctor.engines.sglang_cuda import archs, pools, refusals, sizing, swa
 from kvdoctor.engines.sglang_cuda.settings import Settings
 from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
 
-VERSION = "0.5.23"
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
 
 
