@@ -349,12 +349,16 @@ class PoolsRun:
 
 
 def sglang_python() -> str | None:
-    """An interpreter with SGLang: KVDOCTOR_SGLANG_PYTHON, else the repository's goldens/.venv/sglang."""
+    """An interpreter with SGLang: KVDOCTOR_SGLANG_PYTHON when set (none if it names no file), else the
+    repository's goldens/.venv/sglang."""
+    import os
+
     from kvdoctor.engines.sglang_cuda import probe
 
-    found = probe.interpreter()
+    if os.environ.get("KVDOCTOR_SGLANG_PYTHON"):
+        return probe.interpreter()
     local = Path(__file__).resolve().parents[2] / "goldens" / ".venv" / "sglang" / "bin" / "python"
-    return found or (str(local) if local.exists() else None)
+    return str(local) if local.exists() else None
 
 
 class SglangPoolsProbe(Probe):
