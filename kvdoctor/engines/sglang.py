@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, Union
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from kvdoctor.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
                               SglangSwaRatio, TensorParallel, Tokens)
@@ -96,8 +96,10 @@ class SglangSettings(Section):
         values = {k: v for k, v in self.model_dump().items() if k in fields}
         try:
             return CudaSettings(**values, disable_radix_cache=not self.radix_cache)
-        except ValueError as exc:
-            raise InputError(f"sglang section: {str(exc).splitlines()[-1].strip()}") from None
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            raise InputError(f"setting 'sglang.{where}': {error['msg']} (got {error.get('input')!r})") from None
 
     @property
     def ssm_dtype(self) -> str:
