@@ -34,6 +34,8 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.pool",
     "kvdoctor.checks.dryrun",
     "kvdoctor.checks.kda_caches",
+    "kvdoctor.checks.sglang_layout",
+    "kvdoctor.checks.sglang_pools",
     "kvdoctor.limits",
     "kvdoctor.checks.budget",
 )

@@ -11,22 +11,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, Union
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from kvdoctor.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
                               SglangSwaRatio, TensorParallel, Tokens)
 from kvdoctor.deploy import Section
-from kvdoctor.engines.base import Cost, EngineProfile, LayerPlan, Plan, Probe, Refusal
+from kvdoctor.engines.base import Cost, EngineProfile, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.errors import InputError
-from kvdoctor.model import ATTN_MAMBA, CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, ModelSpec
+from kvdoctor.model import ModelSpec
 
 if TYPE_CHECKING:
     from kvdoctor.budget.common import Budget
     from kvdoctor.budget.facts import ModelFacts
     from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.engines.sglang_cuda import SglangCudaFacts
+    from kvdoctor.engines.sglang_cuda.settings import Settings as CudaSettings
     from kvdoctor.kda.dims import Geometry, LayerDims
     from kvdoctor.kda.recipe import Recipe
     from kvdoctor.kda.latent import Latent
@@ -36,8 +38,6 @@ if TYPE_CHECKING:
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 REPLAYSSM_BACKENDS = ("triton", "helion")
 # MLA keeps its compressed latent for the whole context: a full cache, as the report's legend reads it.
-CACHE_LABELS = {FULL: "full", MLA: "full", ATTN_MAMBA: "full", SLIDING: "windowed", CHUNKED: "windowed",
-                GDN: "state", MAMBA: "state", KDA: "kda-replayssm"}
 KDA_RECIPE_DEFAULT = "sglang-" + PINS["sglang"]
 
 
@@ -62,6 +62,21 @@ class SglangSettings(Section):
     max_running_requests: Optional[Positive] = None
     max_total_tokens: Optional[Positive] = None
     chunked_prefill_size: Tokens = 8192
+    # The CUDA pool plan's knobs (kvdoctor.engines.sglang_cuda), named as ServerArgs names them.
+    context_length: Optional[Tokens] = Field(None, description="--context-length; None: the config's derived one")
+    attention_backend: Optional[Name] = None
+    disable_overlap_schedule: Bool = False
+    speculative_algorithm: Optional[Name] = None
+    speculative_num_draft_tokens: Optional[Positive] = None
+    kv_budget: Optional[Union[Positive, Name]] = Field(
+        None, description="the KV memory SGLang gets after profiling (e.g. 40GiB): sizes info.sglang.budget")
+
+    @field_validator("kv_budget")
+    @classmethod
+    def _kv_bytes(cls, value: int | str | None) -> int | None:
+        from kvdoctor.engines.sglang_cuda.settings import parse_bytes
+
+        return None if value is None else parse_bytes(value)
 
     @field_validator("kda_recipe")
     @classmethod
@@ -72,6 +87,19 @@ class SglangSettings(Section):
         if base is not None and is_path and not Path(value).is_absolute():
             return str(Path(base) / value)
         return value
+
+    def cuda(self) -> CudaSettings:
+        """The keys the CUDA pool plan reads (`radix_cache` is ServerArgs' `disable_radix_cache`, negated)."""
+        from kvdoctor.engines.sglang_cuda.settings import Settings as CudaSettings
+
+        fields = set(CudaSettings.model_fields) - {"disable_radix_cache"}
+        values = {k: v for k, v in self.model_dump().items() if k in fields}
+        try:
+            return CudaSettings(**values, disable_radix_cache=not self.radix_cache)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            raise InputError(f"setting 'sglang.{where}': {error['msg']} (got {error.get('input')!r})") from None
 
     @property
     def ssm_dtype(self) -> str:
@@ -97,9 +125,22 @@ class KdaPlan:
         return self.settings.linear_replayssm_cache_len
 
 
+@dataclass(frozen=True)
+class SglangFacts:
+    """The sglang plan's facts: the CUDA pool plan of every layer, and the KDA state plan (None without KDA)."""
+
+    pools: SglangCudaFacts
+    kda: KdaPlan | None = None
+
+
 def kda_plan(plan: Plan[object]) -> KdaPlan | None:
     """The KDA facts of an sglang plan (None: the model has no KDA layers, or another engine's plan)."""
-    return plan.facts if isinstance(plan.facts, KdaPlan) else None
+    return plan.facts.kda if isinstance(plan.facts, SglangFacts) else None
+
+
+def pool_facts(plan: Plan[object]) -> SglangCudaFacts | None:
+    """The CUDA pool facts of an sglang plan (None: another engine's plan)."""
+    return plan.facts.pools if isinstance(plan.facts, SglangFacts) else None
 
 
 def _act_dtype(spec: ModelSpec) -> str:
@@ -292,15 +333,74 @@ def _kernel_geometry(kp: KdaPlan, real: Geometry) -> Geometry:
     return reduced
 
 
+# ---- the pool probe: SGLang's own pool classes on the CPU device ---------------------------------
+
+@dataclass(frozen=True)
+class PoolsRun:
+    """What the pool probe saw: the invariants and the start-up outcome beside the plan, or why it was skipped."""
+
+    skipped: str | None = None
+    invariants: Mapping[str, Any] = field(default_factory=dict)  # each a list of breaches, empty when it holds
+    startup: Mapping[str, Any] = field(default_factory=dict)  # probe.startup_agreement's record
+    classes: Mapping[str, Any] = field(default_factory=dict)  # the pool classes SGLang built
+
+    def to_json(self) -> dict[str, Any]:
+        if self.skipped is not None:
+            return {"skipped": self.skipped}
+        return {"invariants": dict(self.invariants), "startup": dict(self.startup), "built": dict(self.classes)}
+
+
+def sglang_python() -> str | None:
+    """An interpreter with SGLang: KVDOCTOR_SGLANG_PYTHON when set (none if it names no file), else the
+    repository's goldens/.venv/sglang."""
+    import os
+
+    from kvdoctor.engines.sglang_cuda import probe
+
+    if os.environ.get("KVDOCTOR_SGLANG_PYTHON"):
+        return probe.interpreter()
+    local = Path(__file__).resolve().parents[2] / "goldens" / ".venv" / "sglang" / "bin" / "python"
+    return str(local) if local.exists() else None
+
+
+class SglangPoolsProbe(Probe):
+    """Build the model's pools with SGLang's own classes, tiny, on the CPU device (a child process with
+    SGLang), write a canary through each layer's accessor and set where it lands against the plan."""
+
+    name = "sglang_pools"
+
+    def run(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel, fits: int) -> PoolsRun:
+        import json
+        import tempfile
+
+        from kvdoctor.engines.sglang_cuda import probe
+
+        assert isinstance(settings, SglangSettings)
+        python = sglang_python()
+        if python is None:
+            return PoolsRun(skipped="no SGLang " + PINS["sglang"] + " Python: set KVDOCTOR_SGLANG_PYTHON to one")
+        args = {k: v for k, v in settings.cuda().model_dump(exclude={"kv_budget"}).items() if v is not None}
+        with tempfile.TemporaryDirectory(prefix="kvdoctor-sglang-") as tmp:  # never the model's own directory
+            (Path(tmp) / "config.json").write_text(json.dumps(spec.raw_config))
+            seen = probe.observe(Path(tmp), args, python)
+        refusals = [r for r in plan.refusals if r.code.startswith("SGL") and not r.latent]
+        startup = probe.startup_agreement(seen, refusals)
+        if not seen.get("ok"):
+            return PoolsRun(startup=startup)
+        return PoolsRun(invariants=probe.invariants(seen, plan.layers), startup=startup,
+                        classes={k: seen[k] for k in ("token_to_kv_pool", "req_to_token_pool") if k in seen})
+
+
 # ---- the profile ---------------------------------------------------------------------------------
 
 class SglangProfile(EngineProfile):
     name = "sglang"
     pins = {"sglang": PINS["sglang"]}
     Settings = SglangSettings
-    refusal_codes = ("KDA060", "KDA061", "KDA062")
+    refusal_codes = ("KDA060", "KDA061", "KDA062", "SGL001", "SGL002", "SGL003", "SGL005")
 
-    def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[KdaPlan]:
+    def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[SglangFacts]:
+        from kvdoctor.engines.sglang_cuda import plan_layers
         from kvdoctor.kda.dims import kda_groups
         from kvdoctor.kda.recipe import load_recipe
 
@@ -320,9 +420,8 @@ class SglangProfile(EngineProfile):
                 states[group[0].layer] = _state_by_tp(kp, group[0])
             kp = replace(kp, states=states)
         state_of = {dims.layer: states[group[0].layer] for group in (kp.groups if kp else ()) for dims in group}
-        layers = tuple(LayerPlan(index=l.index, engine_window=l.window if l.kind in (SLIDING, CHUNKED) else None,
-                                 cache=CACHE_LABELS.get(l.kind, "unknown"), state=state_of.get(l.index))
-                       for l in spec.layers)
+        cuda_layers, cuda_refusals, pools = plan_layers(spec, settings.cuda())
+        layers = tuple(replace(lp, state=state_of[lp.index]) if lp.index in state_of else lp for lp in cuda_layers)
         notes = []
         if kp is not None:
             if not settings.enable_linear_replayssm:
@@ -331,14 +430,21 @@ class SglangProfile(EngineProfile):
             if settings.linear_attn_decode_backend not in REPLAYSSM_BACKENDS:
                 notes.append(f"decode backend {settings.linear_attn_decode_backend!r} has no ReplaySSM kernel; the "
                              "rings were checked against the Helion wrapper's contract")
-        return Plan(engine=self.name, versions=dict(self.pins), layers=layers,
-                    refusals=tuple(_refusals(kp)) if kp else (), facts=kp, notes=tuple(notes))
+        refusals = (tuple(_refusals(kp)) if kp else ()) + tuple(cuda_refusals)
+        return Plan(engine=self.name, versions=dict(self.pins), layers=layers, refusals=refusals,
+                    facts=SglangFacts(pools=pools, kda=kp), notes=tuple(notes))
 
     def probes(self) -> Sequence[Probe]:
-        return (KdaCachesProbe(),)
+        return (KdaCachesProbe(), SglangPoolsProbe())
 
     def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         out: dict[str, Any] = {"engine_notes": list(plan.notes)}
+        pools = pool_facts(plan)
+        if pools is not None:
+            out["sglang"] = pools.to_json()
+            seen = observations.get(SglangPoolsProbe.name)
+            if isinstance(seen, PoolsRun):
+                out["sglang"]["pool_probe"] = seen.to_json()
         kp = kda_plan(plan)
         if kp is None:
             return out

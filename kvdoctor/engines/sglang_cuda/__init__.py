@@ -10,12 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor.engines.base import LayerPlan, Refusal
-from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang_cuda import archs, pools, refusals, sizing, swa
 from kvdoctor.engines.sglang_cuda.settings import Settings
 from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
 
-VERSION = PINS["sglang"]
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
 
 

@@ -60,6 +60,14 @@ WINDOW_RULES = {
     # Llama-4: chunked attention (iRoPE) on every layer but each fourth, chunk = attention_chunk_size.
     "Llama4ForConditionalGeneration": ("irope", "models/llama4.py#L218"),
 }
+# Classes read to pass no window to their attention at all (a config's sliding_window is not masked):
+# LlamaAttention builds RadixAttention without sliding_window_size, and Phi-3 / Mistral derive from it.
+NO_WINDOW_ARCHS = {
+    "LlamaForCausalLM": "models/llama.py",
+    "Phi3ForCausalLM": "models/llama.py#L956",
+    "MistralForCausalLM": "models/mistral.py",
+    "Qwen2ForCausalLM": "models/qwen2.py",
+}
 # Classes whose window function is `config.sliding_window - 1`: a null window fails at model load.
 WINDOW_MINUS_ONE_SOURCES = {
     "Gemma2ForCausalLM": "models/gemma2.py#L53",

@@ -44,7 +44,8 @@ def invariants(seen: dict[str, Any], layers: Sequence[LayerPlan]) -> dict[str, A
     """The invariants as data: each a list of the layers (or pools) that break it, empty when it holds."""
     planned = {l.index: (l.extra["pool"], l.extra["pool_index"]) for l in layers if "pool" in l.extra}
     landed = {int(k): v for k, v in seen["layers"].items()}
-    reach, alias, by_pool = [], [], {}
+    reach, alias = [], []
+    by_pool: dict[str, list[int]] = {}
     ptrs: dict[int, int] = {}
     for layer, info in sorted(landed.items()):
         hits = [tuple(h) for h in info["hits"]]

@@ -24,8 +24,8 @@ TOKENS, REQS = 64, 4
 
 def _install_shims(tp: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent / "shims"))
-    import cudafake
-    import fakemods
+    import cudafake  # type: ignore[import-not-found]  # shims/, put on sys.path just above
+    import fakemods  # type: ignore[import-not-found]
 
     cudafake.install(devices=tp)
     fakemods.install(extra=("torchvision",))

@@ -40,7 +40,7 @@ def context_too_long(spec: ModelSpec, settings: Settings) -> Refusal | None:
                f"({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the derived "
                "context_length may differ from max_position_embeddings in the model's config. To allow overriding "
                "this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
-    return Refusal("SGL001", "ValueError", message, "startup", key="sglang.context_length",
+    return Refusal("SGL001", "ValueError", message, "startup", setting="sglang.context_length",
                    source=archs.ref("configs/model_config.py#L1314"),
                    evidence={"context_length": asked, "derived_context_length": derived})
 

@@ -13,9 +13,9 @@ from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
 
-def mode(spec: ModelSpec, settings: Settings) -> budget.Mode:
+def mode(spec: ModelSpec, settings: Settings, kv_budget: int) -> budget.Mode:
     return budget.Mode(
-        context_length=settings.context_length or derived_context_length(spec), kv_budget_bytes=settings.kv_budget,
+        context_length=settings.context_length or derived_context_length(spec), kv_budget_bytes=kv_budget,
         page_size=settings.page_size or 1, swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
         disable_hybrid_swa_memory=settings.disable_hybrid_swa_memory, kv_cache_dtype=settings.kv_cache_dtype,
         tp=settings.tp, max_mamba_cache_size=settings.max_mamba_cache_size, mamba_ssm_dtype=settings.mamba_ssm_dtype,
@@ -31,11 +31,11 @@ def size(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
         facts = facts_from_spec(as_sglang_builds(spec))
     except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
         return {"not_priced": str(exc)}
-    result = budget.plan(facts, mode(spec, settings))
+    result = budget.plan(facts, mode(spec, settings, settings.kv_budget))
     if result.error is not None:
         return {"error": {"class": result.error.cls, "message": result.error.message}}
     out: dict[str, Any] = {"kv_budget": settings.kv_budget, "configurator": result.mode.get("configurator"),
-                           "pools": {p["pool"]: p["tokens"] for p in result.pools},
+                           "pools": {p["pool"]: p["tokens"] for p in result.pools or ()},
                            "max_running_requests": result.capacity["max_running_requests"]}
     if result.state:
         out["state"] = {k: result.state[k] for k in ("slots", "slots_per_request", "mamba_radix_cache_strategy",

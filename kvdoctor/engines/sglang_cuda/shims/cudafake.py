@@ -29,7 +29,7 @@ def install(devices: int = 1, name: str = "NVIDIA H200", capability: tuple[int, 
     cuda.empty_cache = lambda: None
     cuda.get_device_capability = lambda device=None: capability
     cuda.get_device_name = lambda device=None: name
-    cuda.get_device_properties = lambda device=None: props
+    cuda.get_device_properties = lambda device=None: props  # type: ignore[assignment,return-value]  # the fields read
     cuda.mem_get_info = lambda device=None: (total_bytes, total_bytes)
     cuda.memory_allocated = lambda device=None: 0
     cuda.max_memory_allocated = lambda device=None: 0

@@ -1,0 +1,100 @@
+"""`kvdoctor check MODEL --engine sglang` end to end: the CUDA pool plan of every layer in the JSON, the KDA
+state kept, the SGL findings (refusals, window, layer kinds) and the pool probe skipped without SGLang."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import check_json, codes, make_model
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+NO_SGLANG = {"KVDOCTOR_SGLANG_PYTHON": "/nonexistent/python"}
+SGLANG_PYTHON = os.environ.get("KVDOCTOR_SGLANG_PYTHON") or "/work/main/goldens/.venv/sglang/bin/python"
+
+
+def deploy(tmp_path: Path, **settings) -> str:
+    path = tmp_path / "deploy.yaml"
+    path.write_text("sglang:\n" + "".join(f"  {k}: {v}\n" for k, v in settings.items()))
+    return str(path)
+
+
+def result(*args: str, env=NO_SGLANG) -> tuple[int, dict]:
+    rc, doc = check_json(*args, "--engine", "sglang", env=env)
+    assert doc["results"][0].get("error") is None
+    return rc, doc["results"][0]
+
+
+def dense(rows: list[dict]) -> dict[str, list[int]]:
+    by_pool: dict[str, list[int]] = {}
+    for row in rows:
+        by_pool.setdefault(row["pool"], []).append(row["pool_index"])
+    return {pool: sorted(ix) for pool, ix in by_pool.items()}
+
+
+def test_gpt_oss_layers_live_in_the_swa_and_full_pools(tmp_path):
+    rc, res = result(str(make_model(tmp_path, "gpt-oss-20b")))
+    assert rc == 0 and not [f for f in res["findings"] if f["severity"] == "error"]
+    rows = res["layers"]
+    assert {r["cache"] for r in rows if r["kind"] == "sliding_attention"} == {"swa"}
+    assert {r["cache"] for r in rows if r["kind"] == "full_attention"} == {"full"}
+    assert all(r["engine_window"] == r["window"] for r in rows)  # gpt-oss masks the config's own window
+    assert all(ix == list(range(len(ix))) for ix in dense(rows).values())
+    info = res["info"]["sglang"]
+    assert info["hybrid_swa"]["on"] is True and info["architecture"] == "GptOssForCausalLM"
+    assert info["swa_layer_ids"] == [r["index"] for r in rows if r["cache"] == "swa"]
+    assert info["pool_probe"] == {"skipped": "no SGLang 0.5.23 Python: set KVDOCTOR_SGLANG_PYTHON to one"}
+
+
+def test_kimi_linear_keeps_its_kda_state_beside_the_mla_pool(tmp_path):
+    rc, res = result(str(make_model(tmp_path, "kimi-linear")))
+    assert rc == 0
+    kda = [r for r in res["layers"] if r["kind"] == "kda"]
+    assert kda and all(r["cache"] == "kda-replayssm" and r["pool"] == "mamba" for r in kda)
+    assert sorted(kda[0]["state"], key=int) == ["1", "2", "4", "8"]  # the KDA plan's state, at every TP size
+    assert {r["cache"] for r in res["layers"] if r["kind"] == "mla"} == {"mla"}
+    assert "kda_replayssm" in res["info"] and res["info"]["sglang"]["attention_arch"] == "MLA"
+
+
+def test_mistral_window_is_not_masked_past_it_and_quiet_within_it(tmp_path):
+    model = str(FIXTURES / "mistralai__Mistral-7B-v0.1")
+    rc, res = result(model)
+    found = [f for f in res["findings"] if f["code"] == "SGL004"]
+    assert rc == 1 and len(found) == 1 and found[0]["severity"] == "error"
+    assert found[0]["evidence"]["window"] == 4096 and found[0]["evidence"]["engine_window"] is None
+    rc, res = result(model, "--deploy", deploy(tmp_path, context_length=4096))
+    assert rc == 0 and "SGL004" not in codes({"results": [res]})
+
+
+def test_context_length_past_the_derived_one_is_a_startup_refusal(tmp_path):
+    rc, res = result(str(make_model(tmp_path, "gemma-3-1b-it")), "--deploy", deploy(tmp_path, context_length=65536))
+    refusal = next(f for f in res["findings"] if f["code"] == "SGL001")
+    assert rc == 1 and refusal["engine_error"]["class"] == "ValueError" and refusal["engine_error"]["stage"] == "startup"
+    assert "User-specified context_length (65536) is greater than the derived context_length (32768)" in \
+        refusal["engine_error"]["message"]
+
+
+def test_qwen3_next_layer_types_shifted_are_not_what_sglang_builds(tmp_path):
+    def shift(cfg: dict) -> None:  # attention one layer early: SGLang keeps (i + 1) % interval == 0
+        every = cfg["full_attention_interval"]
+        cfg["layer_types"] = ["full_attention" if (i + 2) % every == 0 else "linear_attention"
+                              for i in range(cfg["num_hidden_layers"])]
+
+    rc, res = result(str(make_model(tmp_path, "qwen3-next", checkpoint=False)))
+    assert "SGL006" not in codes({"results": [res]})
+    gdn = [r for r in res["layers"] if r["cache"] == "mamba"]
+    assert gdn and all("state" in r for r in gdn)
+    rc, res = result(str(make_model(tmp_path, "qwen3-next", shift, checkpoint=False, dirname="shifted")))
+    found = [f for f in res["findings"] if f["code"] == "SGL006"]
+    assert rc == 1 and found and all(f["severity"] == "error" for f in found)
+
+
+@pytest.mark.skipif(not Path(SGLANG_PYTHON).exists(), reason="no SGLang 0.5.23 Python (goldens/README.md builds one)")
+def test_pool_probe_on_sglangs_own_pools(tmp_path):
+    rc, res = result(str(make_model(tmp_path, "gemma-3-1b-it", checkpoint=False)),
+                     env={"KVDOCTOR_SGLANG_PYTHON": SGLANG_PYTHON})
+    probe = res["info"]["sglang"]["pool_probe"]
+    assert probe["startup"]["agree"] is True, probe
+    assert probe["invariants"] and not any(probe["invariants"].values()), probe
+    assert not [f for f in res["findings"] if f["code"] in ("SGL007", "SGL008")]
