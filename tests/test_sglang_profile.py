@@ -98,3 +98,51 @@ def test_pool_probe_on_sglangs_own_pools(tmp_path):
     assert probe["startup"]["agree"] is True, probe
     assert probe["invariants"] and not any(probe["invariants"].values()), probe
     assert not [f for f in res["findings"] if f["code"] in ("SGL007", "SGL008")]
+
+
+def _pool_context(tmp_path: Path, seen: dict, refusals: tuple = ()):
+    """A Context whose pool-probe observation is what `seen` (the probe child's record) gives against the plan."""
+    from kvdoctor.context import Context
+    from kvdoctor.deploy import Deploy
+    from kvdoctor.engines import profile
+    from kvdoctor.engines.sglang import PoolsRun
+    from kvdoctor.engines.sglang_cuda import probe
+    from kvdoctor.loader import load_model
+
+    spec = load_model(str(make_model(tmp_path, "gpt-oss-20b", checkpoint=False)))
+    deploy = Deploy()
+    plan = profile("sglang").plan(spec, deploy.settings("sglang"))
+    observed = PoolsRun(invariants=probe.invariants(seen, plan.layers), startup=probe.startup_agreement(seen, refusals))
+    return Context(spec=spec, engine="sglang", deploy=deploy, plan=plan, observations={"sglang_pools": observed}), plan
+
+
+def _faithful(plan) -> dict:
+    """The record SGLang's pools give when every layer's canary lands where the plan says, in its own buffer."""
+    return {"ok": True, "layers": {str(l.index): {"hits": [[l.extra["pool"], l.extra["pool_index"]]], "ptr": 1000 + l.index}
+                                   for l in plan.layers if "pool" in l.extra}}
+
+
+def test_pool_rule_fires_on_a_broken_invariant_and_stays_quiet_on_a_faithful_pool(tmp_path):
+    from kvdoctor.checks import sglang_pools
+
+    ctx, plan = _pool_context(tmp_path / "a", {"ok": True, "layers": {}})
+    seen = _faithful(plan)
+    ctx, _ = _pool_context(tmp_path / "b", seen)
+    assert not list(sglang_pools.run(ctx))
+    shared = dict(seen["layers"])
+    shared["1"] = {**shared["1"], "ptr": shared["0"]["ptr"]}  # layer 1's accessor returns layer 0's buffer
+    ctx, _ = _pool_context(tmp_path / "c", {**seen, "layers": shared})
+    found = list(sglang_pools.run(ctx))
+    assert [f.code for f in found] == ["SGL007"] and found[0].evidence["invariant"] == "aliasing"
+
+
+def test_pool_rule_reports_a_startup_the_plan_did_not_predict(tmp_path):
+    from kvdoctor.checks import sglang_pools
+
+    ctx, plan = _pool_context(tmp_path / "a", {"ok": True, "layers": {}})
+    refused = {"ok": False, "error": {"class": "ValueError", "message": "context_length is too large"},
+               "layers": _faithful(plan)["layers"]}
+    ctx, _ = _pool_context(tmp_path / "b", refused)
+    found = list(sglang_pools.run(ctx))
+    assert [f.code for f in found] == ["SGL008"]
+    assert found[0].engine_error == {"class": "ValueError", "message": "context_length is too large", "stage": "startup"}
