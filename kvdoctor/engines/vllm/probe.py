@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor.budget.common import cdiv
-from kvdoctor.engines.base import Plan
+from kvdoctor.engines.base import Cost, Plan, Probe
 from kvdoctor.engines.vllm import specs as S
 
 TORCH_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "uint8": "uint8"}
@@ -60,12 +60,38 @@ def request_blocks(spec: str, window: int | None, block: int) -> tuple[int, list
     return tokens, table, cdiv(tokens, block) - freed
 
 
-def run(plan: Plan[Any], device: str = "cpu") -> list[GroupProbe]:
+class PagedCacheProbe(Probe):
+    """The pipeline's face of this module: one unit per KV cache group; observes `report(...)` rows."""
+
+    name = "vllm_paged"
+
+    def costs(self, spec: Any, plan: Plan[Any], settings: Any) -> list[Cost]:
+        by_index = {l.index: l for l in plan.layers}
+        out = []
+        for group in _groups(plan):
+            first = by_index[group.layer_ids[0]]
+            window = first.engine_window if first.cache != "full" else None
+            _, table, _ = request_blocks(first.extra["engine_spec"], window, group.block_size)
+            blocks = max(table) + 1
+            nbytes = sum((by_index[i].extra.get("page_size_bytes") or 0) * blocks for i in group.layer_ids)
+            out.append(Cost(f"vLLM {group.spec} group ({len(group.layer_ids)} layers, {blocks} blocks)", nbytes,
+                            layer=group.layer_ids[0]))
+        return out
+
+    def run(self, spec: Any, plan: Plan[Any], settings: Any, fits: int) -> list[dict[str, Any]]:
+        return report(run(plan, limit=fits))
+
+
+def _groups(plan: Plan[Any]) -> tuple[Any, ...]:
+    return tuple(plan.facts.groups) if plan.facts is not None and not plan.refusals else ()
+
+
+def run(plan: Plan[Any], device: str = "cpu", limit: int | None = None) -> list[GroupProbe]:
     import torch
 
     by_index = {l.index: l for l in plan.layers}
     out = []
-    for group in plan.facts.groups if plan.facts else ():
+    for group in _groups(plan)[:limit]:
         layers = [by_index[i] for i in group.layer_ids]
         first = layers[0]
         window = first.engine_window if first.cache != "full" else None

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from pydantic import BaseModel
 
 from kvdoctor.budget import vllm as budget_vllm
 from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
-from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan
+from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
+from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget, hma_forced_on,
                                             mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, tp_heads)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import FULL, GDN, KDA, MLA, SLIDING, ModelSpec
+
+if TYPE_CHECKING:
+    from kvdoctor.budget.common import Budget
+    from kvdoctor.budget.facts import ModelFacts
+    from kvdoctor.budget.settings import BudgetSettings
 
 PLATFORM = "cuda (H200, FlashAttention / FlashAttention-MLA backends, block 16 unless block_size is set)"
 UNBOUNDED = 1 << 60  # no kv_budget: vLLM's admission check runs against memory it profiles on the GPU
@@ -55,18 +63,48 @@ class VllmFacts:
     platform: str = PLATFORM
 
 
-class VllmCheckProfile(EngineProfile):
-    name = "vllm"
-    pins = {"vllm": VERSION}
-    Settings = VllmSettings
-    refusal_codes = tuple(CODES)  # every catalog code plan() can put in Plan.refusals
+class VllmProfile(EngineProfile):
+    """vLLM for `check` (plan, the paged-cache probe, the dry run, `info.vllm`) and `budget`, both
+    reading the one `vllm:` section (VllmSettings, vLLM's own argument names)."""
 
-    def plan(self, spec: ModelSpec, settings: Any) -> Plan[VllmFacts]:
+    name = "vllm"
+    pins = {"vllm": PINS["vllm"]}
+    Settings = VllmSettings
+    # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
+    # are checks.budget's, which leaves them to this plan under `check --engine vllm`
+    refusal_codes = tuple(code for code in CODES if not code.startswith("MEM"))
+
+    def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
+        return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
+
+    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
+               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+        from kvdoctor.budget.run import vllm_budgets
+
         settings = settings if isinstance(settings, VllmSettings) else VllmSettings()
-        return plan(spec, settings)
+        try:
+            hma = hma_decision(config, settings)[0]
+        except Startup:
+            hma = True  # forced on where vLLM refuses it (VLM008, reported by check): size it as asked
+        return vllm_budgets(facts, settings, inputs, all_modes, hma)
+
+    def probes(self) -> Sequence[Probe]:
+        from kvdoctor.engines.vllm.probe import PagedCacheProbe
+
+        return (PagedCacheProbe(),)
+
+    def dry_run(self) -> DryRunner:
+        from kvdoctor.engines.vllm.dryrun import VllmDryRunner
+
+        return VllmDryRunner()
 
     def report(self, plan: Plan[Any], observations: Mapping[str, Any]) -> dict[str, Any]:
-        return {"vllm": facts_json(plan.facts)} if plan.facts is not None else {}
+        if plan.facts is None:
+            return {}
+        out = facts_json(plan.facts)
+        if "vllm_paged" in observations:
+            out["probe"] = observations["vllm_paged"]
+        return {"vllm": out}
 
 
 def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
@@ -87,7 +125,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if (settings.mamba_block_size is not None and settings.mamba_block_size != length
                 and settings.enable_prefix_caching is False):
             raise mamba_block_without_prefix_caching()
-        hma, why = hma_decision(spec, settings)
+        hma, why = hma_decision(spec.config, settings)
         facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
         is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
@@ -146,13 +184,13 @@ def _max_model_len(spec: ModelSpec, settings: VllmSettings, derived: float | Non
     return settings.max_model_len
 
 
-def hma_decision(spec: ModelSpec, settings: VllmSettings) -> tuple[bool, str]:
+def hma_decision(config: Mapping[str, Any], settings: VllmSettings) -> tuple[bool, str]:
     """VllmConfig.__post_init__ (config/vllm.py): the deploy flag wins; unset, vLLM turns the manager off
     itself for chunked local attention with EAGLE (env VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
     defaults to 1 in 0.33.0, so chunked attention alone keeps it on)."""
     spec_cfg = settings.speculative_config
     eagle = spec_cfg is not None and spec_cfg.method in ("eagle", "eagle3", "mtp")
-    needs_off = bool(spec.config.get("attention_chunk_size")) and eagle
+    needs_off = bool(config.get("attention_chunk_size")) and eagle
     if settings.disable_hybrid_kv_cache_manager is True:
         return False, "disabled by the deploy setting disable_hybrid_kv_cache_manager: true"
     if needs_off:
