@@ -24,7 +24,8 @@ from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget
                                             mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, tp_heads)
 from kvdoctor.engines.vllm.settings import VllmSettings
-from kvdoctor.model import FULL, GDN, KDA, MLA, SLIDING, ModelSpec
+from kvdoctor.errors import InputError
+from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, SLIDING, SPARSE_MLA, ModelSpec
 
 if TYPE_CHECKING:
     from kvdoctor.budget.common import Budget
@@ -35,6 +36,7 @@ PLATFORM = "cuda (H200, FlashAttention / FlashAttention-MLA backends, block 16 u
 UNBOUNDED = 1 << 60  # no kv_budget: vLLM's admission check runs against memory it profiles on the GPU
 CACHE_LABELS = {S.FULL: "full", S.SLIDING: "windowed", S.CHUNKED: "chunked", S.MLA: "mla", S.MAMBA: "state"}
 BUDGET_KINDS = {S.FULL: "full", S.SLIDING: "sliding", S.CHUNKED: "chunked", S.MLA: "mla"}
+ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, LINEAR, GDN, KDA)  # layers the table's rules cover
 ROPE_FACTOR_FREE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling", "default")
 
 
@@ -61,6 +63,7 @@ class VllmFacts:
     model_window: int | None  # CacheConfig.sliding_window: the window a layer without its own gets
     layer_types: tuple[str, ...] | None  # what transformers holds, as vLLM's model class reads it
     platform: str = PLATFORM
+    unmodeled: str | None = None  # why the static profile gives no per-layer specs for this model (VLM024)
 
 
 class VllmProfile(EngineProfile):
@@ -134,7 +137,15 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
         mode = settings_mode(settings, length, hma)
-        bfacts = budget_facts(spec, interp)
+        why_not = _unmodeled(spec, interp)
+        if why_not is None:
+            try:
+                bfacts = budget_facts(spec, interp)
+            except InputError as exc:
+                why_not = str(exc).partition(": ")[2] or str(exc)
+        if why_not is not None:
+            facts = dataclasses.replace(facts, unmodeled=why_not)
+            return Plan("vllm", {"vllm": VERSION}, layers, (), facts, (*notes, why_not))
         budget = budget_vllm.plan(bfacts, mode)
         notes += budget.notes
         layers = layer_plans(interp, bfacts, budget, hma)
@@ -145,6 +156,18 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     except Startup as stop:
         return Plan("vllm", {"vllm": VERSION}, layers, (stop.refusal,), facts, tuple(notes))
     return Plan("vllm", {"vllm": VERSION}, layers, (), facts, tuple(notes))
+
+
+def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
+    """A model class missing from the table whose layers are not all attention (Mamba, convolution or
+    no-op blocks): vLLM's shared fallback would give them attention specs, which would be a guess."""
+    if interp.architecture in S.RULES:
+        return None
+    odd = sorted({l.kind for l in spec.layers if l.kind not in ATTENTION_KINDS})
+    if not odd:
+        return None
+    return (f"{interp.architecture or 'this model class'} is not in kvdoctor's vLLM table, and it has "
+            f"{', '.join(odd)} layers, whose specs vLLM's model class decides")
 
 
 def _uses_mla(spec: ModelSpec) -> bool:
@@ -278,5 +301,6 @@ def facts_json(facts: VllmFacts) -> dict[str, Any]:
             "hma": {"on": facts.hma, "why": facts.hma_why}, "max_model_len": facts.max_model_len,
             "derived_max_model_len": facts.derived_max_model_len, "derived_from": facts.derived_from,
             "block_size": facts.block_size, "platform": facts.platform, "model_window": facts.model_window,
+            "modeled": facts.unmodeled is None, "unmodeled": facts.unmodeled,
             "groups": [{"spec": g.spec, "layer_ids": list(g.layer_ids), "block_size": g.block_size,
                         "page_bytes": g.page_bytes, "window": g.window} for g in facts.groups]}
