@@ -128,7 +128,7 @@ def _read_old_names(section: str, model: type[BaseModel], data: dict[str, Any], 
         if new in values:
             raise InputError(f"{path}:{lines.get(was)}: setting {aliases.get(was, was)!r} is the old spelling of "
                              f"{now!r}, which the file also sets; keep one")
-        values[new] = getattr(model, "old_value")(old, values.pop(old))
+        values[new] = model.old_value(old, values.pop(old))  # type: ignore[attr-defined]
         aliases[now] = aliases.get(was, was)
         if was in lines:
             lines[now] = lines[was]

@@ -77,7 +77,7 @@ def vllm_modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, al
                      tp=s.tensor_parallel_size, hma=hma, prefix_caching=s.enable_prefix_caching is not False,
                      num_speculative_tokens=s.num_speculative_tokens, async_scheduling=s.async_scheduling,
                      block_size=s.block_size)
-    given = {k: v for k, v in (("max_num_batched_tokens", s.max_num_batched_tokens),
+    given: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", s.max_num_batched_tokens),
                                ("max_num_seqs", s.max_num_seqs)) if v is not None}
     base = replace(base, **given)
     if not all_modes:

@@ -1,6 +1,7 @@
-"""VLM020-VLM023: where vLLM silently does something other than what config.json means (windows it
+"""VLM020-VLM024: where vLLM silently does something other than what config.json means (windows it
 drops or applies differently, HMA off reserving full length, a window applied to every layer, MTP
-modules without a cache), and VLM024 where the static profile does not model the layers at all. The logic is kvdoctor.engines.vllm.differences; this module only wires it."""
+modules without a cache), and where the static profile does not model the layers at all (VLM024).
+The logic is kvdoctor.engines.vllm.differences; this module only wires it."""
 from __future__ import annotations
 
 from typing import Iterable

@@ -13,7 +13,9 @@ RULE = Rule(codes=("VLM031",), engines=("vllm",), needs=("probe:vllm_paged",))
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    rows = ctx.observations.get("vllm_paged") or []
+    rows = ctx.observations.get("vllm_paged")
+    if not isinstance(rows, list):
+        return
     where = ctx.spec.key_source("model_type")
     for row in rows:
         for problem in row["problems"]:

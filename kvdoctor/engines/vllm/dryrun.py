@@ -135,7 +135,8 @@ def triage_code(catalog, error_class: str, message: str) -> str | None:
     from kvdoctor.triage import Matcher
 
     matches = [entry for entry, _, _ in Matcher(catalog).spans(message)
-               if entry.error.class_ == error_class and any(e.name == "vllm" for e in entry.engines)]
+               if entry.error is not None and entry.error.class_ == error_class
+               and any(e.name == "vllm" for e in entry.engines)]
     return min(matches, key=lambda e: e.code).code if matches else None
 
 

@@ -12,7 +12,7 @@ storage or a slot; every layer of a group has the same page size (per-block byte
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from kvdoctor.budget.common import cdiv
 from kvdoctor.engines.base import Cost, Plan, Probe
@@ -35,7 +35,7 @@ class GroupProbe:
     problems: list[str] = field(default_factory=list)
 
 
-def layer_shape(extra: dict[str, Any], blocks: int) -> list[tuple[int, ...]]:
+def layer_shape(extra: Mapping[str, Any], blocks: int) -> list[tuple[Any, ...]]:
     spec, block = extra["engine_spec"], extra.get("block_size")
     if spec == S.MAMBA:
         return [(blocks, *shape) for shape in extra["state_shapes"]]
@@ -48,11 +48,11 @@ def request_blocks(spec: str, window: int | None, block: int) -> tuple[int, list
     """(tokens, block table, blocks the window needs) for a request crossing the window by a bit."""
     if spec == S.MAMBA:  # one state block per request, whatever its length
         return 0, [1], 1
-    local = spec in (S.SLIDING, S.CHUNKED) and window
-    tokens = (window if local else block) + EXTRA_BLOCKS * block + 3
+    if spec not in (S.SLIDING, S.CHUNKED) or not window:
+        tokens = block + EXTRA_BLOCKS * block + 3
+        return tokens, list(range(1, cdiv(tokens, block) + 1)), cdiv(tokens, block)
+    tokens = window + EXTRA_BLOCKS * block + 3
     table = list(range(1, cdiv(tokens, block) + 1))  # block 0 is vLLM's null block
-    if not local:
-        return tokens, table, len(table)
     # first position any future token still attends: sliding keeps window - 1 keys back, chunked its chunk
     first = tokens - window + 1 if spec == S.SLIDING else (tokens - 1) // window * window
     freed = first // block
@@ -112,7 +112,7 @@ def run(plan: Plan[Any], device: str = "cpu", limit: int | None = None) -> list[
         if len(pages) > 1:
             probe.problems.append(f"layers of one group have different page sizes: {sorted(pages)}")
         spans.sort()
-        for (s1, e1, a), (s2, _, b) in zip(spans, spans[1:]):
+        for (_, e1, a), (s2, _, b) in zip(spans, spans[1:]):
             if s2 < e1:
                 probe.problems.append(f"layers {a} and {b} share KV storage")
         if first.extra["engine_spec"] != S.MAMBA:

@@ -203,7 +203,7 @@ def _max_model_len(spec: ModelSpec, settings: VllmSettings, derived: float | Non
     if derived is not None and settings.max_model_len > derived:
         model_max = spec.config.get("model_max_length")
         if model_max is None or settings.max_model_len > model_max:
-            raise max_model_len_over(settings.max_model_len, key, derived, model_max)
+            raise max_model_len_over(settings.max_model_len, key or "max_position_embeddings", derived, model_max)
     return settings.max_model_len
 
 
@@ -230,7 +230,7 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budg
         kv_cache_dtype=settings.kv_cache_dtype, tp=settings.tensor_parallel_size, hma=hma,
         prefix_caching=True if settings.enable_prefix_caching is None else settings.enable_prefix_caching,
         num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size)
-    overrides = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
+    overrides: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
                                    ("max_num_seqs", settings.max_num_seqs)) if v is not None}
     return dataclasses.replace(mode, **overrides)
 
