@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from kvdoctor.budget.settings import parse_size
 from kvdoctor.deploy import Section
 from kvdoctor.errors import InputError
+from kvdoctor.strict import VllmBlockSize, VllmSeqs, VllmTensorParallel, VllmTokens
 
 # vllm/config/cache.py CacheDType @ v0.33.0
 CacheDType = Literal[
@@ -43,16 +44,16 @@ class VllmSettings(Section):
         "tp": "tensor_parallel_size", "hma": "disable_hybrid_kv_cache_manager",
         "prefix_caching": "enable_prefix_caching", "num_speculative_tokens": "speculative_config"}
 
-    tensor_parallel_size: int = Field(1, ge=1, le=1024)
+    tensor_parallel_size: VllmTensorParallel = 1
     max_model_len: Optional[int] = Field(None, ge=1)
     disable_hybrid_kv_cache_manager: Optional[bool] = Field(
         None, description="true: --disable-hybrid-kv-cache-manager; false: --enable-...; null: vLLM decides")
     kv_cache_dtype: CacheDType = "auto"
     enable_prefix_caching: Optional[bool] = None
-    block_size: Optional[int] = Field(None, ge=1)
-    mamba_block_size: Optional[int] = Field(None, ge=1)
-    max_num_batched_tokens: Optional[int] = Field(None, ge=1)
-    max_num_seqs: Optional[int] = Field(None, ge=1)
+    block_size: Optional[VllmBlockSize] = None
+    mamba_block_size: Optional[VllmBlockSize] = None
+    max_num_batched_tokens: Optional[VllmTokens] = None
+    max_num_seqs: Optional[VllmSeqs] = None
     kv_budget: Optional[Union[str, int]] = Field(
         None, description="KV cache memory vLLM gets after profiling, e.g. 40GiB; its admission check runs against it")
     attention_backend: Optional[str] = Field(None, description="--attention-backend, e.g. FLASH_ATTN, TRITON_ATTN")
@@ -66,7 +67,7 @@ class VllmSettings(Section):
         unchanged, so that validation reports it under the old name."""
         if key == "hma" and isinstance(value, bool):
             return True if value is False else None  # hma: true was vLLM's default, not a forced flag
-        if key == "num_speculative_tokens" and isinstance(value, int) and not isinstance(value, bool):
+        if key == "num_speculative_tokens" and type(value) is int and 0 <= value <= 64:
             return {"method": "ngram", "num_speculative_tokens": value} if value else None
         return value
 
