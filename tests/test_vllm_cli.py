@@ -103,3 +103,16 @@ def test_budget_reads_the_same_section():
                               if "hma" not in section else {**section, "tp": 2}})
         (budget,), _ = plan_engine("vllm", facts, spec.config, deploy.budget, deploy.settings("vllm"), all_modes=False)
         assert budget.mode["hma"] is hma and budget.mode["tp"] == 2
+
+
+def test_dry_run_without_a_vllm_python_is_one_eng050_and_the_static_checks_still_run(tmp_path, monkeypatch):
+    from kvdoctor.engines.vllm import dryrun
+
+    monkeypatch.delenv(dryrun.ENV_PYTHON, raising=False)
+    monkeypatch.setattr(dryrun, "REPO", tmp_path)  # no goldens/.venv/vllm there
+    deploy = deploy_from({"vllm": {"max_model_len": 262144}})
+    result = check_target(str(MODELS / "meta-llama__Llama-3.1-8B"),
+                          Options(catalog=builtin_catalog(), engine="vllm", deploy=deploy,
+                                  extra={"dry_run": True, "engine_python": str(tmp_path / "missing")}))
+    codes = [f.code for f in result.findings]
+    assert codes.count("ENG050") == 1 and "VLM002" in codes
