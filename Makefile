@@ -26,6 +26,8 @@ demo: $(STAMP)
 	$(VENV)/bin/kvdoctor check build/demo/gpt-oss-20b build/demo/gpt-oss-20b-broken --engine $(DEMO_ENGINE) \
 	  --kv-budget 40GiB --html-output build/demo/report.html; \
 	  echo "kvdoctor exit code: $$? (0 clean, 1 findings at or above --fail-on, 2 input error); HTML: build/demo/report.html"
+	$(VENV)/bin/kvdoctor check build/demo/gpt-oss-20b --engine vllm --deploy fixtures/demo/vllm-too-long.yaml --select VLM002; \
+	  echo "kvdoctor exit code: $$? (the vLLM refusal above, caught before deploy)"
 
 # Headless Chromium renders the HTML report in a test (Debian's package; skipped where it cannot be had).
 browser:

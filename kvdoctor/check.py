@@ -68,7 +68,8 @@ def layer_rows(spec: ModelSpec, plan: Plan[object]) -> list[dict[str, Any]]:
         if lp is not None:
             if lp.state is not None:
                 row["state"] = lp.state
-            row.update({k: v for k, v in lp.extra.items() if k not in row})
+            # an engine field named like a model field (vLLM's KV `dtype`) keeps both, as `engine_<name>`
+            row.update({k if k not in row else f"engine_{k}": v for k, v in lp.extra.items()})
         rows.append(row)
     return rows
 

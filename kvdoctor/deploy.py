@@ -80,6 +80,8 @@ def deploy_from(data: dict[str, Any], path: str | None = None, lines: dict[str, 
     aliases: dict[str, str] = {}
     warnings = _read_old_spelling(data, path, lines, aliases)
     sections = {section_name(name): name for name in PROFILES}
+    for key, name in sections.items():
+        warnings += _read_old_names(key, profile_class(name).Settings, data, path, lines, aliases)
     top = {k: v for k, v in data.items() if k not in sections}
     where_dir = str(Path(path).parent) if path else None
     try:
@@ -108,6 +110,32 @@ class _Located(Exception):
     def __init__(self, section: str, error: ValidationError):
         super().__init__(section)
         self.section, self.error = (section,), error
+
+
+def _read_old_names(section: str, model: type[BaseModel], data: dict[str, Any], path: str | None,
+                    lines: dict[str, int], aliases: dict[str, str]) -> list[str]:
+    """Rename a section's old setting names (the profile's `OLD_NAMES`, converted by its `old_value`),
+    in place; the old line and spelling stay with the new name."""
+    old_names: dict[str, str] = getattr(model, "OLD_NAMES", {})
+    values = data.get(section)
+    if not old_names or not isinstance(values, dict):
+        return []
+    moved = []
+    for old, new in old_names.items():
+        if old not in values:
+            continue
+        was, now = f"{section}.{old}", f"{section}.{new}"
+        if new in values:
+            raise InputError(f"{path}:{lines.get(was)}: setting {aliases.get(was, was)!r} is the old spelling of "
+                             f"{now!r}, which the file also sets; keep one")
+        values[new] = model.old_value(old, values.pop(old))  # type: ignore[attr-defined]
+        aliases[now] = aliases.get(was, was)
+        if was in lines:
+            lines[now] = lines[was]
+        moved.append(f"{aliases[now]} -> {now}")
+    if not moved:
+        return []
+    return [f"{path}: old {section} setting names, read as: {', '.join(moved)} (see docs/vllm.md)"]
 
 
 def _read_old_spelling(data: dict[str, Any], path: str | None, lines: dict[str, int],

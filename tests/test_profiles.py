@@ -39,9 +39,9 @@ def test_every_profile_reads_its_pins_and_declares_a_section():
         cls = engines.profile_class(name)
         assert cls.name == name and issubclass(cls.Settings, Section)
         assert all(PINS[dist] == version for dist, version in cls.pins.items())
-    assert engines.check_engines() == ["hf", "sglang", "sglang-mlx"]
+    assert engines.check_engines() == ["hf", "vllm", "sglang", "sglang-mlx"]
     assert engines.budget_engines() == ["vllm", "sglang", "mlx-lm"]
-    assert engines.dry_run_engines() == ["sglang-mlx"]
+    assert engines.dry_run_engines() == ["vllm", "sglang-mlx"]
 
 
 def test_the_plan_is_frozen():
@@ -106,7 +106,7 @@ def test_a_section_is_validated_by_its_profile(tmp_path):
     deploy.write_text("sglang_mlx:\n  no_such_knob: 1\n")
     with pytest.raises(InputError, match=r"bad\.yaml:2: setting 'sglang_mlx\.no_such_knob': Extra inputs"):
         load_deploy(str(deploy))
-    assert deploy_from({}).settings("vllm").tp == 1  # every knob at the engine's default
+    assert deploy_from({}).settings("vllm").tensor_parallel_size == 1  # every knob at the engine's default
 
 
 # ---- a made-up engine: one module and one registry line ---------------------------------------------

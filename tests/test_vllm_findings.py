@@ -14,7 +14,7 @@ import pytest
 
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.engines.vllm.differences import differences
-from kvdoctor.engines.vllm.profile import VllmCheckProfile, facts_json, plan
+from kvdoctor.engines.vllm.profile import VllmProfile, facts_json, plan
 from kvdoctor.engines.vllm.refusals import CODES
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.loader import load_model
@@ -145,7 +145,7 @@ def test_every_vlm_entry_has_a_pinned_public_reference():
 
 def test_report_and_settings(tmp_path):
     spec = spec_of(tmp_path, config("google__gemma-3-1b-it"))
-    profile = VllmCheckProfile()
+    profile = VllmProfile()
     got = profile.plan(spec, VllmSettings())
     info = profile.report(got, {})["vllm"]
     assert info == facts_json(got.facts)

@@ -22,7 +22,7 @@ from kvdoctor.model import ModelSpec
 if TYPE_CHECKING:
     from kvdoctor.engines.mlx_lm import MlxLmSettings
     from kvdoctor.engines.sglang import SglangSettings
-    from kvdoctor.engines.vllm import VllmSettings
+    from kvdoctor.engines.vllm.settings import VllmSettings
 
 VLLM_GPU_UTILIZATION = 0.92  # config/cache.py:215 default in 0.33.0
 SGLANG_MIN_RESERVE = 10 * GiB  # arg_groups/memory_hook.py: reserve floor on GPUs over 60 GiB
@@ -69,11 +69,17 @@ def kv_memory(engine: str, facts: ModelFacts, settings: BudgetSettings, tp: int 
                   "weights_bytes": weights, "how": how}
 
 
-def vllm_modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, all_modes: bool) -> list[vllm.Mode]:
-    base = vllm.Mode(max_model_len=context, kv_budget_bytes=memory, kv_cache_dtype=s.kv_cache_dtype, tp=s.tp,
-                     hma=s.hma, prefix_caching=s.prefix_caching, num_speculative_tokens=s.num_speculative_tokens,
-                     max_num_batched_tokens=s.max_num_batched_tokens, async_scheduling=s.async_scheduling,
-                     max_num_seqs=s.max_num_seqs, block_size=s.block_size)
+def vllm_modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, all_modes: bool,
+               hma: bool = True) -> list[vllm.Mode]:
+    """The modes of the `vllm:` section (vLLM's names; unset knobs at vLLM's defaults). `hma` is the
+    profile's decision (the deploy flag, or vLLM's own choice when unset)."""
+    base = vllm.Mode(max_model_len=context, kv_budget_bytes=memory, kv_cache_dtype=s.kv_cache_dtype,
+                     tp=s.tensor_parallel_size, hma=hma, prefix_caching=s.enable_prefix_caching is not False,
+                     num_speculative_tokens=s.num_speculative_tokens, async_scheduling=s.async_scheduling,
+                     block_size=s.block_size)
+    given: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", s.max_num_batched_tokens),
+                               ("max_num_seqs", s.max_num_seqs)) if v is not None}
+    base = replace(base, **given)
     if not all_modes:
         return [base]
     modes = [base, replace(base, hma=not base.hma)]
@@ -127,10 +133,14 @@ def mlx_modes(facts: ModelFacts, s: MlxLmSettings, context: int, memory: int, al
 # Each engine profile's budget() delegates here: the memory, the modes, one Budget per mode.
 
 def vllm_budgets(facts: ModelFacts, s: VllmSettings, inputs: BudgetSettings,
-                 all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
-    memory, how = kv_memory("vllm", facts, inputs, tp=s.tp)
-    context = default_context(facts, inputs)
-    budgets = [vllm.plan(facts, m) for m in vllm_modes(facts, s, context, memory, all_modes)]
+                 all_modes: bool, hma: bool = True) -> tuple[list[Budget], dict[str, Any]]:
+    """The `vllm:` section's max_model_len and kv_budget stand in for budget.context / budget.kv_budget
+    when those are not given."""
+    if inputs.kv_budget is None and s.kv_budget is not None:
+        inputs = inputs.model_copy(update={"kv_budget": s.kv_budget})
+    memory, how = kv_memory("vllm", facts, inputs, tp=s.tensor_parallel_size)
+    context = inputs.context or s.max_model_len or default_context(facts, inputs)
+    budgets = [vllm.plan(facts, m) for m in vllm_modes(facts, s, context, memory, all_modes, hma)]
     return _with_memory(budgets, memory), how
 
 

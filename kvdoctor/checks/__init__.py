@@ -32,6 +32,8 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.eng",
     "kvdoctor.checks.swa",
     "kvdoctor.checks.pool",
+    "kvdoctor.checks.vllm",
+    "kvdoctor.checks.vllm_probe",
     "kvdoctor.checks.dryrun",
     "kvdoctor.checks.kda_caches",
     "kvdoctor.checks.sglang_layout",

@@ -211,30 +211,36 @@ def run(ctx: Context) -> Iterable[Finding]:
         budgets, _ = plan_engine(engine, facts, ctx.spec.config, settings, ctx.deploy.settings(engine),
                                  all_modes=False)
         where = deploy_sources(ctx.deploy, engine)
+        # `check --engine vllm`: the plan already reports the start-up refusals it shares with the budget
+        planned = {r.code for r in ctx.plan.refusals} if engine == ctx.engine == "vllm" else set()
         for budget in budgets:
-            out.extend(findings_for(facts, budget, where))
+            out.extend(f for f in findings_for(facts, budget, where) if f.code not in planned)
     return out
 
 
-SETTING_KEYS = {
-    "vllm": ("hma", "tp", "block_size", "max_num_seqs", "kv_cache_dtype"),
+# Per engine: the name a MEM finding asks for -> the setting in the engine's section (vLLM's own names).
+SETTING_KEYS: dict[str, Any] = {
+    "vllm": {"hma": "disable_hybrid_kv_cache_manager", "tp": "tensor_parallel_size", "block_size": "block_size",
+             "max_num_seqs": "max_num_seqs", "kv_cache_dtype": "kv_cache_dtype"},
     "sglang": ("swa_full_tokens_ratio", "max_running_requests", "mamba_ssm_dtype", "disable_hybrid_swa_memory",
                "page_size"),
     "mlx-lm": ("kv_bits", "max_kv_size"),
 }
 
 
-def _setting(deploy: Deploy, section: str, key: str) -> Source:
-    """A knob's source; one left at its default keeps the name it had under `budget:`, so that the
-    fingerprints of findings that point at it (and the baselines holding them) stay as they were."""
+def _setting(deploy: Deploy, section: str, key: str, name: str) -> Source:
+    """A knob's source; one left at its default keeps the name it had under `budget:` (`name`), so that
+    the fingerprints of findings that point at it (and the baselines holding them) stay as they were."""
     source = deploy.source(f"{section}.{key}")
-    return Source("default", f"budget.{section}.{key}") if source.kind == "default" else source
+    return Source("default", f"budget.{section}.{name}") if source.kind == "default" else source
 
 
 def deploy_sources(deploy: Deploy, engine: str) -> dict[str, Any]:
     """Where each setting a MEM finding may point at comes from (`_cudagraph_full`: vLLM's graph mode)."""
     section = section_name(engine)
-    where: dict[str, Any] = {key: _setting(deploy, section, key) for key in SETTING_KEYS[engine]}
+    keys = SETTING_KEYS[engine]
+    named = keys if isinstance(keys, dict) else {key: key for key in keys}
+    where: dict[str, Any] = {name: _setting(deploy, section, key, name) for name, key in named.items()}
     where["context"] = deploy.source("budget.context")
     where["kv_budget"] = deploy.source("budget.kv_budget")
     if engine == "vllm":

@@ -9,18 +9,19 @@ from kvdoctor.context import Context
 from kvdoctor.engines import dry_run_engines, is_check_engine, profile
 from kvdoctor.model import Finding
 
-CODES = ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058", "ENG059", "ENG060",
-         "ENG061")
+CHILD_CODES = ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058", "ENG059",
+               "ENG060", "ENG061")
+VLLM_CODES = ("ENG050", "ENG051", "VLM030")  # a vLLM refusal the plan missed is reported under its own code
 
 
 class _DryRunCodes(Mapping[str, tuple[str, ...]]):
-    """CODES for each profile with a dry run (engines.dry_run_engines()), importing only the profile
+    """The codes of each profile with a dry run (engines.dry_run_engines()), importing only the profile
     asked about: a check of one engine imports no other profile (nor pydantic with them)."""
 
     def __getitem__(self, engine: str) -> tuple[str, ...]:
         if not (is_check_engine(engine) and profile(engine).dry_run() is not None):
             raise KeyError(engine)
-        return CODES
+        return VLLM_CODES if engine == "vllm" else CHILD_CODES
 
     def __iter__(self) -> Iterator[str]:
         return iter(dry_run_engines())
@@ -29,10 +30,12 @@ class _DryRunCodes(Mapping[str, tuple[str, ...]]):
         return len(dry_run_engines())
 
 
-RULE = Rule(codes=CODES, needs=(DRY_RUN,), by_engine=_DryRunCodes())
+RULE = Rule(codes=(*CHILD_CODES, "VLM030"), needs=(DRY_RUN,), by_engine=_DryRunCodes())
 
 
 def run(ctx: Context) -> Iterable[Finding]:
+    if ctx.engine == "vllm":
+        return _vllm(ctx)
     from kvdoctor.checks.dryrun_findings import Interpreter
     from kvdoctor.dryrun.run import ChildOutcome
 
@@ -41,3 +44,15 @@ def run(ctx: Context) -> Iterable[Finding]:
         return []
     findings, _ = Interpreter(outcome, ctx.spec, ctx.plan, ctx.options.get("catalog")).interpret()
     return findings
+
+
+def _vllm(ctx: Context) -> list[Finding]:
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.engines.vllm import dryrun
+
+    result = ctx.observations.get(DRY_RUN)
+    if not isinstance(result, dict):
+        return []
+    if result.get("unavailable"):
+        return [dryrun.unavailable(ctx.spec)]
+    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())

@@ -13,7 +13,7 @@ from kvdoctor.errors import InputError
 
 PROFILES: dict[str, str] = {
     "hf": "kvdoctor.engines.hf:HfProfile",
-    "vllm": "kvdoctor.engines.vllm:VllmProfile",
+    "vllm": "kvdoctor.engines.vllm.profile:VllmProfile",
     "sglang": "kvdoctor.engines.sglang:SglangProfile",
     "sglang-mlx": "kvdoctor.engines.sglang_mlx:SglangMlxProfile",
     "mlx-lm": "kvdoctor.engines.mlx_lm:MlxLmProfile",

@@ -5,17 +5,21 @@ The model's meaning is kvdoctor's `ModelSpec` (transformers semantics); what vLL
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import GiB, cdiv
 from kvdoctor.engines.base import Plan
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.model import CHUNKED, SLIDING, Finding, ModelSpec
 
+if TYPE_CHECKING:
+    from kvdoctor.engines.vllm.profile import VllmFacts
+
 IN_FLIGHT_TOKENS = 2 * 8192  # two batches of the H200 server's max_num_batched_tokens, async scheduling
 
 
 def differences(spec: ModelSpec, plan: Plan[Any]) -> list[Finding]:
+    """Only for a plan that starts and has facts (each helper below relies on both)."""
     if plan.refusals or plan.facts is None:
         return []
     return [*window_differences(spec, plan), *promotion_cost(spec, plan), *model_level_window(spec, plan),
@@ -26,8 +30,10 @@ def _meant(layer) -> int | None:
     return layer.window if layer.kind in (SLIDING, CHUNKED) else None
 
 
-def window_differences(spec: ModelSpec, plan: Plan[Any]) -> list[Finding]:
+def window_differences(spec: ModelSpec, plan: Plan[VllmFacts]) -> list[Finding]:
     """VLM020: a layer whose window (or chunk) vLLM applies differently from the config's meaning."""
+    assert plan.facts is not None
+    facts = plan.facts
     by_index = {l.index: l for l in plan.layers}
     out = []
     for layer in spec.layers:
@@ -41,8 +47,8 @@ def window_differences(spec: ModelSpec, plan: Plan[Any]) -> list[Finding]:
         done = f"{mine.extra['engine_spec']} with window {applied}" if applied else mine.extra["engine_spec"]
         key = "layer_types" if spec.config.get("layer_types") is not None else "sliding_window"
         out.append(Finding.at("VLM020", f"layer {layer.index}: the config means {what}, vLLM "
-                              f"{plan.versions.get('vllm')} builds {done} ({plan.facts.architecture} reads "
-                              f"{_reads(plan.facts)})", spec.key_source(key), layer=layer.index,
+                              f"{plan.versions.get('vllm')} builds {done} ({facts.architecture} reads "
+                              f"{_reads(facts)})", spec.key_source(key), layer=layer.index,
                               evidence={"meant_window": meant, "engine_window": applied,
                                         "engine_spec": mine.extra["engine_spec"]}))
     return out
@@ -55,10 +61,11 @@ def _reads(facts) -> str:
         S.RULES.get(facts.architecture, "layer_types"), "layer_types and sliding_window")
 
 
-def promotion_cost(spec: ModelSpec, plan: Plan[Any]) -> list[Finding]:
+def promotion_cost(spec: ModelSpec, plan: Plan[VllmFacts]) -> list[Finding]:
     """VLM021: with the hybrid manager off, local layers keep their window for compute but reserve
     blocks for the whole max_model_len; the cost per request at max_model_len."""
     facts = plan.facts
+    assert facts is not None
     if facts.hma or not facts.max_model_len:
         return []
     local = [l for l in plan.layers if l.extra.get("engine_spec") in (S.SLIDING, S.CHUNKED) and l.cache == "full"]
@@ -69,6 +76,7 @@ def promotion_cost(spec: ModelSpec, plan: Plan[Any]) -> list[Finding]:
     for layer in local:
         block, page = layer.extra["block_size"], layer.extra["page_size_bytes"]
         window = layer.engine_window
+        assert window is not None  # a sliding or chunked layer has one
         kept = (cdiv(min(window - 1 + IN_FLIGHT_TOKENS, length), block) + 1 if layer.extra["engine_spec"] == S.SLIDING
                 else cdiv(min(window + IN_FLIGHT_TOKENS, length), block))
         extra += max(0, cdiv(length, block) - kept) * page
@@ -80,9 +88,10 @@ def promotion_cost(spec: ModelSpec, plan: Plan[Any]) -> list[Finding]:
                                  "max_model_len": length})]
 
 
-def model_level_window(spec: ModelSpec, plan: Plan[Any]) -> list[Finding]:
+def model_level_window(spec: ModelSpec, plan: Plan[VllmFacts]) -> list[Finding]:
     """VLM022: a window with no per-layer types is applied by vLLM to every attention layer."""
     facts = plan.facts
+    assert facts is not None
     if facts.model_window is None or facts.layer_types is not None:
         return []
     layers = [l.index for l in plan.layers if l.extra.get("engine_spec") == S.SLIDING]

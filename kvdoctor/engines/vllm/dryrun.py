@@ -17,9 +17,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from kvdoctor.engines.base import Plan
+from kvdoctor.engines.base import DryRunner, Plan
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import Finding, ModelSpec
 
@@ -42,7 +42,9 @@ def find_python(explicit: str | None = None) -> Path | None:
 
 def engine_args(settings: VllmSettings) -> dict[str, Any]:
     """The deploy section as EngineArgs keyword arguments (only the ones set)."""
-    args = settings.model_dump(exclude_none=True, exclude={"kv_budget"})
+    args = settings.model_dump(exclude_none=True, exclude={"kv_budget", "cudagraph_full", "async_scheduling"})
+    if not settings.async_scheduling:
+        args["async_scheduling"] = False
     if args.get("tensor_parallel_size") == 1:
         args.pop("tensor_parallel_size")
     if args.get("kv_cache_dtype") == "auto":
@@ -88,6 +90,19 @@ def launch(spec: ModelSpec, settings: VllmSettings, python: Path, timeout: float
     return result
 
 
+class VllmDryRunner(DryRunner):
+    """`--dry-run` for `--engine vllm`: the child's result, or `{"unavailable": True}` without a vLLM
+    Python (the rule reports ENG050 then)."""
+
+    def run(self, spec: ModelSpec, deploy: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
+        python = find_python(options.get("engine_python"))
+        if python is None:
+            return {"unavailable": True}
+        settings = deploy.settings("vllm")
+        assert isinstance(settings, VllmSettings)
+        return launch(spec, settings, python, timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
+
+
 def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog) -> list[Finding]:
     versions = result.get("versions") or {}
     where = spec.key_source("model_type")
@@ -120,7 +135,8 @@ def triage_code(catalog, error_class: str, message: str) -> str | None:
     from kvdoctor.triage import Matcher
 
     matches = [entry for entry, _, _ in Matcher(catalog).spans(message)
-               if entry.error.class_ == error_class and any(e.name == "vllm" for e in entry.engines)]
+               if entry.error is not None and entry.error.class_ == error_class
+               and any(e.name == "vllm" for e in entry.engines)]
     return min(matches, key=lambda e: e.code).code if matches else None
 
 

@@ -12,10 +12,10 @@ storage or a slot; every layer of a group has the same page size (per-block byte
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from kvdoctor.budget.common import cdiv
-from kvdoctor.engines.base import Plan
+from kvdoctor.engines.base import Cost, Plan, Probe
 from kvdoctor.engines.vllm import specs as S
 
 TORCH_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "uint8": "uint8"}
@@ -35,7 +35,7 @@ class GroupProbe:
     problems: list[str] = field(default_factory=list)
 
 
-def layer_shape(extra: dict[str, Any], blocks: int) -> list[tuple[int, ...]]:
+def layer_shape(extra: Mapping[str, Any], blocks: int) -> list[tuple[Any, ...]]:
     spec, block = extra["engine_spec"], extra.get("block_size")
     if spec == S.MAMBA:
         return [(blocks, *shape) for shape in extra["state_shapes"]]
@@ -48,11 +48,11 @@ def request_blocks(spec: str, window: int | None, block: int) -> tuple[int, list
     """(tokens, block table, blocks the window needs) for a request crossing the window by a bit."""
     if spec == S.MAMBA:  # one state block per request, whatever its length
         return 0, [1], 1
-    local = spec in (S.SLIDING, S.CHUNKED) and window
-    tokens = (window if local else block) + EXTRA_BLOCKS * block + 3
+    if spec not in (S.SLIDING, S.CHUNKED) or not window:
+        tokens = block + EXTRA_BLOCKS * block + 3
+        return tokens, list(range(1, cdiv(tokens, block) + 1)), cdiv(tokens, block)
+    tokens = window + EXTRA_BLOCKS * block + 3
     table = list(range(1, cdiv(tokens, block) + 1))  # block 0 is vLLM's null block
-    if not local:
-        return tokens, table, len(table)
     # first position any future token still attends: sliding keeps window - 1 keys back, chunked its chunk
     first = tokens - window + 1 if spec == S.SLIDING else (tokens - 1) // window * window
     freed = first // block
@@ -60,12 +60,38 @@ def request_blocks(spec: str, window: int | None, block: int) -> tuple[int, list
     return tokens, table, cdiv(tokens, block) - freed
 
 
-def run(plan: Plan[Any], device: str = "cpu") -> list[GroupProbe]:
+class PagedCacheProbe(Probe):
+    """The pipeline's face of this module: one unit per KV cache group; observes `report(...)` rows."""
+
+    name = "vllm_paged"
+
+    def costs(self, spec: Any, plan: Plan[Any], settings: Any) -> list[Cost]:
+        by_index = {l.index: l for l in plan.layers}
+        out = []
+        for group in _groups(plan):
+            first = by_index[group.layer_ids[0]]
+            window = first.engine_window if first.cache != "full" else None
+            _, table, _ = request_blocks(first.extra["engine_spec"], window, group.block_size)
+            blocks = max(table) + 1
+            nbytes = sum((by_index[i].extra.get("page_size_bytes") or 0) * blocks for i in group.layer_ids)
+            out.append(Cost(f"vLLM {group.spec} group ({len(group.layer_ids)} layers, {blocks} blocks)", nbytes,
+                            layer=group.layer_ids[0]))
+        return out
+
+    def run(self, spec: Any, plan: Plan[Any], settings: Any, fits: int) -> list[dict[str, Any]]:
+        return report(run(plan, limit=fits))
+
+
+def _groups(plan: Plan[Any]) -> tuple[Any, ...]:
+    return tuple(plan.facts.groups) if plan.facts is not None and not plan.refusals else ()
+
+
+def run(plan: Plan[Any], device: str = "cpu", limit: int | None = None) -> list[GroupProbe]:
     import torch
 
     by_index = {l.index: l for l in plan.layers}
     out = []
-    for group in plan.facts.groups if plan.facts else ():
+    for group in _groups(plan)[:limit]:
         layers = [by_index[i] for i in group.layer_ids]
         first = layers[0]
         window = first.engine_window if first.cache != "full" else None
@@ -86,7 +112,7 @@ def run(plan: Plan[Any], device: str = "cpu") -> list[GroupProbe]:
         if len(pages) > 1:
             probe.problems.append(f"layers of one group have different page sizes: {sorted(pages)}")
         spans.sort()
-        for (s1, e1, a), (s2, _, b) in zip(spans, spans[1:]):
+        for (_, e1, a), (s2, _, b) in zip(spans, spans[1:]):
             if s2 < e1:
                 probe.problems.append(f"layers {a} and {b} share KV storage")
         if first.extra["engine_spec"] != S.MAMBA:

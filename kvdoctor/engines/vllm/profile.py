@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from pydantic import BaseModel
 
 from kvdoctor.budget import vllm as budget_vllm
 from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
-from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan
+from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
+from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget, hma_forced_on,
                                             mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, tp_heads)
 from kvdoctor.engines.vllm.settings import VllmSettings
-from kvdoctor.model import FULL, GDN, KDA, MLA, SLIDING, ModelSpec
+from kvdoctor.errors import InputError
+from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, SLIDING, SPARSE_MLA, ModelSpec
+
+if TYPE_CHECKING:
+    from kvdoctor.budget.common import Budget
+    from kvdoctor.budget.facts import ModelFacts
+    from kvdoctor.budget.settings import BudgetSettings
 
 PLATFORM = "cuda (H200, FlashAttention / FlashAttention-MLA backends, block 16 unless block_size is set)"
 UNBOUNDED = 1 << 60  # no kv_budget: vLLM's admission check runs against memory it profiles on the GPU
 CACHE_LABELS = {S.FULL: "full", S.SLIDING: "windowed", S.CHUNKED: "chunked", S.MLA: "mla", S.MAMBA: "state"}
 BUDGET_KINDS = {S.FULL: "full", S.SLIDING: "sliding", S.CHUNKED: "chunked", S.MLA: "mla"}
+ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, LINEAR, GDN, KDA)  # layers the table's rules cover
 ROPE_FACTOR_FREE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling", "default")
 
 
@@ -53,20 +63,51 @@ class VllmFacts:
     model_window: int | None  # CacheConfig.sliding_window: the window a layer without its own gets
     layer_types: tuple[str, ...] | None  # what transformers holds, as vLLM's model class reads it
     platform: str = PLATFORM
+    unmodeled: str | None = None  # why the static profile gives no per-layer specs for this model (VLM024)
 
 
-class VllmCheckProfile(EngineProfile):
+class VllmProfile(EngineProfile):
+    """vLLM for `check` (plan, the paged-cache probe, the dry run, `info.vllm`) and `budget`, both
+    reading the one `vllm:` section (VllmSettings, vLLM's own argument names)."""
+
     name = "vllm"
-    pins = {"vllm": VERSION}
+    pins = {"vllm": PINS["vllm"]}
     Settings = VllmSettings
-    refusal_codes = tuple(CODES)  # every catalog code plan() can put in Plan.refusals
+    # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
+    # are checks.budget's, which leaves them to this plan under `check --engine vllm`
+    refusal_codes = tuple(code for code in CODES if not code.startswith("MEM"))
 
-    def plan(self, spec: ModelSpec, settings: Any) -> Plan[VllmFacts]:
+    def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
+        return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
+
+    def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
+               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+        from kvdoctor.budget.run import vllm_budgets
+
         settings = settings if isinstance(settings, VllmSettings) else VllmSettings()
-        return plan(spec, settings)
+        try:
+            hma = hma_decision(config, settings)[0]
+        except Startup:
+            hma = True  # forced on where vLLM refuses it (VLM008, reported by check): size it as asked
+        return vllm_budgets(facts, settings, inputs, all_modes, hma)
+
+    def probes(self) -> Sequence[Probe]:
+        from kvdoctor.engines.vllm.probe import PagedCacheProbe
+
+        return (PagedCacheProbe(),)
+
+    def dry_run(self) -> DryRunner:
+        from kvdoctor.engines.vllm.dryrun import VllmDryRunner
+
+        return VllmDryRunner()
 
     def report(self, plan: Plan[Any], observations: Mapping[str, Any]) -> dict[str, Any]:
-        return {"vllm": facts_json(plan.facts)} if plan.facts is not None else {}
+        if plan.facts is None:
+            return {}
+        out = facts_json(plan.facts)
+        if "vllm_paged" in observations:
+            out["probe"] = observations["vllm_paged"]
+        return {"vllm": out}
 
 
 def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
@@ -87,7 +128,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if (settings.mamba_block_size is not None and settings.mamba_block_size != length
                 and settings.enable_prefix_caching is False):
             raise mamba_block_without_prefix_caching()
-        hma, why = hma_decision(spec, settings)
+        hma, why = hma_decision(spec.config, settings)
         facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
         is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
@@ -96,7 +137,15 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
         mode = settings_mode(settings, length, hma)
-        bfacts = budget_facts(spec, interp)
+        why_not = _unmodeled(spec, interp)
+        if why_not is None:
+            try:
+                bfacts = budget_facts(spec, interp)
+            except InputError as exc:
+                why_not = str(exc).partition(": ")[2] or str(exc)
+        if why_not is not None:
+            facts = dataclasses.replace(facts, unmodeled=why_not)
+            return Plan("vllm", {"vllm": VERSION}, layers, (), facts, (*notes, why_not))
         budget = budget_vllm.plan(bfacts, mode)
         notes += budget.notes
         layers = layer_plans(interp, bfacts, budget, hma)
@@ -107,6 +156,18 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     except Startup as stop:
         return Plan("vllm", {"vllm": VERSION}, layers, (stop.refusal,), facts, tuple(notes))
     return Plan("vllm", {"vllm": VERSION}, layers, (), facts, tuple(notes))
+
+
+def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
+    """A model class missing from the table whose layers are not all attention (Mamba, convolution or
+    no-op blocks): vLLM's shared fallback would give them attention specs, which would be a guess."""
+    if interp.architecture in S.RULES:
+        return None
+    odd = sorted({l.kind for l in spec.layers if l.kind not in ATTENTION_KINDS})
+    if not odd:
+        return None
+    return (f"{interp.architecture or 'this model class'} is not in kvdoctor's vLLM table, and it has "
+            f"{', '.join(odd)} layers, whose specs vLLM's model class decides")
 
 
 def _uses_mla(spec: ModelSpec) -> bool:
@@ -142,17 +203,17 @@ def _max_model_len(spec: ModelSpec, settings: VllmSettings, derived: float | Non
     if derived is not None and settings.max_model_len > derived:
         model_max = spec.config.get("model_max_length")
         if model_max is None or settings.max_model_len > model_max:
-            raise max_model_len_over(settings.max_model_len, key, derived, model_max)
+            raise max_model_len_over(settings.max_model_len, key or "max_position_embeddings", derived, model_max)
     return settings.max_model_len
 
 
-def hma_decision(spec: ModelSpec, settings: VllmSettings) -> tuple[bool, str]:
+def hma_decision(config: Mapping[str, Any], settings: VllmSettings) -> tuple[bool, str]:
     """VllmConfig.__post_init__ (config/vllm.py): the deploy flag wins; unset, vLLM turns the manager off
     itself for chunked local attention with EAGLE (env VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
     defaults to 1 in 0.33.0, so chunked attention alone keeps it on)."""
     spec_cfg = settings.speculative_config
     eagle = spec_cfg is not None and spec_cfg.method in ("eagle", "eagle3", "mtp")
-    needs_off = bool(spec.config.get("attention_chunk_size")) and eagle
+    needs_off = bool(config.get("attention_chunk_size")) and eagle
     if settings.disable_hybrid_kv_cache_manager is True:
         return False, "disabled by the deploy setting disable_hybrid_kv_cache_manager: true"
     if needs_off:
@@ -169,7 +230,7 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budg
         kv_cache_dtype=settings.kv_cache_dtype, tp=settings.tensor_parallel_size, hma=hma,
         prefix_caching=True if settings.enable_prefix_caching is None else settings.enable_prefix_caching,
         num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size)
-    overrides = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
+    overrides: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
                                    ("max_num_seqs", settings.max_num_seqs)) if v is not None}
     return dataclasses.replace(mode, **overrides)
 
@@ -240,5 +301,6 @@ def facts_json(facts: VllmFacts) -> dict[str, Any]:
             "hma": {"on": facts.hma, "why": facts.hma_why}, "max_model_len": facts.max_model_len,
             "derived_max_model_len": facts.derived_max_model_len, "derived_from": facts.derived_from,
             "block_size": facts.block_size, "platform": facts.platform, "model_window": facts.model_window,
+            "modeled": facts.unmodeled is None, "unmodeled": facts.unmodeled,
             "groups": [{"spec": g.spec, "layer_ids": list(g.layer_ids), "block_size": g.block_size,
                         "page_bytes": g.page_bytes, "window": g.window} for g in facts.groups]}

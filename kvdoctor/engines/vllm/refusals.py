@@ -11,6 +11,7 @@ from __future__ import annotations
 from kvdoctor.budget.common import EngineRefusal
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.vllm.settings import VllmSettings
 
 VERSION = PINS["vllm"]
 TRANSFORMERS = "5.20.2"  # the transformers the vLLM oracle venv resolves (goldens/vllm_check.json)
@@ -18,6 +19,7 @@ SRC = f"https://github.com/vllm-project/vllm/blob/v{VERSION}/vllm/"
 HF_SRC = f"https://github.com/huggingface/transformers/blob/v{TRANSFORMERS}/src/transformers/"
 
 CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it; MEM codes are the budget's
+    # (their catalog entries belong to kvdoctor.checks.budget; the generic refusal rule still reports them)
     "VLM001": HF_SRC + "configuration_utils.py#L706",
     "VLM002": SRC + "config/model.py#L2680",
     "MEM014": SRC + "config/model.py#L1560",
@@ -43,9 +45,11 @@ class Startup(Exception):
 
 
 def refusal(code: str, error_class: str, message: str, key: str | None = None, layer: int | None = None,
-            **evidence) -> Startup:
+            **evidence: object) -> Startup:
+    """`key`: a config.json key, or a `vllm:` setting (then the finding points at the deploy file's line)."""
+    setting = f"vllm.{key}" if key in VllmSettings.model_fields else None
     return Startup(Refusal(code=code, error_class=error_class, message=message, stage="startup", layer=layer,
-                           key=key, source=CODES[code], evidence=evidence))
+                           key=None if setting else key, setting=setting, source=CODES[code], evidence=evidence))
 
 
 def layer_types_length(layers: int, types: int) -> Startup:

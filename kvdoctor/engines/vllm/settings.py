@@ -2,16 +2,18 @@
 
 Names and meanings are vLLM 0.33.0's `EngineArgs` (`--tensor-parallel-size`, `--max-model-len`, ...);
 None means "not given", i.e. vLLM's own default or derivation. Strict types: `tensor_parallel_size: "8"`
-is refused, as vLLM's CLI would not guess either. Imports only pydantic.
+is refused, as vLLM's CLI would not guess either. Imports only pydantic and kvdoctor.deploy.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvdoctor.budget.settings import parse_size
+from kvdoctor.deploy import Section
 from kvdoctor.errors import InputError
+from kvdoctor.strict import VllmBlockSize, VllmSeqs, VllmTensorParallel, VllmTokens
 
 # vllm/config/cache.py CacheDType @ v0.33.0
 CacheDType = Literal[
@@ -32,21 +34,42 @@ class SpeculativeSettings(_Strict):
     num_speculative_tokens: int = Field(ge=1, le=64)
 
 
-class VllmSettings(_Strict):
-    tensor_parallel_size: int = Field(1, ge=1, le=1024)
+class VllmSettings(Section):
+    """One section for `check` and `budget`; defaults are vLLM's (the OpenAI server on an H200)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    # The budget-only profile's spellings, still read (with a warning) and converted by `old_value`.
+    OLD_NAMES: ClassVar[dict[str, str]] = {
+        "tp": "tensor_parallel_size", "hma": "disable_hybrid_kv_cache_manager",
+        "prefix_caching": "enable_prefix_caching", "num_speculative_tokens": "speculative_config"}
+
+    tensor_parallel_size: VllmTensorParallel = 1
     max_model_len: Optional[int] = Field(None, ge=1)
     disable_hybrid_kv_cache_manager: Optional[bool] = Field(
         None, description="true: --disable-hybrid-kv-cache-manager; false: --enable-...; null: vLLM decides")
     kv_cache_dtype: CacheDType = "auto"
     enable_prefix_caching: Optional[bool] = None
-    block_size: Optional[int] = Field(None, ge=1)
-    mamba_block_size: Optional[int] = Field(None, ge=1)
-    max_num_batched_tokens: Optional[int] = Field(None, ge=1)
-    max_num_seqs: Optional[int] = Field(None, ge=1)
+    block_size: Optional[VllmBlockSize] = None
+    mamba_block_size: Optional[VllmBlockSize] = None
+    max_num_batched_tokens: Optional[VllmTokens] = None
+    max_num_seqs: Optional[VllmSeqs] = None
     kv_budget: Optional[Union[str, int]] = Field(
         None, description="KV cache memory vLLM gets after profiling, e.g. 40GiB; its admission check runs against it")
     attention_backend: Optional[str] = Field(None, description="--attention-backend, e.g. FLASH_ATTN, TRITON_ATTN")
     speculative_config: Optional[SpeculativeSettings] = None
+    async_scheduling: bool = Field(True, description="--async-scheduling: two batches in flight (budget sizing)")
+    cudagraph_full: bool = Field(True, description="FULL decode CUDA graphs (the default for Mamba hybrids)")
+
+    @classmethod
+    def old_value(cls, key: str, value: Any) -> Any:
+        """An old spelling's value in its new setting's terms; anything unexpected goes through
+        unchanged, so that validation reports it under the old name."""
+        if key == "hma" and isinstance(value, bool):
+            return True if value is False else None  # hma: true was vLLM's default, not a forced flag
+        if key == "num_speculative_tokens" and type(value) is int and 0 <= value <= 64:
+            return {"method": "ngram", "num_speculative_tokens": value} if value else None
+        return value
 
     @field_validator("kv_budget")
     @classmethod

@@ -46,7 +46,7 @@ class Log(logging.Handler):
                                     "message": record.getMessage()})
             return original(self, record)
 
-        logging.Logger.handle = handle
+        logging.Logger.handle = handle  # type: ignore[method-assign]
 
 
 def error_row(exc: BaseException, stage: str) -> dict:
@@ -292,7 +292,7 @@ def setup(root: Path) -> None:
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
     Log.install()
-    torch.cuda.Stream = torch.cuda.Event = _NoCudaStream
+    torch.cuda.Stream = torch.cuda.Event = _NoCudaStream  # type: ignore[misc, assignment]
     _skip_cpu_mla_block_check()
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,

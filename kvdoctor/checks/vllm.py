@@ -1,0 +1,23 @@
+"""VLM020-VLM024: where vLLM silently does something other than what config.json means (windows it
+drops or applies differently, HMA off reserving full length, a window applied to every layer, MTP
+modules without a cache), and where the static profile does not model the layers at all (VLM024).
+The logic is kvdoctor.engines.vllm.differences; this module only wires it."""
+from __future__ import annotations
+
+from typing import Iterable
+
+from kvdoctor.checks import Rule
+from kvdoctor.context import Context
+from kvdoctor.model import Finding
+
+RULE = Rule(codes=("VLM020", "VLM021", "VLM022", "VLM023", "VLM024"), engines=("vllm",))
+
+
+def run(ctx: Context) -> Iterable[Finding]:
+    from kvdoctor.engines.vllm.differences import differences
+
+    unmodeled = getattr(ctx.plan.facts, "unmodeled", None)
+    if unmodeled:
+        return [Finding.at("VLM024", f"no static vLLM layer plan: {unmodeled}; `--dry-run` runs vLLM's own "
+                                     "model class instead", ctx.spec.key_source("architectures"))]
+    return differences(ctx.spec, ctx.plan)

@@ -1,0 +1,118 @@
+"""`kvdoctor check --engine vllm` end to end, and the one `vllm:` section that check and budget share."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import run
+from kvdoctor.budget.facts import facts_from_spec
+from kvdoctor.budget.run import plan_engine
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.check import Options, check_target
+from kvdoctor.deploy import deploy_from
+from kvdoctor.loader import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "fixtures" / "models"
+REAL = sorted((ROOT / "fixtures" / "configs" / "real").glob("*.json"))
+
+
+def _dirs(tmp_path: Path) -> list[Path]:
+    out = sorted(p for p in MODELS.iterdir() if p.is_dir())
+    for config in REAL:
+        target = tmp_path / config.stem
+        target.mkdir()
+        shutil.copy(config, target / "config.json")
+        out.append(target)
+    return out
+
+
+def test_every_real_config_checks_without_error_findings(tmp_path):
+    catalog = builtin_catalog()
+    planned = 0
+    for target in _dirs(tmp_path):
+        result = check_target(str(target), Options(catalog=catalog, engine="vllm", static=True))
+        assert result.error is None, (target.name, result.error)
+        assert [f.code for f in result.findings if f.severity == "error"] == [], target.name
+        vllm = result.info["vllm"]
+        if vllm["modeled"]:
+            planned += 1
+            grouped = sorted(i for g in vllm["groups"] for i in g["layer_ids"])
+            assert grouped and len(grouped) == len(set(grouped)), target.name
+            assert all(row["engine_spec"] for row in result.layers if row["index"] in grouped)
+        else:
+            assert "VLM024" in [f.code for f in result.findings]
+    assert planned >= 40  # the unmodeled ones are the few hybrid / NAS classes outside the table
+
+
+def test_cli_json_has_info_vllm_and_per_layer_fields():
+    proc = run("check", str(MODELS / "google__gemma-3-1b-it"), "--engine", "vllm", "--format", "json", "-q")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    result = doc["results"][0] if "results" in doc else doc
+    info = result["info"]["vllm"]
+    assert info["architecture"] == "Gemma3ForCausalLM" and info["hma"]["on"] is True
+    assert {g["spec"] for g in info["groups"]} == {"SlidingWindowSpec", "FullAttentionSpec"}
+    assert all(p["problems"] == [] for p in info["probe"])  # the paged-cache probe ran on every group
+    row = result["layers"][0]
+    assert row["engine_spec"] == "SlidingWindowSpec" and row["engine_window"] == 512
+    assert row["num_kv_heads"] == 1 and row["head_size"] == 256 and row["page_size_bytes"] == 16 * 2 * 256 * 2
+    assert row["engine_dtype"] == "bfloat16"
+
+
+def test_demo_refusal_is_caught_before_deploy_at_its_line():
+    proc = run("check", str(MODELS / "openai__gpt-oss-20b"), "--engine", "vllm", "--format", "json", "-q",
+               "--deploy", str(ROOT / "fixtures" / "demo" / "vllm-too-long.yaml"))
+    doc = json.loads(proc.stdout)
+    result = doc["results"][0] if "results" in doc else doc
+    (finding,) = [f for f in result["findings"] if f["code"] == "VLM002"]
+    assert finding["engine_error"]["message"].startswith("User-specified max_model_len (262144)")
+    assert proc.returncode == 1
+
+
+def test_fp8_kv_changes_the_engine_dtype():
+    catalog = builtin_catalog()
+    deploy = deploy_from({"vllm": {"kv_cache_dtype": "fp8"}})
+    result = check_target(str(MODELS / "meta-llama__Llama-3.1-8B"),
+                          Options(catalog=catalog, engine="vllm", static=True, deploy=deploy))
+    assert {row["engine_dtype"] for row in result.layers} == {"uint8"}
+
+
+def test_old_budget_names_are_read_with_a_warning_at_their_line():
+    deploy = deploy_from({"vllm": {"hma": False, "tp": 2, "prefix_caching": False, "num_speculative_tokens": 2}},
+                         "d.yaml", {"vllm.hma": 3, "vllm.tp": 4})
+    s = deploy.settings("vllm")
+    assert s.disable_hybrid_kv_cache_manager is True and s.tensor_parallel_size == 2  # type: ignore[attr-defined]
+    assert s.enable_prefix_caching is False and s.num_speculative_tokens == 2  # type: ignore[attr-defined]
+    assert any("vllm.tp -> vllm.tensor_parallel_size" in w for w in deploy.warnings)
+    source = deploy.source("vllm.disable_hybrid_kv_cache_manager")
+    assert (source.ref, source.line) == ("vllm.hma", 3)
+    with pytest.raises(Exception, match="old spelling"):
+        deploy_from({"vllm": {"tp": 2, "tensor_parallel_size": 2}}, "d.yaml")
+
+
+def test_budget_reads_the_same_section():
+    spec = load_model(str(MODELS / "openai__gpt-oss-20b"), library_check=False)
+    facts = facts_from_spec(spec)
+    for section, hma in (({"disable_hybrid_kv_cache_manager": True}, False), ({}, True), ({"hma": False}, False)):
+        deploy = deploy_from({"budget": {"kv_budget": "40GiB", "context": 8192}, "vllm": {**section,
+                                                                                         "tensor_parallel_size": 2}
+                              if "hma" not in section else {**section, "tp": 2}})
+        (budget,), _ = plan_engine("vllm", facts, spec.config, deploy.budget, deploy.settings("vllm"), all_modes=False)
+        assert budget.mode["hma"] is hma and budget.mode["tp"] == 2
+
+
+def test_dry_run_without_a_vllm_python_is_one_eng050_and_the_static_checks_still_run(tmp_path, monkeypatch):
+    from kvdoctor.engines.vllm import dryrun
+
+    monkeypatch.delenv(dryrun.ENV_PYTHON, raising=False)
+    monkeypatch.setattr(dryrun, "REPO", tmp_path)  # no goldens/.venv/vllm there
+    deploy = deploy_from({"vllm": {"max_model_len": 262144}})
+    result = check_target(str(MODELS / "meta-llama__Llama-3.1-8B"),
+                          Options(catalog=builtin_catalog(), engine="vllm", deploy=deploy,
+                                  extra={"dry_run": True, "engine_python": str(tmp_path / "missing")}))
+    codes = [f.code for f in result.findings]
+    assert codes.count("ENG050") == 1 and "VLM002" in codes
