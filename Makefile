@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	# Everything of kvdoctor[all] but sglang's own requirements (those of its CUDA server).
-	$(PY) -m pip install -q -e '.[dev,torch,mlx,dryrun]'
+	$(PY) -m pip install -q -e '.[dev,torch,mlx,dryrun,ray]'
 	# The engine for --dry-run, without its GPU dependency tree (its MLX modules need only msgspec and psutil).
 	$(PY) -m pip install -q --no-deps sglang==0.5.23
 	touch $(STAMP)
