@@ -188,7 +188,7 @@ def test_trusted_model_code_runs_only_in_the_child(custom_model):
 
 
 def test_time_bound_kills_the_run_and_keeps_what_it_saw(tmp_path):
-    result = dry_check(make_model(tmp_path, "gpt-oss-20b", checkpoint=False), dry_run_timeout=6)
+    result = dry_check(make_model(tmp_path, "gpt-oss-20b", checkpoint=False), dry_run_timeout=1.5)  # under the import alone
     run = result.info["dry_run"]
     codes = [f.code for f in result.findings]
     assert "ENG055" in codes
