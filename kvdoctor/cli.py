@@ -40,6 +40,14 @@ FAIL_ON = typer.Option(None, "--fail-on", help="Lowest severity that fails: erro
 CONFIG = typer.Option(None, "--config", click_type=PATH, help="Read this kvdoctor.toml or pyproject.toml instead of "
                       "searching for one.")
 ISOLATED = typer.Option(False, "--isolated", help="Ignore config files.")
+# The report options `check` and `merge` share.
+FORMAT = typer.Option("rich", "--format", "--output-format", help=f"One of: {', '.join(FORMATS)}.")
+OUTPUT_FILE = typer.Option(None, "--output-file", "-o", help="Write --format here, not stdout.")
+JSON_OUTPUT = typer.Option(None, "--json-output", help="Also write JSON to this file.")
+SARIF_OUTPUT = typer.Option(None, "--sarif-output", help="Also write SARIF to this file.")
+JUNIT_OUTPUT = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file.")
+GITLAB_OUTPUT = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON.")
+HTML_OUTPUT = typer.Option(None, "--html-output", click_type=PATH, help="Also write the HTML report to this file.")
 
 
 def _fail(message: str) -> None:
@@ -121,13 +129,13 @@ def check(
                                                   "file's `targets`."),
     engine: Optional[str] = ENGINE,
     deploy: Optional[str] = DEPLOY,
-    output_format: str = typer.Option("rich", "--format", "--output-format", help=f"One of: {', '.join(FORMATS)}."),
-    output_file: Optional[str] = typer.Option(None, "--output-file", "-o", help="Write --format here, not stdout."),
-    json_output: Optional[str] = typer.Option(None, "--json-output", help="Also write JSON to this file."),
-    sarif_output: Optional[str] = typer.Option(None, "--sarif-output", help="Also write SARIF to this file."),
-    junit_output: Optional[str] = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file."),
-    gitlab_output: Optional[str] = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON."),
-    html_output: Optional[str] = typer.Option(None, "--html-output", click_type=PATH, help="Also write the HTML report to this file."),
+    output_format: str = FORMAT,
+    output_file: Optional[str] = OUTPUT_FILE,
+    json_output: Optional[str] = JSON_OUTPUT,
+    sarif_output: Optional[str] = SARIF_OUTPUT,
+    junit_output: Optional[str] = JUNIT_OUTPUT,
+    gitlab_output: Optional[str] = GITLAB_OUTPUT,
+    html_output: Optional[str] = HTML_OUTPUT,
     kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=strict_type("Size", metavar="SIZE"),
                                             help="KV memory per GPU, e.g. 40GiB: the HTML "
                                             "report shows the tokens that fit per engine and mode."),
@@ -326,13 +334,13 @@ def _write(path: str, text: str) -> None:
 @app.command()
 def merge(
     parts: List[str] = typer.Argument(..., click_type=PATH, help="JSON reports of `check --shard K/N` runs."),
-    output_format: str = typer.Option("rich", "--format", "--output-format", help=f"One of: {', '.join(FORMATS)}."),
-    output_file: Optional[str] = typer.Option(None, "--output-file", "-o", help="Write --format here, not stdout."),
-    json_output: Optional[str] = typer.Option(None, "--json-output", help="Also write JSON to this file."),
-    sarif_output: Optional[str] = typer.Option(None, "--sarif-output", help="Also write SARIF to this file."),
-    junit_output: Optional[str] = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file."),
-    gitlab_output: Optional[str] = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON."),
-    html_output: Optional[str] = typer.Option(None, "--html-output", click_type=PATH, help="Also write the HTML report to this file."),
+    output_format: str = FORMAT,
+    output_file: Optional[str] = OUTPUT_FILE,
+    json_output: Optional[str] = JSON_OUTPUT,
+    sarif_output: Optional[str] = SARIF_OUTPUT,
+    junit_output: Optional[str] = JUNIT_OUTPUT,
+    gitlab_output: Optional[str] = GITLAB_OUTPUT,
+    html_output: Optional[str] = HTML_OUTPUT,
     statistics: bool = typer.Option(False, "--statistics", help="Print counts per code instead of the findings."),
     fail_on: Optional[str] = FAIL_ON,
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (never hides exit 2)."),
