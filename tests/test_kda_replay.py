@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from kvdoctor.checks.kda_caches import CODE_OF_CHECK
 from kvdoctor.kda.caches import build_caches
 from kvdoctor.kda.dims import PROBE, Geometry
 from kvdoctor.kda.recipe import load_recipe
@@ -48,7 +49,7 @@ def test_cursor_not_reset_after_a_forced_flush_is_caught():
 
 def test_cursor_leaving_the_ring_is_caught():
     run = kernel_run(recipe(cursor="(m + 1) % (L + 1)"), Geometry.consistent(**PROBE))
-    assert run.failure is not None and run.failure.code == "KDA041"
+    assert run.failure is not None and CODE_OF_CHECK[run.failure.check] == "KDA041"
 
 
 def test_sixteen_bit_rings_use_the_looser_tolerance():

@@ -4,10 +4,13 @@ inputs built from the default recipe pass both wrappers and every invariant."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
+from kvdoctor.checks.kda_caches import CODE_OF_CHECK
+from kvdoctor import kda
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.kda.caches import build_caches, build_inputs
 from kvdoctor.kda.dims import PROBE, Geometry
@@ -129,7 +132,7 @@ def _run(wrapper, mutate):
 @pytest.mark.parametrize("code, mutate, message", HELION, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(HELION)])
 def test_helion_wrapper_check_fires_with_its_exact_message(code, mutate, message):
     failure = _run(helion_wrapper, mutate)
-    assert failure is not None and (failure.code, failure.message) == (code, message)
+    assert failure is not None and (CODE_OF_CHECK[failure.check], failure.message) == (code, message)
     entry = builtin_catalog()[code]
     if failure.error_class == "ValueError":
         assert re.search(entry.error.pattern, failure.message), "the catalog pattern must match the raised text"
@@ -138,7 +141,7 @@ def test_helion_wrapper_check_fires_with_its_exact_message(code, mutate, message
 @pytest.mark.parametrize("code, mutate, message", TRITON, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(TRITON)])
 def test_triton_twin_check_fires_with_its_exact_message(code, mutate, message):
     failure = _run(triton_wrapper, mutate)
-    assert failure is not None and (failure.code, failure.message) == (code, message)
+    assert failure is not None and (CODE_OF_CHECK[failure.check], failure.message) == (code, message)
     assert re.search(builtin_catalog()[code].error.pattern, failure.message)
 
 
@@ -147,7 +150,7 @@ def test_triton_twin_needs_key_dims_above_16():
     x = build_inputs(geom)
     c = build_caches(load_recipe("sglang-0.5.23"), geom, ssm_dtype="float32")
     failure = triton_wrapper(x, c)
-    assert (failure.code, failure.message) == ("KDA036", "BKT=8 must be >=16 for tl.dot (nk=2, BK=16).")
+    assert (CODE_OF_CHECK[failure.check], failure.message) == ("KDA036", "BKT=8 must be >=16 for tl.dot (nk=2, BK=16).")
     assert helion_wrapper(x, c) is None  # the Helion wrapper has no such limit
 
 
@@ -156,7 +159,7 @@ def test_wrapper_order_first_failure_wins():
     x, c = healthy()
     c.d_cache = torch.zeros(4, 4, 3, 32)
     c.g_cache = torch.zeros(4, 4, 3, 64)
-    assert helion_wrapper(x, c).code == "KDA002"
+    assert CODE_OF_CHECK[helion_wrapper(x, c).check] == "KDA002"
 
 
 def test_every_wrapper_code_in_the_catalog_has_a_firing_fixture():
@@ -169,12 +172,23 @@ def test_every_wrapper_code_in_the_catalog_has_a_firing_fixture():
 def test_invariants_slot_dims_index_range_and_cursor_range():
     x, c = healthy()
     c.d_cache = c.d_cache[:3]
-    found = {f.code for f in invariants(x, c)}
+    found = {CODE_OF_CHECK[f.check] for f in invariants(x, c)}
     assert found == {"KDA040", "KDA042"}  # 3 ring slots while rows use slot 3
     x, c = healthy()
     c.write_pos = torch.tensor([0, 3, 0], dtype=torch.int32)  # L = 3: cursor 3 is past the ring
     [failure] = invariants(x, c)
-    assert failure.code == "KDA041" and "outside 0..2" in failure.message
+    assert CODE_OF_CHECK[failure.check] == "KDA041" and "outside 0..2" in failure.message
     x, c = healthy()
     c.write_pos = torch.tensor([0, 0, 7], dtype=torch.int32)  # a padded row's cursor is never used
     assert invariants(x, c) == []
+
+
+def test_every_check_name_is_its_catalog_entry_name():
+    catalog = builtin_catalog()
+    assert {name: catalog[code].name for name, code in CODE_OF_CHECK.items()} == {n: n for n in CODE_OF_CHECK}
+
+
+def test_every_check_the_probes_can_fail_has_a_code():
+    package = Path(kda.__file__).parent
+    named = {m for p in package.glob("*.py") for m in re.findall(r'Failure\("([a-z0-9-]+)"', p.read_text())}
+    assert named and named <= set(CODE_OF_CHECK), named - set(CODE_OF_CHECK)

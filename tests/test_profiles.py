@@ -168,14 +168,9 @@ def test_a_made_up_engine_needs_only_its_profile(toy, tmp_path):
         load_deploy(str(deploy))
 
 
-# Probe modules whose checks still carry the catalog code they stand for: each replays one engine check
-# per KDA code (kvdoctor.checks.kda_caches reads the code back). Listed so the debt stays visible.
-CODES_STILL_IN_PROBES = {"kda/validate.py", "kda/latent.py"}
-
-
 def test_no_probe_module_names_a_catalog_code():
     codes = set(builtin_catalog().codes())
     probes = [p for folder in ("mlx", "kda", "dryrun") for p in (PACKAGE / folder).glob("*.py")]
     named = {str(p.relative_to(PACKAGE)): sorted(codes & set(re.findall(r"\b[A-Z]{3,4}\d{3}\b", p.read_text())))
              for p in probes}
-    assert {path for path, found in named.items() if found} == CODES_STILL_IN_PROBES, named
+    assert not any(named.values()), named

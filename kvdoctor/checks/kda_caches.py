@@ -19,8 +19,26 @@ if TYPE_CHECKING:
     from kvdoctor.kda.validate import Failure
 
 PROBE = "kda_caches"  # kvdoctor.engines.sglang.KdaCachesProbe (imported when the rule runs)
-RULE = Rule(codes=tuple(f"KDA{n:03d}" for n in (*range(1, 37), 40, 41, 42, 50, 51, 52)), engines=("sglang",),
-            needs=(f"probe:{PROBE}",))
+
+# The probe names the check that failed (kvdoctor.kda.validate); each name is its catalog entry's name.
+CODE_OF_CHECK = {
+    "replayssm-g-cache-shape": "KDA001", "replayssm-d-cache-shape": "KDA002", "replayssm-k-cache-shape": "KDA003",
+    "replayssm-g-cache-dtype": "KDA004", "replayssm-cache-length-zero": "KDA005",
+    "replayssm-write-pos-dtype": "KDA006", "replayssm-write-pos-shape": "KDA007",
+    "replayssm-force-flush-layout": "KDA008", "replayssm-ring-device": "KDA009",
+    "replayssm-force-flush-device": "KDA010", "kda-a-layout": "KDA011", "kda-dt-bias-layout": "KDA012",
+    "kda-mixed-qkv-rank": "KDA013", "kda-mixed-qkv-stride": "KDA014", "kda-a-b-rank": "KDA015",
+    "kda-a-b-stride": "KDA016", "kda-a-log-rank": "KDA017", "kda-a-log-stride": "KDA018",
+    "kda-state-indices-rank": "KDA019", "kda-out-contiguous": "KDA020", "kda-inputs-device": "KDA021",
+    "kda-batch-mismatch": "KDA022", "kda-state-indices-batch": "KDA023", "kda-state-rank": "KDA024",
+    "kda-state-stride": "KDA025", "helion-kda-power-of-two": "KDA026", "kda-a-shape": "KDA027",
+    "kda-b-shape": "KDA028", "kda-a-log-numel": "KDA029", "kda-dt-bias-numel": "KDA030", "kda-out-shape": "KDA031",
+    "kda-packed-width": "KDA032", "kda-packed-q-size": "KDA033", "kda-head-grouping": "KDA034",
+    "kda-triton-gate-contiguous": "KDA035", "kda-triton-key-tiling": "KDA036",
+    "replayssm-slot-dims-differ": "KDA040", "replayssm-cursor-out-of-range": "KDA041",
+    "replayssm-slot-index-out-of-range": "KDA042", "replayssm-latent-ring-sizing": "KDA050",
+}
+RULE = Rule(codes=(*CODE_OF_CHECK.values(), "KDA051", "KDA052"), engines=("sglang",), needs=(f"probe:{PROBE}",))
 
 # Which recipe entry a code points at (the model's dims are pointed at for the others).
 RECIPE_KEYS = {"KDA001": "tensors.g_cache", "KDA002": "tensors.d_cache", "KDA003": "tensors.k_cache",
@@ -44,7 +62,8 @@ def _group(kp: KdaPlan, run: GroupRun) -> Iterable[Finding]:
     from kvdoctor.kda import latent as latent_probe
 
     dims, layers = run.dims, run.layers
-    for code, (failure, texts, shapes) in run.hits.items():
+    for check, (failure, texts, shapes) in run.hits.items():
+        code = CODE_OF_CHECK[check]
         tps = list(texts)
         first = "" if len(set(texts.values())) == 1 else f" (text at TP {tps[0]}; each size's in evidence)"
         yield _finding(kp, dims, code,
@@ -71,7 +90,7 @@ def _group(kp: KdaPlan, run: GroupRun) -> Iterable[Finding]:
         if result.ok:
             continue
         wrong = result.failure
-        code = wrong.code if wrong else "KDA051"
+        code = CODE_OF_CHECK[wrong.check] if wrong else "KDA051"
         g = result.geometry
         what = wrong.message if wrong else "; ".join(result.problems)
         yield _finding(kp, dims, code,

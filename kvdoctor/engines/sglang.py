@@ -209,7 +209,7 @@ class GroupRun:
 
     dims: LayerDims
     layers: list[int]
-    # code of the first failure -> (that failure, its text by TP, the cache shapes it was seen with)
+    # the check of the first failure -> (that failure, its text by TP, the cache shapes it was seen with)
     hits: dict[str, tuple[Failure, dict[int, str], dict[str, list[int]]]]
     real: Geometry | None  # the first geometry that passed every check, when the group is clean
     latent: Latent | None = None
@@ -283,7 +283,7 @@ def _run_group(kp: KdaPlan, group: tuple[LayerDims, ...]) -> GroupRun:
         failures = [f for f in (wrapper(inputs, caches),) if f] + invariants(inputs, caches)
         for failure in failures:
             shapes = {k: list(v) for k, v in cache_shapes(kp.recipe, geom, len(inputs.mixed_qkv)).items()}
-            hits.setdefault(failure.code, (failure, {}, shapes))[1][tp] = failure.message
+            hits.setdefault(failure.check, (failure, {}, shapes))[1][tp] = failure.message
         if not failures:
             passed.append(geom)
     if hits or not passed or passed[0].H <= 0 or passed[0].HV % passed[0].H:

@@ -45,7 +45,7 @@ def probe(recipe: Recipe, validator: str, real: Geometry) -> Optional[Latent]:
     geom = probe_geometry(real)
     negative = negative_shape(cache_shapes(recipe, geom, batch=len(BATCH_SLOTS)))
     if negative:
-        return Latent(failure=Failure("KDA050", f"the recipe gives {negative}", "silent"))
+        return Latent(failure=Failure("replayssm-latent-ring-sizing", f"the recipe gives {negative}", "silent"))
     caches = build_caches(recipe, geom, ssm_dtype="float32")
     inputs = build_inputs(geom, act_dtype="float32")
     failure = WRAPPERS[validator](inputs, caches) or next(iter(invariants(inputs, caches)), None)
