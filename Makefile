@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO_ENGINE ?= sglang-mlx
 
-.PHONY: venv browser demo test lint bench clean
+.PHONY: venv browser demo test lint bench briefs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ lint:
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+
+# After editing rules/*.yaml: the index of what each finding carries (tests/test_catalog.py checks it).
+briefs: $(STAMP)
+	$(PY) -c "from kvdoctor.catalog import write_briefs; print(write_briefs())"
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis

@@ -1,6 +1,7 @@
 """The catalog of known errors: `rules/CODE.yaml`, one entry a file, validated on load."""
 from __future__ import annotations
 
+import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
 CODE_RE = re.compile(r"^[A-Z]{2,5}[0-9]{3}$")
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_ENTRY_BYTES = 256 * 1024
+# Beside the built-in entries: each one's (name, severity, fix summaries), what a finding carries, so
+# that a check with findings parses no YAML. Written by `make briefs`; a test holds it to the entries.
+BRIEFS_NAME = "briefs.json"
 
 # A reference is public: an engine source link pinned to a release tag or a commit, an issue or pull
 # request as owner/repo#N, or one of kvdoctor's own docs. Free text may follow the first word.
@@ -70,6 +74,7 @@ class Catalog:
         self.paths = paths
         self._loaded = dict(loaded or {})
         self.builtin = builtin  # codes of kvdoctor's own entries
+        self._briefs: dict[str, list] | None = None
 
     def get(self, code: str) -> Entry | None:
         if code not in self._loaded:
@@ -92,6 +97,12 @@ class Catalog:
         if code not in self.builtin:
             entry = self[code]
             return entry.name, entry.severity, [fix.summary for fix in entry.fixes]
+        if self._briefs is None:
+            index = path.parent / BRIEFS_NAME
+            self._briefs = json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {}
+        if code in self._briefs:
+            name, severity, fixes = self._briefs[code]
+            return name, severity, fixes
         from kvdoctor.yamlfile import load_yaml
 
         data, _ = load_yaml(path, "catalog entry", MAX_ENTRY_BYTES)
@@ -137,3 +148,17 @@ def load_catalog(directory: Path | None = None, extra_dirs: tuple[Path, ...] = (
 @lru_cache(maxsize=1)
 def builtin_catalog() -> Catalog:
     return load_catalog()
+
+
+def briefs(catalog: Catalog) -> dict[str, list]:
+    """The briefs index of a catalog: code -> [name, severity, [fix summaries]]."""
+    return {code: [entry.name, entry.severity, [fix.summary for fix in entry.fixes]]
+            for code, entry in catalog.entries.items()}
+
+
+def write_briefs() -> Path:
+    """Rewrite the built-in catalog's briefs index from its entries (`make briefs`)."""
+    path = default_catalog_dir() / BRIEFS_NAME
+    path.write_text(json.dumps(briefs(load_catalog()), indent=0, sort_keys=True, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    return path

@@ -5,7 +5,6 @@ over to a module; heavy imports (torch, mlx) happen only inside the checks that 
 """
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -505,6 +504,8 @@ def usage_error(exc: click_exc.ClickException) -> str:
         return f"{_param_name(exc.param)} {' '.join(exc.message.split())}"
     unknown = re.match(r"No such command '(.*?)'\.", exc.message)
     if unknown and commands:
+        import difflib
+
         near = difflib.get_close_matches(unknown.group(1), commands, n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
         return f"no such command: {unknown.group(1)!r}{hint}; expected one of: {', '.join(commands)}"

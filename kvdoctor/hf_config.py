@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import logging
 import os
 import sys
 import warnings
@@ -87,6 +86,8 @@ def _registry():
             os.environ.pop("TRANSFORMERS_VERBOSITY", None)
         else:
             os.environ["TRANSFORMERS_VERBOSITY"] = saved
+    import logging
+
     logging.getLogger("transformers").setLevel(logging.ERROR)
     return transformers.__version__, CONFIG_MAPPING
 

@@ -1,19 +1,19 @@
-"""Where kvdoctor's own data lies: found through importlib.resources, so a wheel, a checkout and an
-editable install all work.
+"""Where kvdoctor's own data lies: beside this module, which is where a wheel, a checkout and an
+editable install all put it (kvdoctor is never imported from a zip). `importlib.resources` would find
+the same folder, at the cost of importing zipfile and tempfile on every run.
 
 A wheel carries the catalog as `kvdoctor/rules` (mapped from the repository's `rules/` at build
 time); a checkout or an editable install reads `rules/` beside the package.
 """
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 from kvdoctor.errors import InputError
 
 
 def _package() -> Path:
-    return Path(str(resources.files("kvdoctor")))
+    return Path(__file__).resolve().parent
 
 
 def catalog_dir() -> Path:

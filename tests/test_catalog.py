@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -180,3 +181,18 @@ def test_schema_refuses_bad_engine_ranges(tmp_path, broken, field):
     path.write_text(yaml.safe_dump(good))
     with pytest.raises(InputError, match=field):
         load_entry(path)
+
+
+def test_the_briefs_index_is_the_entries_own(tmp_path):
+    """rules/briefs.json (what findings carry, read without YAML) says what the entries say: `make briefs`
+    after editing an entry. A stale index is not trusted for a code it lacks."""
+    from kvdoctor.catalog import BRIEFS_NAME, Catalog, briefs, default_catalog_dir
+
+    catalog = load_catalog()
+    index = json.loads((default_catalog_dir() / BRIEFS_NAME).read_text(encoding="utf-8"))
+    assert index == briefs(catalog)
+    assert all(catalog.brief(code) == tuple(index[code]) for code in list(index)[:5])
+    (tmp_path / "SWA001.yaml").write_text((default_catalog_dir() / "SWA001.yaml").read_text(encoding="utf-8"))
+    (tmp_path / BRIEFS_NAME).write_text("{}")
+    stale = Catalog({"SWA001": tmp_path / "SWA001.yaml"}, builtin=frozenset({"SWA001"}))
+    assert stale.brief("SWA001") == tuple(index["SWA001"]) and stale.brief("SWA001")[0] == "window-overflow-full-mask"
