@@ -141,10 +141,21 @@ def test_olmo3_fails_its_first_batched_decode(tmp_path):
         "message": "[rms_norm] (*weight) must have the same size as the last dimension of x but has 5120 elements."}
     assert found[0].evidence["frame"]["function"] == "_batched_decode"
     assert found[0].layer == 0  # the first attention layer's wrapper raised
+    # the text is the full head count's (40 x 128), from a repeat on the first 4 layers (3 sliding, 1 full)
+    assert run["error"]["confirmed_on"] == "the first 4 layers with the full head count"
+    assert len(run["layers"]) == 64 and run["shrink"]["candidate"].endswith("1/8 of the heads")
     # the 4096-token window is too costly to cross on CPU: the short schedule is reported
     assert "ENG054" in [f.code for f in result.findings]
     assert all(row["cache"] == ("WindowedAttentionKVCache" if (row["index"] + 1) % 4 else "ContiguousAttentionKVCache")
                for row in run["layers"])
+
+
+def test_an_error_of_the_engines_layer_discovery_needs_no_full_head_repeat(tmp_path):
+    result = dry_check(make_model(tmp_path, "phi3-mini", checkpoint=False))
+    run = result.info["dry_run"]
+    assert run["error"]["message"] == "No attention attribute in layer type <class 'mlx_lm.models.phi3.TransformerBlock'>"
+    assert run["shrink"]["candidate"] == "hidden size of the heads, 1/32 of the heads"  # not the full 3072
+    assert "confirmed_on" not in run["error"] and "ENG003" in [f.code for f in result.findings]
 
 
 TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,

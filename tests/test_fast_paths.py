@@ -193,3 +193,30 @@ def test_the_scaled_signature_must_match_exactly():
     assert not matches_scaled(_sig(64, 8), _sig(16, 1), 8)  # the ratio changed
     assert not matches_scaled(_sig(64, 8), _sig(8, 1, window=64), 8)  # the engine's window moved
     assert not matches_scaled(_sig(64, 8, other=linear), _sig(8, 1, other={**linear, "heads": 16}), 8)  # 32 -> 16
+
+
+def _pattern_sig(windows):
+    """A signature whose layers differ only by window: None for full attention."""
+    rows = [{"layer_class": "Block", "attention_attr": "self_attn", "sliding_flag": w is not None,
+             "mixers": [{"attr": "self_attn", "heads": 40, "kv_heads": 8}]} for w in windows]
+    return {"num_layers": len(rows), "discovery_error": None, "container_window": None, "layers": rows,
+            "window_map": {str(i): w for i, w in enumerate(windows) if w is not None}}
+
+
+def test_the_cut_copy_keeps_one_period_of_every_layer_kind():
+    from kvdoctor.dryrun.compact import fewer_layers, layer_prefix, matches_prefix
+
+    full = _pattern_sig([4096, 4096, 4096, None] * 16)
+    assert layer_prefix(full) == 4
+    assert layer_prefix(_pattern_sig([None] * 8)) == 1
+    assert layer_prefix(_pattern_sig([None] * 7 + [128])) == 8  # the one odd layer is last: nothing to cut
+    cfg = {"num_hidden_layers": 64, "layer_types": ["sliding_attention"] * 3 + ["full_attention"], "hidden_size": 64,
+           "text_config": {"num_hidden_layers": 64, "layer_types": list(range(64))}}
+    cfg["layer_types"] = cfg["layer_types"] * 16
+    cut = fewer_layers(cfg, 4)
+    assert cut["num_hidden_layers"] == 4 and cut["layer_types"] == cfg["layer_types"][:4]
+    assert cut["text_config"] == {"num_hidden_layers": 4, "layer_types": [0, 1, 2, 3]} and cfg["num_hidden_layers"] == 64
+    assert fewer_layers({"num_hidden_layers": 4}, 4) is None
+    assert matches_prefix(full, _pattern_sig([4096, 4096, 4096, None]), 4)
+    assert not matches_prefix(full, _pattern_sig([4096, 4096, None, None]), 4)  # the cut moved a window
+    assert not matches_prefix(full, _pattern_sig([4096, 4096, 4096, None, 4096]), 4)

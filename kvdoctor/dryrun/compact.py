@@ -1,4 +1,5 @@
-"""Fewer attention heads for the dry run, accepted only when the engine sees the same model otherwise.
+"""Smaller copies for the dry run (fewer attention heads, fewer layers), accepted only when the engine
+sees the same model otherwise.
 
 The attention score matrices, which dominate a dry run's time and memory on CPU, grow with the number
 of query heads. The engine's cache choices (layer classes, which layers slide, their windows, the
@@ -7,10 +8,16 @@ shrunk copy may keep one KV head and the query heads that go with it. The copy i
 signature (shrink.py) equals the full model's with every head count and projection width divided by
 that one factor; a mixer the change did not reach (a linear-attention block with its own head
 counts) must match the full model unchanged. Otherwise the run falls back to the full head count.
+
+Fewer layers serve one purpose: when the engine raised on the fewer-heads copy, its message may name
+head-count sizes, and the full head count must say it. The copy with full heads keeps only the first
+layers that show every kind of layer the full model has (`layer_prefix`), and its error counts only
+when it is the same error, raised at the same place and layer.
 """
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from kvdoctor.dryrun.shrink import text_sections
@@ -87,3 +94,44 @@ def matches_scaled(full_sig: dict[str, Any], small_sig: dict[str, Any], factor: 
                 return False
             scaled = scaled or m["heads"] != n["heads"]
     return scaled
+
+
+def _layer_kinds(sig: dict[str, Any]) -> list[str]:
+    """Each layer's row of a signature with its window, as one comparable string."""
+    windows = sig["window_map"]
+    return [json.dumps([row, windows.get(str(i))], sort_keys=True, default=str) for i, row in enumerate(sig["layers"])]
+
+
+def layer_prefix(full_sig: dict[str, Any]) -> int:
+    """How many leading layers show every kind of layer the model has (one period of its pattern)."""
+    kinds = _layer_kinds(full_sig)
+    wanted, seen = set(kinds), set()
+    for count, kind in enumerate(kinds, start=1):
+        seen.add(kind)
+        if seen == wanted:
+            return count
+    return len(kinds)
+
+
+def fewer_layers(config: dict[str, Any], count: int) -> dict[str, Any] | None:
+    """`config` cut to its first `count` layers: the layer count and every per-layer list (one entry a
+    layer, as `layer_types`) truncated; None when that is no smaller."""
+    out = copy.deepcopy(config)
+    changed = False
+    for section in text_sections(out):
+        layers = section.get("num_hidden_layers")
+        if type(layers) is not int or layers <= count:
+            continue
+        for key, value in list(section.items()):
+            if isinstance(value, list) and len(value) == layers:
+                section[key] = value[:count]
+        section["num_hidden_layers"] = count
+        changed = True
+    return out if changed else None
+
+
+def matches_prefix(full_sig: dict[str, Any], small_sig: dict[str, Any], count: int) -> bool:
+    """True when the cut copy's layers are the full model's first `count`, each with its window."""
+    return (small_sig["num_layers"] == count and small_sig["discovery_error"] == full_sig["discovery_error"]
+            and small_sig["container_window"] == full_sig["container_window"]
+            and _layer_kinds(small_sig) == _layer_kinds(full_sig)[:count])

@@ -176,6 +176,10 @@ class DryRun:
         self.roots: dict[str, Path] = {}
         self.fewer_heads = True  # try the fewer-heads copy (compact.py) first
         self.scaled_heads = False  # whether the copy in use has fewer heads
+        self.fewer_layers = False  # only the first layers of every kind (a quiet repeat, see _with_full_heads)
+        self.cut_layers: int | None = None  # how many layers the copy in use kept, when it was cut
+        self.discovery_error: str | None = None  # the engine's layer discovery refusing the full model
+        self.raised: str | None = None  # the last engine error, as "Class: message"
 
     def _enter(self, stage: str) -> None:
         """Close the current stage as passed and open the next one."""
@@ -201,30 +205,46 @@ class DryRun:
         tracer = CodeTracer(self.roots)
         try:
             with tracer.installed(), float32_gather_mm():
-                if not self._attempt() and self.scaled_heads:
-                    # An engine error names sizes (an rms_norm over all heads, say): it is reported as the
-                    # full head count raises it, so the run is repeated without the fewer-heads copy.
-                    # run.py keeps only the events after the restart.
-                    self.emit({"event": "restart", "reason": "the engine raised on the copy with fewer heads; "
-                               "repeated with the full head count"})
-                    self.fewer_heads, self.stage, self.recorder = False, None, None
-                    self._attempt()
+                error = self._attempt()
+                if error is not None and self.scaled_heads and self.raised != self.discovery_error:
+                    error = self._with_full_heads(error)
+                if error is not None:
+                    self.emit(error)
         finally:
             self.emit({"event": "engine_code", "files": tracer.files()})
             self.emit({"event": "done", "seconds": round(time.monotonic() - started, 2)})
 
-    def _attempt(self) -> bool:
-        """The stages once; False when the engine raised (reported as an `error` event)."""
+    def _with_full_heads(self, error: dict[str, Any]) -> dict[str, Any] | None:
+        """The engine raised on the copy with fewer heads. Its message may name sizes (an rms_norm over
+        all heads, say), so it is reported as the full head count raises it: first from a quiet repeat
+        on the first layers that show every kind of layer (compact.layer_prefix), kept only when it
+        raises the same error at the same place and layer; else the whole run is repeated with the full
+        head count (run.py then keeps only the events after the restart)."""
+        emit, self.emit = self.emit, lambda event: None
+        self.fewer_heads, self.fewer_layers, self.stage, self.recorder = False, True, None, None
+        try:
+            again = self._attempt()
+        finally:
+            self.emit = emit
+        if again is not None and self.cut_layers and _same_place(error, again):
+            return {**again, "confirmed_on": f"the first {self.cut_layers} layers with the full head count"}
+        self.emit({"event": "restart", "reason": "the engine raised on the copy with fewer heads; "
+                   "repeated with the full head count"})
+        self.fewer_layers, self.stage, self.recorder = False, None, None
+        return self._attempt()
+
+    def _attempt(self) -> dict[str, Any] | None:
+        """The stages once; the engine's error as an `error` event when it raised, else None."""
         try:
             if self._stages():
                 self.emit({"event": "stage", "stage": self.stage, "status": "ok"})
-            return True
+            return None
         except Exception as exc:  # every engine failure is a result, reported with its stage
             engine, origin = engine_frame(exc, self.roots)
-            self.emit({"event": "error", "stage": self.stage or "load", "class": type(exc).__name__,
-                       "message": str(exc), "frame": engine, "origin": origin,
-                       "layer": self.recorder.error_layer if self.recorder else None})
-            return False
+            self.raised = f"{type(exc).__name__}: {exc}"
+            return {"event": "error", "stage": self.stage or "load", "class": type(exc).__name__,
+                    "message": str(exc), "frame": engine, "origin": origin,
+                    "layer": self.recorder.error_layer if self.recorder else None}
 
     # -- stages -----------------------------------------------------------------------------------
 
@@ -246,6 +266,7 @@ class DryRun:
             self.emit({"event": "harness", **limit})
         shrink.cast_floats(full, request.get("dtype"))
         full_sig = shrink.signature(full, self.backend)
+        self.discovery_error = full_sig["discovery_error"]
         del full
         shrunk, shrunk_config = self._shrink(config, model_dir, model_file, full_sig)
         if shrunk is None:
@@ -286,6 +307,12 @@ class DryRun:
             if sized is not None:
                 candidates.append((f"hidden size of the heads, 1/{factor} of the heads", sized, factor))
         candidates += [(label, candidate, 1) for label, candidate in shrink.shrink_candidates(config)]
+        self.cut_layers = None
+        if self.fewer_layers:
+            keep = compact.layer_prefix(full_sig)
+            cut = [(f"{label}, the first {keep} layers", compact.fewer_layers(candidate, keep), 1)
+                   for label, candidate, _ in candidates]
+            candidates = [(label, candidate, 1) for label, candidate, _ in cut if candidate is not None]
         for label, candidate, scale in candidates:
             try:
                 model, loaded = shrink.load_weightless(candidate, model_dir, model_file)
@@ -303,9 +330,12 @@ class DryRun:
                     del model
                     continue
                 diff = []
+            elif self.fewer_layers:
+                diff = [] if compact.matches_prefix(full_sig, small_sig, compact.layer_prefix(full_sig)) else ["cut"]
             else:
                 diff = shrink.signature_diff(full_sig, small_sig)
             if not diff:
+                self.cut_layers = compact.layer_prefix(full_sig) if self.fewer_layers else None
                 self.scaled_heads = scale > 1
                 shrink.randomize(model, SEED)
                 self.emit({"event": "shrink", "candidate": label, "signature": full_sig,
@@ -497,3 +527,11 @@ def apply_environment(deploy: dict[str, Any]) -> None:
     os.environ.setdefault("SGLANG_MLX_CACHE_LIMIT_GB", "0.25")
     if deploy.get("use_custom_rope"):
         os.environ["SGLANG_MLX_USE_CUSTOM_ROPE"] = "1"
+
+
+def _same_place(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    """Two engine errors of one kind: class, stage, raising frame and layer alike (the text may differ)."""
+    def place(error: dict[str, Any]) -> tuple:
+        frame = error.get("frame") or {}
+        return error["class"], error["stage"], frame.get("file"), frame.get("function"), error.get("layer")
+    return place(first) == place(second)

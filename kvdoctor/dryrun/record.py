@@ -82,7 +82,9 @@ def observed(outcome: ChildOutcome) -> dict[str, Any]:
         "versions": versions.get("versions", {}),
         "pinned": versions.get("pinned"),
         "seconds": outcome.seconds,
-        "error": None if error is None else {k: error.get(k) for k in ("class", "message", "stage", "frame", "layer")},
+        "error": None if error is None else {
+            **{k: error.get(k) for k in ("class", "message", "stage", "frame", "layer")},
+            **({"confirmed_on": error["confirmed_on"]} if "confirmed_on" in error else {})},
         "shrink": {"candidate": shrink.get("candidate"), "changes": shrink.get("changes")} if shrink else None,
         "schedule": None if chosen is None else {k: chosen[k] for k in ("unit", "crosses_windows", "windows", "steps",
                                                                       "estimated_seconds")},
