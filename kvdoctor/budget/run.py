@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from kvdoctor.budget import mlxlm, sglang, vllm
+from kvdoctor.engines.mlx_lm import budget as mlxlm
+from kvdoctor.engines.sglang_cuda import budget as sglang
+from kvdoctor.engines.vllm import budget as vllm
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB
 from kvdoctor.budget.facts import ModelFacts
 from kvdoctor.budget.settings import BudgetSettings, parse_size
@@ -20,7 +22,7 @@ from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
 if TYPE_CHECKING:
-    from kvdoctor.engines.mlx_lm import MlxLmSettings
+    from kvdoctor.engines.mlx_lm.profile import MlxLmSettings
     from kvdoctor.engines.sglang import SglangSettings
     from kvdoctor.engines.vllm.settings import VllmSettings
 

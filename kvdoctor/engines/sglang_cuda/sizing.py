@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvdoctor.budget import sglang as budget
+from kvdoctor.engines.sglang_cuda import budget
 from kvdoctor.budget.facts import facts_from_spec
 from kvdoctor.engines.sglang_cuda.pools import as_sglang_builds
 from kvdoctor.engines.sglang_cuda.refusals import derived_context_length

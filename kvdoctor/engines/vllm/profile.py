@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from kvdoctor.budget import vllm as budget_vllm
+from kvdoctor.engines.vllm import budget as budget_vllm
 from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
