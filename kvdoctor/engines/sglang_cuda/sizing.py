@@ -1,5 +1,5 @@
 """Tokens per pool and max running requests for a KV budget, through kvdoctor's SGLang budget calculator
-(kvdoctor.budget.sglang, itself checked against SGLang's own sizing in goldens/sglang.json)."""
+(kvdoctor.engines.sglang_cuda.budget, itself checked against SGLang's own sizing in goldens/sglang.json)."""
 from __future__ import annotations
 
 from typing import Any
