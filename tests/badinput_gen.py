@@ -8,102 +8,19 @@ Catalog cases are separate (`CATALOG_CASES`): user catalogs are loaded by `load_
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import stat
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from helpers import make_model, real_config
+from badinput_base import (INDEX, ONE, Built, base_model, case, config_case, deploy_case, hf_repo, st_bytes,
+                           tiny_config)
 
 from kvdoctor.synth import layout_for, write_safetensors
 
 
-@dataclass
-class Built:
-    """What one built case asks of a check."""
-
-    target: str
-    model_dir: Path  # must hash the same before and after the check
-    names: str | None  # the error line must contain this; None when a finding or a pass is expected
-    code: str | None = None  # the finding expected (when `names` is None); both None: a clean pass
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    argv: tuple[str, ...] | None = None  # the whole command line, in place of `check --format json TARGET ARGS`
-    marker: Path | None = None  # code-execution bait: this file exists only if model code ran
-    accepted: bool = False  # with `names` and `code` None: no input error (exit 0 or 1); else a clean pass
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    kind: str
-    build: Callable[[Path], Built]
-
-
-CASES: list[Case] = []
-
-
-def case(kind: str, id: str):
-    def register(fn: Callable[[Path], Built]) -> Callable[[Path], Built]:
-        CASES.append(Case(f"{kind}-{id}", kind, fn))
-        return fn
-    return register
-
-
-# --- the healthy base ------------------------------------------------------------------------------
-
-def tiny_config() -> dict[str, Any]:
-    """Llama-3.1-8B's real config.json, scaled down so its checkpoint is a few kilobytes."""
-    cfg = real_config("llama-3.1-8b")
-    cfg.update(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-               intermediate_size=128, vocab_size=256)
-    return cfg
-
-
-def base_model(tmp: Path, shards: int = 1, checkpoint: bool = True) -> Path:
-    return make_model(tmp, tiny_config(), checkpoint=checkpoint, shards=shards, dirname="model")
-
-
-def tree_state(root: Path) -> dict[str, tuple]:
-    """Everything a write would change under `root`: names, types, modes, sizes, mtimes, ctimes,
-    link targets, and the content hash of every regular file up to 8 MiB (larger ones are sparse
-    checkpoints whose data is never read; their ctime and mtime still catch a write)."""
-    state: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames + [""]:
-            p = Path(dirpath) / name
-            st = p.lstat()
-            entry: tuple = (stat.S_IFMT(st.st_mode), st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            if stat.S_ISLNK(st.st_mode):
-                entry += (os.readlink(p),)
-            elif stat.S_ISREG(st.st_mode) and st.st_size <= 8 * 1024 * 1024:
-                entry += (hashlib.sha256(p.read_bytes()).hexdigest(),)
-            state[str(p.relative_to(root))] = entry
-    return state
-
-
-def st_bytes(header: dict | None, data: int = 0, raw: bytes | None = None) -> bytes:
-    """A safetensors file: 8-byte little-endian header length, the header, `data` zero bytes."""
-    text = raw if raw is not None else json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + b"\0" * data
-
-
-ONE = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
-
-
 # --- config.json ------------------------------------------------------------------------------------
-
-def _config_text(id: str, content: bytes | str) -> None:
-    @case("config", id)
-    def build(tmp: Path) -> Built:
-        m = base_model(tmp)
-        (m / "config.json").write_bytes(content.encode() if isinstance(content, str) else content)
-        return Built(str(m), m, "config.json")
-
 
 def _config_edit(id: str, edit: Callable[[dict], None], code: str | None = None) -> None:
     @case("config", id)
@@ -144,13 +61,13 @@ for _id, _text in [
     ("lone-surrogate-escape", '{"model_type": "\\ud800"}'),
     ("lone-surrogate-in-value", GOOD_TEXT[:-1] + ', "layer_types": ["\\udcff", "full_attention"]}'),
 ]:
-    _config_text(_id, _text)
+    config_case("config", _id, _text)
 for _id, _bytes in [
     ("bom", b"\xef\xbb\xbf" + GOOD_TEXT.encode()),
     ("latin1", '{"model_type": "llama", "n": "caf\xe9"}'.encode("latin-1")),
     ("utf16", GOOD_TEXT.encode("utf-16")), ("nul-bytes", b"\0" * 64), ("random-binary", bytes(range(256)) * 4),
 ]:
-    _config_text(_id, _bytes)
+    config_case("config", _id, _bytes)
 
 for _id, _edit in [
     ("no-model-type", _drop("model_type")), ("model-type-int", _set(model_type=5)),
@@ -286,9 +203,6 @@ def _two_files(tmp: Path) -> Built:
 
 # --- model.safetensors.index.json -------------------------------------------------------------------
 
-INDEX = "model.safetensors.index.json"
-
-
 def _index(id: str, edit: Callable[[dict, list[str]], Any], code: str | None = None) -> None:
     """`edit(index, shard_names)` changes the index in place, or returns raw text to write instead."""
     @case("index", id)
@@ -383,15 +297,6 @@ def _shard_loop(tmp: Path) -> Built:
 
 # --- deploy files -----------------------------------------------------------------------------------
 
-def _deploy(id: str, content: bytes | str) -> None:
-    @case("deploy", id)
-    def build(tmp: Path) -> Built:
-        m = base_model(tmp)
-        path = tmp / "deploy.yaml"
-        path.write_bytes(content.encode() if isinstance(content, str) else content)
-        return Built(str(m), m, "deploy.yaml", args=("--deploy", str(path)))
-
-
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
 for _id, _text in [
@@ -409,9 +314,9 @@ for _id, _text in [
     ("two-documents", "engine: hf\n---\nengine: sglang\n"),
     ("lone-surrogate", 'engine: "\\ud800"\n'),
 ]:
-    _deploy(_id, _text)
-_deploy("not-utf8", b"engine: h\xfff\n")
-_deploy("huge", b"# " + b"x" * (2 * 1024 * 1024) + b"\n")
+    deploy_case(_id, _text)
+deploy_case("not-utf8", b"engine: h\xfff\n")
+deploy_case("huge", b"# " + b"x" * (2 * 1024 * 1024) + b"\n")
 
 
 @case("deploy", "missing-file")
@@ -542,41 +447,23 @@ def _target_loop(tmp: Path) -> Built:
 
 # --- the local Hugging Face cache -------------------------------------------------------------------
 
-def _hf_repo(tmp: Path, repo_id: str = "acme/tiny") -> tuple[Path, Path]:
-    """A cache laid out as huggingface_hub lays it out: snapshot files are links into blobs/."""
-    cache = tmp / "hub"
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    built = base_model(tmp / "src")
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    snap = repo / "snapshots" / commit
-    (repo / "blobs").mkdir(parents=True)
-    snap.mkdir(parents=True)
-    for f in built.iterdir():
-        blob = repo / "blobs" / hashlib.sha256(f.name.encode()).hexdigest()
-        f.rename(blob)
-        (snap / f.name).symlink_to(os.path.relpath(blob, snap))
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    return cache, repo
-
-
 @case("cache", "ref-escapes")
 def _ref_escape(tmp: Path) -> Built:
-    cache, repo = _hf_repo(tmp)
+    cache, repo = hf_repo(tmp)
     (repo / "refs" / "main").write_text("../../../../etc")
     return Built("acme/tiny", repo, "refs/main", env={"HF_HUB_CACHE": str(cache)})
 
 
 @case("cache", "ref-huge")
 def _ref_huge(tmp: Path) -> Built:
-    cache, repo = _hf_repo(tmp)
+    cache, repo = hf_repo(tmp)
     (repo / "refs" / "main").write_text("a" * 100_000)
     return Built("acme/tiny", repo, "refs/main", env={"HF_HUB_CACHE": str(cache)})
 
 
 @case("cache", "snapshot-link-outside")
 def _snap_out(tmp: Path) -> Built:
-    cache, repo = _hf_repo(tmp)
+    cache, repo = hf_repo(tmp)
     snap = next((repo / "snapshots").iterdir())
     outside = tmp / "outside.json"
     outside.write_text(json.dumps(tiny_config()))
@@ -587,7 +474,7 @@ def _snap_out(tmp: Path) -> Built:
 
 @case("cache", "snapshot-path-link-outside")
 def _snap_path_out(tmp: Path) -> Built:
-    cache, repo = _hf_repo(tmp)
+    cache, repo = hf_repo(tmp)
     snap = next((repo / "snapshots").iterdir())
     outside = tmp / "outside.safetensors"
     (snap / "model.safetensors").rename(outside)
@@ -599,12 +486,6 @@ def _snap_path_out(tmp: Path) -> Built:
 def _not_cached(tmp: Path) -> Built:
     (tmp / "hub").mkdir()
     return Built("acme/absent", tmp, "acme/absent", env={"HF_HUB_CACHE": str(tmp / "hub")})
-
-
-def healthy_cached_model(tmp: Path) -> tuple[str, Path, dict[str, str]]:
-    """A legitimate cache entry (snapshot links into ../../blobs): it must load."""
-    cache, repo = _hf_repo(tmp)
-    return "acme/tiny", repo, {"HF_HUB_CACHE": str(cache)}
 
 
 # --- user catalog entries (loaded by kvdoctor.catalog.load_catalog) ---------------------------------

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 from badinput import CASES
-from badinput_gen import CATALOG_CASES, GOOD_ENTRY, base_model, healthy_cached_model, tree_state
+from badinput_base import base_model, healthy_cached_model, tree_state
+from badinput_gen import CATALOG_CASES, GOOD_ENTRY
 from helpers import codes, run
 
 from kvdoctor.catalog import load_catalog

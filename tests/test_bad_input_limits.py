@@ -183,7 +183,7 @@ def test_human_bytes():
 
 def test_headers_share_one_budget_per_checkpoint(tmp_path, monkeypatch):
     """Each shard's header is within the per-file bound, but together they pass the checkpoint's."""
-    from badinput_gen import base_model
+    from badinput_base import base_model
 
     from kvdoctor import checkpoint
     from kvdoctor.errors import InputError

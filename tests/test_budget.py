@@ -8,7 +8,8 @@ from functools import lru_cache
 import pytest
 
 from helpers import REAL, REAL_NAMES, SHORT, check_json, codes, make_model, run
-from kvdoctor.budget import sglang, vllm
+from kvdoctor.engines.sglang_cuda import budget as sglang
+from kvdoctor.engines.vllm import budget as vllm
 from kvdoctor.budget.common import GiB
 from kvdoctor.budget.facts import facts_from_spec
 from kvdoctor.budget.run import plan_engine

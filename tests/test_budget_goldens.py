@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.budget import mlxlm, sglang, vllm
+from kvdoctor.engines.mlx_lm import budget as mlxlm
+from kvdoctor.engines.sglang_cuda import budget as sglang
+from kvdoctor.engines.vllm import budget as vllm
 from kvdoctor.budget.facts import facts_from_spec
 from kvdoctor.loader import load_model
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -125,28 +123,27 @@ def test_no_file_defaults_are_the_models_defaults():
         assert isinstance(section, type(expected)) and section.model_dump() == expected.model_dump(), engine
 
 
-PROBE = """
-import sys
-from kvdoctor.cli import main
-sys.argv = ["kvdoctor", *sys.argv[1:]]
-try:
-    main()
-except SystemExit:
-    pass
-print("LOADED:" + ",".join(sorted({n.split(".")[0] for n in sys.modules} & {"pydantic", "rich", "numpy", "yaml"})), file=sys.stderr)
-"""
-
-
-@pytest.mark.parametrize("extra, loaded", [((), ""), (("--deploy", "deploy.yaml"), "pydantic,yaml")])
+@pytest.mark.parametrize("extra, loaded", [((), set()), (("--deploy", "deploy.yaml"), {"pydantic", "yaml"})])
 def test_static_check_builds_no_pydantic_model_without_a_deploy_file(tmp_path, extra, loaded):
     from helpers import make_model
+    from import_probe import SIZING, probe
 
     d = make_model(tmp_path, "kimi-linear", shards=2, edit=lambda c: c.update(auto_map={"AutoModel": "m.M"}))
     (tmp_path / "deploy.yaml").write_text("context_length: 4096\n")
-    proc = subprocess.run([sys.executable, "-c", PROBE, "check", str(d), "--static", "--format", "json", *extra],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert "CFG010" in proc.stdout  # a finding was reported, its catalog entry read without pydantic or YAML
-    assert proc.stderr.strip().splitlines()[-1] == f"LOADED:{loaded}", proc.stderr[-2000:]
+    run = probe(["check", str(d), "--static", "--format", "json", *extra],
+                ("pydantic", "rich", "numpy", "yaml", *SIZING), cwd=tmp_path)
+    assert "CFG010" in run.stdout  # a finding was reported, its catalog entry read without pydantic or YAML
+    assert run.loaded == loaded  # nor any engine's budget model
+
+
+def test_help_imports_no_budget_model_and_budget_does():
+    from import_probe import SIZING, probe
+
+    assert probe(["--help"], SIZING).loaded == set()
+    assert probe(["budget", "--help"], SIZING).loaded == set()  # the command's options, not its models
+    model = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "openai__gpt-oss-20b")
+    run = probe(["budget", model, "--kv-budget", "40GiB", "--format", "json"], SIZING)
+    assert run.returncode == 0 and run.loaded == set(SIZING)  # the probe sees these modules when they load
 
 
 def test_rules_name_the_profile_constants_they_no_longer_import():

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from badinput_gen import GOOD_ENTRY, tiny_config, tree_state
+from badinput_base import tiny_config, tree_state
+from badinput_gen import GOOD_ENTRY
 from helpers import REAL, REAL_NAMES, run
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from badinput_gen import tree_state
+from badinput_base import tree_state
 from helpers import REAL, REAL_NAMES, codes, make_model
 
 from kvdoctor.catalog import builtin_catalog

@@ -15,7 +15,7 @@ from kvdoctor.model import Finding, Source
 
 if TYPE_CHECKING:
     from kvdoctor.budget.facts import ModelFacts
-    from kvdoctor.budget.sglang import Mode as SglangMode
+    from kvdoctor.engines.sglang_cuda.budget import Mode as SglangMode
     from kvdoctor.deploy import Deploy
 
 RULE = Rule(codes=tuple(f"MEM{n:03d}" for n in range(1, 15)))  # runs when the deploy sets budget:
@@ -58,7 +58,7 @@ def findings_for(facts: ModelFacts, budget: Budget, where: dict[str, Source | No
 
 
 def _vllm(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
-    from kvdoctor.budget import vllm
+    from kvdoctor.engines.vllm import budget as vllm
 
     name, m, err = label(b), b.mode, b.error
     if err and err.message.startswith("Failed to promote local KV cache specs"):
@@ -131,7 +131,7 @@ def _vllm_mode_args(b: Budget) -> dict[str, Any]:
 
 
 def _sglang(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
-    from kvdoctor.budget import sglang
+    from kvdoctor.engines.sglang_cuda import budget as sglang
 
     name, m, err = label(b), b.mode, b.error
     if err and err.message.startswith("SWA pool (") and "cannot hold even one request" in err.message:
@@ -174,7 +174,7 @@ def _sglang(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
 
 
 def _sg_mode(b: Budget) -> SglangMode:
-    from kvdoctor.budget import sglang
+    from kvdoctor.engines.sglang_cuda import budget as sglang
 
     m = b.mode
     return sglang.Mode(context_length=m["context_length"], kv_budget_bytes=m_budget(b), page_size=m["page_size"],

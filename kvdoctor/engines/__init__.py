@@ -16,7 +16,7 @@ PROFILES: dict[str, str] = {
     "vllm": "kvdoctor.engines.vllm.profile:VllmProfile",
     "sglang": "kvdoctor.engines.sglang:SglangProfile",
     "sglang-mlx": "kvdoctor.engines.sglang_mlx:SglangMlxProfile",
-    "mlx-lm": "kvdoctor.engines.mlx_lm:MlxLmProfile",
+    "mlx-lm": "kvdoctor.engines.mlx_lm.profile:MlxLmProfile",
 }
 
 

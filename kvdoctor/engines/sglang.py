@@ -5,7 +5,7 @@ deploy file names another recipe) at each tensor-parallel size: TP 1, 2, 4 and 8
 file's `sglang.tp_size`. Shapes are computed here without torch; the `kda_caches` probe builds them.
 What sglang refuses before any cache exists (heads not divisible by the TP size at load, the
 ReplaySSM server-argument guards at start-up) is part of the plan. The same section sizes the
-budget (`kvdoctor.budget.sglang`).
+budget (`kvdoctor.engines.sglang_cuda.budget`).
 """
 from __future__ import annotations
 
@@ -471,7 +471,7 @@ class SglangProfile(EngineProfile):
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
-        from kvdoctor.budget.run import sglang_budgets
+        from kvdoctor.engines.sglang_cuda.budget import budgets
 
         assert isinstance(settings, SglangSettings)
-        return sglang_budgets(facts, settings, inputs, all_modes)
+        return budgets(facts, settings, inputs, all_modes)

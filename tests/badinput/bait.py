@@ -16,11 +16,10 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from badinput_gen import Built, tiny_config
+from badinput_base import Built, base_model, case, tiny_config
 
 from kvdoctor.engines import check_engines
 
-from .base import case, model
 
 INSTALLED_ENGINES = sorted(check_engines())
 
@@ -48,7 +47,7 @@ def _remote_code(engine: str, *flags: str) -> None:
     @case("bait", f"auto-map-{engine}{''.join(flags).replace('--', '-')}")
     def build(tmp: Path) -> Built:
         marker = _marker(tmp)
-        m = model(tmp)
+        m = base_model(tmp)
         cfg = tiny_config()
         cfg.update(auto_map={"AutoConfig": "configuration_evil.EvilConfig",
                              "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"},
@@ -70,7 +69,7 @@ def _planted(id: str, files: dict[str, str], config: dict | None = None) -> None
     @case("bait", id)
     def build(tmp: Path) -> Built:
         marker = _marker(tmp)
-        m = model(tmp)
+        m = base_model(tmp)
         if config:
             cfg = tiny_config()
             cfg.update(config)
@@ -106,7 +105,7 @@ def _pickled(id: str, name: str, keep_safetensors: bool = True, wrap: str = "raw
     @case("bait", id)
     def build(tmp: Path) -> Built:
         marker = _marker(tmp)
-        m = model(tmp, checkpoint=keep_safetensors)
+        m = base_model(tmp, checkpoint=keep_safetensors)
         data = pickle.dumps(_Exec(payload(marker)), protocol=2)
         if wrap == "zip":  # torch.save's zip layout: archive/data.pkl
             with zipfile.ZipFile(m / name, "w") as z:
@@ -139,6 +138,6 @@ _pickled("pickle-named-safetensors", "extra.safetensors")  # beside model.safete
 def _(tmp: Path) -> Built:
     """model.safetensors that is really a pickle: refused as a header, never unpickled."""
     marker = _marker(tmp)
-    m = model(tmp, checkpoint=False)
+    m = base_model(tmp, checkpoint=False)
     (m / "model.safetensors").write_bytes(pickle.dumps(_Exec(payload(marker)), protocol=2))
     return Built(str(m), m, "model.safetensors", marker=marker)

@@ -14,16 +14,13 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from badinput_gen import INDEX, Built
-
-from .base import case, model, read_header, write_header
-
+from badinput_base import INDEX, Built, base_model, case, read_header, write_header
 
 def _edit_entry(id: str, edit: Callable[[dict], Any], ok: bool = False, code: str | None = None) -> None:
     """Change the first tensor's entry of the healthy model's header in place."""
     @case("checkpoint", id)
     def build(tmp: Path) -> Built:
-        m = model(tmp)
+        m = base_model(tmp)
         path = m / "model.safetensors"
         header, data = read_header(path)
         first = next(k for k in header if k != "__metadata__")
@@ -71,7 +68,7 @@ def _whole(id: str, edit: Callable[[dict], Any], ok: bool = False, data_delta: i
     """Change the whole header (add or remove entries, metadata)."""
     @case("checkpoint", id)
     def build(tmp: Path) -> Built:
-        m = model(tmp)
+        m = base_model(tmp)
         path = m / "model.safetensors"
         header, data = read_header(path)
         edit(header)
@@ -97,7 +94,7 @@ _whole("data-one-byte-long", lambda h: None, data_delta=1)
 
 @case("checkpoint", "header-length-zero")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     header, data = read_header(m / "model.safetensors")
     write_header(m / "model.safetensors", header, data, length=0)
     return Built(str(m), m, "model.safetensors")
@@ -105,7 +102,7 @@ def _(tmp: Path) -> Built:
 
 @case("checkpoint", "header-length-one-short")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     header, data = read_header(m / "model.safetensors")
     write_header(m / "model.safetensors", header, data, length=len(json.dumps(header)) - 1)
     return Built(str(m), m, "model.safetensors")
@@ -113,7 +110,7 @@ def _(tmp: Path) -> Built:
 
 @case("checkpoint", "header-length-one-long")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     header, data = read_header(m / "model.safetensors")
     write_header(m / "model.safetensors", header, data, length=len(json.dumps(header)) + 1)
     return Built(str(m), m, "model.safetensors")
@@ -121,7 +118,7 @@ def _(tmp: Path) -> Built:
 
 @case("checkpoint", "seven-byte-file")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     (m / "model.safetensors").write_bytes(b"\x10\0\0\0\0\0\0")  # shorter than the length prefix
     return Built(str(m), m, "model.safetensors")
 
@@ -130,7 +127,7 @@ def _(tmp: Path) -> Built:
 def _(tmp: Path) -> Built:
     """Tensor names are keys, not paths: `../../etc/passwd` is just an unexpected tensor name to
     transformers (reported as unexpected keys) and to kvdoctor (no file is opened by it)."""
-    m = model(tmp)
+    m = base_model(tmp)
     header, data = read_header(m / "model.safetensors")
     header["../../etc/passwd"] = {"dtype": "U8", "shape": [4], "data_offsets": [data, data + 4]}
     write_header(m / "model.safetensors", header, data + 4)
@@ -142,7 +139,7 @@ def _index(id: str, edit: Callable[[dict, list[str], Path], Any], names: str | N
            code: str | None = None, ok: bool = False) -> None:
     @case("index", id)
     def build(tmp: Path) -> Built:
-        m = model(tmp, shards=2)
+        m = base_model(tmp, shards=2)
         index = json.loads((m / INDEX).read_text())
         shards = sorted(set(index["weight_map"].values()))
         edit(index, shards, m)
@@ -193,7 +190,7 @@ def _shard_swap(id: str, make: Callable[[Path, Path], None], names_shard: bool =
     """Replace the first indexed shard by something else."""
     @case("index", id)
     def build(tmp: Path) -> Built:
-        m = model(tmp, shards=2)
+        m = base_model(tmp, shards=2)
         shard = sorted(m.glob("*.safetensors"))[0]
         make(shard, tmp)
         return Built(str(m), m, shard.name)
@@ -219,7 +216,7 @@ _shard_swap("shard-empty-file", lambda shard, tmp: shard.write_bytes(b""))
 def _(tmp: Path) -> Built:
     """Two index names, one file: the second shard then holds the first one's tensors, which the
     index maps elsewhere (transformers would load the wrong tensors)."""
-    m = model(tmp, shards=2)
+    m = base_model(tmp, shards=2)
     first, second = sorted(m.glob("*.safetensors"))
     second.unlink()
     second.symlink_to(first.name)

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from badinput_gen import Built
-
-from .base import case, model
-
+from badinput_base import Built, base_model, case
 
 def _cli(id: str, argv: list[str], names: str, needs_model: bool = True) -> None:
     """`argv` with {m} for a healthy model directory; the error line must contain `names`."""
     @case("cli", id)
     def build(tmp: Path) -> Built:
-        m = model(tmp) if needs_model else tmp
+        m = base_model(tmp) if needs_model else tmp
         return Built(str(m), m, names, argv=tuple(a.replace("{m}", str(m)) for a in argv))
 
 

@@ -9,22 +9,9 @@ read as 1, NaN passing every comparison, `yes` read as true by YAML 1.1 but as a
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from badinput_gen import Built
-
-from .base import case, model
+from badinput_base import deploy_case
 
 MAX_CONTEXT = 1 << 24
-
-
-def _deploy(id: str, text: str | bytes, names: str | None = "deploy.yaml", accepted: bool = False) -> None:
-    @case("deploy", id)
-    def build(tmp: Path) -> Built:
-        m = model(tmp)
-        path = tmp / "deploy.yaml"
-        path.write_bytes(text if isinstance(text, bytes) else text.encode())
-        return Built(str(m), m, None if accepted else names, args=("--deploy", str(path)), accepted=accepted)
 
 
 def _yaml(dotted: str, value: str) -> str:
@@ -39,9 +26,9 @@ def _yaml(dotted: str, value: str) -> str:
 def _field(dotted: str, bad: list[str], good: list[str] = ()) -> None:
     """Each bad spelling refused with the file, its line and the key path; each good one accepted."""
     for value in bad:
-        _deploy(f"{dotted}={value[:24]}", _yaml(dotted, value), names=f"'{dotted}")
+        deploy_case(f"{dotted}={value[:24]}", _yaml(dotted, value), names=f"'{dotted}")
     for value in good:
-        _deploy(f"{dotted}={value[:24]}-ok", _yaml(dotted, value), accepted=True)
+        deploy_case(f"{dotted}={value[:24]}-ok", _yaml(dotted, value), accepted=True)
 
 
 # argparse `type=int` refuses all of these; YAML gives kvdoctor a bool, a float or a string instead.
@@ -109,66 +96,66 @@ for _id, _value in [("binary", "!!binary aGVsbG8="), ("set", "!!set {a, b}"), ("
                     ("non-specific", '! "x"'), ("python-module", "!!python/module:os"),
                     ("python-new", "!!python/object/new:os.system [true]"),
                     ("python-tuple", "!!python/tuple [1, 2]"), ("python-bytes", "!!python/bytes aGk=")]:
-    _deploy(f"tag-{_id}", f"context_length: {_value}\n", names="tag")
-_deploy("tag-directive", "%TAG !e! tag:example.com,2000:\n---\ncontext_length: !e!n 8192\n", names="tag")
-_deploy("tag-on-key", "!!str context_length: 8192\n", names="tag")
-_deploy("tag-in-nested-list", "budget:\n  engines: [!!str vllm]\n", names="budget.engines")
-_deploy("tag-on-section", "sglang_mlx: !!map\n  radix_cache: true\n", names="sglang_mlx")
+    deploy_case(f"tag-{_id}", f"context_length: {_value}\n", names="tag")
+deploy_case("tag-directive", "%TAG !e! tag:example.com,2000:\n---\ncontext_length: !e!n 8192\n", names="tag")
+deploy_case("tag-on-key", "!!str context_length: 8192\n", names="tag")
+deploy_case("tag-in-nested-list", "budget:\n  engines: [!!str vllm]\n", names="budget.engines")
+deploy_case("tag-on-section", "sglang_mlx: !!map\n  radix_cache: true\n", names="sglang_mlx")
 
 # --- aliases: expanded only within the bound --------------------------------------------------------------
-_deploy("alias-reused-scalar",
+deploy_case("alias-reused-scalar",
         "sglang_mlx:\n  chunked_prefill_size: &n 8192\nbudget:\n  kv_budget: 40GiB\n  context: *n\n", accepted=True)
-_deploy("alias-reused-section", "budget:\n  vllm: &v {hma: true}\n  sglang: *v\n", names="budget.sglang.hma")
-_deploy("alias-cycle-mapping", "a: &a {b: *a}\n")
-_deploy("alias-undefined", "context_length: *nowhere\n")
-_deploy("alias-bomb-in-list", "budget:\n  engines: &a [vllm, vllm, vllm, vllm, vllm, vllm, vllm, vllm, vllm, vllm]\n"
+deploy_case("alias-reused-section", "budget:\n  vllm: &v {hma: true}\n  sglang: *v\n", names="budget.sglang.hma")
+deploy_case("alias-cycle-mapping", "a: &a {b: *a}\n")
+deploy_case("alias-undefined", "context_length: *nowhere\n")
+deploy_case("alias-bomb-in-list", "budget:\n  engines: &a [vllm, vllm, vllm, vllm, vllm, vllm, vllm, vllm, vllm, vllm]\n"
         + "".join(f"x{i}: &x{i} [{', '.join(['*' + ('a' if i == 0 else f'x{i - 1}')] * 10)}]\n" for i in range(6)))
-_deploy("alias-bomb-mappings", "a: &a {k0: 1, k1: 1, k2: 1, k3: 1, k4: 1, k5: 1, k6: 1, k7: 1, k8: 1, k9: 1}\n"
+deploy_case("alias-bomb-mappings", "a: &a {k0: 1, k1: 1, k2: 1, k3: 1, k4: 1, k5: 1, k6: 1, k7: 1, k8: 1, k9: 1}\n"
         + "".join(f"b{i}: &b{i} {{{', '.join(f'm{j}: *' + ('a' if i == 0 else f'b{i - 1}') for j in range(10))}}}\n"
                   for i in range(6)))
-_deploy("merge-key", "base: &b {tp: 2}\nbudget:\n  vllm:\n    <<: *b\n")  # no merge keys in YAML 1.2: '<<' is a key
+deploy_case("merge-key", "base: &b {tp: 2}\nbudget:\n  vllm:\n    <<: *b\n")  # no merge keys in YAML 1.2: '<<' is a key
 
 # --- depth ------------------------------------------------------------------------------------------------
-_deploy("depth-65-flow-maps", "x: " + "{a: " * 65 + "1" + "}" * 65 + "\n", names="nests")
-_deploy("depth-65-block", "".join("  " * i + "a:\n" for i in range(65)) + "  " * 65 + "b: 1\n", names="nests")
-_deploy("depth-64-sequences-in-known-key", "budget:\n  engines: " + "[" * 62 + "]" * 62 + "\n", names="budget.engines")
+deploy_case("depth-65-flow-maps", "x: " + "{a: " * 65 + "1" + "}" * 65 + "\n", names="nests")
+deploy_case("depth-65-block", "".join("  " * i + "a:\n" for i in range(65)) + "  " * 65 + "b: 1\n", names="nests")
+deploy_case("depth-64-sequences-in-known-key", "budget:\n  engines: " + "[" * 62 + "]" * 62 + "\n", names="budget.engines")
 
 # --- duplicate keys, by the value the key spells (Python would keep one silently) -------------------------
-_deploy("dup-plain-and-quoted", 'engine: hf\n"engine": hf\n', names="twice")
-_deploy("dup-nested", "budget:\n  vllm:\n    tp: 1\n    tp: 2\n", names="budget.vllm.tp")
-_deploy("dup-int-spellings", "sglang_mlx:\n  full_kv_pool_index_by_layer: {1: 0, 0x1: 1}\n", names="twice")
-_deploy("dup-true-spellings", "x: {true: 1, True: 2}\n", names="twice")
-_deploy("dup-null-spellings", "x: {null: 1, ~: 2}\n", names="twice")
-_deploy("dup-int-and-float", "x: {1: a, 1.0: b}\n", names="twice")
-_deploy("dup-in-flow-and-block", "budget: {context: 8}\nbudget:\n  context: 9\n", names="twice")
-_deploy("not-dup-string-and-int", "sglang_mlx:\n  full_kv_pool_index_by_layer: {1: 0, '1': 1}\n",
+deploy_case("dup-plain-and-quoted", 'engine: hf\n"engine": hf\n', names="twice")
+deploy_case("dup-nested", "budget:\n  vllm:\n    tp: 1\n    tp: 2\n", names="budget.vllm.tp")
+deploy_case("dup-int-spellings", "sglang_mlx:\n  full_kv_pool_index_by_layer: {1: 0, 0x1: 1}\n", names="twice")
+deploy_case("dup-true-spellings", "x: {true: 1, True: 2}\n", names="twice")
+deploy_case("dup-null-spellings", "x: {null: 1, ~: 2}\n", names="twice")
+deploy_case("dup-int-and-float", "x: {1: a, 1.0: b}\n", names="twice")
+deploy_case("dup-in-flow-and-block", "budget: {context: 8}\nbudget:\n  context: 9\n", names="twice")
+deploy_case("not-dup-string-and-int", "sglang_mlx:\n  full_kv_pool_index_by_layer: {1: 0, '1': 1}\n",
         names="full_kv_pool_index_by_layer")  # distinct keys; the string one is no layer number
 
 # --- YAML 1.1 spellings, read the YAML 1.2 way (strings) ---------------------------------------------------
-_deploy("yaml11-sexagesimal", "context_length: 1:30\n", names="context_length")  # 1.1: 90
-_deploy("yaml11-date", "sglang_mlx:\n  chunked_prefill_size: 2024-01-01\n", names="chunked_prefill_size")
-_deploy("yaml11-norway", "engine: no\n", names="deploy")  # 1.1: false; here the engine 'no', unknown
-_deploy("yaml11-octal", "context_length: 010\n", accepted=True)  # 1.2: decimal 10 (1.1 read 8)
+deploy_case("yaml11-sexagesimal", "context_length: 1:30\n", names="context_length")  # 1.1: 90
+deploy_case("yaml11-date", "sglang_mlx:\n  chunked_prefill_size: 2024-01-01\n", names="chunked_prefill_size")
+deploy_case("yaml11-norway", "engine: no\n", names="deploy")  # 1.1: false; here the engine 'no', unknown
+deploy_case("yaml11-octal", "context_length: 010\n", accepted=True)  # 1.2: decimal 10 (1.1 read 8)
 
 # --- encodings and framing ----------------------------------------------------------------------------------
-_deploy("empty-file", b"", accepted=True)  # every setting at the engine's default
-_deploy("comments-only", "# nothing set\n# yet\n", accepted=True)
-_deploy("document-marker-only", "---\n", accepted=True)
-_deploy("null-document", "~\n", accepted=True)
-_deploy("crlf", "engine: hf\r\ncontext_length: 4096\r\n", accepted=True)
-_deploy("utf8-bom", b"\xef\xbb\xbfcontext_length: 4096\n", accepted=True)  # YAML allows a leading BOM
-_deploy("utf16-bom", "context_length: 4096\n".encode("utf-16"))  # YAML allows it; kvdoctor reads UTF-8 only
-_deploy("nul-byte", b"context_length: 40\x0096\n")  # not printable: YAML refuses
-_deploy("bel-control", b"engine: h\x07f\n")
-_deploy("document-end-then-more", "context_length: 4096\n...\nengine: hf\n")
-_deploy("huge-comment-under-bound", "# " + "x" * 900_000 + "\ncontext_length: 4096\n", accepted=True)
+deploy_case("empty-file", b"", accepted=True)  # every setting at the engine's default
+deploy_case("comments-only", "# nothing set\n# yet\n", accepted=True)
+deploy_case("document-marker-only", "---\n", accepted=True)
+deploy_case("null-document", "~\n", accepted=True)
+deploy_case("crlf", "engine: hf\r\ncontext_length: 4096\r\n", accepted=True)
+deploy_case("utf8-bom", b"\xef\xbb\xbfcontext_length: 4096\n", accepted=True)  # YAML allows a leading BOM
+deploy_case("utf16-bom", "context_length: 4096\n".encode("utf-16"))  # YAML allows it; kvdoctor reads UTF-8 only
+deploy_case("nul-byte", b"context_length: 40\x0096\n")  # not printable: YAML refuses
+deploy_case("bel-control", b"engine: h\x07f\n")
+deploy_case("document-end-then-more", "context_length: 4096\n...\nengine: hf\n")
+deploy_case("huge-comment-under-bound", "# " + "x" * 900_000 + "\ncontext_length: 4096\n", accepted=True)
 # kda_recipe is read by --engine sglang only:
-_deploy("huge-string-value", 'sglang:\n  kda_recipe: "' + "x" * 900_000 + '"\n', accepted=True)
-_deploy("unicode-unknown-key", "c\u00f6ntext_length: 4096\n", names="c\u00f6ntext_length")
-_deploy("key-is-list", "? [a, b]\n: 1\n")
-_deploy("key-is-null", "~: 1\n")
-_deploy("anchor-on-key-name-typo", "&a context_lenght: 4096\n", names="context_lenght")
-_deploy("healthy-full", """engine: hf
+deploy_case("huge-string-value", 'sglang:\n  kda_recipe: "' + "x" * 900_000 + '"\n', accepted=True)
+deploy_case("unicode-unknown-key", "c\u00f6ntext_length: 4096\n", names="c\u00f6ntext_length")
+deploy_case("key-is-list", "? [a, b]\n: 1\n")
+deploy_case("key-is-null", "~: 1\n")
+deploy_case("anchor-on-key-name-typo", "&a context_lenght: 4096\n", names="context_lenght")
+deploy_case("healthy-full", """engine: hf
 context_length: 8192
 sglang_mlx: {chunked_prefill_size: 4096, radix_cache: true, use_custom_rope: false, pool_size: 8}
 sglang: {tp_size: 2, enable_linear_replayssm: false, linear_replayssm_cache_len: 16, mamba_ssm_dtype: bfloat16}

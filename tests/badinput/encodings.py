@@ -11,22 +11,16 @@ transformers, and says so in the comment.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
-from badinput_gen import INDEX, Built, tiny_config
-
-from .base import case, model, read_header, write_header
+from badinput_base import INDEX, Built, base_model, case, config_case, read_header, tiny_config, write_header
 
 GOOD = json.dumps(tiny_config(), indent=2)
 BODY = GOOD[1:-1].strip()  # the members, to wrap in other syntax
 
 
-def _config(id: str, content: bytes | str, ok: bool = False) -> None:
-    @case("encoding", id)
-    def build(tmp: Path) -> Built:
-        m = model(tmp)
-        (m / "config.json").write_bytes(content.encode() if isinstance(content, str) else content)
-        return Built(str(m), m, None if ok else "config.json")
+_config = partial(config_case, "encoding")  # (id, content, ok=False)
 
 
 def _with(extra: str) -> str:
@@ -128,7 +122,7 @@ _config("case-differs-not-duplicate", _with('"Num_Hidden_Layers": 3'), ok=True) 
 def _index(id: str, transform, ok: bool = False) -> None:
     @case("encoding", f"index-{id}")
     def build(tmp: Path) -> Built:
-        m = model(tmp, shards=2)
+        m = base_model(tmp, shards=2)
         (m / INDEX).write_bytes(transform((m / INDEX).read_bytes()))
         return Built(str(m), m, None if ok else INDEX)
 
@@ -148,7 +142,7 @@ _index("minified", lambda b: json.dumps(json.loads(b), separators=(",", ":")).en
 def _header(id: str, transform, ok: bool = False) -> None:
     @case("encoding", f"header-{id}")
     def build(tmp: Path) -> Built:
-        m = model(tmp)
+        m = base_model(tmp)
         path = m / "model.safetensors"
         header, data = read_header(path)
         write_header(path, transform(json.dumps(header).encode()), data)

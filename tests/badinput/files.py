@@ -13,9 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from badinput_gen import INDEX, Built, _hf_repo, tiny_config
-
-from .base import bind_socket, case, model
+from badinput_base import INDEX, Built, base_model, bind_socket, case, hf_repo, tiny_config
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -29,7 +27,7 @@ def _link(path: Path, target: str | Path) -> None:
 # --- links inside the model directory: followed, like transformers follows them ------------------------
 @case("files", "config-link-into-subdir")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     (m / "sub").mkdir()
     (m / "config.json").rename(m / "sub" / "real.json")
     _link(m / "config.json", "sub/real.json")
@@ -38,7 +36,7 @@ def _(tmp: Path) -> Built:
 
 @case("files", "config-absolute-link-inside")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     (m / "config.json").rename(m / "real.json")
     _link(m / "config.json", m / "real.json")
     return Built(str(m), m, None)
@@ -46,7 +44,7 @@ def _(tmp: Path) -> Built:
 
 @case("files", "shard-link-chain-inside")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     (m / "model.safetensors").rename(m / "c.bin")
     _link(m / "b.link", "c.bin")
     _link(m / "model.safetensors", "b.link")
@@ -56,7 +54,7 @@ def _(tmp: Path) -> Built:
 @case("files", "link-out-and-back-in")
 def _(tmp: Path) -> Built:
     """config.json -> ../hop/x -> ../model/real.json: it resolves inside the model directory."""
-    m = model(tmp)
+    m = base_model(tmp)
     (tmp / "hop").mkdir()
     (m / "config.json").rename(m / "real.json")
     _link(tmp / "hop" / "x", "../model/real.json")
@@ -66,20 +64,20 @@ def _(tmp: Path) -> Built:
 
 @case("files", "model-dir-is-a-link")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     (tmp / "alias").symlink_to(m)  # the user named the link: its target is the model directory
     return Built(str(tmp / "alias"), m, None)
 
 
 @case("files", "target-with-trailing-slash")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     return Built(str(m) + "/", m, None)
 
 
 @case("files", "target-with-dotdot")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     (tmp / "side").mkdir()
     return Built(str(tmp / "side" / ".." / "model"), m, None)
 
@@ -87,7 +85,7 @@ def _(tmp: Path) -> Built:
 @case("files", "hardlinked-config")
 def _(tmp: Path) -> Built:
     """A hard link is the file itself: nothing to refuse."""
-    m = model(tmp)
+    m = base_model(tmp)
     (tmp / "shared.json").write_text(json.dumps(tiny_config()))
     (m / "config.json").unlink()
     os.link(tmp / "shared.json", m / "config.json")
@@ -97,7 +95,7 @@ def _(tmp: Path) -> Built:
 @case("files", "unrelated-broken-links")
 def _(tmp: Path) -> Built:
     """Files kvdoctor never reads may be anything (transformers would not read them either)."""
-    m = model(tmp)
+    m = base_model(tmp)
     _link(m / "tokenizer.json", "gone.json")
     _link(m / "loop.txt", "loop.txt")
     _link(m / "passwd", "/etc/passwd")
@@ -110,7 +108,7 @@ for _name, _target in [("config.json", "/etc/passwd"), ("config.json", "/proc/se
                        ("config.json", "/dev/null"), ("model.safetensors", "/dev/zero"),
                        ("model.safetensors", "/proc/self/mem"), ("config.json", "/")]:
     def _out(tmp: Path, name=_name, target=_target) -> Built:
-        m = model(tmp)
+        m = base_model(tmp)
         _link(m / name, target)
         return Built(str(m), m, name)
     case("files", f"{_name.split('.')[0]}-link-to-{_target.strip('/').replace('/', '-') or 'root'}")(_out)
@@ -118,7 +116,7 @@ for _name, _target in [("config.json", "/etc/passwd"), ("config.json", "/proc/se
 
 @case("files", "config-relative-link-out")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     (tmp / "other.json").write_text(json.dumps(tiny_config()))
     _link(m / "config.json", "../other.json")
     return Built(str(m), m, "config.json")
@@ -126,15 +124,15 @@ def _(tmp: Path) -> Built:
 
 @case("files", "shard-link-to-sibling-model")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
-    other = model(tmp / "sibling")
+    m = base_model(tmp)
+    other = base_model(tmp / "sibling")
     _link(m / "model.safetensors", other / "model.safetensors")
     return Built(str(m), m, "model.safetensors")
 
 
 @case("files", "index-link-to-outside-dir")
 def _(tmp: Path) -> Built:
-    m = model(tmp, shards=2)
+    m = base_model(tmp, shards=2)
     (tmp / "idx").mkdir()
     (m / INDEX).rename(tmp / "idx" / INDEX)
     _link(m / INDEX, tmp / "idx" / INDEX)
@@ -144,7 +142,7 @@ def _(tmp: Path) -> Built:
 # --- special files where a file belongs: a FIFO would block transformers' open(); refused at once -------
 for _name in ("config.json", "model.safetensors", INDEX):
     def _special(tmp: Path, name=_name, kind="fifo") -> Built:
-        m = model(tmp, shards=2 if name == INDEX else 1)
+        m = base_model(tmp, shards=2 if name == INDEX else 1)
         (m / name).unlink()
         if kind == "fifo":
             os.mkfifo(m / name)
@@ -163,7 +161,7 @@ for _name in ("config.json", "model.safetensors", INDEX):
 
 @case("files", "indexed-shard-socket")
 def _(tmp: Path) -> Built:
-    m = model(tmp, shards=2)
+    m = base_model(tmp, shards=2)
     shard = sorted(m.glob("*.safetensors"))[1]
     shard.unlink()
     bind_socket(shard)
@@ -172,7 +170,7 @@ def _(tmp: Path) -> Built:
 
 @case("files", "indexed-shard-directory")
 def _(tmp: Path) -> Built:
-    m = model(tmp, shards=2)
+    m = base_model(tmp, shards=2)
     shard = sorted(m.glob("*.safetensors"))[0]
     shard.unlink()
     shard.mkdir()
@@ -181,7 +179,7 @@ def _(tmp: Path) -> Built:
 
 @case("files", "indexed-shard-dangling-link")
 def _(tmp: Path) -> Built:
-    m = model(tmp, shards=2)
+    m = base_model(tmp, shards=2)
     shard = sorted(m.glob("*.safetensors"))[0]
     _link(shard, "nowhere.safetensors")
     return Built(str(m), m, shard.name)
@@ -207,14 +205,14 @@ def _(tmp: Path) -> Built:
 
 @case("files", "config-empty-file")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     (m / "config.json").write_bytes(b"")  # json.loads(""): "Expecting value"
     return Built(str(m), m, "config.json")
 
 
 @case("files", "config-sparse-16mib-plus-one")
 def _(tmp: Path) -> Built:
-    m = model(tmp)
+    m = base_model(tmp)
     with (m / "config.json").open("r+b") as fh:
         fh.truncate(16 * 1024 * 1024 + 1)  # one byte past the bound: refused before a byte is read
     return Built(str(m), m, "config.json")
@@ -222,7 +220,7 @@ def _(tmp: Path) -> Built:
 
 @case("files", "index-sparse-huge")
 def _(tmp: Path) -> Built:
-    m = model(tmp, shards=2)
+    m = base_model(tmp, shards=2)
     with (m / INDEX).open("r+b") as fh:
         fh.truncate(1 << 40)  # a 1 TiB hole
     return Built(str(m), m, INDEX)
@@ -233,7 +231,7 @@ def _cache(tmp: Path, shards: int = 1) -> tuple[Path, Path, Path]:
     """(cache, repo folder, snapshot folder), laid out as huggingface_hub lays it out."""
     cache = tmp / "hub"
     repo = cache / "models--acme--tiny"
-    built = model(tmp / "src", shards=shards)
+    built = base_model(tmp / "src", shards=shards)
     snap = repo / "snapshots" / COMMIT
     (repo / "blobs").mkdir(parents=True)
     snap.mkdir(parents=True)
@@ -356,5 +354,5 @@ def _(tmp: Path) -> Built:
 
 @case("cache", "legacy-helper-still-loads")
 def _(tmp: Path) -> Built:
-    cache, repo = _hf_repo(tmp, "acme/legacy")
+    cache, repo = hf_repo(tmp, "acme/legacy")
     return Built("acme/legacy", repo, None, env=_env(cache))

@@ -6,7 +6,7 @@ python/sglang/srt/.
 """
 from __future__ import annotations
 
-from kvdoctor.budget.sglang import EXTRA_BUFFER_ARCHS, HYBRID_SWA_ARCHS  # noqa: F401  (one copy of each list)
+from kvdoctor.engines.sglang_cuda.budget import EXTRA_BUFFER_ARCHS, HYBRID_SWA_ARCHS  # noqa: F401  (one copy of each list)
 
 TAG = "v0.5.23"
 BLOB = f"https://github.com/sgl-project/sglang/blob/{TAG}/python/sglang/srt"

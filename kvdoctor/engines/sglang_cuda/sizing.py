@@ -1,10 +1,10 @@
 """Tokens per pool and max running requests for a KV budget, through kvdoctor's SGLang budget calculator
-(kvdoctor.budget.sglang, itself checked against SGLang's own sizing in goldens/sglang.json)."""
+(kvdoctor.engines.sglang_cuda.budget, itself checked against SGLang's own sizing in goldens/sglang.json)."""
 from __future__ import annotations
 
 from typing import Any
 
-from kvdoctor.budget import sglang as budget
+from kvdoctor.engines.sglang_cuda import budget
 from kvdoctor.budget.facts import facts_from_spec
 from kvdoctor.engines.sglang_cuda.pools import as_sglang_builds
 from kvdoctor.engines.sglang_cuda.refusals import derived_context_length

@@ -3,7 +3,7 @@
 The order is vLLM's: the config stage (transformers' layer_types check, max_model_len against the derived
 limit, TP against the heads, the HMA decision), the model class's per-layer specs (specs.py), then KV
 planning (HMA-off promotion, hybrid block alignment, page unification, grouping, the admission check
-against `kv_budget`), the latter through kvdoctor.budget.vllm, which goldens/vllm.json checks.
+against `kv_budget`), the latter through kvdoctor.engines.vllm.budget, which goldens/vllm.json checks.
 Page sizes are the CUDA ones (FlashAttention / FlashAttention-MLA on an H200: block 16 unless set);
 a CPU start-up picks other blocks. Imports no torch.
 """
@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from kvdoctor.budget import vllm as budget_vllm
 from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
@@ -29,6 +28,7 @@ from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, SLIDING, SPARSE
 
 if TYPE_CHECKING:
     from kvdoctor.budget.common import Budget
+    from kvdoctor.engines.vllm import budget as budget_vllm
     from kvdoctor.budget.facts import ModelFacts
     from kvdoctor.budget.settings import BudgetSettings
 
@@ -82,14 +82,16 @@ class VllmProfile(EngineProfile):
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
-        from kvdoctor.budget.run import vllm_budgets
-
         settings = settings if isinstance(settings, VllmSettings) else VllmSettings()
         try:
             hma = hma_decision(config, settings)[0]
         except Startup:
             hma = True  # forced on where vLLM refuses it (VLM008, reported by check): size it as asked
-        return vllm_budgets(facts, settings, inputs, all_modes, hma)
+        # the sizing model loads where it is used: a deploy file loads every profile class (for its Settings),
+        # and `check --static` must not load it
+        from kvdoctor.engines.vllm import budget as budget_vllm
+
+        return budget_vllm.budgets(facts, settings, inputs, all_modes, hma)
 
     def probes(self) -> Sequence[Probe]:
         from kvdoctor.engines.vllm.probe import PagedCacheProbe
@@ -146,6 +148,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if why_not is not None:
             facts = dataclasses.replace(facts, unmodeled=why_not)
             return Plan("vllm", {"vllm": VERSION}, layers, (), facts, (*notes, why_not))
+        from kvdoctor.engines.vllm import budget as budget_vllm
+
         budget = budget_vllm.plan(bfacts, mode)
         notes += budget.notes
         layers = layer_plans(interp, bfacts, budget, hma)
@@ -224,6 +228,8 @@ def hma_decision(config: Mapping[str, Any], settings: VllmSettings) -> tuple[boo
 
 
 def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budget_vllm.Mode:
+    from kvdoctor.engines.vllm import budget as budget_vllm
+
     budget = settings.kv_budget_bytes
     mode = budget_vllm.Mode(
         max_model_len=length or 2048, kv_budget_bytes=budget if budget is not None else UNBOUNDED,
@@ -265,7 +271,7 @@ def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[Lay
         else:
             heads, head_size = info["kv_heads_per_rank"], info["head_size"]
             if layer.spec != S.MLA:
-                head_size //= 2  # budget.vllm's head_size counts K and V
+                head_size //= 2  # engines.vllm.budget's head_size counts K and V
             extra.update(num_kv_heads=heads, head_size=head_size, page_size_bytes=block * info["bytes_per_token"],
                          block_size=block)
         if layer.chunk:

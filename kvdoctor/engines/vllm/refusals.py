@@ -109,7 +109,7 @@ def qwen2_window_layers(max_window_layers, layers: int) -> Startup:
                    "open an issue to discuss this feature.", key="max_window_layers")
 
 
-# kvdoctor.budget.vllm raises these with vLLM's text; the profile files them under their codes.
+# kvdoctor.engines.vllm.budget raises these with vLLM's text; the profile files them under their codes.
 BUDGET_CODES = (("Failed to promote local KV cache specs", "MEM002"), ("To serve at least one request", "MEM004"),
                 ("No available memory for the cache blocks", "VLM006"), ("cannot be padded", "VLM010"))
 KEYS = {"MEM002": "disable_hybrid_kv_cache_manager", "VLM004": "disable_hybrid_kv_cache_manager",

@@ -10,12 +10,17 @@ File:line references are to the mlx_lm 0.32.2 wheel.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal
 from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
+
+if TYPE_CHECKING:
+    from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.engines.mlx_lm.profile import MlxLmSettings
 
 VERSION = PINS["mlx-lm"]
 STEP = 256  # KVCache / RotatingKVCache / QuantizedKVCache growth step
@@ -207,7 +212,7 @@ def describe_mode(facts: ModelFacts, mode: Mode, honoured: bool | None) -> dict[
 
 def plan(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> Budget:
     budget = Budget("mlx-lm", VERSION, describe_mode(facts, mode, None),
-                    provenance={"formula": "kvdoctor.budget.mlxlm", "checked_against": "goldens/mlx.json",
+                    provenance={"formula": "kvdoctor.engines.mlx_lm.budget", "checked_against": "goldens/mlx.json",
                                 "refs": [f"mlx_lm/{r}" for r in REFS.values()]})
     budget.capacity = {"unit": "requests", "context": mode.context}
     try:
@@ -237,3 +242,61 @@ def plan(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> Budget:
     budget.capacity.update(per_request_bytes=per_request, peak_prefill_bytes=sim["peak_bytes"],
                            max_concurrency=mode.kv_budget_bytes / per_request if per_request else None)
     return budget
+
+
+# --- the budget half of the mlx-lm profile: the `mlx_lm:` section's modes, the memory, one Budget per mode
+
+def usable_memory(gpu: int, weights: int) -> tuple[int, str]:
+    """Unified memory: what the weights leave (mlx-lm reserves nothing of its own)."""
+    return gpu - weights, f"unified memory {gpu} B - weights {weights} B"
+
+
+def modes(facts: ModelFacts, s: MlxLmSettings, context: int, memory: int, all_modes: bool) -> list[Mode]:
+    base = Mode(context=context, kv_budget_bytes=memory, max_kv_size=s.max_kv_size, kv_bits=s.kv_bits,
+                kv_group_size=s.kv_group_size, quantized_kv_start=s.quantized_kv_start,
+                prefill_step_size=s.prefill_step_size)
+    if not all_modes:
+        return [base]
+    out = [base]
+    for bits in (8, 4):
+        if bits != base.kv_bits:
+            out.append(replace(base, kv_bits=bits))
+    if base.max_kv_size is None:
+        out.append(replace(base, max_kv_size=min(4096, context)))
+    return out
+
+
+def budgets(facts: ModelFacts, config: dict[str, Any], s: MlxLmSettings, inputs: BudgetSettings,
+            all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+    memory, how = kv_memory("mlx-lm", facts, inputs, usable_memory)
+    context = default_context(facts, inputs)
+    chosen = modes(facts, s, context, memory, all_modes)
+    out = [plan(facts, m, config) for m in chosen]
+    for m, b in zip(chosen, out):
+        b.capacity["max_context_fit"] = max_context_fit(facts, config, m, b)
+    return with_memory(out, memory), how
+
+
+def max_context_fit(facts: ModelFacts, config: dict, mode: Mode, budget: Budget) -> int | None:
+    """The longest prompt, up to the requested context, whose caches fit the budget at their
+    prefill peak (as vLLM searches up to max_model_len); None when the mode fails."""
+    if budget.error is not None:
+        return None
+    kinds, _ = layer_caches(facts, mode, config)
+
+    def fits(t: int) -> bool:
+        try:
+            return simulate(facts, replace(mode, context=t), kinds)["peak_bytes"] <= mode.kv_budget_bytes
+        except EngineRefusal:
+            return False
+
+    if not fits(1):
+        return 0
+    hi = mode.context
+    if fits(hi):
+        return hi
+    lo = 1
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo

@@ -8,11 +8,16 @@ capacity as concurrency at max_model_len. File:line references are to the vllm 0
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB, cdiv
 from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
+
+if TYPE_CHECKING:
+    from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.engines.vllm.settings import VllmSettings
 
 VERSION = PINS["vllm"]
 DEFAULT_BLOCK = 16  # CacheConfig.DEFAULT_BLOCK_SIZE; FlashAttention(-MLA) on SM90 take any multiple of 16
@@ -340,7 +345,7 @@ def describe_mode(facts: ModelFacts, mode: Mode) -> dict[str, Any]:
 def plan(facts: ModelFacts, mode: Mode) -> Budget:
     """vLLM's plan for this model in this mode: groups, pool, capacity, or the error it raises."""
     budget = Budget("vllm", VERSION, describe_mode(facts, mode),
-                    provenance={"formula": "kvdoctor.budget.vllm", "checked_against": "goldens/vllm.json",
+                    provenance={"formula": "kvdoctor.engines.vllm.budget", "checked_against": "goldens/vllm.json",
                                 "refs": [f"vllm/{r}" for r in REFS.values()]})
     budget.capacity = {"unit": "request_tokens_at_L", "max_model_len": mode.max_model_len}
     try:
@@ -402,3 +407,49 @@ def _fill_layer_kinds(budget: Budget, facts: ModelFacts, mode: Mode, specs: list
                                "reserved_blocks_per_request": spec.blocks_per_request(mode, mode.max_model_len)}
         row["layers"] += 1
     budget.layer_kinds = list(rows.values())
+
+
+# --- the budget half of the vLLM profile: the `vllm:` section's modes, the memory, one Budget per mode
+
+GPU_UTILIZATION = 0.92  # config/cache.py:215 default in 0.33.0
+
+
+def usable_memory(gpu: int, weights: int) -> tuple[int, str]:
+    """What vLLM leaves for KV caches on a GPU of `gpu` bytes (before its activation profile)."""
+    return int(gpu * GPU_UTILIZATION) - weights, (
+        f"GPU {gpu} B x gpu_memory_utilization {GPU_UTILIZATION} - weights {weights} B per rank; "
+        "the activation peak vLLM profiles is not subtracted")
+
+
+def modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, all_modes: bool,
+          hma: bool = True) -> list[Mode]:
+    """The modes of the `vllm:` section (vLLM's names; unset knobs at vLLM's defaults). `hma` is the
+    profile's decision (the deploy flag, or vLLM's own choice when unset)."""
+    base = Mode(max_model_len=context, kv_budget_bytes=memory, kv_cache_dtype=s.kv_cache_dtype,
+                tp=s.tensor_parallel_size, hma=hma, prefix_caching=s.enable_prefix_caching is not False,
+                num_speculative_tokens=s.num_speculative_tokens, async_scheduling=s.async_scheduling,
+                block_size=s.block_size)
+    given: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", s.max_num_batched_tokens),
+                               ("max_num_seqs", s.max_num_seqs)) if v is not None}
+    base = replace(base, **given)
+    if not all_modes:
+        return [base]
+    out = [base, replace(base, hma=not base.hma)]
+    if base.kv_cache_dtype == "auto":
+        out.append(replace(base, kv_cache_dtype="fp8"))
+    if facts.state_kind:
+        out.append(replace(base, prefix_caching=not base.prefix_caching))
+    if facts.windows:
+        out.append(replace(base, max_num_batched_tokens=2048, async_scheduling=False))
+    return out
+
+
+def budgets(facts: ModelFacts, s: VllmSettings, inputs: BudgetSettings, all_modes: bool,
+            hma: bool = True) -> tuple[list[Budget], dict[str, Any]]:
+    """The `vllm:` section's max_model_len and kv_budget stand in for budget.context / budget.kv_budget
+    when those are not given."""
+    if inputs.kv_budget is None and s.kv_budget is not None:
+        inputs = inputs.model_copy(update={"kv_budget": s.kv_budget})
+    memory, how = kv_memory("vllm", facts, inputs, usable_memory, tp=s.tensor_parallel_size)
+    context = inputs.context or s.max_model_len or default_context(facts, inputs)
+    return with_memory([plan(facts, m) for m in modes(facts, s, context, memory, all_modes, hma)], memory), how

@@ -11,12 +11,18 @@ sglang 0.5.23 wheel (`srt/`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB, MiB
 from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
+
+if TYPE_CHECKING:
+    from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.engines.sglang import SglangSettings
 
 VERSION = PINS["sglang"]
 MAMBA_SLOTS_PER_REQUEST = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO with the radix cache on
@@ -306,7 +312,7 @@ def describe_mode(facts: ModelFacts, mode: Mode) -> dict[str, Any]:
 
 def plan(facts: ModelFacts, mode: Mode) -> Budget:
     budget = Budget("sglang", VERSION, describe_mode(facts, mode),
-                    provenance={"formula": "kvdoctor.budget.sglang", "checked_against": "goldens/sglang.json",
+                    provenance={"formula": "kvdoctor.engines.sglang_cuda.budget", "checked_against": "goldens/sglang.json",
                                 "refs": [f"sglang/{r}" for r in REFS.values()]})
     budget.capacity = {"unit": "pool_tokens", "context_length": mode.context_length}
     cell = attention_cell(facts, mode)
@@ -356,3 +362,48 @@ def _layers_in(facts: ModelFacts, mode: Mode, pool: str) -> int:
     if hybrid_swa(facts, mode) and kinds["sliding"]:
         return kinds["full"]
     return kinds["full"] + kinds["sliding"] + kinds["mla"]
+
+
+# --- the budget half of the SGLang profile: the `sglang:` section's modes, the memory, one Budget per mode
+
+MIN_RESERVE = 10 * GiB  # arg_groups/memory_hook.py: reserve floor on GPUs over 60 GiB
+
+
+def usable_memory(gpu: int, weights: int, chunked_prefill_size: int = 0) -> tuple[int, str]:
+    """What SGLang leaves for KV caches and state on a GPU of `gpu` bytes (mem_fraction_static)."""
+    reserve = max(MIN_RESERVE, (512 + int(1.5 * max(chunked_prefill_size, 2048))) << 20)
+    return gpu - reserve - weights, (f"GPU {gpu} B - reserved {reserve} B (mem_fraction_static) - "
+                                     f"weights {weights} B per rank")
+
+
+def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_modes: bool) -> list[Mode]:
+    base = Mode(context_length=context, kv_budget_bytes=memory, page_size=s.page_size,
+                swa_full_tokens_ratio=s.swa_full_tokens_ratio, disable_hybrid_swa_memory=s.disable_hybrid_swa_memory,
+                kv_cache_dtype=s.kv_cache_dtype, tp=s.tp_size or 1, max_mamba_cache_size=s.max_mamba_cache_size,
+                mamba_full_memory_ratio=s.mamba_full_memory_ratio, mamba_ssm_dtype=s.mamba_ssm_dtype,
+                radix_cache=s.radix_cache, max_running_requests=s.max_running_requests,
+                max_total_tokens=s.max_total_tokens, chunked_prefill_size=s.chunked_prefill_size)
+    if not all_modes:
+        return [base]
+    out = [base]
+    if hybrid_swa(facts, base) and facts.windows:
+        out += [replace(base, swa_full_tokens_ratio=r) for r in (0.5, 0.2) if r != base.swa_full_tokens_ratio]
+        out.append(replace(base, disable_hybrid_swa_memory=True))
+    if facts.state_kind:
+        other = "bfloat16" if ssm_dtype(facts, base) == "float32" else "float32"
+        out += [replace(base, mamba_ssm_dtype=other), replace(base, radix_cache=not base.radix_cache)]
+    if base.kv_cache_dtype == "auto":
+        out.append(replace(base, kv_cache_dtype="fp8_e4m3"))
+    return out
+
+
+def budgets(facts: ModelFacts, s: SglangSettings, inputs: BudgetSettings,
+            all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+    usable = partial(usable_memory, chunked_prefill_size=s.chunked_prefill_size)
+    memory, how = kv_memory("sglang", facts, inputs, usable, tp=s.tp_size or 1)
+    context = default_context(facts, inputs)
+    out = with_memory([plan(facts, m) for m in modes(facts, s, context, memory, all_modes)], memory)
+    for b in out:
+        if b.error is None:
+            b.capacity["max_context_fit"] = b.capacity["max_total_num_tokens"]
+    return out, how

@@ -1,5 +1,5 @@
 """`mlx-lm`: mlx-lm's own generation loop (version in kvdoctor.engines.pins). The budget half only: the
-per-request caches in kvdoctor.budget.mlxlm. (`sglang-mlx` is sglang's MLX backend over mlx-lm models.)"""
+per-request caches in kvdoctor.engines.mlx_lm.budget. (`sglang-mlx` is sglang's MLX backend over mlx-lm models.)"""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Optional
@@ -34,7 +34,7 @@ class MlxLmProfile(EngineProfile):
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
-        from kvdoctor.budget.run import mlx_budgets
+        from kvdoctor.engines.mlx_lm.budget import budgets
 
         assert isinstance(settings, MlxLmSettings)
-        return mlx_budgets(facts, dict(config), settings, inputs, all_modes)
+        return budgets(facts, dict(config), settings, inputs, all_modes)
