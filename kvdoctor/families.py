@@ -385,7 +385,7 @@ def _attention_geometry(layer: LayerSpec, look: Lookup) -> None:
     view = getattr(look, "view", None)
     row = view.per_layer.get(layer.index, {}) if view is not None else {}
     for name, attr in (("head_dim", "head_dim"), ("n_kv_heads", "num_key_value_heads")):
-        if attr in row and row[attr] != getattr(layer, name):
+        if view is not None and attr in row and row[attr] != getattr(layer, name):
             setattr(layer, name, row[attr])
             layer.sources[name] = Source("transformers", f"{view.class_name}.per_layer_config[{layer.index}].{attr} "
                                          f"(transformers {view.version})")

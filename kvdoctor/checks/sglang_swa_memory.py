@@ -52,7 +52,7 @@ def run(ctx: Context) -> Iterable[Finding]:
         return
     sliding = [layer for layer in ctx.spec.layers if layer.kind == SLIDING and layer.window]
     context = getattr(ctx.settings, "context_length", None) or derived_context_length(ctx.spec)
-    if not sliding or context <= min(layer.window for layer in sliding):
+    if not sliding or context <= min(layer.window or 0 for layer in sliding):
         return  # no request outgrows the window: full-length slots cost nothing a window would save
     planned = {lp.index: lp for lp in ctx.plan.layers}
     masked = [layer.index for layer in sliding if planned[layer.index].engine_window == layer.window]
@@ -69,7 +69,7 @@ def run(ctx: Context) -> Iterable[Finding]:
     budget = facts.budget or {}
     served = (budget.get("pools") or {}).get("full")
     if served:
-        cuda = ctx.settings.cuda() if hasattr(ctx.settings, "cuda") else None
+        cuda = getattr(ctx.settings, "cuda", lambda: None)()
         alt, how = _tokens_without_sliding(ctx, cuda, facts.hybrid_swa_why) if cuda is not None else (None, "")
         evidence.update(pool_tokens=served, pool_tokens_without_full_length_sliding=alt, kv_budget=budget.get("kv_budget"))
         if alt and alt > served:

@@ -132,6 +132,7 @@ def pool_geometry(spec: ModelSpec, pool: str) -> tuple[int, int, int]:
     cfg = spec.config
     layers = as_sglang_builds(spec).layers
     full = next((l for l in layers if l.kind == FULL), None)
+    shape: tuple[int, int, int]
     if full is not None and full.n_kv_heads and full.head_dim:
         shape = (full.n_kv_heads, full.head_dim, full.v_head_dim or full.head_dim)
     else:  # no layer typed full: the config's own (non-sliding) keys
@@ -141,8 +142,10 @@ def pool_geometry(spec: ModelSpec, pool: str) -> tuple[int, int, int]:
         shape = (heads, key, value if isinstance(value, int) and value else key)
     if pool != "swa":
         return shape
-    sliding = next((l for l in layers if l.kind == SLIDING and l.n_kv_heads and l.head_dim), None)
-    return (sliding.n_kv_heads, sliding.head_dim, sliding.v_head_dim or sliding.head_dim) if sliding else shape
+    for layer in layers:
+        if layer.kind == SLIDING and layer.n_kv_heads and layer.head_dim:
+            return layer.n_kv_heads, layer.head_dim, layer.v_head_dim or layer.head_dim
+    return shape
 
 
 def attention_buffers(spec: ModelSpec, settings: Settings, tp: int, pool_layers: set[int] | None = None,
