@@ -63,3 +63,26 @@ def test_quiet_without_sliding_layers_or_when_no_request_outgrows_the_window(tmp
     assert sgl011(items) == []
     _, items = findings("google__gemma-3-1b-it", tmp_path, context_length=512)
     assert sgl011(items) == []
+
+
+def test_chunked_layers_under_the_flag_count_too(tmp_path):
+    import json
+    import shutil
+
+    model = tmp_path / "llama4"
+    model.mkdir()
+    real = FIXTURES.parent / "configs" / "real" / "meta-llama__Llama-4-Scout-17B-16E-Instruct.json"
+    shutil.copy(real, model / "config.json")
+    path = tmp_path / "deploy.yaml"
+    path.write_text("sglang:\n  disable_hybrid_swa_memory: true\n  kv_budget: 40GiB\n")
+    _, doc = check_json(str(model), "--engine", "sglang", "--static", "--deploy", str(path), env=NO_SGLANG)
+    [found] = sgl011(doc["results"][0]["findings"])
+    ev = found["evidence"]
+    assert len(ev["sliding_layers"]) == 36 and ev["window"] == [8192] and "chunked-attention" in found["message"]
+    # the goldens' Llama-4 Scout at 40 GiB: one pool with the flag, SGLang's own full / SWA split without it
+    golden = json.loads((FIXTURES.parent.parent / "goldens" / "sglang_check.json").read_text())
+    sized = {p["setting"]: p["result"]["sizing_40GiB"] for p in golden["points"]
+             if p["model"] == "meta-llama__Llama-4-Scout-17B-16E-Instruct" and p["mutation"] == "none"
+             and p["setting"] in ("default", "disable_hybrid_swa_memory")}
+    assert ev["pool_tokens"] == sized["disable_hybrid_swa_memory"]["max_total_num_tokens"]
+    assert ev["pool_tokens_without_full_length_sliding"] == sized["default"]["full_max_total_num_tokens"]

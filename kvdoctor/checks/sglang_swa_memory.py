@@ -9,9 +9,10 @@ from typing import Any, Iterable
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.model import NO_ATTENTION, SLIDING, Finding
+from kvdoctor.model import CHUNKED, NO_ATTENTION, SLIDING, Finding
 
 RULE = Rule(codes=("SGL011",), engines=("sglang",))
+WINDOWED = (SLIDING, CHUNKED)  # a chunked layer (Llama-4) needs no more than its chunk either
 WHY = {"not-on-allow-list": "is not on its hybrid-SWA allow-list",
        "disabled-by-flag": "runs with disable_hybrid_swa_memory"}
 
@@ -36,7 +37,7 @@ def _tokens_without_sliding(ctx: Context, settings: Any, why: str) -> tuple[int 
         _, refused, facts = plan_layers(ctx.spec, settings.model_copy(update={"disable_hybrid_swa_memory": False}))
         pools = (facts.budget or {}).get("pools") or {}
         return (None if refused else pools.get("full")), "with hybrid-SWA memory on (its own full / SWA split)"
-    kept = [dataclasses.replace(layer, kind=NO_ATTENTION) if layer.kind == SLIDING else layer
+    kept = [dataclasses.replace(layer, kind=NO_ATTENTION) if layer.kind in WINDOWED else layer
             for layer in ctx.spec.layers]  # a layer with no token mixer takes no pool slot
     _, _, facts = plan_layers(dataclasses.replace(ctx.spec, layers=kept), settings)
     pools = (facts.budget or {}).get("pools") or {}
@@ -50,7 +51,7 @@ def run(ctx: Context) -> Iterable[Finding]:
     facts = pool_facts(ctx.plan)
     if facts is None or facts.hybrid_swa or facts.hybrid_swa_why not in WHY or ctx.plan.refusals:
         return
-    sliding = [layer for layer in ctx.spec.layers if layer.kind == SLIDING and layer.window]
+    sliding = [layer for layer in ctx.spec.layers if layer.kind in WINDOWED and layer.window]
     context = getattr(ctx.settings, "context_length", None) or derived_context_length(ctx.spec)
     if not sliding or context <= min(layer.window or 0 for layer in sliding):
         return  # no request outgrows the window: full-length slots cost nothing a window would save
@@ -65,7 +66,7 @@ def run(ctx: Context) -> Iterable[Finding]:
         "tp_size": facts.pools.get("tp_size"), "masks_window": len(masked) == len(sliding),
         "unmasked_layers": [layer.index for layer in sliding if layer.index not in masked]}
     cost = (f"{per_layer * len(sliding)} of the pool's {per_layer * attention} bytes per token per rank go to "
-            f"{len(sliding)} sliding layers")
+            f"{len(sliding)} windowed layers")
     budget = facts.budget or {}
     served = (budget.get("pools") or {}).get("full")
     if served:
@@ -81,8 +82,9 @@ def run(ctx: Context) -> Iterable[Finding]:
         mask = f"its attention masks the window on {len(masked)} of them only (SGL004 reports the others)"
     else:
         mask = "its attention does not mask the window at all (SGL004 reports that)"
+    what = "chunked-attention" if all(layer.kind == CHUNKED for layer in sliding) else "sliding"
     yield Finding.at("SGL011", f"sglang {ctx.plan.versions.get('sglang')}'s {facts.architecture} "
-                     f"{WHY[facts.hybrid_swa_why]}: {len(sliding)} sliding layers (window "
+                     f"{WHY[facts.hybrid_swa_why]}: {len(sliding)} {what} layers (window "
                      f"{'/'.join(map(str, evidence['window']))}) keep full-length KV slots for a context of "
                      f"{context}; {cost}; {mask}", ctx.spec.key_source("sliding_window"), layer=sliding[0].index,
                      evidence=evidence)
