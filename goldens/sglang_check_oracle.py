@@ -4,6 +4,7 @@ Run with the SGLang oracle venv (see README.md):
 
     goldens/.venv/sglang/bin/python goldens/sglang_check_oracle.py          # all, rewrites sglang_check.json
     KVDOCTOR_GOLDEN_MODELS=openai__gpt-oss-20b ... sglang_check_oracle.py    # some models, for debugging
+    ... sglang_check_oracle.py --configs DIR --out FILE   # the *.json configs of DIR only (a held-out set)
 
 Every decision comes from SGLang's code: `ServerArgs(...).resolve_once()` (backend, page size, Mamba
 cache strategy, validation), `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list,
@@ -126,7 +127,9 @@ def cases(cfg: dict) -> list[dict]:
     return out
 
 
-def corpus() -> dict[str, Path]:
+def corpus(configs: Path | None = None) -> dict[str, Path]:
+    if configs is not None:
+        return {p.stem: p for p in sorted(configs.glob("*.json"))}
     files = {p.stem: p for p in sorted(CONFIGS.glob("*.json"))}
     files.update({p.name: p / "config.json" for p in sorted(CONFIGS.iterdir()) if (p / "config.json").is_file()})
     if REAL.is_dir():
@@ -439,9 +442,9 @@ def child(model: str, cases_path: Path) -> None:
               flush=True)
 
 
-def run_all() -> None:
+def run_all(configs: Path | None = None, out: Path | None = None) -> None:
     points = []
-    for name, path in corpus().items():
+    for name, path in corpus(configs).items():
         cfg = json.loads(path.read_text())
         todo = cases(cfg)
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -461,8 +464,8 @@ def run_all() -> None:
                              capture_output=True, text=True).stdout.strip()
     doc = {"schema": "kvdoctor.goldens.sglang_check/1", "engine": "sglang", "versions": {"sglang": version},
            "platform": "cuda (torch.cuda reports NVIDIA H200 sm90; shims/cudafake.py)", "budget_gib": BUDGET_GIB,
-           "configs": ["shared/configs", "fixtures/configs/real"], "points": points}
-    out = HERE / "sglang_check.json"
+           "configs": [str(configs)] if configs else ["shared/configs", "fixtures/configs/real"], "points": points}
+    out = out or HERE / "sglang_check.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out} ({len(points)} points)")
 
@@ -470,5 +473,7 @@ def run_all() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child(sys.argv[2], Path(sys.argv[3]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "--configs" and sys.argv[3] == "--out":
+        run_all(Path(sys.argv[2]), Path(sys.argv[4]))
     else:
         run_all()

@@ -364,8 +364,41 @@ def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
             layer.n_heads = layer.n_kv_heads = layer.head_dim = layer.v_head_dim = None
         if isinstance(blocks, list) and i < len(blocks) and kind in (FULL, SLIDING):
             _decilm_block(layer, blocks[i], look)
+        if kind in (FULL, SLIDING, CHUNKED):
+            _attention_geometry(layer, look)
         layers.append(layer)
     return layers
+
+
+# A sliding layer's own geometry where the config states one for sliding layers (MiMo-V2 spells it so).
+SWA_GEOMETRY = (("n_kv_heads", "swa_num_key_value_heads"), ("head_dim", "swa_head_dim"),
+                ("v_head_dim", "swa_v_head_dim"))
+
+
+def _attention_geometry(layer: LayerSpec, look: Lookup) -> None:
+    """Per-layer key/value geometry beyond the global keys: a value width of its own (`v_head_dim`), the
+    configuration class's per-layer table (`per_layer_config`), and the `swa_*` keys for sliding layers."""
+    v = look.get("v_head_dim")
+    if isinstance(v, int) and not isinstance(v, bool):
+        layer.v_head_dim = v
+        layer.sources["v_head_dim"] = look.source("v_head_dim")
+    view = getattr(look, "view", None)
+    row = view.per_layer.get(layer.index, {}) if view is not None else {}
+    for name, attr in (("head_dim", "head_dim"), ("n_kv_heads", "num_key_value_heads")):
+        if view is not None and attr in row and row[attr] != getattr(layer, name):
+            setattr(layer, name, row[attr])
+            layer.sources[name] = Source("transformers", f"{view.class_name}.per_layer_config[{layer.index}].{attr} "
+                                         f"(transformers {view.version})")
+            if name == "head_dim" and not isinstance(v, int):
+                layer.v_head_dim = row[attr]
+                layer.sources["v_head_dim"] = layer.sources[name]
+    if layer.kind != SLIDING:
+        return
+    for name, key in SWA_GEOMETRY:
+        value = look.cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            setattr(layer, name, value)
+            layer.sources[name] = look.source(key)
 
 
 def _decilm_block(layer: LayerSpec, block: Any, look: Lookup) -> None:

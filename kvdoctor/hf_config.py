@@ -51,6 +51,27 @@ class View:
     class_name: str
     version: str
     resolved: dict[str, Any] = field(default_factory=dict)
+    # Per-layer attention geometry where the class states one per layer (`per_layer_config`, e.g. Gemma-4's
+    # global layers with their own head_dim and key/value heads): layer id -> {attribute: value}.
+    per_layer: dict[int, dict[str, int]] = field(default_factory=dict)
+
+
+PER_LAYER_ATTRS = ("head_dim", "num_key_value_heads")
+
+
+def _per_layer(obj: Any, n: Any) -> dict[int, dict[str, int]]:
+    table = getattr(obj, "per_layer_config", None)
+    if table is None or not isinstance(n, int):
+        return {}
+    out: dict[int, dict[str, int]] = {}
+    for i in range(n):
+        try:
+            layer = table[i]
+        except Exception:  # a class whose per-layer table does not cover every layer
+            continue
+        values = {a: getattr(layer, a, None) for a in PER_LAYER_ATTRS}
+        out[i] = {a: v for a, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return out
 
 
 def installed() -> bool:
@@ -134,7 +155,7 @@ def read(model_type: str, cfg: dict[str, Any]) -> View | None:
         except Exception:  # a property that cannot be computed for this config
             continue
         resolved[name] = list(value) if isinstance(value, tuple) else value
-    return View(model_type, cls.__name__, version, resolved)
+    return View(model_type, cls.__name__, version, resolved, _per_layer(obj, resolved.get("num_hidden_layers")))
 
 
 def _validator(text: str) -> str | None:

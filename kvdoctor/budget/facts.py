@@ -25,8 +25,13 @@ KIND_NAMES = {FULL: "full", SLIDING: "sliding", MLA: "mla", GDN: "gdn", KDA: "kd
 @dataclass(frozen=True)
 class Layer:
     index: int
-    kind: str  # full | sliding | mla | gdn | kda
+    kind: str  # full | sliding | mla | gdn | kda (| mamba, for the engines that ask for it)
     window: int | None = None
+    # This layer's own key/value geometry where it differs from the model's first attention layer (Gemma-4's
+    # global layers, MiMo-V2's sliding ones); None: the model-wide kv_heads / head_dim.
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    v_head_dim: int | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,20 @@ class KdaDims:
     conv_kernel: int
 
 
+@dataclass(frozen=True)
+class Mamba2Dims:
+    heads: int
+    head_dim: int
+    state: int
+    groups: int
+    conv_kernel: int
+
+
+# Mamba2 keys in their Nemotron-H and Falcon-H1 spellings.
+MAMBA2_KEYS = (("mamba_num_heads", "mamba_n_heads"), ("mamba_head_dim", "mamba_d_head"),
+               ("ssm_state_size", "mamba_d_state"), ("n_groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv"))
+
+
 @dataclass
 class ModelFacts:
     name: str
@@ -60,6 +79,8 @@ class ModelFacts:
     mla_latent: tuple[int, int] | None = None  # (kv_lora_rank, qk_rope_head_dim)
     gdn: GdnDims | None = None
     kda: KdaDims | None = None
+    mamba2: Mamba2Dims | None = None
+    dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     weights_bytes: int | None = None
     sources: dict[str, Any] = field(default_factory=dict)
@@ -72,7 +93,7 @@ class ModelFacts:
 
     @property
     def state_kind(self) -> str | None:
-        return "gdn" if self.gdn else "kda" if self.kda else None
+        return "gdn" if self.gdn else "kda" if self.kda else "mamba" if self.mamba2 else None
 
     @property
     def windows(self) -> set[int]:
@@ -106,23 +127,30 @@ def _positive(cfg: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
-def facts_from_spec(spec: ModelSpec) -> ModelFacts:
-    """The facts of one loaded model; layer kinds a budget cannot price yet are refused clearly."""
+def facts_from_spec(spec: ModelSpec, extra_kinds: dict[str, str] | None = None) -> ModelFacts:
+    """The facts of one loaded model; layer kinds a budget cannot price yet are refused clearly.
+
+    `extra_kinds` adds kinds one engine's calculator prices (SGLang: Mamba2 state layers)."""
     cfg = spec.config
     where = f"{spec.model_dir / 'config.json'}"
+    names = {**KIND_NAMES, **(extra_kinds or {})}
+    attn = next((l for l in spec.layers if l.kind in (FULL, SLIDING)), None)
     layers = []
     for layer in spec.layers:
         if layer.kind == NO_ATTENTION:
             continue  # a block without a token mixer caches nothing: engines give it no KV spec
-        kind = KIND_NAMES.get(layer.kind)
+        kind = names.get(layer.kind)
         if kind is None:
             raise InputError(f"{where}: layer {layer.index} is {layer.kind!r}, whose KV sizing in the engines "
                              "kvdoctor budget does not know; it prices full, sliding, MLA, gated DeltaNet and "
                              "KDA layers and refuses the rest rather than price them as full attention")
-        layers.append(Layer(layer.index, kind, layer.window if kind == "sliding" else None))
-    attn = next((l for l in spec.layers if l.kind in (FULL, SLIDING)), None)
+        own = attn is not None and layer.kind in (FULL, SLIDING) and (
+            (layer.n_kv_heads, layer.head_dim, layer.v_head_dim or layer.head_dim) != (attn.n_kv_heads, attn.head_dim,
+                                                                                      attn.head_dim))
+        layers.append(Layer(layer.index, kind, layer.window if kind == "sliding" else None,
+                            *((layer.n_kv_heads, layer.head_dim, layer.v_head_dim) if own else (None, None, None))))
     shapes = {(l.n_kv_heads, l.head_dim) for l in spec.layers if l.kind in (FULL, SLIDING)}
-    if len(shapes) > 1:  # NAS-style blocks with their own kv-head counts
+    if len(shapes) > 1 and "block_configs" in cfg:  # NAS-style blocks with their own kv-head counts
         raise InputError(f"{where}: attention layers have different (kv heads, head dim): {sorted(shapes)}; "
                          "kvdoctor budget prices one attention shape per model")
     heads = cfg.get("num_attention_heads")
@@ -138,12 +166,17 @@ def facts_from_spec(spec: ModelSpec) -> ModelFacts:
         weights_bytes=spec.checkpoint.total_bytes if spec.checkpoint and spec.checkpoint.total_bytes else None,
     )
     kinds = facts.kinds()
-    if kinds["mla"]:
+    if kinds["dsa"]:
+        facts.dsa_index_head_dim = _positive(cfg, "index_head_dim", where)
+    if kinds["mla"] or kinds["dsa"]:
         facts.mla_latent = (_positive(cfg, "kv_lora_rank", where), _positive(cfg, "qk_rope_head_dim", where))
     if kinds["gdn"]:
         facts.gdn = GdnDims(*(_positive(cfg, key, where) for key in (
             "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
             "linear_conv_kernel_dim")))
+    if kinds["mamba"]:
+        facts.mamba2 = Mamba2Dims(*(_positive(cfg, next((k for k in keys if k in cfg), keys[0]), where)
+                                    for keys in MAMBA2_KEYS))
     if kinds["kda"]:
         lac = cfg.get("linear_attn_config") or {}
         facts.kda = KdaDims(_positive(lac, "num_heads", where + " linear_attn_config"),

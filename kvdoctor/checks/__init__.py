@@ -38,6 +38,7 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.kda_caches",
     "kvdoctor.checks.sglang_layout",
     "kvdoctor.checks.sglang_pools",
+    "kvdoctor.checks.sglang_swa_memory",
     "kvdoctor.limits",
     "kvdoctor.checks.budget",
 )

@@ -397,7 +397,8 @@ class SglangProfile(EngineProfile):
     name = "sglang"
     pins = {"sglang": PINS["sglang"]}
     Settings = SglangSettings
-    refusal_codes = ("KDA060", "KDA061", "KDA062", "SGL001", "SGL002", "SGL003", "SGL005")
+    refusal_codes = ("KDA060", "KDA061", "KDA062", "SGL001", "SGL002", "SGL003", "SGL005", "SGL009", "SGL010",
+                     "SGL012")
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[SglangFacts]:
         from kvdoctor.engines.sglang_cuda import plan_layers

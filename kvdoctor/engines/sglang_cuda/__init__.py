@@ -79,12 +79,13 @@ def plan_layers(spec: ModelSpec, settings: Settings | None = None
                                 state=state if kind in (GDN, MAMBA) else None, extra=extra))
     differs = tuple(l.index for l in spec.layers if l.kind in (SLIDING, FULL)
                     and (l.window if l.kind == SLIDING else None) != windows.get(l.index))
+    refused = refusals.predict(spec, settings)
     tp = settings.tp
     swa_ids = set(decision.swa_layer_ids or ()) if decision.on else set()
     full_ids = {i for i, p in where.items() if p.pool != "mamba"} - swa_ids
     buffers = {"attention_buffer_per_token": pools.attention_buffers(spec, settings, tp, full_ids)}
     if decision.on:
-        buffers["swa_buffer_per_token"] = pools.attention_buffers(spec, settings, tp, swa_ids)
+        buffers["swa_buffer_per_token"] = pools.attention_buffers(spec, settings, tp, swa_ids, "swa")
     facts = SglangCudaFacts(
         architecture=archs.serving_arch(spec.raw_config),
         attention_arch="MLA" if spec.kinds() & {MLA, SPARSE_MLA} else "MHA",
@@ -94,6 +95,6 @@ def plan_layers(spec: ModelSpec, settings: Settings | None = None
         window_differs_layers=differs,
         kind_differs_layers=tuple(i for i, k in kinds.items() if k != spec.layers[i].kind),
         kv_cache_dtype=pools.kv_dtype(spec, settings),
-        override_warning=decision.override_warning, budget=sizing.size(spec, settings),
+        override_warning=decision.override_warning, budget=None if refused else sizing.size(spec, settings),
         pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp})
-    return tuple(layers), refusals.predict(spec, settings), facts
+    return tuple(layers), refused, facts

@@ -99,4 +99,5 @@ INTERVAL_ARCHS = {
 
 # Config classes that declare `sliding_window: int` strictly (transformers' strict dataclasses): a null is
 # refused while the config loads, before the model class is reached.
-STRICT_WINDOW_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "MiMoV2FlashForCausalLM"})
+STRICT_WINDOW_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "MiMoV2FlashForCausalLM",
+                                 "LagunaForCausalLM"})

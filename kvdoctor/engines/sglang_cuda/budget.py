@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB, MiB
-from kvdoctor.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.budget.facts import Layer, ModelFacts, dtype_bytes
 from kvdoctor.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
 
@@ -128,6 +128,14 @@ def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str
         conv = ((g.value_dim * g.value_heads + 2 * groups * g.key_dim) // mode.tp, g.conv_kernel - 1)
         ssm = (g.value_heads // mode.tp, g.value_dim, g.key_dim)
         layers = facts.count("gdn")
+    elif facts.mamba2:
+        m = facts.mamba2
+        groups = m.groups
+        if groups % mode.tp:
+            groups += mode.tp - groups  # as for GDN: groups replicated up to the TP size
+        conv = ((m.heads * m.head_dim + 2 * groups * m.state) // mode.tp, m.conv_kernel - 1)
+        ssm = (m.heads // mode.tp, m.head_dim, m.state)
+        layers = facts.count("mamba")
     else:
         k = facts.kda
         conv = (k.conv_kernel - 1, 3 * (k.heads * k.head_dim // mode.tp))
@@ -182,12 +190,36 @@ def mamba_slots(rest_gib: float, per_req: int, mode: Mode) -> tuple[int, float]:
     return slots, rest_gib - (slots + 1) * per_req / (1 << 30)
 
 
-def attention_cell(facts: ModelFacts, mode: Mode) -> int:
-    """Bytes one token costs in one attention layer of one rank."""
+def attention_cell(facts: ModelFacts, mode: Mode, layer: Layer | None = None) -> int:
+    """Bytes one token costs in one attention layer of one rank (the model-wide geometry, or `layer`'s own:
+    each layer's buffers are sized with its own heads and key / value widths)."""
     size = kv_bytes(facts, mode)
+    if facts.mla_latent and facts.dsa_index_head_dim:
+        return dsa_cell(facts, size)
     if facts.mla_latent:
         return sum(facts.mla_latent) * size
-    return max(1, facts.kv_heads // mode.tp) * 2 * facts.head_dim * size
+    heads = (layer.kv_heads if layer else None) or facts.kv_heads
+    key = (layer.head_dim if layer else None) or facts.head_dim
+    value = (layer.v_head_dim if layer else None) or key
+    return max(1, heads // mode.tp) * (key + value) * size
+
+
+DSA_QUANT_BLOCK = 128  # DSATokenToKVPool.quant_block_size: one float32 scale per 128 fp8 values
+
+
+def dsa_cell(facts: ModelFacts, size: int) -> int:
+    """A DSA layer's bytes per token: its MLA row and its indexer key (fp8 with block scales). In fp8 the
+    row is stored scaled with a bf16 rope part (kv_cache_configurator.py:3412 calculate_mla_kv_cache_dim,
+    the CUDA default DSA backends); the indexer row is pool_configurator.py:567."""
+    rank, rope = facts.mla_latent or (0, 0)
+    row = rank + rank // DSA_QUANT_BLOCK * 4 + rope * 2 if size == 1 else (rank + rope) * size
+    index = facts.dsa_index_head_dim or 0
+    return row + index + index // DSA_QUANT_BLOCK * 4
+
+
+def pool_bytes(facts: ModelFacts, mode: Mode, kinds: tuple[str, ...]) -> int:
+    """Bytes one token costs over every layer of the given kinds on one rank (a pool's per-token size)."""
+    return sum(attention_cell(facts, mode, layer) for layer in facts.layers if layer.kind in kinds)
 
 
 def sglang_window(facts: ModelFacts) -> int | None:
@@ -221,30 +253,31 @@ def swa_request_cap(facts: ModelFacts, window: int, mode: Mode) -> int:
 def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int | None]:
     """(configurator, full-pool tokens (max_total_num_tokens), SWA-pool tokens or None)."""
     page = mode.page_size
-    cell = attention_cell(facts, mode)
     window = sglang_window(facts)
-    if hybrid_swa(facts, mode) and facts.count("sliding"):
-        full_layers, swa_layers = facts.count("full"), facts.count("sliding")
-        if mode.max_running_requests is not None and not mode.radix_cache and full_layers:
+    if hybrid_swa(facts, mode):
+        full_b, swa_b = pool_bytes(facts, mode, ("full", "mla", "dsa")), pool_bytes(facts, mode, ("sliding",))
+        if not swa_b:
+            raise EngineRefusal("AssertionError", "Hybrid SWA model must have at least one SWA layer")
+        if mode.max_running_requests is not None and not mode.radix_cache and full_b:
             swa = -(-swa_request_cap(facts, window, mode) // page) * page
-            full = int((available - swa * cell * swa_layers) // (cell * full_layers)) // page * page
+            full = int((available - swa * swa_b) // full_b) // page * page
             if full <= 0:
                 raise EngineRefusal(
                     "RuntimeError",
-                    f"SWA pool cap ({swa} tokens, {swa * cell * swa_layers / GiB:.2f} GiB) leaves no room for "
+                    f"SWA pool cap ({swa} tokens, {swa * swa_b / GiB:.2f} GiB) leaves no room for "
                     f"the full KV pool within the available {available / GiB:.2f} GiB. Reduce "
                     f"--max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, or increase "
                     f"--mem-fraction-static.")
             full, swa = _cap_total(full, swa, mode, capped_swa=True)
             return "SWARequestCapPoolConfigurator", full, swa
-        if full_layers == 0:
-            tokens = int(available // (cell * swa_layers)) // page * page
+        if not full_b:
+            tokens = int(available // swa_b) // page * page
             tokens = _cap_total(tokens, None, mode)[0]
             if tokens <= 0:
                 raise not_enough_memory()
             return "HybridSWAPoolConfigurator", 0, tokens
         ratio = mode.swa_full_tokens_ratio
-        cell_size = cell * full_layers + ratio * (cell * swa_layers)
+        cell_size = full_b + ratio * swa_b
         full = int(available // cell_size) // page * page
         if mode.max_total_tokens is not None and mode.max_total_tokens < full:
             full = mode.max_total_tokens // page * page
@@ -253,8 +286,7 @@ def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int 
         if full <= 0:
             raise not_enough_memory()
         return "HybridSWAPoolConfigurator", full, swa
-    layers = facts.count("full") + facts.count("sliding") + facts.count("mla")
-    tokens = available // (cell * layers) // page * page
+    tokens = available // pool_bytes(facts, mode, ("full", "sliding", "mla", "dsa")) // page * page
     tokens = _cap_total(tokens, None, mode)[0]
     if tokens <= 0:
         raise not_enough_memory()
@@ -315,12 +347,13 @@ def plan(facts: ModelFacts, mode: Mode) -> Budget:
                     provenance={"formula": "kvdoctor.engines.sglang_cuda.budget", "checked_against": "goldens/sglang.json",
                                 "refs": [f"sglang/{r}" for r in REFS.values()]})
     budget.capacity = {"unit": "pool_tokens", "context_length": mode.context_length}
-    cell = attention_cell(facts, mode)
     kinds = facts.kinds()
     swa_pool = hybrid_swa(facts, mode) and kinds["sliding"]
-    for kind in ("full", "sliding", "mla"):
+    for kind in ("full", "sliding", "mla", "dsa"):
         if kinds[kind]:
-            budget.layer_kinds.append({"kind": kind, "layers": kinds[kind], "bytes_per_token_per_layer": cell,
+            cells = {attention_cell(facts, mode, l) for l in facts.layers if l.kind == kind}
+            budget.layer_kinds.append({"kind": kind, "layers": kinds[kind],
+                                       "bytes_per_token_per_layer": cells.pop() if len(cells) == 1 else sorted(cells),
                                        "pool": ("swa" if kind == "sliding" and swa_pool else "full")})
     if kinds["sliding"] and not swa_pool:
         budget.notes.append(f"hybrid SWA memory is off for {', '.join(facts.architectures) or facts.model_type}: "
@@ -342,10 +375,10 @@ def plan(facts: ModelFacts, mode: Mode) -> Budget:
         available = int(rest * (1 << 30))
         configurator, full, swa = pools(facts, mode, available)
         budget.mode["configurator"] = configurator
-        budget.pools = [{"pool": "full", "tokens": full, "bytes_per_token": cell * _layers_in(facts, mode, "full")}]
+        budget.pools = [{"pool": "full", "tokens": full, "bytes_per_token": pool_bytes(facts, mode, _full_pool(facts, mode))}]
         if swa is not None:
             budget.pools.append({"pool": "swa", "tokens": swa,
-                                 "bytes_per_token": cell * kinds["sliding"]})
+                                 "bytes_per_token": pool_bytes(facts, mode, ("sliding",))})
         tokens = full if full else swa
         budget.facts.update(available=available, tokens=tokens, full=full, swa=swa, slots=slots)
         running = max_running(facts, tokens, mode, slots, budget.notes)
@@ -357,11 +390,11 @@ def plan(facts: ModelFacts, mode: Mode) -> Budget:
     return budget
 
 
-def _layers_in(facts: ModelFacts, mode: Mode, pool: str) -> int:
-    kinds = facts.kinds()
-    if hybrid_swa(facts, mode) and kinds["sliding"]:
-        return kinds["full"]
-    return kinds["full"] + kinds["sliding"] + kinds["mla"]
+def _full_pool(facts: ModelFacts, mode: Mode) -> tuple[str, ...]:
+    """The layer kinds whose tokens the full pool holds."""
+    if hybrid_swa(facts, mode) and facts.count("sliding"):
+        return ("full", "mla", "dsa")
+    return ("full", "sliding", "mla", "dsa")
 
 
 # --- the budget half of the SGLang profile: the `sglang:` section's modes, the memory, one Budget per mode

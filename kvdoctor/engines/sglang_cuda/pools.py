@@ -66,10 +66,19 @@ def _rebuilt(spec: ModelSpec, layer, kind: str):
                                v_head_dim=head_dim, n_heads=cfg.get("num_attention_heads"))
 
 
+def resolved_page_size(spec: ModelSpec) -> int:
+    """SGLang's page size when --page-size is not given, on an H200: 64 per pooled index group for DSA
+    (arg_groups/model_overrides/deepseek_v2.py:171), else 1 (FlashAttention-3)."""
+    if SPARSE_MLA in spec.kinds():
+        kpool = spec.config.get("index_kpool")
+        return 64 * (kpool if isinstance(kpool, int) and kpool > 0 else 1)
+    return 1
+
+
 def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
     kinds = set(sglang_kinds(spec).values())
     mla = bool(kinds & {MLA, SPARSE_MLA})
-    attention = "MLATokenToKVPool" if mla else "MHATokenToKVPool"
+    attention = "DSATokenToKVPool" if SPARSE_MLA in kinds else "MLATokenToKVPool" if mla else "MHATokenToKVPool"
     if kinds & set(STATE):
         return {"token_to_kv_pool": "HybridLinearKVPool", "full_kv_pool": attention,
                 "req_to_token_pool": "HybridReqToTokenPool", "state_pool": "MambaPool"}
@@ -115,22 +124,47 @@ def placements(spec: ModelSpec, swa: SwaDecision) -> dict[int, Placement]:
     return out
 
 
-def attention_buffers(spec: ModelSpec, settings: Settings, tp: int, pool_layers: set[int] | None = None
-                      ) -> dict[str, Any] | None:
-    """Per-token buffer shape of the first attention layer of a pool on one rank (rows are tokens, plus
-    page padding); None when the pool has no attention layer."""
+def pool_geometry(spec: ModelSpec, pool: str) -> tuple[int, int, int]:
+    """(kv heads, key width, value width) of every layer of an MHA pool. SGLang sizes a pool with one shape
+    (ModelConfig: `head_dim` / `num_key_value_heads` / `v_head_dim` for the full pool, their `swa_*` values
+    for the SWA pool; utils/hf_transformers/config.py:116 flattens Gemma-4's per-layer table so), which is
+    the full-attention layers' shape, and the sliding layers' for the SWA pool."""
+    cfg = spec.config
+    layers = as_sglang_builds(spec).layers
+    full = next((l for l in layers if l.kind == FULL), None)
+    shape: tuple[int, int, int]
+    if full is not None and full.n_kv_heads and full.head_dim:
+        shape = (full.n_kv_heads, full.head_dim, full.v_head_dim or full.head_dim)
+    else:  # no layer typed full: the config's own (non-sliding) keys
+        heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or 1
+        key = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
+        value = cfg.get("v_head_dim")
+        shape = (heads, key, value if isinstance(value, int) and value else key)
+    if pool != "swa":
+        return shape
+    for layer in layers:
+        if layer.kind == SLIDING and layer.n_kv_heads and layer.head_dim:
+            return layer.n_kv_heads, layer.head_dim, layer.v_head_dim or layer.head_dim
+    return shape
+
+
+def attention_buffers(spec: ModelSpec, settings: Settings, tp: int, pool_layers: set[int] | None = None,
+                      pool: str = "full") -> dict[str, Any] | None:
+    """Per-token buffer shape of one layer of a pool on one rank (rows are tokens, plus page padding); None
+    when the pool has no attention layer."""
     layer = next((l for l in as_sglang_builds(spec).layers if l.kind in ATTENTION
                   and (pool_layers is None or l.index in pool_layers)), None)
     if layer is None:
         return None
     dtype = store_dtype(kv_dtype(spec, settings))
     if layer.kind in (MLA, SPARSE_MLA):
-        width = (layer.kv_lora_rank or spec.config.get("kv_lora_rank") or 0) + (
-            layer.qk_rope_head_dim or spec.config.get("qk_rope_head_dim") or 0)
+        rank = layer.kv_lora_rank or spec.config.get("kv_lora_rank") or 0
+        rope = layer.qk_rope_head_dim or spec.config.get("qk_rope_head_dim") or 0
+        width = rank + rope
+        if layer.kind == SPARSE_MLA and dtype == "uint8":  # DSA's scaled fp8 row: block scales, bf16 rope
+            width = rank + rank // 128 * 4 + rope * 2
         return {"kv_buffer": [1, width], "dtype": dtype}
-    heads = layer.n_kv_heads or spec.config.get("num_key_value_heads") or spec.config.get("num_attention_heads") or 1
-    head_dim = layer.head_dim or 0
-    v_dim = layer.v_head_dim or head_dim
+    heads, head_dim, v_dim = pool_geometry(spec, pool)
     return {"k_buffer": [max(1, heads // tp), head_dim], "v_buffer": [max(1, heads // tp), v_dim], "dtype": dtype}
 
 

@@ -66,6 +66,11 @@ def build(model_dir: str, settings: dict):
         is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
         use_mla_backend=mc.attention_arch == AttentionArch.MLA, layer_info=layers, forward_stream=None,
         req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
+    # The pool configurator start-up picks (its constructor holds SGLang's own checks, e.g. that a hybrid-SWA
+    # model has an SWA layer); its sizing needs the GPU profile and is not run.
+    from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
+
+    create_memory_pool_configurator(kvc)
     if kvc.mambaish_config is not None:
         get_context().override("kvdoctor.probe", max_mamba_cache_size=REQS)
     tokens = max(TOKENS, 4 * get_schedule().page_size)
