@@ -76,6 +76,7 @@ class VllmProfile(EngineProfile):
     # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
     # are checks.budget's, which leaves them to this plan under `check --engine vllm`
     refusal_codes = tuple(code for code in CODES if not code.startswith("MEM"))
+    shared_refusal_codes = tuple(code for code in CODES if code.startswith("MEM"))
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
         return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
