@@ -25,7 +25,7 @@ KIND_NAMES = {FULL: "full", SLIDING: "sliding", MLA: "mla", GDN: "gdn", KDA: "kd
 @dataclass(frozen=True)
 class Layer:
     index: int
-    kind: str  # full | sliding | mla | gdn | kda
+    kind: str  # full | sliding | mla | gdn | kda | mamba (the last from the vLLM profile only)
     window: int | None = None
 
 
@@ -36,6 +36,18 @@ class GdnDims:
     key_dim: int
     value_dim: int
     conv_kernel: int
+
+
+@dataclass(frozen=True)
+class Mamba2Dims:
+    """A Mamba-2 mixer's state (Nemotron-H): heads x head_dim x state_size, n_groups B/C groups."""
+
+    heads: int
+    head_dim: int
+    n_groups: int
+    state_size: int
+    conv_kernel: int
+    ssm_dtype: str  # the SSM state's dtype (Nemotron-H: the config's mamba_ssm_cache_dtype, else float32)
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,7 @@ class ModelFacts:
     mla_latent: tuple[int, int] | None = None  # (kv_lora_rank, qk_rope_head_dim)
     gdn: GdnDims | None = None
     kda: KdaDims | None = None
+    mamba: Mamba2Dims | None = None  # set by the vLLM profile only (its plan for Nemotron-H)
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     weights_bytes: int | None = None
     sources: dict[str, Any] = field(default_factory=dict)
@@ -72,7 +85,7 @@ class ModelFacts:
 
     @property
     def state_kind(self) -> str | None:
-        return "gdn" if self.gdn else "kda" if self.kda else None
+        return "gdn" if self.gdn else "kda" if self.kda else "mamba" if self.mamba else None
 
     @property
     def windows(self) -> set[int]:

@@ -128,8 +128,16 @@ def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]
         conv_len = g.conv_kernel - 1 + mode.num_speculative_tokens
         tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
                    ("ssm", (_split(g.value_heads, mode.tp), g.value_dim, g.key_dim), act)]
+    elif facts.mamba:  # MambaStateShapeCalculator.mamba2_state_shape: groups padded up to the TP size
+        m = facts.mamba
+        groups = m.n_groups if m.n_groups % mode.tp == 0 else mode.tp
+        conv_dim = m.heads * m.head_dim + 2 * groups * m.state_size
+        conv_len = m.conv_kernel - 1 + mode.num_speculative_tokens
+        tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
+                   ("ssm", (_split(m.heads, mode.tp), m.head_dim, m.state_size), dtype_bytes(m.ssm_dtype))]
     else:
         k = facts.kda
+        assert k is not None  # state_bytes runs for a model with a state kind
         conv_dim = 3 * k.heads * k.head_dim
         conv_len = k.conv_kernel - 1 + mode.num_speculative_tokens
         tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
@@ -194,7 +202,7 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
     state_block = block if align else mode.max_model_len
     specs = []
     for layer in facts.layers:
-        if layer.kind in ("gdn", "kda"):
+        if layer.kind in ("gdn", "kda", "mamba"):
             specs.append(Spec("MambaSpec", state_block, state_bytes=state, padded=padded,
                               spec_blocks=mode.num_speculative_tokens, align_mode=align))
         elif layer.kind == "mla":

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from pydantic import BaseModel
 
 from kvdoctor.budget import vllm as budget_vllm
-from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
+from kvdoctor.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, facts_from_spec
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget, hma_forced_on,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, tp_heads)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
-from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 if TYPE_CHECKING:
     from kvdoctor.budget.common import Budget
@@ -118,6 +118,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     facts = VllmFacts(arch, False, True, "", None, derived, key, None, (), None, None)
     layers: tuple[LayerPlan, ...] = tuple(LayerPlan(l.index, None, "unknown") for l in spec.layers)
     try:  # vLLM's order: config stage (transformers, then vLLM's checks), model class, KV planning
+        if spec.rejected is not None:
+            raise config_class_rejects(spec.rejected)
         S.check_layer_types(spec)
         length = _max_model_len(spec, settings, derived, key)
         heads = spec.config.get("num_attention_heads")
@@ -138,7 +140,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
         mode = settings_mode(settings, length, hma)
-        why_not = _unmodeled(spec, interp)
+        why_not = _unmodeled(spec, interp) if interp.layers else (
+            f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
         if why_not is None:
             try:
                 bfacts = budget_facts(spec, interp)
@@ -238,18 +241,36 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budg
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.budget's facts with the layers as vLLM builds them (not as the model means them)."""
-    state = KDA if interp.rule == "kimi_linear" else GDN
+    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
-    shadow = [dataclasses.replace(layer, kind=kinds[plan_layer.spec], window=plan_layer.window)
-              for plan_layer, layer in zip(interp.layers, spec.layers)]
+    planned = {l.index: l for l in interp.layers}
+    shadow = [dataclasses.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
+              if layer.index in planned else dataclasses.replace(layer, kind=NO_ATTENTION)
+              for layer in spec.layers]
     facts = facts_from_spec(dataclasses.replace(spec, layers=shadow))
+    if interp.rule == "nemotron_h":
+        facts.mamba = mamba2_dims(spec)
+    state_kind = facts.state_kind or "gdn"
     layers = []
-    for plan_layer, fact in zip(interp.layers, facts.layers):
-        kind = BUDGET_KINDS.get(plan_layer.spec, fact.kind)
+    for plan_layer in interp.layers:
+        kind = BUDGET_KINDS.get(plan_layer.spec, state_kind)
         window = plan_layer.chunk if plan_layer.spec == S.CHUNKED else plan_layer.window
         layers.append(Layer(plan_layer.index, kind, window))
     facts.layers = layers
     return facts
+
+
+def mamba2_dims(spec: ModelSpec) -> Mamba2Dims:
+    """NemotronH's Mamba-2 mixer dims as nemotron_h.py reads them (get_mamba_state_shape_from_config), and
+    the SSM state dtype NemotronHForCausalLMConfig sets (the config's mamba_ssm_cache_dtype, else float32)."""
+    cfg = spec.config
+    missing = [k for k in ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel")
+               if not isinstance(cfg.get(k), int) or cfg[k] <= 0]
+    if missing:
+        raise InputError(f"config.json: {', '.join(missing)} must be positive integers for Nemotron-H's Mamba state")
+    ssm = cfg.get("mamba_ssm_cache_dtype")
+    return Mamba2Dims(cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["n_groups"], cfg["ssm_state_size"],
+                      cfg["conv_kernel"], ssm if isinstance(ssm, str) and ssm != "auto" else "float32")
 
 
 def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[LayerPlan, ...]:
