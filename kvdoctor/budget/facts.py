@@ -25,7 +25,7 @@ KIND_NAMES = {FULL: "full", SLIDING: "sliding", MLA: "mla", GDN: "gdn", KDA: "kd
 @dataclass(frozen=True)
 class Layer:
     index: int
-    kind: str  # full | sliding | mla | gdn | kda | mamba (the last from the vLLM profile only)
+    kind: str  # full | sliding | mla | gdn | kda | mamba | short_conv (the last two from the vLLM profile only)
     window: int | None = None
 
 
@@ -51,6 +51,14 @@ class Mamba2Dims:
 
 
 @dataclass(frozen=True)
+class ShortConvDims:
+    """LFM2's short-convolution state: the last conv_kernel - 1 inputs of conv_dim channels."""
+
+    conv_dim: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True)
 class KdaDims:
     heads: int
     head_dim: int
@@ -73,6 +81,7 @@ class ModelFacts:
     gdn: GdnDims | None = None
     kda: KdaDims | None = None
     mamba: Mamba2Dims | None = None  # set by the vLLM profile only (its plan for Nemotron-H)
+    short_conv: ShortConvDims | None = None  # set by the vLLM profile only (its plan for LFM2)
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     weights_bytes: int | None = None
     sources: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +94,9 @@ class ModelFacts:
 
     @property
     def state_kind(self) -> str | None:
-        return "gdn" if self.gdn else "kda" if self.kda else "mamba" if self.mamba else None
+        if self.gdn or self.kda:
+            return "gdn" if self.gdn else "kda"
+        return "mamba" if self.mamba else "short_conv" if self.short_conv else None
 
     @property
     def windows(self) -> set[int]:

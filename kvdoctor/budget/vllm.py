@@ -135,6 +135,10 @@ def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]
         conv_len = m.conv_kernel - 1 + mode.num_speculative_tokens
         tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
                    ("ssm", (_split(m.heads, mode.tp), m.head_dim, m.state_size), dtype_bytes(m.ssm_dtype))]
+    elif facts.short_conv:  # MambaStateShapeCalculator.short_conv_state_shape
+        c = facts.short_conv
+        conv_len = c.conv_kernel - 1 + mode.num_speculative_tokens
+        tensors = [("conv", (conv_len, _split(c.conv_dim, mode.tp)), act)]
     else:
         k = facts.kda
         assert k is not None  # state_bytes runs for a model with a state kind
@@ -179,6 +183,9 @@ def align_hybrid(block: int, attn_per_token: int, state_page: int, mla: bool,
     return block, (None if page == state_page else page)
 
 
+STATE_LAYER_KINDS = ("gdn", "kda", "mamba", "short_conv")
+
+
 def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[Spec], dict[str, Any]]:
     block = mode.block_size or DEFAULT_BLOCK
     heads, head_size, per_token = attention_per_token(facts, mode)
@@ -189,7 +196,8 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
     if facts.state_kind:
         state, tensors = state_bytes(facts, mode)
         base = block
-        block, padded = align_hybrid(block, per_token, state, bool(facts.mla_latent))
+        if any(layer.kind not in STATE_LAYER_KINDS for layer in facts.layers):  # an attention page to align to
+            block, padded = align_hybrid(block, per_token, state, bool(facts.mla_latent))
         info.update(state_bytes=state, state_tensors=tensors, state_padded=padded)
         if block != base:
             notes.append(f"Setting attention block size to {block} tokens to ensure that attention page size "
@@ -202,7 +210,7 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
     state_block = block if align else mode.max_model_len
     specs = []
     for layer in facts.layers:
-        if layer.kind in ("gdn", "kda", "mamba"):
+        if layer.kind in STATE_LAYER_KINDS:
             specs.append(Spec("MambaSpec", state_block, state_bytes=state, padded=padded,
                               spec_blocks=mode.num_speculative_tokens, align_mode=align))
         elif layer.kind == "mla":

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from pydantic import BaseModel
 
 from kvdoctor.budget import vllm as budget_vllm
-from kvdoctor.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, facts_from_spec
+from kvdoctor.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import specs as S
@@ -167,6 +167,8 @@ def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
     no-op blocks): vLLM's shared fallback would give them attention specs, which would be a guess."""
     if interp.architecture in S.RULES:
         return None
+    if interp.architecture in S.NOT_PLANNED:
+        return f"{interp.architecture} is not in kvdoctor's vLLM table: {S.NOT_PLANNED[interp.architecture]}"
     odd = sorted({l.kind for l in spec.layers if l.kind not in ATTENTION_KINDS})
     if not odd:
         return None
@@ -241,7 +243,7 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budg
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.budget's facts with the layers as vLLM builds them (not as the model means them)."""
-    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION}.get(interp.rule, GDN)
+    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}
     shadow = [dataclasses.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
@@ -250,6 +252,11 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     facts = facts_from_spec(dataclasses.replace(spec, layers=shadow))
     if interp.rule == "nemotron_h":
         facts.mamba = mamba2_dims(spec)
+    if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache
+        dim, kernel = spec.config.get("conv_dim") or spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
+        if not (isinstance(dim, int) and isinstance(kernel, int) and dim > 0 and kernel > 1):
+            raise InputError("config.json: LFM2's conv_dim and conv_L_cache must be positive integers")
+        facts.short_conv = ShortConvDims(dim, kernel)
     state_kind = facts.state_kind or "gdn"
     layers = []
     for plan_layer in interp.layers:

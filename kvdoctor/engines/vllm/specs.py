@@ -46,6 +46,16 @@ RULES = {
     # nemotron_h.py: a Mamba-2 mixer ("M"), attention ("*", model-level window only) or no mixer (MLP "-",
     # MoE "E": no KV cache spec at all), per hybrid_override_pattern / layers_block_type
     "NemotronHForCausalLM": "nemotron_h",
+    # lfm2.py: attention where layer_types says full_attention, a short convolution (MambaSpec) elsewhere
+    "Lfm2ForCausalLM": "lfm2", "Lfm2VlForConditionalGeneration": "lfm2",
+}
+# Model classes the table leaves to `--dry-run` whatever their layers look like (goldens/vllm_check.json
+# holds what vLLM 0.33.0 does with them): why, in a few words.
+NOT_PLANNED = {
+    "DeepseekV4ForCausalLM": "vLLM's model class gives each layer a SlidingWindowMLASpec plus MLA specs for "
+                             "its key compressors (167 specs for DeepSeek-V4-Flash's 43 layers)",
+    "DeciLMForCausalLM": "its config class ships with the model (auto_map), which vLLM runs only with "
+                         "trust_remote_code",
 }
 # model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
@@ -56,7 +66,8 @@ QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
 WINDOW_NEEDS_FLAG = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3", "qwen2_vl_text", "qwen2_5_vl_text"}
 # model classes vLLM marks IsHybrid (Mamba-style state)
 HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
-          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "NemotronHForCausalLM"}
+          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "NemotronHForCausalLM",
+          "Lfm2ForCausalLM", "Lfm2VlForConditionalGeneration"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,10 @@ def _transformers_layer_types(spec: ModelSpec) -> list[str] | None:
     if spec.model_type.startswith("qwen3_5"):  # Qwen3_5(Moe)TextConfig: every full_attention_interval-th is full
         interval = spec.config.get("full_attention_interval") or 4
         return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(spec.num_hidden_layers)]
+    if spec.model_type == "lfm2":  # Lfm2Config: full attention at full_attn_idxs (default: every layer)
+        idxs = spec.config.get("full_attn_idxs")
+        full = set(idxs) if isinstance(idxs, list) else set(range(spec.num_hidden_layers))
+        return ["full_attention" if i in full else "conv" for i in range(spec.num_hidden_layers)]
     if spec.model_type in ("llama4", "llama4_text"):  # Llama4TextConfig: from no_rope_layers, window or not
         return ["chunked_attention" if rope else "full_attention" for rope in _llama4_rope_layers(spec)]
     if spec.model_type in DERIVES_LAYER_TYPES:
@@ -168,6 +183,8 @@ def _layer(spec: ModelSpec, rule: str, i: int, types: list[str] | None, window: 
            model_window: int | None) -> LayerSpecPlan | None:
     """The layer's spec; None for a layer vLLM builds none for (a block without a token mixer)."""
     kind = types[i] if types else None
+    if rule == "lfm2":
+        return _attention(i, None, None) if kind == "full_attention" else LayerSpecPlan(i, MAMBA)
     if rule == "nemotron_h":
         mixer = spec.layers[i].kind
         if mixer == MAMBA_KIND:
