@@ -139,7 +139,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                                     layer_types=interp.layer_types,
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
-        mode = settings_mode(settings, length, hma)
+        mode = settings_mode(settings, length, hma, checkpoint_kv_dtype(spec.raw_config))
         why_not = _unmodeled(spec, interp) if interp.layers else (
             f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
         if why_not is None:
@@ -229,11 +229,38 @@ def hma_decision(config: Mapping[str, Any], settings: VllmSettings) -> tuple[boo
     return True, "on (vLLM's default)"
 
 
-def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budget_vllm.Mode:
+def checkpoint_kv_dtype(raw: Mapping[str, Any]) -> str | None:
+    """The KV cache dtype a checkpoint's quantization_config asks for, which vLLM uses when kv_cache_dtype
+    is auto: a compressed-tensors `kv_cache_scheme` (layers/attention/attention.py: fp8) or a ModelOpt
+    `kv_cache_quant_algo` / `kv_cache_scheme` (utils/torch_utils.py get_kv_cache_quant_algo_string)."""
+    qc = raw.get("quantization_config")
+    if not isinstance(qc, dict):
+        return None
+    method = str(qc.get("quant_method") or "")
+    if method.startswith("modelopt"):
+        inner = qc.get("quantization") if isinstance(qc.get("quantization"), dict) else qc
+        algo = (inner.get("kv_cache_scheme") or qc.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+                or qc.get("kv_cache_quant_algo"))
+        if isinstance(algo, dict):
+            if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+                algo = "fp8"
+            elif algo.get("num_bits") == 4 and algo.get("type") == "float":
+                algo = "nvfp4"
+            else:
+                return None
+        return {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}.get(algo.lower()) if isinstance(algo, str) else None
+    if method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None:
+        return "fp8"
+    return None
+
+
+def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
+                  checkpoint_kv: str | None = None) -> budget_vllm.Mode:
     budget = settings.kv_budget_bytes
+    kv_dtype = checkpoint_kv if settings.kv_cache_dtype == "auto" and checkpoint_kv else settings.kv_cache_dtype
     mode = budget_vllm.Mode(
         max_model_len=length or 2048, kv_budget_bytes=budget if budget is not None else UNBOUNDED,
-        kv_cache_dtype=settings.kv_cache_dtype, tp=settings.tensor_parallel_size, hma=hma,
+        kv_cache_dtype=kv_dtype, tp=settings.tensor_parallel_size, hma=hma,
         prefix_caching=True if settings.enable_prefix_caching is None else settings.enable_prefix_caching,
         num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size)
     overrides: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),

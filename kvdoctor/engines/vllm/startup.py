@@ -78,6 +78,7 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
 # The Mamba block-size message is one of them here: no point sets --mamba-block-size, so it only comes from
 # CpuPlatform turning off the prefix caching the point asked for (MLA + linear-attention hybrids).
 CPU_ONLY = ("on CPU", "No Unquantized MoE backend supports the deployment configuration",
+            "Marlin FP4 not available",
             "--mamba-block-size can only be set with --enable-prefix-caching")
 
 
@@ -158,6 +159,12 @@ class _NoCudaStream:
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
+
+
+def _kv_scheme(qc) -> bool:
+    """A checkpoint quantization config that quantizes the KV cache (compressed-tensors / ModelOpt)."""
+    return isinstance(qc, dict) and any(qc.get(k) or (qc.get("quantization") or {}).get(k)
+                                        for k in ("kv_cache_scheme", "kv_cache_quant_algo"))
 
 
 def engine_config(cfg: dict, kwargs: dict, root: Path):
@@ -311,6 +318,12 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
             if fix == "drop_quantization_config" and fix not in workarounds and "quantization_config" in cfg:
                 earlier.append(error_row(exc, "specs"))
                 workarounds.append(fix)
+                # the KV cache dtype the checkpoint asked for stays (vLLM made it fp8 for a kv_cache_scheme)
+                if vc.cache_config.cache_dtype != kwargs.get("kv_cache_dtype", "auto") or (
+                        _kv_scheme(cfg["quantization_config"]) and kwargs.get("kv_cache_dtype", "auto") == "auto"):
+                    workarounds.append("kv_cache_dtype_from_checkpoint")
+                    kwargs = {**kwargs, "kv_cache_dtype": vc.cache_config.cache_dtype
+                              if vc.cache_config.cache_dtype != "auto" else "fp8"}
                 cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
                 continue
             if fix == "moe_on_cpu" and fix not in workarounds:
