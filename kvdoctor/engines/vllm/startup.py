@@ -67,6 +67,7 @@ def error_row(exc: BaseException, stage: str) -> dict:
 CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround that lets the point go on
     ("Failed to find a kernel that can implement the ScaledMM linear layer", "drop_quantization_config"),
     ("No MXFP4 MoE backend supports the deployment configuration", "drop_quantization_config"),
+    ("Marlin FP4 not available", "drop_quantization_config"),  # NVFP4 (ModelOpt) checkpoints' linear layers
     # CpuPlatform turns prefix caching off for MLA after the Mamba block size was aligned for it
     # (MLA + linear-attention hybrids such as Kimi-Linear): rerun with prefix caching off from the start.
     ("--mamba-block-size can only be set with --enable-prefix-caching", "prefix_caching_off"),
@@ -78,7 +79,6 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
 # The Mamba block-size message is one of them here: no point sets --mamba-block-size, so it only comes from
 # CpuPlatform turning off the prefix caching the point asked for (MLA + linear-attention hybrids).
 CPU_ONLY = ("on CPU", "No Unquantized MoE backend supports the deployment configuration",
-            "Marlin FP4 not available",
             "--mamba-block-size can only be set with --enable-prefix-caching")
 
 
