@@ -63,8 +63,9 @@ REFUSALS = [  # code, config, settings that make it fire; the same config with h
     ("VLM011", lambda: config("deepseek-ai__DeepSeek-V3"), {"kv_cache_dtype": "nvfp4"}),
     ("VLM012", lambda: config("Qwen__Qwen3-Next-80B-A3B-Instruct"), {"mamba_block_size": 64,
                                                                      "enable_prefix_caching": False}),
-    # LagunaConfig (a type outside kvdoctor's table) refuses a null window itself
-    ("VLM032", lambda: edited("poolside__Laguna-XS.2-FP8", sliding_window=None), {}),
+    # LagunaConfig (a type outside kvdoctor's table) checks the layer_types length with its own validator
+    ("VLM032", lambda: edited("poolside__Laguna-XS.2-FP8",
+                              layer_types=config("poolside__Laguna-XS.2-FP8")["layer_types"][:-1]), {}),
 ]
 
 
