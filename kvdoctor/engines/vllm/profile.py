@@ -238,7 +238,8 @@ def checkpoint_kv_dtype(raw: Mapping[str, Any]) -> str | None:
         return None
     method = str(qc.get("quant_method") or "")
     if method.startswith("modelopt"):
-        inner = qc.get("quantization") if isinstance(qc.get("quantization"), dict) else qc
+        nested = qc.get("quantization")
+        inner: dict[str, Any] = nested if isinstance(nested, dict) else qc
         algo = (inner.get("kv_cache_scheme") or qc.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
                 or qc.get("kv_cache_quant_algo"))
         if isinstance(algo, dict):
