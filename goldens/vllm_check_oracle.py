@@ -14,6 +14,8 @@ corpus, the mutations and the settings grid.
 
 `python vllm_check_oracle.py` runs every model in a child process each and writes vllm_check.json;
 `python vllm_check_oracle.py --model NAME OUT.json` runs one model and writes its points to OUT.json.
+`KVDOCTOR_CHECK_CONFIGS=DIR[:DIR...]` takes the configs from those folders instead (a held-out set kept
+outside the repo) and `KVDOCTOR_CHECK_OUT=FILE.json` writes the points there instead of vllm_check.json.
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ DEFAULT_WINDOW = 4096  # the window a mutation adds where the config has none
 
 def corpus() -> dict[str, dict]:
     out = {}
-    for folder in (CONFIGS, REAL):
+    chosen = [Path(d) for d in os.environ.get("KVDOCTOR_CHECK_CONFIGS", "").split(os.pathsep) if d]
+    for folder in chosen or (CONFIGS, REAL):
         for path in sorted(folder.iterdir()):
             src = path / "config.json" if path.is_dir() else path
             if src.suffix == ".json" and src.exists():
@@ -175,7 +178,8 @@ def main() -> None:
 
     wanted = set(filter(None, os.environ.get("KVDOCTOR_GOLDEN_MODELS", "").split(",")))
     points = []
-    previous = HERE / "vllm_check.json"
+    target = Path(os.environ.get("KVDOCTOR_CHECK_OUT") or HERE / "vllm_check.json")
+    previous = target
     if wanted and previous.exists():  # a partial run keeps the other models' points
         points = [p for p in json.loads(previous.read_text())["points"] if p["model"] not in wanted]
     for name in corpus():
@@ -191,13 +195,15 @@ def main() -> None:
             raise SystemExit(f"{name}: the oracle child failed")
         points += json.loads(out.read_text())
         print(name, len(points), flush=True)
-    write("vllm_check", "vllm", {"vllm": vllm.__version__, "torch": torch.__version__,
-                                  "transformers": transformers.__version__,
-                                  "python": sys.version.split()[0], "platform": "cpu (VLLM_TARGET_DEVICE=cpu)",
-                                  "stand_ins": "no-op torch.cuda.Stream/Event; VLLM_KIMI_K3_GEMM_AR=0; gloo group "
-                                               "(TP world size 8 faked for tp8); CPU_MLA block check skipped; "
-                                               "see README.md"},
-          points)
+    versions = {"vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
+                "python": sys.version.split()[0], "platform": "cpu (VLLM_TARGET_DEVICE=cpu)",
+                "stand_ins": "no-op torch.cuda.Stream/Event; VLLM_KIMI_K3_GEMM_AR=0; gloo group (TP world size 8 "
+                             "faked for tp8); CPU_MLA block check skipped; see README.md"}
+    if target != HERE / "vllm_check.json":
+        target.write_text(json.dumps({"schema": "kvdoctor.goldens/1", "engine": "vllm", "versions": versions,
+                                      "points": points}, indent=1))
+        return
+    write("vllm_check", "vllm", versions, points)
 
 
 if __name__ == "__main__":

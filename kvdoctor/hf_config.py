@@ -33,14 +33,20 @@ ATTRS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hea
 
 
 class Rejected(Exception):
-    """transformers' configuration class raised on this config: `message` is its exact text."""
+    """transformers' configuration class raised on this config: `message` is its exact text (the innermost
+    error); `outer_class` / `outer_message` the exception as raised, which wraps it for strict-dataclass
+    validators (what a caller such as vLLM shows)."""
 
-    def __init__(self, class_name: str, error_class: str, message: str, validator: str | None):
+    def __init__(self, class_name: str, error_class: str, message: str, validator: str | None,
+                 outer_class: str | None = None, outer_message: str | None = None):
         super().__init__(message)
         self.class_name, self.error_class, self.message, self.validator = class_name, error_class, message, validator
+        self.outer_class = outer_class or error_class
+        self.outer_message = outer_message if outer_message is not None else message
 
     def __reduce__(self):  # results cross process boundaries (parallel checks): keep it picklable
-        return Rejected, (self.class_name, self.error_class, self.message, self.validator)
+        return Rejected, (self.class_name, self.error_class, self.message, self.validator, self.outer_class,
+                          self.outer_message)
 
 
 @dataclass
@@ -147,7 +153,8 @@ def read(model_type: str, cfg: dict[str, Any]) -> View | None:
     except Exception as exc:  # any refusal of the class is reported, never a traceback
         inner = _innermost(exc)
         validator = getattr(exc, "validator_name", None) or _validator(str(exc))
-        raise Rejected(cls.__name__, type(inner).__name__, str(inner).strip(), validator) from None
+        raise Rejected(cls.__name__, type(inner).__name__, str(inner).strip(), validator, type(exc).__name__,
+                       str(exc)) from None
     resolved = {}
     for name in ATTRS:
         try:

@@ -116,3 +116,28 @@ def test_dry_run_without_a_vllm_python_is_one_eng050_and_the_static_checks_still
                                   extra={"dry_run": True, "engine_python": str(tmp_path / "missing")}))
     codes = [f.code for f in result.findings]
     assert codes.count("ENG050") == 1 and "VLM002" in codes
+
+
+def test_select_mem004_alone_keeps_the_plans_admission_refusal(tmp_path):
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("vllm:\n  kv_budget: 4GiB\n")
+    codes = []
+    for select in ((), ("--select", "MEM004")):
+        proc = run("check", str(MODELS / "meta-llama__Llama-3.1-8B"), "--engine", "vllm", "--format", "json", "-q",
+                   "--static", "--deploy", str(deploy), *select)
+        doc = json.loads(proc.stdout)
+        result = doc["results"][0] if "results" in doc else doc
+        codes.append([f["code"] for f in result["findings"]])
+    assert "MEM004" in codes[0]
+    assert codes[1] == ["MEM004"]  # the same finding, and nothing but it
+
+
+def test_vlm021_points_at_the_deploy_line_that_turned_hma_off(tmp_path):
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("vllm:\n  max_model_len: 32768\n  disable_hybrid_kv_cache_manager: true\n")
+    proc = run("check", str(MODELS / "google__gemma-3-1b-it"), "--engine", "vllm", "--format", "json", "-q",
+               "--static", "--deploy", str(deploy))
+    doc = json.loads(proc.stdout)
+    result = doc["results"][0] if "results" in doc else doc
+    (finding,) = [f for f in result["findings"] if f["code"] == "VLM021"]
+    assert (Path(finding["file"]).name, finding["line"]) == ("deploy.yaml", 3)

@@ -63,6 +63,9 @@ REFUSALS = [  # code, config, settings that make it fire; the same config with h
     ("VLM011", lambda: config("deepseek-ai__DeepSeek-V3"), {"kv_cache_dtype": "nvfp4"}),
     ("VLM012", lambda: config("Qwen__Qwen3-Next-80B-A3B-Instruct"), {"mamba_block_size": 64,
                                                                      "enable_prefix_caching": False}),
+    # LagunaConfig (a type outside kvdoctor's table) checks the layer_types length with its own validator
+    ("VLM032", lambda: edited("poolside__Laguna-XS.2-FP8",
+                              layer_types=config("poolside__Laguna-XS.2-FP8")["layer_types"][:-1]), {}),
 ]
 
 
@@ -86,7 +89,8 @@ def _healthy(code: str) -> str:
             "VLM009": "Qwen__Qwen2.5-7B-Instruct", "MEM002": "Qwen__Qwen3-Next-80B-A3B-Instruct",
             "MEM004": "meta-llama__Llama-3.1-8B", "VLM006": "meta-llama__Llama-3.1-8B",
             "VLM011": "deepseek-ai__DeepSeek-V3",
-            "VLM012": "Qwen__Qwen3-Next-80B-A3B-Instruct"}.get(code, "google__gemma-3-1b-it")
+            "VLM012": "Qwen__Qwen3-Next-80B-A3B-Instruct",
+            "VLM032": "poolside__Laguna-XS.2-FP8"}.get(code, "google__gemma-3-1b-it")
 
 
 def test_hma_forced_on_with_chunked_eagle_is_refused(tmp_path):
@@ -158,3 +162,13 @@ def test_report_and_settings(tmp_path):
         VllmSettings(surprise=1)
     with pytest.raises(Exception):
         VllmSettings(kv_budget="forty")
+
+
+@pytest.mark.parametrize("name, planned", [("nvidia__Nemotron-H-56B-Base-8K", True), ("LiquidAI__LFM2.5-VL-1.6B", True),
+                                           ("deepseek-ai__DeepSeek-V4-Flash", False),
+                                           ("nvidia__Llama-3_3-Nemotron-Super-49B-v1", False)])
+def test_hybrid_classes_are_planned_or_left_to_the_dry_run(name, planned, tmp_path):
+    got = plan(spec_of(tmp_path, config(name)), VllmSettings())
+    assert (got.facts.unmodeled is None) is planned
+    specs = {layer.extra.get("engine_spec") for layer in got.layers}
+    assert ({"MambaSpec", "FullAttentionSpec"} <= specs) is planned

@@ -18,6 +18,7 @@ import pytest
 
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
+from kvdoctor.engines.vllm.specs import NOT_PLANNED
 from kvdoctor.loader import load_model
 
 GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "goldens" / "vllm_check.json").read_text())
@@ -51,6 +52,12 @@ def masked(text: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", text)
 
 
+def sets_sorted(text: str) -> str:
+    """A Python set in a message ("Must be one of: {'moe', 'mlp'}") prints in hash order, which changes
+    from one process to the next: compare its members sorted."""
+    return re.sub(r"\{('[^{}]*')\}", lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", text)
+
+
 def test_goldens_cover_the_issue_grid():
     models = {p["model"] for p in GOLDEN["points"]}
     assert {"deepseek-ai__DeepSeek-V3", "meta-llama__Llama-4-Scout-17B-16E-Instruct"} <= models
@@ -67,6 +74,10 @@ def test_goldens_cover_the_issue_grid():
 def test_profile_matches_vllm(point, tmp_path):
     got = profile_plan(point, tmp_path)
     outcome = point["outcome"]
+    if (point["config"].get("architectures") or [""])[0] in NOT_PLANNED and not got.refusals:
+        assert got.facts.unmodeled and not got.facts.groups  # left to --dry-run (VLM024), nothing guessed
+        assert not any("engine_spec" in layer.extra for layer in got.layers)
+        return
     if outcome["start"]:
         assert not got.refusals, [r.message for r in got.refusals]
     else:
@@ -77,7 +88,9 @@ def test_profile_matches_vllm(point, tmp_path):
         if refusal.code in PLATFORM_NUMBERS:
             assert masked(refusal.message) == masked(want)
         else:
-            assert refusal.message == want
+            assert sets_sorted(refusal.message) == sets_sorted(want)
+    if (point["config"].get("architectures") or [""])[0] in NOT_PLANNED:
+        return  # a config-stage refusal, compared above; the model class's specs are not planned
     if point.get("layers"):
         by_index = {l.index: l for l in got.layers}
         for row in point["layers"]:

@@ -25,7 +25,7 @@ KIND_NAMES = {FULL: "full", SLIDING: "sliding", MLA: "mla", GDN: "gdn", KDA: "kd
 @dataclass(frozen=True)
 class Layer:
     index: int
-    kind: str  # full | sliding | mla | gdn | kda (| mamba, for the engines that ask for it)
+    kind: str  # full | sliding | mla | gdn | kda | mamba | short_conv (the last two for the engines that ask)
     window: int | None = None
     # This layer's own key/value geometry where it differs from the model's first attention layer (Gemma-4's
     # global layers, MiMo-V2's sliding ones); None: the model-wide kv_heads / head_dim.
@@ -44,24 +44,37 @@ class GdnDims:
 
 
 @dataclass(frozen=True)
+class Mamba2Dims:
+    """A Mamba-2 mixer's state (Nemotron-H): heads x head_dim x state_size, n_groups B/C groups."""
+
+    heads: int
+    head_dim: int
+    n_groups: int
+    state_size: int
+    conv_kernel: int
+    # the SSM state's dtype where the model fixes it (vLLM's Nemotron-H: the config's mamba_ssm_cache_dtype,
+    # else float32); None where the engine decides (SGLang's mamba_ssm_dtype)
+    ssm_dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class ShortConvDims:
+    """LFM2's short-convolution state: the last conv_kernel - 1 inputs of conv_dim channels."""
+
+    conv_dim: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True)
 class KdaDims:
     heads: int
     head_dim: int
     conv_kernel: int
 
 
-@dataclass(frozen=True)
-class Mamba2Dims:
-    heads: int
-    head_dim: int
-    state: int
-    groups: int
-    conv_kernel: int
-
-
-# Mamba2 keys in their Nemotron-H and Falcon-H1 spellings.
+# Mamba2 keys in their Nemotron-H and Falcon-H1 spellings, in Mamba2Dims' order.
 MAMBA2_KEYS = (("mamba_num_heads", "mamba_n_heads"), ("mamba_head_dim", "mamba_d_head"),
-               ("ssm_state_size", "mamba_d_state"), ("n_groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv"))
+               ("n_groups", "mamba_n_groups"), ("ssm_state_size", "mamba_d_state"), ("conv_kernel", "mamba_d_conv"))
 
 
 @dataclass
@@ -79,7 +92,8 @@ class ModelFacts:
     mla_latent: tuple[int, int] | None = None  # (kv_lora_rank, qk_rope_head_dim)
     gdn: GdnDims | None = None
     kda: KdaDims | None = None
-    mamba2: Mamba2Dims | None = None
+    mamba: Mamba2Dims | None = None  # for the engines that price Mamba-2 state (SGLang; vLLM's Nemotron-H plan)
+    short_conv: ShortConvDims | None = None  # set by the vLLM profile only (its plan for LFM2)
     dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     weights_bytes: int | None = None
@@ -93,7 +107,9 @@ class ModelFacts:
 
     @property
     def state_kind(self) -> str | None:
-        return "gdn" if self.gdn else "kda" if self.kda else "mamba" if self.mamba2 else None
+        if self.gdn or self.kda:
+            return "gdn" if self.gdn else "kda"
+        return "mamba" if self.mamba else "short_conv" if self.short_conv else None
 
     @property
     def windows(self) -> set[int]:
@@ -175,8 +191,9 @@ def facts_from_spec(spec: ModelSpec, extra_kinds: dict[str, str] | None = None) 
             "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
             "linear_conv_kernel_dim")))
     if kinds["mamba"]:
-        facts.mamba2 = Mamba2Dims(*(_positive(cfg, next((k for k in keys if k in cfg), keys[0]), where)
-                                    for keys in MAMBA2_KEYS))
+        heads, head_dim, groups, state, kernel = (_positive(cfg, next((k for k in keys if k in cfg), keys[0]), where)
+                                                  for keys in MAMBA2_KEYS)
+        facts.mamba = Mamba2Dims(heads, head_dim, groups, state, kernel)
     if kinds["kda"]:
         lac = cfg.get("linear_attn_config") or {}
         facts.kda = KdaDims(_positive(lac, "num_heads", where + " linear_attn_config"),

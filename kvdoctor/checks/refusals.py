@@ -15,12 +15,14 @@ from kvdoctor.engines.base import Refusal
 from kvdoctor.model import Finding, Source
 
 class _RefusalCodes(Mapping[str, tuple[str, ...]]):
-    """Each registered profile's refusal codes, read from the registry when asked."""
+    """Each registered profile's refusal codes, read from the registry when asked, with the codes its plan
+    shares with another rule (selecting one of those must still run this rule)."""
 
     def __getitem__(self, engine: str) -> tuple[str, ...]:
         if engine not in PROFILES:
             raise KeyError(engine)
-        return profile_class(engine).refusal_codes
+        profile = profile_class(engine)
+        return profile.refusal_codes + profile.shared_refusal_codes
 
     def __iter__(self) -> Iterator[str]:
         return iter(PROFILES)

@@ -8,7 +8,7 @@ from typing import Iterable
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context
-from kvdoctor.model import Finding
+from kvdoctor.model import Finding, Source
 
 RULE = Rule(codes=("VLM020", "VLM021", "VLM022", "VLM023", "VLM024"), engines=("vllm",))
 
@@ -20,4 +20,14 @@ def run(ctx: Context) -> Iterable[Finding]:
     if unmodeled:
         return [Finding.at("VLM024", f"no static vLLM layer plan: {unmodeled}; `--dry-run` runs vLLM's own "
                                      "model class instead", ctx.spec.key_source("architectures"))]
-    return differences(ctx.spec, ctx.plan)
+    return differences(ctx.spec, ctx.plan, hma_source(ctx))
+
+
+def hma_source(ctx: Context) -> Source | None:
+    """The deploy line that turned the hybrid manager off: the flag itself, else the EAGLE-style
+    speculation vLLM turns it off for; None when neither is in the deploy file."""
+    for setting in ("vllm.disable_hybrid_kv_cache_manager", "vllm.speculative_config"):
+        source = ctx.deploy.source(setting)
+        if source.kind == "deploy":
+            return source
+    return None

@@ -124,6 +124,9 @@ class EngineProfile(ABC):
     Settings: ClassVar[type[BaseModel]]  # its deploy-file section (named `name` with - as _)
     reference: ClassVar[bool] = False  # True: the model's own meaning, not a serving engine (no engine row)
     refusal_codes: ClassVar[tuple[str, ...]] = ()  # the catalog codes `plan` may put in `Plan.refusals`
+    # codes `plan` may also put there whose catalog entries another rule owns (vLLM's MEM002/MEM004/MEM014,
+    # checks.budget's): the refusal rule reports them too, so `--select MEM004` keeps the plan's finding
+    shared_refusal_codes: ClassVar[tuple[str, ...]] = ()
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[object]:
         """How the engine lays out this model's caches and what it refuses; imports no torch or mlx."""

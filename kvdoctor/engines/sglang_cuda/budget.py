@@ -128,13 +128,13 @@ def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str
         conv = ((g.value_dim * g.value_heads + 2 * groups * g.key_dim) // mode.tp, g.conv_kernel - 1)
         ssm = (g.value_heads // mode.tp, g.value_dim, g.key_dim)
         layers = facts.count("gdn")
-    elif facts.mamba2:
-        m = facts.mamba2
-        groups = m.groups
+    elif facts.mamba:
+        m = facts.mamba
+        groups = m.n_groups
         if groups % mode.tp:
             groups += mode.tp - groups  # as for GDN: groups replicated up to the TP size
-        conv = ((m.heads * m.head_dim + 2 * groups * m.state) // mode.tp, m.conv_kernel - 1)
-        ssm = (m.heads // mode.tp, m.head_dim, m.state)
+        conv = ((m.heads * m.head_dim + 2 * groups * m.state_size) // mode.tp, m.conv_kernel - 1)
+        ssm = (m.heads // mode.tp, m.head_dim, m.state_size)
         layers = facts.count("mamba")
     else:
         k = facts.kda

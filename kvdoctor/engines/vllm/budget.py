@@ -133,8 +133,20 @@ def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]
         conv_len = g.conv_kernel - 1 + mode.num_speculative_tokens
         tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
                    ("ssm", (_split(g.value_heads, mode.tp), g.value_dim, g.key_dim), act)]
+    elif facts.mamba:  # MambaStateShapeCalculator.mamba2_state_shape: groups padded up to the TP size
+        m = facts.mamba
+        groups = m.n_groups if m.n_groups % mode.tp == 0 else mode.tp
+        conv_dim = m.heads * m.head_dim + 2 * groups * m.state_size
+        conv_len = m.conv_kernel - 1 + mode.num_speculative_tokens
+        tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
+                   ("ssm", (_split(m.heads, mode.tp), m.head_dim, m.state_size), dtype_bytes(m.ssm_dtype or "float32"))]
+    elif facts.short_conv:  # MambaStateShapeCalculator.short_conv_state_shape
+        c = facts.short_conv
+        conv_len = c.conv_kernel - 1 + mode.num_speculative_tokens
+        tensors = [("conv", (conv_len, _split(c.conv_dim, mode.tp)), act)]
     else:
         k = facts.kda
+        assert k is not None  # state_bytes runs for a model with a state kind
         conv_dim = 3 * k.heads * k.head_dim
         conv_len = k.conv_kernel - 1 + mode.num_speculative_tokens
         tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
@@ -176,6 +188,9 @@ def align_hybrid(block: int, attn_per_token: int, state_page: int, mla: bool,
     return block, (None if page == state_page else page)
 
 
+STATE_LAYER_KINDS = ("gdn", "kda", "mamba", "short_conv")
+
+
 def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[Spec], dict[str, Any]]:
     block = mode.block_size or DEFAULT_BLOCK
     heads, head_size, per_token = attention_per_token(facts, mode)
@@ -186,7 +201,8 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
     if facts.state_kind:
         state, tensors = state_bytes(facts, mode)
         base = block
-        block, padded = align_hybrid(block, per_token, state, bool(facts.mla_latent))
+        if any(layer.kind not in STATE_LAYER_KINDS for layer in facts.layers):  # an attention page to align to
+            block, padded = align_hybrid(block, per_token, state, bool(facts.mla_latent))
         info.update(state_bytes=state, state_tensors=tensors, state_padded=padded)
         if block != base:
             notes.append(f"Setting attention block size to {block} tokens to ensure that attention page size "
@@ -199,7 +215,7 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
     state_block = block if align else mode.max_model_len
     specs = []
     for layer in facts.layers:
-        if layer.kind in ("gdn", "kda"):
+        if layer.kind in STATE_LAYER_KINDS:
             specs.append(Spec("MambaSpec", state_block, state_bytes=state, padded=padded,
                               spec_blocks=mode.num_speculative_tokens, align_mode=align))
         elif layer.kind == "mla":

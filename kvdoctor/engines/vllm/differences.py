@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kvdoctor.budget.common import GiB, cdiv
 from kvdoctor.engines.base import Plan
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.model import CHUNKED, SLIDING, Finding, ModelSpec
+from kvdoctor.model import CHUNKED, SLIDING, Finding, ModelSpec, Source
 
 if TYPE_CHECKING:
     from kvdoctor.engines.vllm.profile import VllmFacts
@@ -18,12 +18,13 @@ if TYPE_CHECKING:
 IN_FLIGHT_TOKENS = 2 * 8192  # two batches of the H200 server's max_num_batched_tokens, async scheduling
 
 
-def differences(spec: ModelSpec, plan: Plan[Any]) -> list[Finding]:
-    """Only for a plan that starts and has facts (each helper below relies on both)."""
+def differences(spec: ModelSpec, plan: Plan[Any], hma_source: Source | None = None) -> list[Finding]:
+    """Only for a plan that starts and has facts (each helper below relies on both). `hma_source`: the
+    deploy setting that turned the hybrid manager off, when one did."""
     if plan.refusals or plan.facts is None:
         return []
-    return [*window_differences(spec, plan), *promotion_cost(spec, plan), *model_level_window(spec, plan),
-            *mtp_layers(spec)]
+    return [*window_differences(spec, plan), *promotion_cost(spec, plan, hma_source),
+            *model_level_window(spec, plan), *mtp_layers(spec)]
 
 
 def _meant(layer) -> int | None:
@@ -61,7 +62,7 @@ def _reads(facts) -> str:
         S.RULES.get(facts.architecture, "layer_types"), "layer_types and sliding_window")
 
 
-def promotion_cost(spec: ModelSpec, plan: Plan[VllmFacts]) -> list[Finding]:
+def promotion_cost(spec: ModelSpec, plan: Plan[VllmFacts], where: Source | None = None) -> list[Finding]:
     """VLM021: with the hybrid manager off, local layers keep their window for compute but reserve
     blocks for the whole max_model_len; the cost per request at max_model_len."""
     facts = plan.facts
@@ -83,7 +84,7 @@ def promotion_cost(spec: ModelSpec, plan: Plan[VllmFacts]) -> list[Finding]:
     return [Finding.at("VLM021", f"the hybrid KV cache manager is off: {len(local)} sliding/chunked layers "
                        f"reserve KV for all {length} tokens instead of their window, "
                        f"{extra / GiB:.2f} GiB more per request at max_model_len",
-                       None, key="disable_hybrid_kv_cache_manager",
+                       where, key="disable_hybrid_kv_cache_manager",
                        evidence={"layers": [l.index for l in local], "extra_bytes_per_request": extra,
                                  "max_model_len": length})]
 

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from kvdoctor.budget.facts import POSITION_KEYS, Layer, facts_from_spec
+from kvdoctor.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, from_budget, hma_forced_on,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, tp_heads)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
-from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 if TYPE_CHECKING:
     from kvdoctor.budget.common import Budget
@@ -76,6 +76,7 @@ class VllmProfile(EngineProfile):
     # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
     # are checks.budget's, which leaves them to this plan under `check --engine vllm`
     refusal_codes = tuple(code for code in CODES if not code.startswith("MEM"))
+    shared_refusal_codes = tuple(code for code in CODES if code.startswith("MEM"))
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
         return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
@@ -119,6 +120,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     facts = VllmFacts(arch, False, True, "", None, derived, key, None, (), None, None)
     layers: tuple[LayerPlan, ...] = tuple(LayerPlan(l.index, None, "unknown") for l in spec.layers)
     try:  # vLLM's order: config stage (transformers, then vLLM's checks), model class, KV planning
+        if spec.rejected is not None:
+            raise config_class_rejects(spec.rejected)
         S.check_layer_types(spec)
         length = _max_model_len(spec, settings, derived, key)
         heads = spec.config.get("num_attention_heads")
@@ -138,8 +141,9 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                                     layer_types=interp.layer_types,
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
-        mode = settings_mode(settings, length, hma)
-        why_not = _unmodeled(spec, interp)
+        mode = settings_mode(settings, length, hma, checkpoint_kv_dtype(spec.raw_config))
+        why_not = _unmodeled(spec, interp) if interp.layers else (
+            f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
         if why_not is None:
             try:
                 bfacts = budget_facts(spec, interp)
@@ -167,6 +171,8 @@ def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
     no-op blocks): vLLM's shared fallback would give them attention specs, which would be a guess."""
     if interp.architecture in S.RULES:
         return None
+    if interp.architecture in S.NOT_PLANNED:
+        return f"{interp.architecture} is not in kvdoctor's vLLM table: {S.NOT_PLANNED[interp.architecture]}"
     odd = sorted({l.kind for l in spec.layers if l.kind not in ATTENTION_KINDS})
     if not odd:
         return None
@@ -227,13 +233,41 @@ def hma_decision(config: Mapping[str, Any], settings: VllmSettings) -> tuple[boo
     return True, "on (vLLM's default)"
 
 
-def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budget_vllm.Mode:
+def checkpoint_kv_dtype(raw: Mapping[str, Any]) -> str | None:
+    """The KV cache dtype a checkpoint's quantization_config asks for, which vLLM uses when kv_cache_dtype
+    is auto: a compressed-tensors `kv_cache_scheme` (layers/attention/attention.py: fp8) or a ModelOpt
+    `kv_cache_quant_algo` / `kv_cache_scheme` (utils/torch_utils.py get_kv_cache_quant_algo_string)."""
+    qc = raw.get("quantization_config")
+    if not isinstance(qc, dict):
+        return None
+    method = str(qc.get("quant_method") or "")
+    if method.startswith("modelopt"):
+        nested = qc.get("quantization")
+        inner: dict[str, Any] = nested if isinstance(nested, dict) else qc
+        algo = (inner.get("kv_cache_scheme") or qc.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+                or qc.get("kv_cache_quant_algo"))
+        if isinstance(algo, dict):
+            if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+                algo = "fp8"
+            elif algo.get("num_bits") == 4 and algo.get("type") == "float":
+                algo = "nvfp4"
+            else:
+                return None
+        return {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}.get(algo.lower()) if isinstance(algo, str) else None
+    if method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None:
+        return "fp8"
+    return None
+
+
+def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
+                  checkpoint_kv: str | None = None) -> budget_vllm.Mode:
     from kvdoctor.engines.vllm import budget as budget_vllm
 
     budget = settings.kv_budget_bytes
+    kv_dtype = checkpoint_kv if settings.kv_cache_dtype == "auto" and checkpoint_kv else settings.kv_cache_dtype
     mode = budget_vllm.Mode(
         max_model_len=length or 2048, kv_budget_bytes=budget if budget is not None else UNBOUNDED,
-        kv_cache_dtype=settings.kv_cache_dtype, tp=settings.tensor_parallel_size, hma=hma,
+        kv_cache_dtype=kv_dtype, tp=settings.tensor_parallel_size, hma=hma,
         prefix_caching=True if settings.enable_prefix_caching is None else settings.enable_prefix_caching,
         num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size)
     overrides: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
@@ -243,18 +277,41 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool) -> budg
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.budget's facts with the layers as vLLM builds them (not as the model means them)."""
-    state = KDA if interp.rule == "kimi_linear" else GDN
+    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
-    shadow = [dataclasses.replace(layer, kind=kinds[plan_layer.spec], window=plan_layer.window)
-              for plan_layer, layer in zip(interp.layers, spec.layers)]
+    planned = {l.index: l for l in interp.layers}
+    shadow = [dataclasses.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
+              if layer.index in planned else dataclasses.replace(layer, kind=NO_ATTENTION)
+              for layer in spec.layers]
     facts = facts_from_spec(dataclasses.replace(spec, layers=shadow))
+    if interp.rule == "nemotron_h":
+        facts.mamba = mamba2_dims(spec)
+    if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache
+        dim, kernel = spec.config.get("conv_dim") or spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
+        if not (isinstance(dim, int) and isinstance(kernel, int) and dim > 0 and kernel > 1):
+            raise InputError("config.json: LFM2's conv_dim and conv_L_cache must be positive integers")
+        facts.short_conv = ShortConvDims(dim, kernel)
+    state_kind = facts.state_kind or "gdn"
     layers = []
-    for plan_layer, fact in zip(interp.layers, facts.layers):
-        kind = BUDGET_KINDS.get(plan_layer.spec, fact.kind)
+    for plan_layer in interp.layers:
+        kind = BUDGET_KINDS.get(plan_layer.spec, state_kind)
         window = plan_layer.chunk if plan_layer.spec == S.CHUNKED else plan_layer.window
         layers.append(Layer(plan_layer.index, kind, window))
     facts.layers = layers
     return facts
+
+
+def mamba2_dims(spec: ModelSpec) -> Mamba2Dims:
+    """NemotronH's Mamba-2 mixer dims as nemotron_h.py reads them (get_mamba_state_shape_from_config), and
+    the SSM state dtype NemotronHForCausalLMConfig sets (the config's mamba_ssm_cache_dtype, else float32)."""
+    cfg = spec.config
+    missing = [k for k in ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel")
+               if not isinstance(cfg.get(k), int) or cfg[k] <= 0]
+    if missing:
+        raise InputError(f"config.json: {', '.join(missing)} must be positive integers for Nemotron-H's Mamba state")
+    ssm = cfg.get("mamba_ssm_cache_dtype")
+    return Mamba2Dims(cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["n_groups"], cfg["ssm_state_size"],
+                      cfg["conv_kernel"], ssm if isinstance(ssm, str) and ssm != "auto" else "float32")
 
 
 def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[LayerPlan, ...]:

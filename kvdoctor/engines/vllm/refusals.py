@@ -33,6 +33,7 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM010": SRC + "v1/core/kv_cache_planning.py#L401",
     "VLM011": SRC + "config/vllm.py#L3432",
     "VLM012": SRC + "config/vllm.py#L3449",
+    "VLM032": SRC + "transformers_utils/config.py#L445",
 }
 
 
@@ -58,6 +59,17 @@ def layer_types_length(layers: int, types: int) -> Startup:
     return refusal("VLM001", "StrictDataclassClassValidationError",
                    f"Class validation error for validator 'validate_layer_type':\n    ValueError: {inner}",
                    key="layer_types", num_hidden_layers=layers, layer_types=types)
+
+
+def config_class_rejects(rejected) -> Startup:
+    """A model type outside kvdoctor's table whose transformers configuration class refuses the config
+    (kvdoctor.hf_config.Rejected): vLLM builds that class while reading config.json and stops with its
+    error, as raised (strict-dataclass validators wrap the validator's own error)."""
+    key = "layer_types" if "layer_types" in rejected.message else (
+        "sliding_window" if "sliding_window" in rejected.message else None)
+    return refusal("VLM032", rejected.outer_class, rejected.outer_message.strip(), key=key,
+                   config_class=rejected.class_name, validator=rejected.validator,
+                   inner=f"{rejected.error_class}: {rejected.message}")
 
 
 def max_model_len_over(requested: int, key: str, derived: float, model_max_length: int | None) -> Startup:

@@ -20,7 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvdoctor.engines.vllm.refusals import layer_types_length, qwen2_window_layers, unknown_layer_type
+from kvdoctor.engines.vllm.refusals import (config_class_rejects, layer_types_length, qwen2_window_layers,
+                                            unknown_layer_type)
+from kvdoctor.model import FULL as FULL_KIND
+from kvdoctor.model import MAMBA as MAMBA_KIND
 from kvdoctor.model import ModelSpec
 
 FULL = "FullAttentionSpec"
@@ -40,14 +43,31 @@ RULES = {
     # qwen3_5.py raises the same "Invalid layer_type" for anything but linear / full attention
     "Qwen3_5ForCausalLM": "qwen3_next", "Qwen3_5MoeForCausalLM": "qwen3_next",
     "Qwen3_5ForConditionalGeneration": "qwen3_next", "Qwen3_5MoeForConditionalGeneration": "qwen3_next",
+    # nemotron_h.py: a Mamba-2 mixer ("M"), attention ("*", model-level window only) or no mixer (MLP "-",
+    # MoE "E": no KV cache spec at all), per hybrid_override_pattern / layers_block_type
+    "NemotronHForCausalLM": "nemotron_h",
+    # lfm2.py: attention where layer_types says full_attention, a short convolution (MambaSpec) elsewhere
+    "Lfm2ForCausalLM": "lfm2", "Lfm2VlForConditionalGeneration": "lfm2",
+}
+# Model classes the table leaves to `--dry-run` whatever their layers look like (goldens/vllm_check.json
+# holds what vLLM 0.33.0 does with them): why, in a few words.
+NOT_PLANNED = {
+    "DeepseekV4ForCausalLM": "vLLM's model class gives each layer a SlidingWindowMLASpec plus MLA specs for "
+                             "its key compressors (167 specs for DeepSeek-V4-Flash's 43 layers)",
+    "DeciLMForCausalLM": "its config class ships with the model (auto_map), which vLLM runs only with "
+                         "trust_remote_code",
 }
 # model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
                        "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4"}
 QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
+# model_type -> its transformers config class sets sliding_window to None unless use_sliding_window is
+# true (configuration_qwen2.py, _qwen2_moe, _qwen3, _qwen3_moe, _smollm3, the Qwen2-VL text configs; 5.20)
+WINDOW_NEEDS_FLAG = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3", "qwen2_vl_text", "qwen2_5_vl_text"}
 # model classes vLLM marks IsHybrid (Mamba-style state)
 HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
-          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
+          "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "NemotronHForCausalLM",
+          "Lfm2ForCausalLM", "Lfm2VlForConditionalGeneration"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +85,7 @@ class Interpretation:
     layer_types: tuple[str, ...] | None  # what transformers holds
     sliding_window: int | None  # the text config's window as transformers holds it
     model_window: int | None  # CacheConfig.sliding_window
-    layers: tuple[LayerSpecPlan, ...]
+    layers: tuple[LayerSpecPlan, ...]  # the layers vLLM builds a KV cache spec for, in layer order
 
 
 def architecture(spec: ModelSpec) -> str:
@@ -76,8 +96,8 @@ def architecture(spec: ModelSpec) -> str:
 def _transformers_window(spec: ModelSpec) -> int | None:
     cfg = spec.config
     window = cfg.get("sliding_window")
-    if spec.model_type == "qwen2" and not cfg.get("use_sliding_window", False):
-        return None  # Qwen2Config keeps the window only with use_sliding_window
+    if spec.model_type in WINDOW_NEEDS_FLAG and not cfg.get("use_sliding_window", False):
+        return None  # these config classes keep the window only with use_sliding_window
     return window if isinstance(window, int) and window > 0 else None
 
 
@@ -88,10 +108,17 @@ def _transformers_layer_types(spec: ModelSpec) -> list[str] | None:
     if spec.model_type.startswith("qwen3_5"):  # Qwen3_5(Moe)TextConfig: every full_attention_interval-th is full
         interval = spec.config.get("full_attention_interval") or 4
         return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(spec.num_hidden_layers)]
+    if spec.model_type == "lfm2":  # Lfm2Config: full attention at full_attn_idxs (default: every layer)
+        idxs = spec.config.get("full_attn_idxs")
+        full = set(idxs) if isinstance(idxs, list) else set(range(spec.num_hidden_layers))
+        return ["full_attention" if i in full else "conv" for i in range(spec.num_hidden_layers)]
     if spec.model_type in ("llama4", "llama4_text"):  # Llama4TextConfig: from no_rope_layers, window or not
         return ["chunked_attention" if rope else "full_attention" for rope in _llama4_rope_layers(spec)]
     if spec.model_type in DERIVES_LAYER_TYPES:
         return [_hf_kind(layer.kind) for layer in spec.layers]
+    derived = spec.defaults.get("layer_types") if spec.semantics == "transformers" else None
+    if isinstance(derived, list):  # a type outside the table: the list its config class derived
+        return [str(t) for t in derived]
     return None
 
 
@@ -114,15 +141,29 @@ def interpret(spec: ModelSpec) -> Interpretation:
     n = spec.num_hidden_layers
     types = _transformers_layer_types(spec)
     rule = rule_for(spec, arch, types)
+    if rule == "nemotron_h" and "layer_types" in spec.config:
+        _config_class_check(spec)
     window = _transformers_window(spec)
     all_sliding = types is None or all(t == "sliding_attention" for t in types)
     model_window = window if all_sliding else None
-    layers = [_layer(spec, rule, i, types, window, model_window) for i in range(n)]
+    planned = (_layer(spec, rule, i, types, window, model_window) for i in range(n))
+    layers = [layer for layer in planned if layer is not None]
     if rule == "model_window" and types and len(set(types)) > 1:
         max_window = spec.config.get("max_window_layers")
         if max_window != n:
             raise qwen2_window_layers(max_window, n)
     return Interpretation(arch, rule, tuple(types) if types else None, window, model_window, tuple(layers))
+
+
+def _config_class_check(spec: ModelSpec) -> None:
+    """NemotronHConfig reads `layer_types` as its block types and refuses entries other than its own
+    (kvdoctor's table reads the pattern): run the configuration class itself, as vLLM does."""
+    from kvdoctor import hf_config
+
+    try:
+        hf_config.read(spec.model_type, spec.config)
+    except hf_config.Rejected as rejected:
+        raise config_class_rejects(rejected) from None
 
 
 def rule_for(spec: ModelSpec, arch: str, types: list[str] | None) -> str:
@@ -139,8 +180,16 @@ def rule_for(spec: ModelSpec, arch: str, types: list[str] | None) -> str:
 
 
 def _layer(spec: ModelSpec, rule: str, i: int, types: list[str] | None, window: int | None,
-           model_window: int | None) -> LayerSpecPlan:
+           model_window: int | None) -> LayerSpecPlan | None:
+    """The layer's spec; None for a layer vLLM builds none for (a block without a token mixer)."""
     kind = types[i] if types else None
+    if rule == "lfm2":
+        return _attention(i, None, None) if kind == "full_attention" else LayerSpecPlan(i, MAMBA)
+    if rule == "nemotron_h":
+        mixer = spec.layers[i].kind
+        if mixer == MAMBA_KIND:
+            return LayerSpecPlan(i, MAMBA)
+        return _attention(i, None, model_window) if mixer == FULL_KIND else None
     if rule in ("mla", "kimi_linear"):
         if rule == "kimi_linear" and _kimi_kda_layer(spec, i):
             return LayerSpecPlan(i, MAMBA)

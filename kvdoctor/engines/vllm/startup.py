@@ -67,9 +67,13 @@ def error_row(exc: BaseException, stage: str) -> dict:
 CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround that lets the point go on
     ("Failed to find a kernel that can implement the ScaledMM linear layer", "drop_quantization_config"),
     ("No MXFP4 MoE backend supports the deployment configuration", "drop_quantization_config"),
+    ("Marlin FP4 not available", "drop_quantization_config"),  # NVFP4 (ModelOpt) checkpoints' linear layers
     # CpuPlatform turns prefix caching off for MLA after the Mamba block size was aligned for it
     # (MLA + linear-attention hybrids such as Kimi-Linear): rerun with prefix caching off from the start.
     ("--mamba-block-size can only be set with --enable-prefix-caching", "prefix_caching_off"),
+    # Nemotron-3's non-gated (relu2) MoE: FusedMoEConfig accepts it on CUDA / XPU / ROCm only, and no CPU
+    # MoE backend is picked for it. The experts are built on the meta device and never run.
+    ("is_act_and_mul=False is supported only for CUDA, XPU and ROCm", "moe_on_cpu"),
 )
 # Refusals the CPU box raises where a GPU would not (no workaround): kept, marked `cpu_only`, not compared.
 # The Mamba block-size message is one of them here: no point sets --mamba-block-size, so it only comes from
@@ -100,6 +104,53 @@ def _skip_cpu_mla_block_check() -> None:
     CpuPlatform._check_aligned_block_size = classmethod(check)
 
 
+def _moe_on_cpu() -> None:
+    """The `moe_on_cpu` workaround: FusedMoEConfig's platform check sees a platform that answers
+    is_xpu() True while it runs, and the unquantized MoE backend choice falls back to vLLM's CPU experts
+    class where it finds none (the MoE layers' weights and kernels do not enter KV specs)."""
+    from vllm.model_executor.layers.fused_moe import config as moe_config
+    from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as method
+    from vllm.model_executor.layers.fused_moe.oracle import unquantized
+
+    if getattr(moe_config.FusedMoEConfig, "_kvdoctor_moe_on_cpu", False):
+        return  # installed by an earlier point of this process; each point still records it (SKIPPED)
+
+    class _Xpu:
+        def __init__(self, real):
+            self._real = real
+
+        def is_xpu(self):
+            return True
+
+        def __getattr__(self, name):
+            return getattr(self._real, name)
+
+    original_post_init = moe_config.FusedMoEConfig.__post_init__
+
+    def post_init(self):
+        real = moe_config.current_platform
+        if not self.is_act_and_mul and "moe_on_cpu" not in SKIPPED:
+            SKIPPED.append("moe_on_cpu")
+        moe_config.current_platform = _Xpu(real)
+        try:
+            original_post_init(self)
+        finally:
+            moe_config.current_platform = real
+
+    moe_config.FusedMoEConfig.__post_init__ = post_init
+    moe_config.FusedMoEConfig._kvdoctor_moe_on_cpu = True
+    original_select = method.select_unquantized_moe_backend
+
+    def select(*args, **kwargs):
+        try:
+            return original_select(*args, **kwargs)
+        except NotImplementedError:
+            backend = unquantized.UnquantizedMoeBackend.CPU
+            return backend, unquantized.backend_to_kernel_cls(backend)[0]
+
+    method.select_unquantized_moe_backend = select
+
+
 class _NoCudaStream:
     """Stands in for torch.cuda.Stream / Event, which Kimi-Linear's layers create at construction."""
 
@@ -108,6 +159,12 @@ class _NoCudaStream:
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
+
+
+def _kv_scheme(qc) -> bool:
+    """A checkpoint quantization config that quantizes the KV cache (compressed-tensors / ModelOpt)."""
+    return isinstance(qc, dict) and any(qc.get(k) or (qc.get("quantization") or {}).get(k)
+                                        for k in ("kv_cache_scheme", "kv_cache_quant_algo"))
 
 
 def engine_config(cfg: dict, kwargs: dict, root: Path):
@@ -261,7 +318,18 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
             if fix == "drop_quantization_config" and fix not in workarounds and "quantization_config" in cfg:
                 earlier.append(error_row(exc, "specs"))
                 workarounds.append(fix)
+                # the KV cache dtype the checkpoint asked for stays (vLLM made it fp8 for a kv_cache_scheme)
+                if vc.cache_config.cache_dtype != kwargs.get("kv_cache_dtype", "auto") or (
+                        _kv_scheme(cfg["quantization_config"]) and kwargs.get("kv_cache_dtype", "auto") == "auto"):
+                    workarounds.append("kv_cache_dtype_from_checkpoint")
+                    kwargs = {**kwargs, "kv_cache_dtype": vc.cache_config.cache_dtype
+                              if vc.cache_config.cache_dtype != "auto" else "fp8"}
                 cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+                continue
+            if fix == "moe_on_cpu" and fix not in workarounds:
+                earlier.append(error_row(exc, "specs"))
+                workarounds.append(fix)
+                _moe_on_cpu()
                 continue
             point["outcome"] = {"start": False, **error_row(exc, "specs")}
             break
