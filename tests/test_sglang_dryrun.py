@@ -1,0 +1,157 @@
+"""`--engine sglang --dry-run`: SGLang 0.5.23's own CUDA start-up in a child process, against the static plan.
+
+Needs a Python with SGLang 0.5.23 (goldens/.venv/sglang, or $KVDOCTOR_SGLANG_PYTHON); without one only the
+'unavailable' path and the comparison on recorded shapes are tested. Each run takes 10-60 s on two cores,
+so each model's run is shared by the tests of its module-scoped fixture.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.engines import profile
+from kvdoctor.engines.sglang import SglangSettings
+from kvdoctor.engines.sglang_cuda import dryrun
+from kvdoctor.loader import load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS, REAL = ROOT / "fixtures" / "models", ROOT / "fixtures" / "configs" / "real"
+PYTHON = dryrun.find_python()
+needs_sglang = pytest.mark.skipif(PYTHON is None, reason="no Python with SGLang 0.5.23 (goldens/.venv/sglang "
+                                                         "absent; set KVDOCTOR_SGLANG_PYTHON)")
+
+
+def spec_of(path: Path):
+    return load_model(str(path), with_checkpoint=False, library_check=False)
+
+
+def dry(spec, **settings):
+    """The static plan and SGLang's own start-up for one model and one `sglang:` section."""
+    section = SglangSettings(**settings)
+    plan = profile("sglang").plan(spec, section)
+    result = dryrun.launch(spec, dryrun.server_args(section), section.kv_budget or dryrun.DEFAULT_BUDGET, PYTHON,
+                           timeout=600)
+    result["budget_from_deploy"] = section.kv_budget is not None
+    return plan, result
+
+
+def codes(spec, plan, result) -> list[str]:
+    return [f.code for f in dryrun.findings(spec, plan, result, builtin_catalog())]
+
+
+def test_server_args_carry_only_what_is_set():
+    assert dryrun.server_args(SglangSettings()) == {
+        "kv_cache_dtype": "auto", "disable_hybrid_swa_memory": False, "swa_full_tokens_ratio": 0.8,
+        "disable_radix_cache": False, "disable_overlap_schedule": False, "page_size": 1}
+    args = dryrun.server_args(SglangSettings(tp_size=8, context_length=4096, kv_budget="40GiB"))
+    assert args["tp_size"] == 8 and args["context_length"] == 4096 and "kv_budget" not in args
+
+
+def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeypatch):
+    monkeypatch.delenv(dryrun.ENV_PYTHON, raising=False)
+    monkeypatch.setattr(dryrun, "REPO", tmp_path)  # no goldens/.venv/sglang there
+    spec = spec_of(MODELS / "openai__gpt-oss-20b")
+    from kvdoctor.deploy import Deploy
+
+    seen = dryrun.SglangDryRunner().run(spec, Deploy(),
+                                        profile("sglang").plan(spec, SglangSettings()),
+                                        {"engine_python": str(tmp_path / "missing-python")})
+    assert seen == {"unavailable": True}
+    finding = dryrun.unavailable(spec)
+    assert finding.code == "ENG050" and "static SGLang checks still ran" in finding.message
+
+
+def test_the_cost_is_estimated_from_the_plan_before_running():
+    spec = spec_of(MODELS / "google__gemma-3-1b-it")
+    cost = dryrun.estimate(spec, profile("sglang").plan(spec, SglangSettings()))
+    assert cost["pool_tokens"] == 512 + 64 + 2  # one request 64 tokens past gemma-3's 512-key window
+    assert cost["bytes"] > dryrun.IMPORT_BYTES and cost["seconds"] == dryrun.IMPORT_SECONDS
+    small = spec_of(MODELS / "openai__gpt-oss-20b")  # a 128-key window fits the 256 rows pools have anyway
+    assert dryrun.estimate(small, profile("sglang").plan(small, SglangSettings()))["pool_tokens"] == 256
+
+
+# ---- SGLang's own code ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gpt_oss():
+    spec = spec_of(MODELS / "openai__gpt-oss-20b")
+    return (spec, *dry(spec))
+
+
+@needs_sglang
+def test_gpt_oss_starts_as_planned_and_its_sliding_layer_reads_its_window(gpt_oss):
+    spec, plan, result = gpt_oss
+    assert result["versions"]["sglang"] == "0.5.23" and result["outcome"] == {"start": True}
+    model = result["model"]
+    assert model["is_hybrid_swa"] and model["runner_sliding_window_size"] == 127
+    assert model["swa_attention_layer_ids"] == list(range(0, 24, 2))
+    assert result["pools"]["token_to_kv_pool"]["class"] == "SWAKVPool"
+    assert result["pools"]["placements"]["3"] == ["full", 1]
+    sliding, full = result["window_reads"]
+    assert (sliding["layer"], sliding["keys_read_max"], sliding["off_window_count"]) == (0, 128, 0)
+    assert sliding["length"] > 128  # the request crossed the window
+    assert (full["layer"], full["keys_read_max"], full["off_window_count"]) == (1, full["length"] + 1, 0)
+    assert dryrun.disagreements(plan, result) == []
+    assert codes(spec, plan, result) == []
+
+
+@needs_sglang
+def test_a_plan_for_another_window_is_stale(gpt_oss):
+    """The same run held against a plan whose sliding layers read 256 keys: SGL050, naming the window."""
+    spec, plan, result = gpt_oss
+    layers = tuple(dataclasses.replace(l, engine_window=256) if l.engine_window == 128 else l for l in plan.layers)
+    stale = dataclasses.replace(plan, layers=layers)
+    found = dryrun.findings(spec, stale, result, builtin_catalog())
+    assert [f.code for f in found] == ["SGL050"]
+    assert "layer 0 attention (TorchNativeAttnBackend): reads a window of 128 keys" in found[0].message
+    swapped = dataclasses.replace(plan, facts=dataclasses.replace(
+        plan.facts, pools=dataclasses.replace(plan.facts.pools, hybrid_swa=False)))
+    assert "hybrid-SWA memory: plan False, SGLang True" in dryrun.disagreements(swapped, result)
+
+
+@needs_sglang
+def test_qwen3_next_hybrid_state_pools_and_sizing_at_the_deploy_budget():
+    spec = spec_of(MODELS / "Qwen__Qwen3-Next-80B-A3B-Instruct")
+    plan, result = dry(spec, kv_budget="40GiB")
+    assert result["outcome"] == {"start": True}
+    assert result["pools"]["token_to_kv_pool"]["class"] == "HybridLinearKVPool"
+    assert result["pools"]["mamba_pool"]["class"] == "MambaPool"
+    assert result["sizing"]["max_running_requests"] == 52  # the CUDA path's 5 state slots per request
+    assert result["state"]["layers"] == [i for i in range(48) if (i + 1) % 4]
+    assert "window_reads" not in result and "HybridLinearAttnBackend" in result["window_reads_skipped"]
+    assert dryrun.disagreements(plan, result) == []
+    assert codes(spec, plan, result) == []
+
+
+@needs_sglang
+def test_a_predicted_refusal_is_confirmed_without_a_second_finding():
+    spec = spec_of(MODELS / "Qwen__Qwen2.5-7B-Instruct")
+    plan, result = dry(spec, context_length=65536)
+    outcome = result["outcome"]
+    assert not outcome["start"] and outcome["class"] == "ValueError" and outcome["step"] == "server_args"
+    assert (outcome["class"], outcome["message"]) == (plan.refusals[0].error_class, plan.refusals[0].message)
+    assert dryrun.triage_code(builtin_catalog(), outcome["class"], outcome["message"]) == "SGL001"
+    assert codes(spec, plan, result) == []  # the refusal rule reports SGL001 from the plan
+    started = profile("sglang").plan(spec, SglangSettings())  # a plan that expects a start: stale
+    found = dryrun.findings(spec, started, result, builtin_catalog())
+    assert [f.code for f in found] == ["SGL001", "SGL050"]  # the engine's error as observed, and the stale plan
+    assert found[0].engine_error["message"] == outcome["message"] and found[0].engine_error["stage"] == "startup"
+
+
+@needs_sglang
+def test_a_real_config_the_static_plan_gets_wrong_is_reported_as_stale(tmp_path):
+    """MiMo-V2-Flash: kvdoctor's loader gives the value buffers head_dim (192) where SGLang sizes them with
+    v_head_dim (128) (a known gap of the static plan, tests/test_sglang_cuda.py): the dry run says so."""
+    (tmp_path / "config.json").write_text((REAL / "XiaomiMiMo__MiMo-V2-Flash.json").read_text())
+    spec = spec_of(tmp_path)
+    plan, result = dry(spec)
+    assert result["outcome"] == {"start": True}
+    found = dryrun.findings(spec, plan, result, builtin_catalog())
+    assert [f.code for f in found] == ["SGL050"] and found[0].severity == "warning"
+    assert any("v_buffer per token: plan [4, 192]" in d and "SGLang [4, 128]" in d
+               for d in found[0].evidence["differences"]), found[0].evidence
+    assert json.loads(json.dumps(dryrun.record(plan, result)))["differences"] == found[0].evidence["differences"]
