@@ -34,7 +34,7 @@ def dry(spec, **settings):
     section = SglangSettings(**settings)
     plan = profile("sglang").plan(spec, section)
     result = dryrun.launch(spec, dryrun.server_args(section), section.kv_budget or dryrun.DEFAULT_BUDGET, PYTHON,
-                           timeout=600)
+                           timeout=600, planned_sliding=dryrun.planned_sliding(plan))
     result["budget_from_deploy"] = section.kv_budget is not None
     return plan, result
 
@@ -68,10 +68,12 @@ def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeyp
 def test_the_cost_is_estimated_from_the_plan_before_running():
     spec = spec_of(MODELS / "google__gemma-3-1b-it")
     cost = dryrun.estimate(spec, profile("sglang").plan(spec, SglangSettings()))
-    assert cost["pool_tokens"] == 512 + 64 + 2  # one request 64 tokens past gemma-3's 512-key window
+    assert cost["pool_tokens"] == 512 + 64 + 2 + 64  # a request 64 tokens past the 512-key window, an earlier one
     assert cost["bytes"] > dryrun.IMPORT_BYTES and cost["seconds"] == dryrun.IMPORT_SECONDS
-    small = spec_of(MODELS / "openai__gpt-oss-20b")  # a 128-key window fits the 256 rows pools have anyway
-    assert dryrun.estimate(small, profile("sglang").plan(small, SglangSettings()))["pool_tokens"] == 256
+    gpt_oss = spec_of(MODELS / "openai__gpt-oss-20b")
+    assert dryrun.estimate(gpt_oss, profile("sglang").plan(gpt_oss, SglangSettings()))["pool_tokens"] == 258
+    plain = spec_of(MODELS / "Qwen__Qwen2.5-7B-Instruct")  # no sliding layer: the 256 rows the pools have anyway
+    assert dryrun.estimate(plain, profile("sglang").plan(plain, SglangSettings()))["pool_tokens"] == 256
 
 
 # ---- SGLang's own code ---------------------------------------------------------------------------
@@ -91,10 +93,15 @@ def test_gpt_oss_starts_as_planned_and_its_sliding_layer_reads_its_window(gpt_os
     assert model["swa_attention_layer_ids"] == list(range(0, 24, 2))
     assert result["pools"]["token_to_kv_pool"]["class"] == "SWAKVPool"
     assert result["pools"]["placements"]["3"] == ["full", 1]
-    sliding, full = result["window_reads"]
+    sliding, released, full = result["window_reads"]
     assert (sliding["layer"], sliding["keys_read_max"], sliding["off_window_count"]) == (0, 128, 0)
-    assert sliding["length"] > 128  # the request crossed the window
+    assert sliding["length"] > 128 and not sliding["swa_slots_differ"]  # the request crossed the window
     assert (full["layer"], full["keys_read_max"], full["off_window_count"]) == (1, full["length"] + 1, 0)
+    # once SWA slots differ from full-pool slots, torch_native indexes the SWA buffer with full-pool slots;
+    # the deploy runs fa3 (which translates), so that is recorded, not reported
+    assert released["after_swa_release"] and released["error"]["class"] == "IndexError"
+    assert "torch_native_backend.py" in released["error"]["raised_at_sglang"]
+    assert result["server_args"]["attention_backend"] == "fa3" and dryrun.torch_native_reads(spec, result) == []
     assert dryrun.disagreements(plan, result) == []
     assert codes(spec, plan, result) == []
 
@@ -142,16 +149,46 @@ def test_a_predicted_refusal_is_confirmed_without_a_second_finding():
     assert found[0].engine_error["message"] == outcome["message"] and found[0].engine_error["stage"] == "startup"
 
 
+@pytest.fixture(scope="module")
+def mimo(tmp_path_factory):
+    """MiMo-V2-Flash served with the torch_native attention backend."""
+    d = tmp_path_factory.mktemp("mimo")
+    (d / "config.json").write_text((REAL / "XiaomiMiMo__MiMo-V2-Flash.json").read_text())
+    spec = spec_of(d)
+    return (spec, *dry(spec, attention_backend="torch_native"))
+
+
 @needs_sglang
-def test_a_real_config_the_static_plan_gets_wrong_is_reported_as_stale(tmp_path):
+def test_a_real_config_the_static_plan_gets_wrong_is_reported_as_stale(mimo):
     """MiMo-V2-Flash: kvdoctor's loader gives the value buffers head_dim (192) where SGLang sizes them with
     v_head_dim (128) (a known gap of the static plan, tests/test_sglang_cuda.py): the dry run says so."""
+    spec, plan, result = mimo
+    assert result["outcome"] == {"start": True}
+    found = {f.code: f for f in dryrun.findings(spec, plan, result, builtin_catalog())}
+    assert found["SGL050"].severity is None  # the catalog's (warning), filled in by the pipeline
+    differences = found["SGL050"].evidence["differences"]
+    assert "full_kv_pool v_buffer per token: plan [4, 192] bfloat16, SGLang [4, 128] bfloat16" in differences
+    assert json.loads(json.dumps(dryrun.record(plan, result)))["differences"] == differences
+
+
+@needs_sglang
+def test_torch_native_reads_the_swa_buffer_at_full_pool_slots(mimo):
+    spec, plan, result = mimo
+    assert result["server_args"]["attention_backend"] == "torch_native"
+    aligned = next(r for r in result["window_reads"] if r["window_left"] >= 0 and not r["after_swa_release"])
+    assert (aligned["keys_read_max"], aligned["off_window_count"]) == (129, 0)  # the mask itself is right
+    found = [f for f in dryrun.findings(spec, plan, result, builtin_catalog()) if f.code == "SGL051"]
+    assert len(found) == 1 and found[0].layer == aligned["layer"]
+    assert found[0].engine_error["class"] == "IndexError" and "full-pool slot numbers" in found[0].message
+
+
+@needs_sglang
+def test_torch_native_without_hybrid_swa_memory_reads_its_window(tmp_path):
     (tmp_path / "config.json").write_text((REAL / "XiaomiMiMo__MiMo-V2-Flash.json").read_text())
     spec = spec_of(tmp_path)
-    plan, result = dry(spec)
-    assert result["outcome"] == {"start": True}
-    found = dryrun.findings(spec, plan, result, builtin_catalog())
-    assert [f.code for f in found] == ["SGL050"] and found[0].severity == "warning"
-    assert any("v_buffer per token: plan [4, 192]" in d and "SGLang [4, 128]" in d
-               for d in found[0].evidence["differences"]), found[0].evidence
-    assert json.loads(json.dumps(dryrun.record(plan, result)))["differences"] == found[0].evidence["differences"]
+    plan, result = dry(spec, attention_backend="torch_native", disable_hybrid_swa_memory=True)
+    assert result["outcome"] == {"start": True} and not result["model"]["is_hybrid_swa"]
+    sliding, full = result["window_reads"]  # hybrid-SWA off: no SWA pool, no released SWA slots
+    assert (sliding["sliding_from"], sliding["keys_read_max"], sliding["off_window_count"]) == ("plan", 129, 0)
+    assert full["keys_read_max"] == full["length"] + 1 and "error" not in full
+    assert "SGL051" not in codes(spec, plan, result)

@@ -12,7 +12,7 @@ from kvdoctor.model import Finding
 CHILD_CODES = ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058", "ENG059",
                "ENG060", "ENG061")
 VLLM_CODES = ("ENG050", "ENG051", "VLM030")  # a vLLM refusal the plan missed is reported under its own code
-SGLANG_CODES = ("ENG050", "ENG051", "SGL050")  # likewise for SGLang on CUDA
+SGLANG_CODES = ("ENG050", "ENG051", "SGL050", "SGL051")  # likewise for SGLang on CUDA
 OWN_CODES = {"vllm": VLLM_CODES, "sglang": SGLANG_CODES}  # profiles whose dry run is read by their own module
 
 
@@ -32,7 +32,7 @@ class _DryRunCodes(Mapping[str, tuple[str, ...]]):
         return len(dry_run_engines())
 
 
-RULE = Rule(codes=(*CHILD_CODES, "VLM030", "SGL050"), needs=(DRY_RUN,), by_engine=_DryRunCodes())
+RULE = Rule(codes=(*CHILD_CODES, "VLM030", "SGL050", "SGL051"), needs=(DRY_RUN,), by_engine=_DryRunCodes())
 
 
 def run(ctx: Context) -> Iterable[Finding]:
@@ -59,7 +59,7 @@ def _vllm(ctx: Context) -> list[Finding]:
         return []
     if result.get("unavailable"):
         return [dryrun.unavailable(ctx.spec)]
-    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
+    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(), ctx.deploy)
 
 
 def _sglang(ctx: Context) -> list[Finding]:
@@ -71,4 +71,4 @@ def _sglang(ctx: Context) -> list[Finding]:
         return []
     if result.get("unavailable"):
         return [dryrun.unavailable(ctx.spec)]
-    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
+    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(), ctx.deploy)

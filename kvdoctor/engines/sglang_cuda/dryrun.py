@@ -57,7 +57,8 @@ def estimate(spec: ModelSpec, plan: Plan[Any]) -> dict[str, Any]:
     """What the child will cost, before it runs: the import, the tiny pools and the window-read scores."""
     pools = getattr(plan.facts, "pools", None)
     window = getattr(pools, "runner_sliding_window", None)
-    tokens = 256 if not window else max(256, window + 1 + 64 + 2)
+    length = window + 1 + 64 if window is not None and window >= 0 else 128  # startup.window_request
+    tokens = max(256, length + 2 + 64)  # startup.run: the request and an earlier one
     per_token = 0
     for layer in spec.layers:
         heads, dim = layer.n_kv_heads or 1, (layer.head_dim or 0) + (layer.v_head_dim or layer.head_dim or 0)
@@ -67,21 +68,28 @@ def estimate(spec: ModelSpec, plan: Plan[Any]) -> dict[str, Any]:
             "pool_tokens": tokens}
 
 
+def planned_sliding(plan: Plan[Any]) -> list[int]:
+    """The layers the static plan gives a window: the child reads one of them when SGLang lists no SWA ids
+    (hybrid-SWA memory off)."""
+    return [l.index for l in plan.layers if l.engine_window is not None]
+
+
 def _limit_memory() -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
-def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path,
-           timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path, timeout: float = DEFAULT_TIMEOUT,
+           planned_sliding: list[int] | None = None) -> dict[str, Any]:
     """Run the child; returns its result with `timed_out`, `returncode`, `seconds` and `stderr_tail`."""
     with tempfile.TemporaryDirectory(prefix="kvdoctor-sglang-dryrun-") as tmp:
         model_dir = Path(tmp) / "model"
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(spec.raw_config))
         req, out, err = Path(tmp) / "request.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
-        req.write_text(json.dumps({"model_dir": str(model_dir), "server_args": args, "kv_budget_bytes": budget}))
+        req.write_text(json.dumps({"model_dir": str(model_dir), "server_args": args, "kv_budget_bytes": budget,
+                                   "planned_sliding_layers": planned_sliding or []}))
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
                "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(REPO / "goldens" / "stubs")}
         started = time.monotonic()
@@ -118,7 +126,8 @@ class SglangDryRunner(DryRunner):
         settings = deploy.settings("sglang")
         cost = estimate(spec, plan)
         result = launch(spec, server_args(settings), settings.kv_budget or DEFAULT_BUDGET, python,
-                        timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
+                        timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT,
+                        planned_sliding=planned_sliding(plan))
         return {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None}
 
 
@@ -152,7 +161,8 @@ def triage_code(catalog: Any, error_class: str, message: str) -> str | None:
     return triage(error_class, message, "sglang", catalog)
 
 
-def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: Any) -> list[Finding]:
+def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: Any, deploy: Any = None
+             ) -> list[Finding]:
     version = (result.get("versions") or {}).get("sglang", "?")
     where = spec.key_source("model_type")
     outcome = result.get("outcome")
@@ -172,12 +182,48 @@ def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: 
                                   where, engine_error={"class": outcome["class"], "message": outcome["message"],
                                                        "stage": "startup", "frame": frame},
                                   evidence={"step": outcome["step"]}))
+    out += torch_native_reads(spec, result, deploy.source("sglang.attention_backend") if deploy else None)
     differences = disagreements(plan, result)
     if differences:
         listed = "; ".join(differences[:MAX_LISTED]) + (f"; ... ({len(differences)} in all)"
                                                          if len(differences) > MAX_LISTED else "")
         out.append(Finding.at("SGL050", f"the static SGLang plan and SGLang {version}'s own start-up disagree: "
                               f"{listed}", where, evidence={"differences": differences}))
+    return out
+
+
+TORCH_NATIVE = "torch_native"
+TORCH_NATIVE_READS = ("https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/layers/attention/"
+                      "torch_native_backend.py#L140")
+
+
+def torch_native_reads(spec: ModelSpec, result: dict[str, Any], where: Any = None) -> list[Finding]:
+    """SGL051: the deploy runs TorchNativeAttnBackend and a sliding layer, once its SWA slots no longer
+    match its full-pool slots, read other keys than its window's (or failed) on SGLang's own pools."""
+    args = result.get("server_args") or {}
+    backends = {args.get(k) for k in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")}
+    if TORCH_NATIVE not in backends:
+        return []
+    out = []
+    for run in result.get("window_reads") or []:
+        if not run.get("after_swa_release") or not (run.get("error") or run.get("off_window_count")):
+            continue
+        if run.get("error"):
+            error = run["error"]
+            seen = f"raised {error['class']}: {error['message']} (in {error['raised_at_sglang']})"
+        else:
+            first = run["off_window"][0]
+            seen = (f"read other keys than its last {run['window_left'] + 1} for {run['off_window_count']} of "
+                    f"{run['queries']} queries (query {first['query']} read {first['count']} keys, "
+                    f"{first['first']}..{first['last']})")
+        out.append(Finding.at(
+            "SGL051", f"layer {run['layer']} (sliding, SWA pool): SGLang's torch_native attention backend, run on "
+                      f"SGLang's own pools after an earlier request's out-of-window SWA slots were released, {seen}: "
+                      "it reads the SWA buffer at full-pool slot numbers", where or spec.key_source("model_type"),
+            layer=run["layer"], engine_error=None if not run.get("error") else {
+                "class": run["error"]["class"], "message": run["error"]["message"], "stage": "prefill"},
+            evidence={"read": run, "source": TORCH_NATIVE_READS}))
+        break
     return out
 
 
@@ -297,7 +343,7 @@ def _read_differences(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
     layers = {l.index: l for l in plan.layers}
     for run in result.get("window_reads") or []:
         layer = layers.get(run["layer"])
-        if layer is None or "error" in run:
+        if layer is None or "error" in run or run.get("after_swa_release"):
             continue
         window = layer.engine_window
         if run["off_window_count"]:

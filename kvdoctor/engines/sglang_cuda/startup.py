@@ -261,17 +261,19 @@ def sizing(kvc, budget: int) -> dict:
     return row
 
 
-def build_pools(mc, kvc, tokens: int):
-    """Stage 4: SGLang's own pool classes, `tokens` rows and TINY_REQS requests, on the CPU device."""
+def build_pools(mc, kvc, tokens: int, swa_tokens: int | None = None):
+    """Stage 4: SGLang's own pool classes, `tokens` rows (`swa_tokens` in the SWA pool) and TINY_REQS
+    requests, on the CPU device."""
     from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
     from sglang.srt.runtime_context import get_context, get_schedule
 
     tokens = max(tokens, 4 * get_schedule().page_size)
+    swa_tokens = max(swa_tokens or tokens, 4 * get_schedule().page_size)
     if kvc.mambaish_config is not None:
         get_context().override("kvdoctor.dryrun", max_mamba_cache_size=TINY_REQS)
     sizes = _PoolSizes(max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
                        full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                       swa_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
+                       swa_max_total_num_tokens=swa_tokens if mc.is_hybrid_swa else None,
                        c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
                        c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
     pools = kvc._init_pools(sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
@@ -285,17 +287,26 @@ def build_pools(mc, kvc, tokens: int):
 
 # ---- stage 5: which keys a layer's attention reads ---------------------------------------------
 
-def window_layers(mc, window: int | None) -> list[tuple[int, int]]:
+def sliding_ids(mc, planned: list[int]) -> list[int]:
+    """SGLang's SWA layer ids; with hybrid-SWA memory off ModelConfig lists none (the model class still
+    masks), so the layers the static plan gives a window stand in (each read row says which)."""
+    return list(mc.swa_attention_layer_ids or []) or list(planned)
+
+
+def window_layers(mc, window: int | None, planned: list[int]) -> list[tuple[int, int]]:
     """(layer id, window_left) for the first sliding and the first full attention layer."""
-    swa = list(mc.swa_attention_layer_ids or []) if window is not None else []
+    swa = sliding_ids(mc, planned) if window is not None and window >= 0 else []
     full = [i for i in (mc.full_attention_layer_ids or range(mc.num_hidden_layers)) if i not in swa]
     out = [(swa[0], window)] if swa else []
     return out + ([(full[0], -1)] if full else [])
 
 
-def read_sets(pools, mc, layer_id: int, window_left: int, length: int) -> dict:
+def read_sets(pools, mc, layer_id: int, window_left: int, length: int, after_release: bool) -> dict:
     """Run TorchNativeAttnBackend's extend over `length` tokens, then one decode step, on layer
-    `layer_id` of the real pools; returns, per query position, the key positions it read."""
+    `layer_id` of the real pools; returns, per query position, the key positions it read.
+    `after_release`: an earlier request's out-of-window SWA slots were released first (as a running
+    server does), so that this request's SWA slots differ from its full-pool slots; otherwise both pools
+    hand out the same slot numbers and only the window mask is exercised."""
     import torch
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
     from sglang.srt.layers.radix_attention import RadixAttention
@@ -310,7 +321,11 @@ def read_sets(pools, mc, layer_id: int, window_left: int, length: int) -> dict:
     backend = TorchNativeAttnBackend(types.SimpleNamespace(device="cpu", req_to_token_pool=req,
                                                            token_to_kv_pool=kv))
     alloc.clear()
+    if after_release:
+        alloc.free_swa(alloc.alloc(PAST_WINDOW))
     locs = alloc.alloc(length + 1)
+    if locs is None:
+        raise RuntimeError(f"kvdoctor: the tiny pools have no room for a {length + 1}-token request")
     req.req_to_token[0, :length + 1] = locs.to(req.req_to_token.dtype)
     dtype = k_buf.dtype if k_buf.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.bfloat16
     capacity = kv_heads * v_dim
@@ -339,8 +354,10 @@ def read_sets(pools, mc, layer_id: int, window_left: int, length: int) -> dict:
         lo, hi = (min(keys_read), max(keys_read)) if keys_read else (None, None)
         contiguous = bool(keys_read) and len(keys_read) == hi - lo + 1
         reads[q] = {"count": len(keys_read), "first": lo, "last": hi, "contiguous": contiguous}
+    translate = getattr(kv, "translate_loc_from_full_to_swa", None)
+    diverged = bool(translate is not None and not torch.equal(translate(locs), locs))
     return {"layer": layer_id, "window_left": window_left, "kv_heads": kv_heads, "length": length,
-            "backend": "TorchNativeAttnBackend", "reads": reads}
+            "backend": "TorchNativeAttnBackend", "swa_slots_differ": diverged, "reads": reads}
 
 
 def summarize(run: dict) -> dict:
@@ -351,24 +368,30 @@ def summarize(run: dict) -> dict:
         want = min(q + 1, window) if window else q + 1
         if not (r["contiguous"] and r["last"] == q and r["count"] == want):
             off.append({"query": q, **r})
-    return {k: run[k] for k in ("layer", "window_left", "kv_heads", "length", "backend")} | {
+    return {k: run[k] for k in ("layer", "window_left", "kv_heads", "length", "backend", "swa_slots_differ")} | {
         "keys_read_max": max(r["count"] for r in run["reads"].values()),
         "queries": len(run["reads"]), "off_window": off[:10], "off_window_count": len(off)}
 
 
-def window_reads(pools, mc, window: int | None, length: int) -> list[dict]:
+def window_reads(pools, mc, window: int | None, length: int, planned: list[int]) -> list[dict]:
     out = []
-    for layer_id, left in window_layers(mc, window):
-        try:
-            out.append(summarize(read_sets(pools, mc, layer_id, left, length)))
-        except Exception as exc:  # noqa: BLE001 - a backend that cannot run here is reported, not fatal
-            out.append({"layer": layer_id, "window_left": left, "error": error_row(exc, "window_reads")})
+    released = hasattr(pools.token_to_kv_pool_allocator, "free_swa")
+    from_plan = not mc.swa_attention_layer_ids
+    for layer_id, left in window_layers(mc, window, planned):
+        for after_release in (False, True) if released and left >= 0 else (False,):
+            try:
+                row = summarize(read_sets(pools, mc, layer_id, left, length, after_release))
+            except Exception as exc:  # noqa: BLE001 - SGLang's backend failing on its own pools is the answer
+                row = {"layer": layer_id, "window_left": left, "backend": "TorchNativeAttnBackend",
+                       "error": error_row(exc, "window_reads")}
+            out.append({**row, "after_swa_release": after_release,
+                        "sliding_from": ("plan" if from_plan else "sglang") if left >= 0 else None})
     return out
 
 
-def window_request(mc, window: int | None) -> tuple[int | None, str | None]:
+def window_request(mc, window: int | None, planned: list[int]) -> tuple[int | None, str | None]:
     """(tokens of the request that crosses the window, or None with the reason the reads are not run)."""
-    if window is None or window < 0 or not mc.swa_attention_layer_ids:
+    if window is None or window < 0 or not sliding_ids(mc, planned):
         return PAST_WINDOW * 2, None  # no sliding layer: a full layer's reads are still checked
     length = window + 1 + PAST_WINDOW
     if 4 * max(1, mc.get_num_kv_heads(1)) * (length + 1) ** 2 > WINDOW_READ_BYTES:
@@ -379,7 +402,7 @@ def window_request(mc, window: int | None) -> tuple[int | None, str | None]:
 
 # ---- the point ---------------------------------------------------------------------------------
 
-def run(model_dir: Path, args: dict, budget: int) -> dict:
+def run(model_dir: Path, args: dict, budget: int, planned: list[int]) -> dict:
     out: dict = {"stages": []}
     started = time.monotonic()
     try:
@@ -390,19 +413,24 @@ def run(model_dir: Path, args: dict, budget: int) -> dict:
     out["stages"] += ["server_args", "model_config", "model_window", "configurator", "sizing"]
     out["outcome"] = {"start": True}
     window = out["model"]["runner_sliding_window_size"]
-    length, why_not = window_request(mc, window)
+    length, why_not = window_request(mc, window, planned)
     try:
-        pools, out["pools"] = build_pools(mc, kvc, max(TINY_TOKENS, (length or 0) + 2))
+        # full pool: the request and the earlier one; SWA pool: the request only, so that its SWA slots
+        # reuse the earlier request's released ones
+        pools, out["pools"] = build_pools(mc, kvc, max(TINY_TOKENS, (length or 0) + 2 + PAST_WINDOW),
+                                          (length or 0) + 2 if mc.is_hybrid_swa else None)
         out["stages"].append("pools")
     except Exception as exc:  # noqa: BLE001 - the tiny pools are kvdoctor's size, not the server's
         out["pools_error"] = error_row(exc, "pools")
         return out
     if out["pools"]["mamba_pool"] is not None:
         why_not = "a hybrid state model: its attention layers run inside HybridLinearAttnBackend"
+    elif (out["server_args"].get("page_size") or 1) > 1:
+        why_not = "page size above 1: the dry run's request takes its slots token by token"
     if why_not or length is None:
         out["window_reads_skipped"] = why_not
     else:
-        out["window_reads"] = window_reads(pools, mc, window, length)
+        out["window_reads"] = window_reads(pools, mc, window, length, planned)
         out["stages"].append("window_reads")
     out["seconds_in_sglang"] = round(time.monotonic() - started, 2)
     return out
@@ -418,7 +446,7 @@ def install_shims(tp: int) -> None:
 
 
 def main() -> None:
-    """REQUEST.json {"model_dir", "server_args", "kv_budget_bytes"} -> RESULT.json."""
+    """REQUEST.json {"model_dir", "server_args", "kv_budget_bytes", "planned_sliding_layers"} -> RESULT.json."""
     import logging
     import warnings
 
@@ -434,7 +462,8 @@ def main() -> None:
 
     result: dict = {"versions": {"sglang": sglang.__version__, "torch": torch.__version__}}
     result_path.write_text(json.dumps(result))  # how far it got, if SGLang kills the process
-    result.update(run(Path(request["model_dir"]), args, int(request["kv_budget_bytes"])))
+    result.update(run(Path(request["model_dir"]), args, int(request["kv_budget_bytes"]),
+                      request.get("planned_sliding_layers") or []))
     result_path.write_text(json.dumps(result, default=str))
 
 
