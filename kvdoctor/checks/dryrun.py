@@ -59,16 +59,17 @@ def _vllm(ctx: Context) -> list[Finding]:
         return []
     if result.get("unavailable"):
         return [dryrun.unavailable(ctx.spec)]
-    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(), ctx.deploy)
+    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
 
 
 def _sglang(ctx: Context) -> list[Finding]:
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.engines.sglang_cuda import dryrun
+    from kvdoctor.engines.sglang_cuda import dryrun as sglang_dryrun
 
     result = ctx.observations.get(DRY_RUN)
     if not isinstance(result, dict):
         return []
     if result.get("unavailable"):
-        return [dryrun.unavailable(ctx.spec)]
-    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(), ctx.deploy)
+        return [sglang_dryrun.unavailable(ctx.spec)]
+    return sglang_dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(),
+                                  ctx.deploy)

@@ -295,9 +295,10 @@ def sliding_ids(mc, planned: list[int]) -> list[int]:
 
 def window_layers(mc, window: int | None, planned: list[int]) -> list[tuple[int, int]]:
     """(layer id, window_left) for the first sliding and the first full attention layer."""
-    swa = sliding_ids(mc, planned) if window is not None and window >= 0 else []
+    left = window if window is not None and window >= 0 else -1
+    swa = sliding_ids(mc, planned) if left >= 0 else []
     full = [i for i in (mc.full_attention_layer_ids or range(mc.num_hidden_layers)) if i not in swa]
-    out = [(swa[0], window)] if swa else []
+    out = [(swa[0], left)] if swa else []
     return out + ([(full[0], -1)] if full else [])
 
 
@@ -351,9 +352,11 @@ def read_sets(pools, mc, layer_id: int, window_left: int, length: int, after_rel
             seen[q].add(base + j)
     reads = {}
     for q, keys_read in seen.items():
-        lo, hi = (min(keys_read), max(keys_read)) if keys_read else (None, None)
-        contiguous = bool(keys_read) and len(keys_read) == hi - lo + 1
-        reads[q] = {"count": len(keys_read), "first": lo, "last": hi, "contiguous": contiguous}
+        if not keys_read:
+            reads[q] = {"count": 0, "first": None, "last": None, "contiguous": False}
+            continue
+        lo, hi = min(keys_read), max(keys_read)
+        reads[q] = {"count": len(keys_read), "first": lo, "last": hi, "contiguous": len(keys_read) == hi - lo + 1}
     translate = getattr(kv, "translate_loc_from_full_to_swa", None)
     diverged = bool(translate is not None and not torch.equal(translate(locs), locs))
     return {"layer": layer_id, "window_left": window_left, "kv_heads": kv_heads, "length": length,
