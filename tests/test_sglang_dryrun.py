@@ -192,3 +192,18 @@ def test_torch_native_without_hybrid_swa_memory_reads_its_window(tmp_path):
     assert (sliding["sliding_from"], sliding["keys_read_max"], sliding["off_window_count"]) == ("plan", 129, 0)
     assert full["keys_read_max"] == full["length"] + 1 and "error" not in full
     assert "SGL051" not in codes(spec, plan, result)
+
+
+@needs_sglang
+def test_gemma3_kept_out_of_hybrid_swa_memory_still_masks_its_window():
+    """Gemma-3 is not on SGLang's hybrid-SWA allow-list: every layer is in the full pool, and the sliding
+    layers must still read only their 512 keys (the plan's window), which the torch-native backend does."""
+    spec = spec_of(MODELS / "google__gemma-3-1b-it")
+    plan, result = dry(spec)
+    assert result["outcome"] == {"start": True} and not result["model"]["is_hybrid_swa"]
+    assert result["pools"]["token_to_kv_pool"]["class"] == "MHATokenToKVPool"
+    sliding, full = result["window_reads"]
+    assert (sliding["sliding_from"], sliding["window_left"], sliding["keys_read_max"]) == ("plan", 511, 512)
+    assert sliding["length"] > 512 and sliding["off_window_count"] == 0
+    assert full["keys_read_max"] == full["length"] + 1
+    assert codes(spec, plan, result) == []
