@@ -61,8 +61,14 @@ def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeyp
                                         profile("sglang").plan(spec, SglangSettings()),
                                         {"engine_python": str(tmp_path / "missing-python")})
     assert seen == {"unavailable": True}
-    finding = dryrun.unavailable(spec)
+    from kvdoctor.checks import dryrun as rule
+    from kvdoctor.context import Context
+
+    ctx = Context(spec=spec, engine="sglang", deploy=Deploy(), plan=profile("sglang").plan(spec, SglangSettings()),
+                  observations={"dry_run": seen})
+    (finding,) = rule.run(ctx)
     assert finding.code == "ENG050" and "static SGLang checks still ran" in finding.message
+    assert rule.RULE.codes_for("sglang") == ("ENG050", "ENG051", "SGL050", "SGL051")
 
 
 def test_the_cost_is_estimated_from_the_plan_before_running():

@@ -394,6 +394,9 @@ def window_reads(pools, mc, window: int | None, length: int, planned: list[int])
 
 def window_request(mc, window: int | None, planned: list[int]) -> tuple[int | None, str | None]:
     """(tokens of the request that crosses the window, or None with the reason the reads are not run)."""
+    if getattr(mc, "attention_chunk_size", None) is not None:
+        return None, ("chunked attention: SGLang passes the chunk size as the window, and the torch-native "
+                      "backend's sliding mask is not the chunked one")
     if window is None or window < 0 or not sliding_ids(mc, planned):
         return PAST_WINDOW * 2, None  # no sliding layer: a full layer's reads are still checked
     length = window + 1 + PAST_WINDOW
@@ -421,7 +424,7 @@ def run(model_dir: Path, args: dict, budget: int, planned: list[int]) -> dict:
         # full pool: the request and the earlier one; SWA pool: the request only, so that its SWA slots
         # reuse the earlier request's released ones
         pools, out["pools"] = build_pools(mc, kvc, max(TINY_TOKENS, (length or 0) + 2 + PAST_WINDOW),
-                                          (length or 0) + 2 if mc.is_hybrid_swa else None)
+                                          length + 2 if mc.is_hybrid_swa and length else None)
         out["stages"].append("pools")
     except Exception as exc:  # noqa: BLE001 - the tiny pools are kvdoctor's size, not the server's
         out["pools_error"] = error_row(exc, "pools")
