@@ -98,6 +98,16 @@ def bare_model(mc):
     return model, cls.__name__
 
 
+def window_source(model, mc) -> str | None:
+    """Which of resolve_sliding_window_size's three sources gave the runner window
+    (model_runner_components/load_model_utils.py:144, in its order)."""
+    if hasattr(model, "get_attention_sliding_window_size"):
+        return "model_class"
+    if mc.is_hybrid_swa and mc.sliding_window_size is not None:
+        return "sliding_window_size"
+    return "attention_chunk_size" if mc.attention_chunk_size is not None else None
+
+
 def _runs(tensors) -> list[dict]:
     """Buffers as runs of equal shape and dtype, in order."""
     runs: list[dict] = []
@@ -202,6 +212,7 @@ def start(model_dir: Path, args: dict, budget: int, out: dict):
             "is_hybrid_swa_model": bool(is_hybrid_swa_model(mc.hf_config.architectures, mc.hf_text_config)),
             "swa_attention_layer_ids": mc.swa_attention_layer_ids,
             "full_attention_layer_ids": mc.full_attention_layer_ids, "runner_sliding_window_size": window,
+            "runner_window_from": window_source(model, mc),
             "num_hidden_layers": mc.num_hidden_layers, "context_len": mc.context_len, "dtype": _dtype(mc.dtype),
             "head_dim": mc.head_dim, "num_attention_heads": mc.num_attention_heads,
             "num_kv_heads_tp": mc.get_num_kv_heads(tp)}
@@ -392,9 +403,10 @@ def window_reads(pools, mc, window: int | None, length: int, planned: list[int])
     return out
 
 
-def window_request(mc, window: int | None, planned: list[int]) -> tuple[int | None, str | None]:
+def window_request(mc, window: int | None, planned: list[int], source: str | None
+                   ) -> tuple[int | None, str | None]:
     """(tokens of the request that crosses the window, or None with the reason the reads are not run)."""
-    if getattr(mc, "attention_chunk_size", None) is not None:
+    if source == "attention_chunk_size":
         return None, ("chunked attention: SGLang passes the chunk size as the window, and the torch-native "
                       "backend's sliding mask is not the chunked one")
     if window is None or window < 0 or not sliding_ids(mc, planned):
@@ -419,7 +431,7 @@ def run(model_dir: Path, args: dict, budget: int, planned: list[int]) -> dict:
     out["stages"] += ["server_args", "model_config", "model_window", "configurator", "sizing"]
     out["outcome"] = {"start": True}
     window = out["model"]["runner_sliding_window_size"]
-    length, why_not = window_request(mc, window, planned)
+    length, why_not = window_request(mc, window, planned, out["model"]["runner_window_from"])
     try:
         # full pool: the request and the earlier one; SWA pool: the request only, so that its SWA slots
         # reuse the earlier request's released ones
