@@ -147,7 +147,7 @@ def check(
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (never hides exit 2)."),
     static: bool = typer.Option(False, "--static", help="Config and checkpoint rules only: build no caches."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Also run the installed engine's own code on a "
-                                 "weightless, shrunk copy of the model (sglang-mlx, vllm)."),
+                                 "weightless, shrunk copy of the model (sglang, sglang-mlx, vllm)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let the dry run execute the "
                                            "model's own code (auto_map, model_file), in a child process."),
     dry_run_timeout: Optional[float] = typer.Option(None, "--dry-run-timeout",
@@ -155,7 +155,8 @@ def check(
                                                     help="Kill a dry run after this many seconds (default 300)."),
     engine_python: Optional[str] = typer.Option(None, "--engine-python", click_type=PATH,
                                                 help="The Python with the engine installed that --dry-run "
-                                                "starts (vllm; default $KVDOCTOR_VLLM_PYTHON, goldens/.venv/vllm)."),
+                                                "starts (vllm, sglang; default $KVDOCTOR_VLLM_PYTHON or "
+                                                "$KVDOCTOR_SGLANG_PYTHON, else goldens/.venv/ENGINE)."),
     dry_run_budget: Optional[float] = typer.Option(None, "--dry-run-budget",
                                                    click_type=strict_type("Seconds", float),
                                                    help="Estimated seconds a dry-run schedule may take (default 45)."),

@@ -12,6 +12,8 @@ from kvdoctor.model import Finding
 CHILD_CODES = ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058", "ENG059",
                "ENG060", "ENG061")
 VLLM_CODES = ("ENG050", "ENG051", "VLM030")  # a vLLM refusal the plan missed is reported under its own code
+SGLANG_CODES = ("ENG050", "ENG051", "SGL050", "SGL051")  # likewise for SGLang on CUDA
+OWN_CODES = {"vllm": VLLM_CODES, "sglang": SGLANG_CODES}  # profiles whose dry run is read by their own module
 
 
 class _DryRunCodes(Mapping[str, tuple[str, ...]]):
@@ -21,7 +23,7 @@ class _DryRunCodes(Mapping[str, tuple[str, ...]]):
     def __getitem__(self, engine: str) -> tuple[str, ...]:
         if not (is_check_engine(engine) and profile(engine).dry_run() is not None):
             raise KeyError(engine)
-        return VLLM_CODES if engine == "vllm" else CHILD_CODES
+        return OWN_CODES.get(engine, CHILD_CODES)
 
     def __iter__(self) -> Iterator[str]:
         return iter(dry_run_engines())
@@ -30,12 +32,14 @@ class _DryRunCodes(Mapping[str, tuple[str, ...]]):
         return len(dry_run_engines())
 
 
-RULE = Rule(codes=(*CHILD_CODES, "VLM030"), needs=(DRY_RUN,), by_engine=_DryRunCodes())
+RULE = Rule(codes=(*CHILD_CODES, "VLM030", "SGL050", "SGL051"), needs=(DRY_RUN,), by_engine=_DryRunCodes())
 
 
 def run(ctx: Context) -> Iterable[Finding]:
     if ctx.engine == "vllm":
         return _vllm(ctx)
+    if ctx.engine == "sglang":
+        return _sglang(ctx)
     from kvdoctor.checks.dryrun_findings import Interpreter
     from kvdoctor.dryrun.run import ChildOutcome
 
@@ -56,3 +60,16 @@ def _vllm(ctx: Context) -> list[Finding]:
     if result.get("unavailable"):
         return [dryrun.unavailable(ctx.spec)]
     return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
+
+
+def _sglang(ctx: Context) -> list[Finding]:
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.engines.sglang_cuda import dryrun as sglang_dryrun
+
+    result = ctx.observations.get(DRY_RUN)
+    if not isinstance(result, dict):
+        return []
+    if result.get("unavailable"):
+        return [sglang_dryrun.unavailable(ctx.spec)]
+    return sglang_dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(),
+                                  ctx.deploy)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 from kvdoctor.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
                               SglangSwaRatio, TensorParallel, Tokens)
 from kvdoctor.deploy import Section
-from kvdoctor.engines.base import Cost, EngineProfile, Plan, Probe, Refusal
+from kvdoctor.engines.base import Cost, DryRunner, EngineProfile, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
@@ -438,6 +438,11 @@ class SglangProfile(EngineProfile):
     def probes(self) -> Sequence[Probe]:
         return (KdaCachesProbe(), SglangPoolsProbe())
 
+    def dry_run(self) -> DryRunner:
+        from kvdoctor.engines.sglang_cuda.dryrun import SglangDryRunner
+
+        return SglangDryRunner()
+
     def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         out: dict[str, Any] = {"engine_notes": list(plan.notes)}
         pools = pool_facts(plan)
@@ -446,6 +451,11 @@ class SglangProfile(EngineProfile):
             seen = observations.get(SglangPoolsProbe.name)
             if isinstance(seen, PoolsRun):
                 out["sglang"]["pool_probe"] = seen.to_json()
+            dry = observations.get("dry_run")
+            if isinstance(dry, dict):
+                from kvdoctor.engines.sglang_cuda.dryrun import record
+
+                out["sglang"]["dry_run"] = record(plan, dry)
         kp = kda_plan(plan)
         if kp is None:
             return out

@@ -8,8 +8,8 @@ each layer's own SGLang accessor landed. `invariants` sets that against the stat
 - no aliasing: no two layers' accessors return the same buffer;
 - dense: each pool's indices are 0..n-1, every buffer used by exactly one layer.
 
-Not probed here: that a sliding layer's reads stay inside its window (that needs SGLang's attention
-backends, which do not run on a CPU); the plan's `engine_window` and SGL004 come from the model classes.
+Not probed here: that a sliding layer's reads stay inside its window; `--dry-run` checks that with SGLang's
+torch-native attention backend (engines/sglang_cuda/startup.py), the one that runs on a CPU.
 """
 from __future__ import annotations
 
