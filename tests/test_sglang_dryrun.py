@@ -165,16 +165,19 @@ def mimo(tmp_path_factory):
 
 
 @needs_sglang
-def test_a_real_config_the_static_plan_gets_wrong_is_reported_as_stale(mimo):
-    """MiMo-V2-Flash: kvdoctor's loader gives the value buffers head_dim (192) where SGLang sizes them with
-    v_head_dim (128) (a known gap of the static plan, tests/test_sglang_cuda.py): the dry run says so."""
+def test_a_plan_that_disagrees_with_sglangs_start_up_is_reported_as_stale(mimo):
+    """MiMo-V2-Flash: the static plan agrees with SGLang's own start-up (value buffers sized with v_head_dim,
+    128, not head_dim, 192); a plan made for an fp8 KV cache, held against the run in bfloat16, is stale."""
     spec, plan, result = mimo
     assert result["outcome"] == {"start": True}
-    found = {f.code: f for f in dryrun.findings(spec, plan, result, builtin_catalog())}
+    assert "SGL050" not in codes(spec, plan, result)
+    fp8 = profile("sglang").plan(spec, SglangSettings(attention_backend="torch_native", kv_cache_dtype="fp8_e4m3"))
+    found = {f.code: f for f in dryrun.findings(spec, fp8, result, builtin_catalog())}
     assert found["SGL050"].severity is None  # the catalog's (warning), filled in by the pipeline
     differences = found["SGL050"].evidence["differences"]
-    assert "full_kv_pool v_buffer per token: plan [4, 192] bfloat16, SGLang [4, 128] bfloat16" in differences
-    assert json.loads(json.dumps(dryrun.record(plan, result)))["differences"] == differences
+    assert "KV dtype: plan float8_e4m3fn, SGLang bfloat16" in differences  # fp8 buffers are stored as uint8
+    assert "swa_kv_pool v_buffer per token: plan [8, 128] uint8, SGLang [8, 128] bfloat16" in differences
+    assert json.loads(json.dumps(dryrun.record(fp8, result)))["differences"] == differences
 
 
 @needs_sglang
