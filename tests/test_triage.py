@@ -104,9 +104,17 @@ def codes_in(text: str) -> list[str]:
     return [h.entry.code for h in hits]
 
 
+def _engines(entry) -> set[str]:
+    return {r.name for r in entry.engines}
+
+
 def same_pattern(entry) -> set[str]:
-    """Entries whose pattern is literally the same: one engine error with several catalogued causes."""
-    return {e.code for e in WITH_ERROR if e.error.pattern == entry.error.pattern}
+    """Entries whose pattern is literally the same (one engine error with several catalogued causes), and
+    entries of other engines whose pattern matches this one's text: a library's error (a transformers
+    configuration class refusing config.json) that each engine raises, catalogued once per engine."""
+    text = fill(entry)
+    return {e.code for e in WITH_ERROR if e.error.pattern == entry.error.pattern
+            or (not _engines(e) & _engines(entry) and re.search(e.error.pattern, text))}
 
 
 def test_the_catalog_has_engine_errors_to_triage():
