@@ -101,9 +101,11 @@ def materialize(name: str) -> Path:
     return d
 
 
-# What a user's shell gives: Python writes and reuses its bytecode caches. (Sandboxes often set
-# PYTHONDONTWRITEBYTECODE, which makes every cold process compile kvdoctor's sources again.)
-ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "COLUMNS": "120"}
+def env() -> dict[str, str]:
+    """What a user's shell gives: Python writes and reuses its bytecode caches. (Sandboxes often set
+    PYTHONDONTWRITEBYTECODE, which makes every cold process compile kvdoctor's sources again.) Read at
+    each call: a section may set variables for its commands (the Ray one does)."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "COLUMNS": "120"}
 
 
 def timed(cmd: list[str], cwd: Path | None = None, keep: bool = False) -> tuple[float, float, int, str, float]:
@@ -114,7 +116,7 @@ def timed(cmd: list[str], cwd: Path | None = None, keep: bool = False) -> tuple[
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env=ENV)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env=env())
         _pid, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
         out.seek(0)
@@ -189,7 +191,7 @@ def bench_static(runs: int, peer: bool) -> list[dict]:
 def bench_profile() -> dict:
     d = materialize("kimi-linear-48b")
     cmd = ["check", str(d), "--static", "--format", "json"]
-    proc = subprocess.run([PY, "-X", "importtime", "-m", "kvdoctor", *cmd], capture_output=True, text=True, env=ENV)
+    proc = subprocess.run([PY, "-X", "importtime", "-m", "kvdoctor", *cmd], capture_output=True, text=True, env=env())
     by_package: dict[str, float] = {}
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
@@ -207,7 +209,7 @@ def bench_profile() -> dict:
     for package, ms in imports[:12]:
         print(f"  {ms:7.1f} ms  {package}")
     profile_path = OUT / "static.prof"
-    subprocess.run([PY, "-m", "cProfile", "-o", str(profile_path), "-m", "kvdoctor", *cmd], capture_output=True, env=ENV)
+    subprocess.run([PY, "-m", "cProfile", "-o", str(profile_path), "-m", "kvdoctor", *cmd], capture_output=True, env=env())
     text = io.StringIO()
     stats = pstats.Stats(str(profile_path), stream=text)
     stats.sort_stats("tottime").print_stats(10)
