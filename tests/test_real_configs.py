@@ -74,6 +74,8 @@ def _transformers_view(spec):
         warnings.simplefilter("ignore")
         obj = CONFIG_MAPPING[spec.model_type](**{k: v for k, v in json.loads(json.dumps(spec.config)).items()
                                                  if k != "model_type"})
+    if not hasattr(obj, "num_hidden_layers"):  # a composite class (Qwen2.5-VL) holds them in its text config
+        obj = obj.get_text_config()
     n = obj.num_hidden_layers
     types = getattr(obj, "layer_types", None)
     if types is None:  # no per-layer list: a set window applies to every layer (Mistral semantics)

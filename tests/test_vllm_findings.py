@@ -172,3 +172,15 @@ def test_hybrid_classes_are_planned_or_left_to_the_dry_run(name, planned, tmp_pa
     assert (got.facts.unmodeled is None) is planned
     specs = {layer.extra.get("engine_spec") for layer in got.layers}
     assert ({"MambaSpec", "FullAttentionSpec"} <= specs) is planned
+
+
+def test_a_qwen2_vl_window_without_use_sliding_window_is_dropped(tmp_path):
+    """Qwen2.5-VL's text configuration class drops sliding_window unless use_sliding_window is set; vLLM
+    0.33.0 then gives every layer FullAttentionSpec (held-out set 3, where the profile gave a window)."""
+    cfg = edited("Qwen__Qwen2.5-VL-7B-Instruct", sliding_window=4096)
+    assert cfg["use_sliding_window"] is False
+    planned = plan(spec_of(tmp_path, cfg), VllmSettings())
+    assert {layer.extra["engine_spec"] for layer in planned.layers} == {"FullAttentionSpec"}
+    assert {layer.extra["engine_spec"] for layer in plan(spec_of(tmp_path, edited(
+        "Qwen__Qwen2.5-VL-7B-Instruct", sliding_window=4096, use_sliding_window=True), "flag"), VllmSettings()).layers
+    } != {"FullAttentionSpec"}  # the flag keeps the window: the test can tell the two apart

@@ -62,8 +62,10 @@ DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "o
                        "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4"}
 QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
 # model_type -> its transformers config class sets sliding_window to None unless use_sliding_window is
-# true (configuration_qwen2.py, _qwen2_moe, _qwen3, _qwen3_moe, _smollm3, the Qwen2-VL text configs; 5.20)
-WINDOW_NEEDS_FLAG = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3", "qwen2_vl_text", "qwen2_5_vl_text"}
+# true (configuration_qwen2.py, _qwen2_moe, _qwen3, _qwen3_moe, _smollm3, the Qwen2-VL text configs, which
+# a qwen2_vl / qwen2_5_vl config.json's top-level text keys build; 5.20)
+WINDOW_NEEDS_FLAG = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3", "qwen2_vl_text", "qwen2_5_vl_text",
+                     "qwen2_vl", "qwen2_5_vl"}
 # model classes vLLM marks IsHybrid (Mamba-style state)
 HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
           "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "NemotronHForCausalLM",
