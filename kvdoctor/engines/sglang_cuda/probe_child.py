@@ -2,33 +2,25 @@
 
 Run with an interpreter that can import SGLang and its dependencies:
 
-    python -m kvdoctor.engines.sglang_cuda.probe_child MODEL_DIR '{"tp_size": 1}'
+    python kvdoctor/engines/sglang_cuda/probe_child.py MODEL_DIR '{"tp_size": 1}'
 
 It reaches SGLang's CUDA platform path through `shims/` (torch reports an H200; CUDA-only extension
 packages import as placeholders; no kernel runs), resolves the server arguments and the model config with
 SGLang's own code, builds the pools with `KVCacheConfigurator._init_pools` at 64 tokens (or 4 pages) and
 4 requests, and writes one canary per layer through SGLang's own accessors (`get_key_buffer`,
 `mamba2_layer_cache`). It prints one JSON object: where each canary landed. It imports nothing from
-kvdoctor but the shims, so it runs in any interpreter that has SGLang.
+kvdoctor but the shims and its sibling `startup.py` (the dry run's child, which builds SGLang's pool
+configurator the same way), both beside it, so it runs in any interpreter that has SGLang.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import types
-from pathlib import Path
+
+from startup import configurator, install_shims  # type: ignore[import-not-found]  # beside this script
 
 TOKENS, REQS = 64, 4
-
-
-def _install_shims(tp: int) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "shims"))
-    import cudafake  # type: ignore[import-not-found]  # shims/, put on sys.path just above
-    import fakemods  # type: ignore[import-not-found]
-
-    cudafake.install(devices=tp)
-    fakemods.install(extra=("torchvision",))
 
 
 def build(model_dir: str, settings: dict):
@@ -37,14 +29,10 @@ def build(model_dir: str, settings: dict):
 
     logging.disable(logging.WARNING)
     from sglang.srt.arg_groups.serving_hook import handle_environment_variables
-    from sglang.srt.configs.model_config import AttentionArch, ModelConfig
-    from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator, _PoolSizes
-    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
-    from sglang.srt.runtime_context import get_context, get_model, get_parallel, get_schedule
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
+    from sglang.srt.runtime_context import get_context, get_parallel, get_schedule
     from sglang.srt.server_args import ServerArgs
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     tp = settings.get("tp_size") or 1
     sa = ServerArgs(model_path=model_dir, skip_tokenizer_init=True, load_format="dummy", **settings)
@@ -53,19 +41,7 @@ def build(model_dir: str, settings: dict):
     get_context().set_server_args(sa)
     get_parallel().override_permanently(attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
     mc = ModelConfig.from_server_args(sa)
-    layers = resolve_layer_indices(model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False)
-    kv_str, kv_dtype = kvd.configure_kv_cache_dtype(
-        server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=mc.dtype,
-        is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
-    kvc = KVCacheConfigurator(
-        device="cpu", gpu_id=0, attn_dp_size=1, pp_size=1, pp_group=None, model=None, model_config=mc,
-        server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or get_model().kv_cache_dtype,
-        model_dtype=mc.dtype, page_size=get_schedule().page_size, sliding_window_size=None,
-        spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
-        spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
-        is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
-        use_mla_backend=mc.attention_arch == AttentionArch.MLA, layer_info=layers, forward_stream=None,
-        req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
+    kvc, _ = configurator(sa, mc, window=None)
     # The pool configurator start-up picks (its constructor holds SGLang's own checks, e.g. that a hybrid-SWA
     # model has an SWA layer); its sizing needs the GPU profile and is not run.
     from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
@@ -135,7 +111,7 @@ def canaries(mc, pools) -> dict:
 def main() -> None:
     model_dir, settings = sys.argv[1], json.loads(sys.argv[2])
     os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
-    _install_shims(settings.get("tp_size") or 1)
+    install_shims(settings.get("tp_size") or 1)
     try:
         mc, _, pools = build(model_dir, settings)
         out = {"ok": True, **canaries(mc, pools)}

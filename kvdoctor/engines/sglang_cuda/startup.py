@@ -181,15 +181,10 @@ def placements(pools: dict) -> dict[str, list]:
 def start(model_dir: Path, args: dict, budget: int, out: dict):
     """Stages 1-3: returns (model config, configurator); raises Refused with SGLang's exception."""
     from sglang.srt.arg_groups.serving_hook import handle_environment_variables
-    from sglang.srt.configs.model_config import AttentionArch, ModelConfig, is_hybrid_swa_model
-    from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
-    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
+    from sglang.srt.configs.model_config import ModelConfig, is_hybrid_swa_model
     from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
-    from sglang.srt.runtime_context import get_context, get_model, get_parallel, get_schedule
+    from sglang.srt.runtime_context import get_context, get_parallel
     from sglang.srt.server_args import ServerArgs
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     tp = args.get("tp_size") or 1
     step = "server_args"
@@ -217,19 +212,7 @@ def start(model_dir: Path, args: dict, budget: int, out: dict):
             "head_dim": mc.head_dim, "num_attention_heads": mc.num_attention_heads,
             "num_kv_heads_tp": mc.get_num_kv_heads(tp)}
         step = "configurator"
-        layers = resolve_layer_indices(model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False)
-        kv_str, kv_dtype = kvd.configure_kv_cache_dtype(
-            server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=mc.dtype,
-            is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
-        kvc = KVCacheConfigurator(
-            device="cpu", gpu_id=0, attn_dp_size=1, pp_size=1, pp_group=None, model=None, model_config=mc,
-            server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or get_model().kv_cache_dtype,
-            model_dtype=mc.dtype, page_size=get_schedule().page_size, sliding_window_size=window,
-            spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
-            spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
-            is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
-            use_mla_backend=mc.attention_arch == AttentionArch.MLA, layer_info=layers, forward_stream=None,
-            req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
+        kvc, kv_dtype = configurator(sa, mc, window)
         out["kv_cache_dtype"] = _dtype(kv_dtype)
         out["state"] = state_row(kvc)
         step = "sizing"
@@ -237,6 +220,33 @@ def start(model_dir: Path, args: dict, budget: int, out: dict):
     except Exception as exc:  # noqa: BLE001 - SGLang's refusal is the answer
         raise Refused(step, exc) from exc
     return mc, kvc
+
+
+def configurator(sa, mc, window: int | None):
+    """SGLang's KVCacheConfigurator as the model runner builds it (no model, CPU device), for the server
+    args and model config already resolved, and the KV dtype it resolved: (configurator, dtype)."""
+    from sglang.srt.configs.model_config import AttentionArch
+    from sglang.srt.mem_cache import kv_cache_dtype as kvd
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
+    from sglang.srt.runtime_context import get_model, get_schedule
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    layers = resolve_layer_indices(model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False)
+    kv_str, kv_dtype = kvd.configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=mc.dtype,
+        is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
+    kvc = KVCacheConfigurator(
+        device="cpu", gpu_id=0, attn_dp_size=1, pp_size=1, pp_group=None, model=None, model_config=mc,
+        server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or get_model().kv_cache_dtype,
+        model_dtype=mc.dtype, page_size=get_schedule().page_size, sliding_window_size=window,
+        spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
+        spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
+        is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
+        use_mla_backend=mc.attention_arch == AttentionArch.MLA, layer_info=layers, forward_stream=None,
+        req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
+    return kvc, kv_dtype
 
 
 def state_row(kvc) -> dict | None:
