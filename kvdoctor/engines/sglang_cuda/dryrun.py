@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Mapping
 
 from kvdoctor.engines.base import DryRunner, Plan
+from kvdoctor.engines.child import STUBS, run_child
 from kvdoctor.engines.pins import PINS
 from kvdoctor.model import Finding, ModelSpec
 
@@ -32,9 +30,7 @@ CHILD = Path(__file__).resolve().parent / "startup.py"
 REPO = Path(__file__).resolve().parents[3]
 ENV_PYTHON = "KVDOCTOR_SGLANG_PYTHON"
 DEFAULT_TIMEOUT = 300.0
-ADDRESS_SPACE = 64 << 30  # torch reserves far more address space than it touches
 DEFAULT_BUDGET = 40 << 30  # sizing needs a number; the deploy's kv_budget when given (and only then compared)
-STDERR_TAIL = 2000
 IMPORT_SECONDS, IMPORT_BYTES = 15.0, 600 << 20  # SGLang + torch import on one core, measured (docs/sglang.md)
 MAX_LISTED = 6
 
@@ -74,12 +70,6 @@ def planned_sliding(plan: Plan[Any]) -> list[int]:
     return [l.index for l in plan.layers if l.engine_window is not None]
 
 
-def _limit_memory() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-
 def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path, timeout: float = DEFAULT_TIMEOUT,
            planned_sliding: list[int] | None = None) -> dict[str, Any]:
     """Run the child; returns its result with `timed_out`, `returncode`, `seconds` and `stderr_tail`."""
@@ -87,32 +77,10 @@ def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path, tim
         model_dir = Path(tmp) / "model"
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(spec.raw_config))
-        req, out, err = Path(tmp) / "request.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
-        req.write_text(json.dumps({"model_dir": str(model_dir), "server_args": args, "kv_budget_bytes": budget,
-                                   "planned_sliding_layers": planned_sliding or []}))
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-               "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(REPO / "goldens" / "stubs")}
-        started = time.monotonic()
-        result: dict[str, Any] = {"timed_out": False}
-        with open(err, "w+") as stderr:
-            proc = subprocess.Popen([str(python), "-P", str(CHILD), str(req), str(out)], stdin=subprocess.DEVNULL,
-                                    stdout=stderr, stderr=stderr, env=env, cwd=tmp, start_new_session=True,
-                                    preexec_fn=_limit_memory)
-            try:
-                result["returncode"] = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                result["timed_out"] = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                result["returncode"] = proc.wait()
-            stderr.seek(0)
-            result["stderr_tail"] = stderr.read()[-STDERR_TAIL:]
-        result["seconds"] = round(time.monotonic() - started, 2)
-        if out.exists() and out.read_text():
-            result.update(json.loads(out.read_text()))
-    return result
+        request = {"model_dir": str(model_dir), "server_args": args, "kv_budget_bytes": budget,
+                   "planned_sliding_layers": planned_sliding or []}
+        env = {"TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(STUBS)}
+        return run_child(python, CHILD, Path(tmp), request, env, timeout)
 
 
 class SglangDryRunner(DryRunner):

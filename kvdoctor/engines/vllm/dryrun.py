@@ -9,17 +9,14 @@ engine disagree.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Mapping
 
 from kvdoctor.engines.base import DryRunner, Plan
+from kvdoctor.engines.child import STUBS, run_child
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import Finding, ModelSpec
 
@@ -27,9 +24,7 @@ CHILD = Path(__file__).resolve().parent / "startup.py"
 REPO = Path(__file__).resolve().parents[3]
 ENV_PYTHON = "KVDOCTOR_VLLM_PYTHON"
 DEFAULT_TIMEOUT = 600.0
-ADDRESS_SPACE = 64 << 30  # torch reserves far more address space than it touches; 64 GiB leaves room
 DEFAULT_BUDGET = 40 << 30  # the admission check needs a number; the deploy's kv_budget when given
-STDERR_TAIL = 2000
 
 
 def find_python(explicit: str | None = None) -> Path | None:
@@ -52,42 +47,13 @@ def engine_args(settings: VllmSettings) -> dict[str, Any]:
     return args
 
 
-def _limit_memory() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-
 def launch(spec: ModelSpec, settings: VllmSettings, python: Path, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
     """Run the child; returns its result, with `timed_out`, `returncode`, `seconds` and `stderr_tail`."""
     request = {"config": spec.raw_config, "engine_args": engine_args(settings),
                "kv_budget_bytes": settings.kv_budget_bytes or DEFAULT_BUDGET}
     with tempfile.TemporaryDirectory(prefix="kvdoctor-vllm-") as tmp:
-        req, out, err = Path(tmp) / "request.json", Path(tmp) / "result.json", Path(tmp) / "stderr.txt"
-        req.write_text(json.dumps(request))
-        env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": str(REPO / "goldens" / "stubs")}
-        started = time.monotonic()
-        result: dict[str, Any] = {"timed_out": False}
-        with open(err, "w+") as stderr:
-            proc = subprocess.Popen([str(python), "-P", str(CHILD), str(req), str(out)], stdin=subprocess.DEVNULL,
-                                    stdout=stderr, stderr=stderr, env=env, cwd=tmp, start_new_session=True,
-                                    preexec_fn=_limit_memory)
-            try:
-                result["returncode"] = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                result["timed_out"] = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                result["returncode"] = proc.wait()
-            stderr.seek(0)
-            result["stderr_tail"] = stderr.read()[-STDERR_TAIL:]
-        result["seconds"] = round(time.monotonic() - started, 2)
-        if out.exists() and out.read_text():
-            result.update(json.loads(out.read_text()))
-    return result
+        env = {"VLLM_TARGET_DEVICE": "cpu", "PYTHONPATH": str(STUBS)}
+        return run_child(python, CHILD, Path(tmp), request, env, timeout)
 
 
 class VllmDryRunner(DryRunner):
