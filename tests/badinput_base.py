@@ -149,12 +149,15 @@ def deploy_case(id: str, text: bytes | str, names: str | None = "deploy.yaml", a
 
 # --- the local Hugging Face cache -------------------------------------------------------------------
 
-def hf_repo(tmp: Path, repo_id: str = "acme/tiny") -> tuple[Path, Path]:
+HF_COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the snapshot hf_repo lays out
+
+
+def hf_repo(tmp: Path, repo_id: str = "acme/tiny", shards: int = 1) -> tuple[Path, Path]:
     """A cache laid out as huggingface_hub lays it out: snapshot files are links into blobs/."""
     cache = tmp / "hub"
     repo = cache / ("models--" + repo_id.replace("/", "--"))
-    built = base_model(tmp / "src")
-    commit = "0123456789abcdef0123456789abcdef01234567"
+    built = base_model(tmp / "src", shards=shards)
+    commit = HF_COMMIT
     snap = repo / "snapshots" / commit
     (repo / "blobs").mkdir(parents=True)
     snap.mkdir(parents=True)

@@ -10,7 +10,6 @@ module loaded from the model directory, under every engine profile that is insta
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 import zipfile

@@ -8,14 +8,11 @@ directory (or, for the HF cache, inside that model's cache folder, where hugging
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
-from badinput_base import INDEX, Built, base_model, bind_socket, case, hf_repo, tiny_config
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
+from badinput_base import HF_COMMIT as COMMIT, INDEX, Built, base_model, bind_socket, case, hf_repo, tiny_config
 
 
 def _link(path: Path, target: str | Path) -> None:
@@ -229,19 +226,8 @@ def _(tmp: Path) -> Built:
 # --- the Hugging Face cache: its own links must keep working ------------------------------------------
 def _cache(tmp: Path, shards: int = 1) -> tuple[Path, Path, Path]:
     """(cache, repo folder, snapshot folder), laid out as huggingface_hub lays it out."""
-    cache = tmp / "hub"
-    repo = cache / "models--acme--tiny"
-    built = base_model(tmp / "src", shards=shards)
-    snap = repo / "snapshots" / COMMIT
-    (repo / "blobs").mkdir(parents=True)
-    snap.mkdir(parents=True)
-    for f in built.iterdir():
-        blob = repo / "blobs" / hashlib.sha256(f.name.encode()).hexdigest()
-        f.rename(blob)
-        (snap / f.name).symlink_to(os.path.relpath(blob, snap))
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(COMMIT)
-    return cache, repo, snap
+    cache, repo = hf_repo(tmp, shards=shards)
+    return cache, repo, repo / "snapshots" / COMMIT
 
 
 def _env(cache: Path) -> dict[str, str]:
