@@ -146,4 +146,4 @@ def check_target(target: str, opts: Options) -> Result:
             "bytes": spec.checkpoint.total_bytes}}
     info.update(profile.report(plan, observations))
     return Result(target=target, model_type=spec.model_type, engine=plan.engine, engine_versions=dict(plan.versions),
-                  layers=layer_rows(spec, plan), findings=findings, spec=spec, info=info)
+                  layers=layer_rows(spec, plan), findings=findings, model_dir=spec.model_dir, info=info)

@@ -19,13 +19,6 @@ FINDING_FIELDS = ("code", "message", "layer", "file", "line", "key", "engine_err
                   "name", "fixes")
 
 
-class _Spec:
-    """What reports read of a result's spec: where the model's files are."""
-
-    def __init__(self, model_dir: str):
-        self.model_dir = Path(model_dir)
-
-
 def _finding(raw: Any, where: str) -> Finding:
     if not isinstance(raw, dict) or not isinstance(raw.get("code"), str) or raw.get("severity") not in SEVERITIES:
         raise InputError(f"{where}: expected a finding with a 'code' and a 'severity' of {', '.join(SEVERITIES)}")
@@ -48,7 +41,7 @@ def read_part(path: Path) -> tuple[list[Result], list[list[str]], str | None]:
                         findings=[_finding(f, f"{where}.findings[{j}]") for j, f in enumerate(raw["findings"])],
                         error=raw.get("error"), info=raw.get("info") or {})
         if "model_dir" in raw:
-            result.spec = _Spec(raw["model_dir"])  # type: ignore[assignment]
+            result.model_dir = Path(raw["model_dir"])
         results.append(result)
         checked.append(list(raw.get("checked") or []))
     deploy = doc.get("deploy")

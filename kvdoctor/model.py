@@ -175,5 +175,5 @@ class Result:
     layers: list[dict[str, Any]]
     findings: list[Finding]
     error: str | None = None  # an input error for this target (exit 2), reported without a traceback
-    spec: ModelSpec | None = None
+    model_dir: Path | None = None  # where the model's files were read (a Hugging Face id's snapshot)
     info: dict[str, Any] = field(default_factory=dict)

@@ -13,7 +13,6 @@ import hashlib
 import os
 import sys
 import traceback
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -68,16 +67,9 @@ def expand_targets(targets: list[str]) -> list[str]:
 
 def check_one(target: str, opts: Options) -> tuple[Result, str | None]:
     """One target; an unexpected exception becomes that target's error (exit 2) with its traceback,
-    so one bad model does not stop the others.
-
-    The checkpoint's tensor table is dropped from the result (reports use the summary in `info`):
-    a large MoE checkpoint lists ~100k tensors, which would cost seconds to send back from a worker.
-    """
+    so one bad model does not stop the others."""
     try:
-        result = check_target(target, opts)
-        if result.spec is not None:
-            result.spec = replace(result.spec, checkpoint=None)
-        return result, None
+        return check_target(target, opts), None
     except Exception as exc:  # noqa: BLE001 - reported, never swallowed
         result = Result(target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[],
                         findings=[], error=f"internal error while checking: {type(exc).__name__}: {exc}")
@@ -146,6 +138,9 @@ def run_targets(work: list[tuple[str, Options]], jobs: int,
         context = _pool_context()
         if context.get_start_method() == "fork":
             warm_imports(work)
+            import gc
+
+            gc.freeze()  # what the parent holds stays out of the workers' collections (no copy-on-write)
         # The work list reaches each worker once (inherited when forked), never once per target.
         with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_keep_work,
                                  initargs=(work,)) as pool:

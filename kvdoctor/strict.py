@@ -20,6 +20,7 @@ from typing import Annotated, Any, Union
 from pydantic import AfterValidator, AllowInfNan, Field, Strict, TypeAdapter, ValidationError
 
 from kvdoctor.errors import InputError
+from kvdoctor.strict_cli import PLAIN_INT_RANGES
 
 # --- the basic kinds ---------------------------------------------------------------------------------
 
@@ -130,7 +131,7 @@ MlxKvBits = Annotated[int, Strict(), _one_of(1, 2, 3, 4, 5, 6, 8)]
 MlxGroupSize = Annotated[int, Strict(), _one_of(32, 64, 128)]
 
 # The command line (kvdoctor's own bounds).
-Jobs = Annotated[int, Strict(), Field(ge=1, le=1024)]
+Jobs = Annotated[int, Strict(), Field(ge=PLAIN_INT_RANGES["Jobs"][0], le=PLAIN_INT_RANGES["Jobs"][1])]
 Seconds = Annotated[float, Strict(), AllowInfNan(False), Field(ge=1, le=24 * 3600)]
 
 

@@ -13,6 +13,7 @@ from kvdoctor.engines import profile
 from kvdoctor.engines.base import Cost, Probe
 from kvdoctor.limits import (PROBE_BUDGET_BYTES, PROBE_MIN_TOKENS, ProbeOverBudget, human_bytes,
                              smallest_probe_bytes, tensor_nbytes)
+from kvdoctor.loader import load_model
 from kvdoctor.model import ATTENTION_KINDS
 from kvdoctor.report import exit_code
 from kvdoctor.selection import Selection
@@ -93,7 +94,7 @@ def test_healthy_model_builds_its_caches(tmp_path, probe):
     assert result.error is None and lim001(result) == []
     assert len(probe) == 2 * 24 and sum(probe) < PROBE_BUDGET_BYTES
     # gpt-oss's config.json names no dtype: the up-front size assumes 4 bytes, the widest.
-    assert smallest_probe_bytes(result.spec)[0] == 24 * PROBE_MIN_TOKENS * 8 * (64 + 64) * 4
+    assert smallest_probe_bytes(load_model(str(m)))[0] == 24 * PROBE_MIN_TOKENS * 8 * (64 + 64) * 4
 
 
 def test_no_probe_runs_when_even_the_smallest_caches_pass_the_budget(tmp_path, probe):

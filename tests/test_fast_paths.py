@@ -123,7 +123,8 @@ def test_no_file_defaults_are_the_models_defaults():
         assert isinstance(section, type(expected)) and section.model_dump() == expected.model_dump(), engine
 
 
-@pytest.mark.parametrize("extra, loaded", [((), set()), (("--deploy", "deploy.yaml"), {"pydantic", "yaml"})])
+@pytest.mark.parametrize("extra, loaded", [((), set()), (("-j", "2"), set()),
+                                           (("--deploy", "deploy.yaml"), {"pydantic", "yaml"})])
 def test_static_check_builds_no_pydantic_model_without_a_deploy_file(tmp_path, extra, loaded):
     from helpers import make_model
     from import_probe import SIZING, probe
@@ -134,6 +135,19 @@ def test_static_check_builds_no_pydantic_model_without_a_deploy_file(tmp_path, e
                 ("pydantic", "rich", "numpy", "yaml", *SIZING), cwd=tmp_path)
     assert "CFG010" in run.stdout  # a finding was reported, its catalog entry read without pydantic or YAML
     assert run.loaded == loaded  # nor any engine's budget model
+
+
+@pytest.mark.parametrize("value", ["0", "1025", "02", "+2", "two", "\u0662"])
+def test_jobs_outside_the_plain_spelling_are_judged_by_the_strict_type(value):
+    from typer.testing import CliRunner
+
+    from kvdoctor.cli import app
+
+    run = CliRunner().invoke(app, ["check", "x", "--static", "-j", value])
+    if value in ("02", "+2"):  # what the strict type reads as 2: same as before the fast path
+        assert "Invalid value for '--jobs'" not in run.output
+    else:
+        assert run.exit_code == 2 and "Invalid value for '--jobs'" in run.output, run.output
 
 
 def test_help_imports_no_budget_model_and_budget_does():

@@ -65,7 +65,7 @@ class Report:
     def location(self, result: Result, finding: Finding | None = None) -> tuple[str, int | None]:
         """(file, line) a finding points at: the deploy file for a deploy setting, else a file in the
         model folder (config.json when the finding names none)."""
-        model_dir = result.spec.model_dir if result.spec is not None else Path(result.target)
+        model_dir = result.model_dir if result.model_dir is not None else Path(result.target)
         if finding is None or not finding.file:
             return self.relative(model_dir / "config.json"), None
         if self.deploy_path and finding.file == self.deploy_path:
@@ -111,8 +111,8 @@ def result_json(r: Result) -> dict[str, Any]:
         out["error"] = r.error
     if r.info:
         out["info"] = r.info
-    if r.spec is not None and str(r.spec.model_dir) != r.target:  # a Hugging Face id: the local snapshot
-        out["model_dir"] = str(r.spec.model_dir)
+    if r.model_dir is not None and str(r.model_dir) != r.target:  # a Hugging Face id: the local snapshot
+        out["model_dir"] = str(r.model_dir)
     return out
 
 

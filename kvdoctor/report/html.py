@@ -412,7 +412,7 @@ def _most(values: Any) -> int:
 
 def _budget(report: Report, result: Result) -> tuple[dict[str, Any] | None, str | None]:
     """The budget document for this model (kvdoctor budget's own builder), when --kv-budget was given."""
-    if not report.kv_budget or result.spec is None:
+    if not report.kv_budget or result.model_dir is None:
         return None, None
     from kvdoctor.budget.command import build_document
     from kvdoctor.errors import InputError
