@@ -128,3 +128,35 @@ def test_progress_bar_on_a_terminal_only(fleet):
 
 def test_real_fixture_folder_expands_to_every_real_config():
     assert expand_targets([str(REAL)]) == [str(REAL / name) for name in REAL_NAMES]
+
+
+def test_a_worker_that_dies_loses_no_target(monkeypatch):
+    """A check that kills its worker process (as the kernel's OOM killer would) becomes that target's
+    error; every target is still reported, in input order, and the run's exit code is 2."""
+    import signal
+
+    from kvdoctor import runner
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.check import Options
+    from kvdoctor.model import Result
+    from kvdoctor.report import exit_code
+
+    real_check = runner.check_one
+
+    def check_or_die(target, opts):
+        if target == "dies":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if target.startswith("ok-"):
+            return Result(target=target, model_type="llama", engine=opts.engine, engine_versions={}, layers=[],
+                          findings=[]), None
+        return real_check(target, opts)
+
+    monkeypatch.setattr(runner, "check_one", check_or_die)  # the forked workers inherit it
+    opts = Options(catalog=builtin_catalog(), static=True)
+    targets = [f"ok-{i}" for i in range(40)] + ["dies"] + [f"ok-{i}" for i in range(40, 80)]
+    results, _ = runner.run_targets([(t, opts) for t in targets], jobs=2)
+    assert [r.target for r in results] == targets
+    dead = next(r for r in results if r.target == "dies")
+    assert "the worker checking it died" in (dead.error or "")
+    assert all(r.error is None or "died" in r.error for r in results)
+    assert exit_code(results, "error") == 2
