@@ -17,7 +17,7 @@ import pytest
 from kvdoctor.engines.mlx_lm import budget as mlxlm
 from kvdoctor.engines.sglang_cuda import budget as sglang
 from kvdoctor.engines.vllm import budget as vllm
-from kvdoctor.budget.facts import facts_from_spec
+from kvdoctor.engines import profile
 from kvdoctor.loader import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,9 +29,10 @@ def golden(name: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def facts(model: str):
+def facts(model: str, engine: str):
+    """The facts `kvdoctor budget` sizes for this engine (its profile's reading of the layers)."""
     spec = load_model(str(ROOT / "fixtures" / "models" / model), with_checkpoint=False)
-    return facts_from_spec(spec), spec.config
+    return profile(engine).budget_facts(spec), spec.config
 
 
 def ids(points: list[dict]) -> list[str]:
@@ -64,7 +65,7 @@ def test_vllm_matches_engine(point):
                      prefix_caching=s["prefix_caching"], num_speculative_tokens=s["num_speculative_tokens"],
                      max_num_batched_tokens=s["max_num_batched_tokens"], async_scheduling=s["async_scheduling"],
                      max_num_seqs=s["max_num_seqs"])
-    got = vllm.plan(facts(point["model"])[0], mode)
+    got = vllm.plan(facts(point["model"], "vllm")[0], mode)
     if "error" in want and got.error is None:
         pytest.fail(f"vLLM refuses ({want['error']['message'][:120]}) but kvdoctor planned it")
     if "block_size" in want:
@@ -97,7 +98,7 @@ def test_sglang_matches_engine(point):
                        mamba_full_memory_ratio=s["mamba_full_memory_ratio"], mamba_ssm_dtype=s["mamba_ssm_dtype"],
                        radix_cache=s["radix_cache"], max_running_requests=s["max_running_requests"],
                        max_total_tokens=s["max_total_tokens"])
-    model_facts = facts(point["model"])[0]
+    model_facts = facts(point["model"], "sglang")[0]
     got = sglang.plan(model_facts, mode)
     assert got.mode["hybrid_swa"] == (want.get("is_hybrid_swa", False) and model_facts.count("sliding") > 0)
     if "mamba_cache_per_req" in want:
@@ -127,7 +128,7 @@ def test_mlx_matches_engine(point):
     mode = mlxlm.Mode(context=s["context"], kv_budget_bytes=s["kv_budget_bytes"], max_kv_size=s["max_kv_size"],
                       kv_bits=s["kv_bits"], kv_group_size=s["kv_group_size"],
                       quantized_kv_start=s["quantized_kv_start"], prefill_step_size=s["prefill_step_size"])
-    model_facts, config = facts(point["model"])
+    model_facts, config = facts(point["model"], "mlx-lm")
     got = mlxlm.plan(model_facts, mode, config)
     classes = {}
     for row in got.layer_kinds:

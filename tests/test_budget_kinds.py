@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT, run
 
 CORPUS = ROOT / "fixtures" / "configs" / "real"
@@ -34,9 +36,41 @@ def test_deepseek_v3_is_priced_at_its_latent_not_as_full_attention(tmp_path):
 
 def test_a_kind_without_known_engine_sizing_is_refused_not_priced_as_full(tmp_path):
     d = _dir(tmp_path, "meta-llama__Llama-4-Scout-17B-16E-Instruct")
-    proc = run("budget", str(d), "--engine", "vllm", "--kv-budget", "40GiB", "--context", "131072")
+    proc = run("budget", str(d), "--engine", "sglang", "--kv-budget", "40GiB", "--context", "131072")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "chunked_attention" in proc.stderr and "does not know" in proc.stderr
+
+
+def test_all_engines_price_what_each_can_and_name_the_others(tmp_path):
+    """Llama-4's chunked layers: vLLM builds ChunkedLocalAttentionSpec for them (its profile's reading,
+    the one `check --engine vllm` uses); SGLang's and mlx-lm's budgets do not know the kind and say so."""
+    d = _dir(tmp_path, "meta-llama__Llama-4-Scout-17B-16E-Instruct")
+    proc = run("budget", str(d), "--kv-budget", "40GiB", "--context", "131072", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {row["engine"] for row in doc["engines"]} == {"vllm"}
+    assert [(r["engine"], "chunked_attention" in r["why"]) for r in doc["not_priced"]] == [
+        ("sglang", True), ("mlx-lm", True)]
+    kinds = {k["spec"]: (k["layers"], k["window"]) for k in doc["engines"][0]["layer_kinds"]}
+    assert kinds == {"ChunkedLocalAttentionSpec": (36, 8192), "FullAttentionSpec": (12, None)}
+    rich = run("budget", str(d), "--kv-budget", "40GiB", "--context", "131072")
+    assert rich.returncode == 0 and "sglang: not priced" in rich.stdout
+
+
+@pytest.mark.parametrize("name", ["nvidia__Nemotron-H-56B-Base-8K", "LiquidAI__LFM2.5-VL-1.6B"])
+def test_vllm_budget_sizes_mamba2_and_short_conv_state_as_check_does(tmp_path, name):
+    """Mamba-2 (Nemotron-H) and short-convolution (LFM2) state layers: `budget --engine vllm` gives the
+    KV cache groups that `check --engine vllm` plans (page sizes checked against vLLM's own code in
+    tests/test_vllm_profile.py)."""
+    d = _dir(tmp_path, name)
+    budget = run("budget", str(d), "--engine", "vllm", "--kv-budget", "40GiB", "--context", "8192", "--format", "json")
+    assert budget.returncode == 0, budget.stderr
+    row = json.loads(budget.stdout)["engines"][0]
+    check = run("check", str(d), "--engine", "vllm", "--static", "--format", "json", "--select", "VLM")
+    planned = json.loads(check.stdout)["results"][0]["info"]["vllm"]["groups"]
+    assert sorted((g["spec"], g["block_size"], g["page_bytes"]) for g in row["groups"]) == sorted(
+        (g["spec"], g["block_size"], g["page_bytes"]) for g in planned)
+    assert row["state"] and row["capacity"]["tokens"] > 0
 
 
 def test_blocks_without_attention_cache_nothing(tmp_path):

@@ -67,6 +67,7 @@ def build_document(target: str, engine: str = "all", mode: str = "default", kv_b
     from kvdoctor.check import Options, finalize
     from kvdoctor.checks.budget import deploy_sources, findings_for
     from kvdoctor.deploy import load_deploy
+    from kvdoctor.engines import profile
     from kvdoctor.loader import load_model
     from kvdoctor.report import finding_json
 
@@ -85,14 +86,27 @@ def build_document(target: str, engine: str = "all", mode: str = "default", kv_b
     if context is not None:
         settings.context = context
     spec = load_model(target)
-    facts = facts_from_spec(spec)
     engines = list(choices[:-1]) if engine == "all" else [engine]
     opts = Options(catalog=builtin_catalog())
-    results, findings = {}, {}
+    results, findings, not_priced, priced = {}, {}, {}, []
     for name in engines:
+        try:  # each engine sizes the layers as it builds them; one that cannot price a kind says why
+            facts = profile(name).budget_facts(spec)
+        except InputError as exc:
+            if len(engines) == 1:
+                raise
+            not_priced[name] = str(exc)
+            continue
+        priced.append(facts)
         budgets, how = plan_engine(name, facts, spec.config, settings, settings_file.settings(name),
                                    all_modes=mode == "all")
         results[name] = (budgets, how)
         where = deploy_sources(settings_file, name)
         findings[name] = [[finding_json(finalize(f, opts)) for f in findings_for(facts, b, where)] for b in budgets]
-    return document(spec, facts, results, settings, findings)
+    if not results:
+        raise InputError("; ".join(f"{name}: {why}" for name, why in not_priced.items()))
+    try:
+        summary = facts_from_spec(spec)  # the model's own layer kinds, as the config means them
+    except InputError:
+        summary = priced[0]
+    return document(spec, summary, results, settings, findings, not_priced)

@@ -240,6 +240,8 @@ def render(doc: dict[str, Any], console: Console | None = None, verbose: bool = 
     if verbose:
         render_details(doc, console)
     console.print()
+    for row in doc.get("not_priced", []):
+        console.print(_hanging(Text(f"{row['engine']}: not priced ", style="yellow"), row["why"]))
     seen = set()
     for row in doc["engines"]:
         for f in row.get("findings", []):

@@ -71,7 +71,9 @@ def plan_engine(engine: str, facts: ModelFacts, config: dict[str, Any], inputs: 
 
 
 def document(spec: ModelSpec, facts: ModelFacts, results: dict[str, tuple[list[Budget], dict]],
-             settings: BudgetSettings, findings: dict[str, list[list[dict]]]) -> dict[str, Any]:
+             settings: BudgetSettings, findings: dict[str, list[list[dict]]],
+             not_priced: dict[str, str] | None = None) -> dict[str, Any]:
+    """The budget JSON; `not_priced`: the engines of `--engine all` that cannot size this model, and why."""
     raw = (spec.model_dir / "config.json").read_bytes()
     kinds = dict(facts.kinds())
     engines = []
@@ -90,4 +92,5 @@ def document(spec: ModelSpec, facts: ModelFacts, results: dict[str, tuple[list[B
         "inputs": {"context": default_context(facts, settings), "kv_budget": settings.kv_budget,
                    "gpu_memory": settings.gpu_memory},
         "engines": engines,
+        "not_priced": [{"engine": name, "why": why} for name, why in (not_priced or {}).items()],
     }

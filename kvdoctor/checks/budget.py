@@ -202,12 +202,16 @@ def run(ctx: Context) -> Iterable[Finding]:
     settings = ctx.deploy.budget
     if settings is None:
         return []
-    from kvdoctor.budget.facts import facts_from_spec
     from kvdoctor.budget.run import plan_engine
+    from kvdoctor.engines import profile
+    from kvdoctor.errors import InputError
 
-    facts = facts_from_spec(ctx.spec)
     out: list[Finding] = []
     for engine in settings.engines:
+        try:  # the layers as this engine sizes them; `kvdoctor budget` says why an engine cannot
+            facts = profile(engine).budget_facts(ctx.spec)
+        except InputError:
+            continue
         budgets, _ = plan_engine(engine, facts, ctx.spec.config, settings, ctx.deploy.settings(engine),
                                  all_modes=False)
         where = deploy_sources(ctx.deploy, engine)

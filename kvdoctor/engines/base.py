@@ -145,6 +145,14 @@ class EngineProfile(ABC):
         """KV sizing the engine's way: (one budget per mode, how the memory figure was obtained)."""
         raise NotImplementedError(f"{self.name} has no budget model")
 
+    def budget_facts(self, spec: ModelSpec) -> ModelFacts:
+        """The layers as this engine sizes them (InputError for a layer kind its budget cannot price).
+        By default the config's own layer kinds; an engine that builds some layers differently (vLLM's
+        Mamba-2 and short-convolution state) says so here."""
+        from kvdoctor.budget.facts import facts_from_spec
+
+        return facts_from_spec(spec)
+
     def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         """The engine's part of the JSON `info`, from the plan and what the probes observed."""
         return {}

@@ -94,6 +94,20 @@ class VllmProfile(EngineProfile):
 
         return budget_vllm.budgets(facts, settings, inputs, all_modes, hma)
 
+    def budget_facts(self, spec: ModelSpec) -> ModelFacts:
+        """For a model class in kvdoctor's vLLM table, the layers as vLLM builds their specs (what
+        `check --engine vllm` sizes): Mamba-2 and short-convolution mixers get MambaSpec state, chunked
+        layers their chunk. Any other class: the config's own layer kinds."""
+        if S.architecture(spec) not in S.RULES:
+            return super().budget_facts(spec)
+        try:
+            S.check_layer_types(spec)
+            interp = S.interpret(spec)
+        except Startup as exc:
+            raise InputError(f"{spec.model_dir / 'config.json'}: vLLM {VERSION} refuses this config at start-up "
+                             f"({exc}); `kvdoctor check --engine vllm` reports it") from None
+        return budget_facts(spec, interp)
+
     def probes(self) -> Sequence[Probe]:
         from kvdoctor.engines.vllm.probe import PagedCacheProbe
 
