@@ -22,7 +22,6 @@ so each figure is a median of interleaved cold runs; `docs/performance.md` says 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import io
 import json
 import os
@@ -271,6 +270,33 @@ def bench_dryrun(runs: int, source: Path) -> list[dict]:
     return rows
 
 
+DRY_FLEET = ("openai__gpt-oss-20b", "google__gemma-3-1b-it", "meta-llama__Llama-3.1-8B", "mistralai__Mistral-7B-v0.1")
+
+
+def bench_dry_fleet(runs: int, source: Path) -> list[dict]:
+    """Dry runs of several models: one command per model (each pays the engine's import) against one
+    command for all of them at -j 1 and -j 2 (a warm child per worker imports it once)."""
+    dirs = config_dirs(source)
+    chosen = [str(dirs[name]) for name in DRY_FLEET if name in dirs]
+    args = ("--engine", "sglang-mlx", "--dry-run", "--format", "json")
+    samples: dict[str, list[tuple]] = {"one command each": [], "one command, -j 1": [], "one command, -j 2": []}
+    for _ in range(runs):
+        singles = [timed(kvdoctor("check", d, *args)) for d in chosen]
+        samples["one command each"].append((sum(t[0] for t in singles), max(t[1] for t in singles),
+                                            max(t[2] for t in singles), "", sum(t[4] for t in singles)))
+        for j in (1, 2):
+            samples[f"one command, -j {j}"].append(timed(kvdoctor("check", *chosen, *args, "-j", str(j))))
+    rows = []
+    print(f"\n{'dry runs of ' + str(len(chosen)) + ' models':28} {'median s':>8} {'spread s':>13} {'cpu s':>6} "
+          f"{'s/model':>7} {'RSS MB':>7} exit")
+    for label, runs_ in samples.items():
+        row = {"models": len(chosen), "how": label, **figures(runs_)}
+        rows.append(row)
+        print(f"{label:28} {row['median_s']:>8.2f} {row['min_s']:.2f}-{row['max_s']:.2f} {row['cpu_s']:>6.2f} "
+              f"{row['median_s'] / len(chosen):>7.2f} {row['peak_rss_mb']:>7.0f} {row['exit_codes']}")
+    return rows
+
+
 # -- fleets -----------------------------------------------------------------------------------------
 
 FLEET_MAX_TENSORS = 5000  # leaves out Kimi-Linear-48B (21k tensors) and Qwen3-Next (74k): the static rows time them
@@ -369,7 +395,7 @@ def main() -> None:
     parser.add_argument("--dry-runs", type=int, default=3, help="runs per dry-run model")
     parser.add_argument("--fleet-runs", type=int, default=3, help="runs per fleet and Ray figure")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "bench.json")
-    parser.add_argument("--only", default="static,profile,dryrun,fleet,ray")
+    parser.add_argument("--only", default="static,profile,dryrun,dryfleet,fleet,ray")
     parser.add_argument("--configs", type=Path, default=SHARED_CONFIGS, help="config files for the dry-run RSS sweep")
     parser.add_argument("--no-peer", action="store_true", help="skip the transformers meta-device peer")
     args = parser.parse_args()
@@ -384,6 +410,8 @@ def main() -> None:
         doc["profile"] = bench_profile()
     if "dryrun" in only:
         doc["dryrun"] = bench_dryrun(args.dry_runs, args.configs)
+    if "dryfleet" in only:
+        doc["dry_fleet"] = bench_dry_fleet(args.fleet_runs, args.configs)
     if "fleet" in only:
         doc["fleet"] = bench_fleet(args.fleet_runs)
     if "ray" in only:
