@@ -78,3 +78,36 @@ def test_blocks_without_attention_cache_nothing(tmp_path):
     proc = run("budget", str(d), "--engine", "vllm", "--kv-budget", "40GiB", "--context", "8192", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["model"]["layer_kinds"] == {"full": 49}  # 31 no-op attention blocks left out
+
+
+SGLANG_SIZED = [p for p in json.loads((ROOT / "goldens" / "sglang_check.json").read_text())["points"]
+                if p.get("mutation") == "none" and p.get("setting") == "default" and "sizing_40GiB" in p["result"]]
+
+
+@pytest.mark.parametrize("point", SGLANG_SIZED, ids=lambda p: p["model"])
+def test_sglang_budget_matches_sglangs_own_sizing_at_40GiB(tmp_path, point):
+    """`kvdoctor budget --engine sglang` against SGLang 0.5.23's own sizing of the same config
+    (goldens/sglang_check.json): pool tokens, max running requests, Mamba state slots. The Mamba-2
+    (Nemotron-H) and DSA (GLM-5, DeepSeek-V3.2 style) models included; Llama-4's chunked layers,
+    which SGLang's budget model does not price outside a check, are refused."""
+    from kvdoctor.budget.command import build_document
+    from kvdoctor.errors import InputError
+    from kvdoctor.loader import load_model
+    from kvdoctor.model import CHUNKED
+
+    d = tmp_path / point["model"]
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(point["config"]))
+    want = point["result"]["sizing_40GiB"]
+    if CHUNKED in load_model(str(d), with_checkpoint=False).kinds():
+        with pytest.raises(InputError, match="chunked_attention"):
+            build_document(str(d), engine="sglang", kv_budget="40GiB")
+        return
+    row = build_document(str(d), engine="sglang", kv_budget="40GiB")["engines"][0]
+    assert row["capacity"]["max_running_requests"] == want["max_running_requests"]
+    pools = {p["pool"]: p["tokens"] for p in row["pools"]}
+    if want["swa_max_total_num_tokens"] is not None:
+        assert pools == {"full": want["full_max_total_num_tokens"], "swa": want["swa_max_total_num_tokens"]}
+    else:
+        assert pools == {"full": want["max_total_num_tokens"]}
+    assert (row.get("state") or {}).get("slots") == want.get("max_mamba_cache_size")

@@ -484,5 +484,18 @@ class SglangProfile(EngineProfile):
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
         from kvdoctor.engines.sglang_cuda.budget import budgets
 
+        from kvdoctor.engines.sglang_cuda.pools import default_page_size
+
         assert isinstance(settings, SglangSettings)
+        if "page_size" not in settings.model_fields_set:  # what the attention backend resolves it to
+            settings = settings.model_copy(update={"page_size": default_page_size(bool(facts.kinds()["dsa"]), config)})
         return budgets(facts, settings, inputs, all_modes)
+
+    def budget_facts(self, spec: ModelSpec) -> "ModelFacts":
+        """The layers as SGLang builds them, with the Mamba-2 state and DSA layers its calculator
+        prices (the reading `check --engine sglang` sizes its pools from)."""
+        from kvdoctor.budget.facts import facts_from_spec
+        from kvdoctor.engines.sglang_cuda.pools import as_sglang_builds
+        from kvdoctor.model import MAMBA, SPARSE_MLA
+
+        return facts_from_spec(as_sglang_builds(spec), extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from kvdoctor.engines.sglang_cuda import archs
 from kvdoctor.engines.sglang_cuda.settings import Settings
@@ -67,10 +67,15 @@ def _rebuilt(spec: ModelSpec, layer, kind: str):
 
 
 def resolved_page_size(spec: ModelSpec) -> int:
-    """SGLang's page size when --page-size is not given, on an H200: 64 per pooled index group for DSA
-    (arg_groups/model_overrides/deepseek_v2.py:171), else 1 (FlashAttention-3)."""
-    if SPARSE_MLA in spec.kinds():
-        kpool = spec.config.get("index_kpool")
+    """SGLang's page size when --page-size is not given, on an H200."""
+    return default_page_size(SPARSE_MLA in spec.kinds(), spec.config)
+
+
+def default_page_size(sparse_mla: bool, config: Mapping[str, Any]) -> int:
+    """64 per pooled index group for DSA (arg_groups/model_overrides/deepseek_v2.py:171), else 1
+    (FlashAttention-3)."""
+    if sparse_mla:
+        kpool = config.get("index_kpool")
         return 64 * (kpool if isinstance(kpool, int) and kpool > 0 else 1)
     return 1
 
