@@ -36,25 +36,26 @@ def test_deepseek_v3_is_priced_at_its_latent_not_as_full_attention(tmp_path):
 
 def test_a_kind_without_known_engine_sizing_is_refused_not_priced_as_full(tmp_path):
     d = _dir(tmp_path, "meta-llama__Llama-4-Scout-17B-16E-Instruct")
-    proc = run("budget", str(d), "--engine", "sglang", "--kv-budget", "40GiB", "--context", "131072")
+    proc = run("budget", str(d), "--engine", "mlx-lm", "--kv-budget", "40GiB", "--context", "131072")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "chunked_attention" in proc.stderr and "does not know" in proc.stderr
 
 
 def test_all_engines_price_what_each_can_and_name_the_others(tmp_path):
     """Llama-4's chunked layers: vLLM builds ChunkedLocalAttentionSpec for them (its profile's reading,
-    the one `check --engine vllm` uses); SGLang's and mlx-lm's budgets do not know the kind and say so."""
+    the one `check --engine vllm` uses), SGLang puts them in its SWA pool; mlx-lm's budget does not
+    know the kind and says so."""
     d = _dir(tmp_path, "meta-llama__Llama-4-Scout-17B-16E-Instruct")
     proc = run("budget", str(d), "--kv-budget", "40GiB", "--context", "131072", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert {row["engine"] for row in doc["engines"]} == {"vllm"}
-    assert [(r["engine"], "chunked_attention" in r["why"]) for r in doc["not_priced"]] == [
-        ("sglang", True), ("mlx-lm", True)]
-    kinds = {k["spec"]: (k["layers"], k["window"]) for k in doc["engines"][0]["layer_kinds"]}
+    assert {row["engine"] for row in doc["engines"]} == {"vllm", "sglang"}
+    assert [(r["engine"], "chunked_attention" in r["why"]) for r in doc["not_priced"]] == [("mlx-lm", True)]
+    vllm_row = next(row for row in doc["engines"] if row["engine"] == "vllm")
+    kinds = {k["spec"]: (k["layers"], k["window"]) for k in vllm_row["layer_kinds"]}
     assert kinds == {"ChunkedLocalAttentionSpec": (36, 8192), "FullAttentionSpec": (12, None)}
     rich = run("budget", str(d), "--kv-budget", "40GiB", "--context", "131072")
-    assert rich.returncode == 0 and "sglang: not priced" in rich.stdout
+    assert rich.returncode == 0 and "mlx-lm: not priced" in rich.stdout
 
 
 @pytest.mark.parametrize("name", ["nvidia__Nemotron-H-56B-Base-8K", "LiquidAI__LFM2.5-VL-1.6B"])
@@ -88,21 +89,14 @@ SGLANG_SIZED = [p for p in json.loads((ROOT / "goldens" / "sglang_check.json").r
 def test_sglang_budget_matches_sglangs_own_sizing_at_40GiB(tmp_path, point):
     """`kvdoctor budget --engine sglang` against SGLang 0.5.23's own sizing of the same config
     (goldens/sglang_check.json): pool tokens, max running requests, Mamba state slots. The Mamba-2
-    (Nemotron-H) and DSA (GLM-5, DeepSeek-V3.2 style) models included; Llama-4's chunked layers,
-    which SGLang's budget model does not price outside a check, are refused."""
+    (Nemotron-H) and DSA (GLM-5, DeepSeek-V3.2 style) models and Llama-4's chunked layers (SWA
+    layers to SGLang) included."""
     from kvdoctor.budget.command import build_document
-    from kvdoctor.errors import InputError
-    from kvdoctor.loader import load_model
-    from kvdoctor.model import CHUNKED
 
     d = tmp_path / point["model"]
     d.mkdir()
     (d / "config.json").write_text(json.dumps(point["config"]))
     want = point["result"]["sizing_40GiB"]
-    if CHUNKED in load_model(str(d), with_checkpoint=False).kinds():
-        with pytest.raises(InputError, match="chunked_attention"):
-            build_document(str(d), engine="sglang", kv_budget="40GiB")
-        return
     row = build_document(str(d), engine="sglang", kv_budget="40GiB")["engines"][0]
     assert row["capacity"]["max_running_requests"] == want["max_running_requests"]
     pools = {p["pool"]: p["tokens"] for p in row["pools"]}

@@ -494,8 +494,14 @@ class SglangProfile(EngineProfile):
     def budget_facts(self, spec: ModelSpec) -> "ModelFacts":
         """The layers as SGLang builds them, with the Mamba-2 state and DSA layers its calculator
         prices (the reading `check --engine sglang` sizes its pools from)."""
+        import dataclasses
+
         from kvdoctor.budget.facts import facts_from_spec
         from kvdoctor.engines.sglang_cuda.pools import as_sglang_builds
-        from kvdoctor.model import MAMBA, SPARSE_MLA
+        from kvdoctor.model import CHUNKED, MAMBA, SLIDING, SPARSE_MLA
 
-        return facts_from_spec(as_sglang_builds(spec), extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
+        built = as_sglang_builds(spec)
+        # a chunked layer is an SWA layer to SGLang (configs/model_config.py get_hybrid_layer_ids)
+        built = dataclasses.replace(built, layers=[dataclasses.replace(l, kind=SLIDING) if l.kind == CHUNKED else l
+                                                   for l in built.layers])
+        return facts_from_spec(built, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
