@@ -90,8 +90,9 @@ def test_stale_plan_is_reported_against_a_real_run(gpt_oss):
     from kvdoctor.checks.dryrun_findings import Interpreter
     from kvdoctor.dryrun.run import ChildOutcome
     from kvdoctor.engines import profile
+    from kvdoctor.loader import load_model
 
-    spec = gpt_oss.spec
+    spec = load_model(gpt_oss.target)
     sglang_mlx = profile("sglang-mlx")
     plan = sglang_mlx.plan(spec, sglang_mlx.Settings())
     layers = list(plan.layers)
