@@ -184,39 +184,3 @@ def test_a_qwen2_vl_window_without_use_sliding_window_is_dropped(tmp_path):
     assert {layer.extra["engine_spec"] for layer in plan(spec_of(tmp_path, edited(
         "Qwen__Qwen2.5-VL-7B-Instruct", sliding_window=4096, use_sliding_window=True), "flag"), VllmSettings()).layers
     } != {"FullAttentionSpec"}  # the flag keeps the window: the test can tell the two apart
-
-
-def gemma4_31b(tmp_path, name="g4", **text_changes):
-    cfg = copy.deepcopy(config("nvidia__Gemma-4-31B-IT-NVFP4"))
-    cfg.pop("quantization_config")
-    cfg["text_config"].update(text_changes)
-    return spec_of(tmp_path, cfg, name)
-
-
-def test_layers_with_their_own_kv_geometry_get_their_own_pages(tmp_path):
-    """Gemma-4-31B's global layers have global_head_dim 512 and 4 KV heads (sliding: 256 and 16): vLLM 0.33.0
-    gives them their own spec (half the bytes per token), groups them apart at a doubled block so pages
-    match, and with HMA off keeps every layer in one group of one spec type with per-layer pages."""
-    spec = gemma4_31b(tmp_path)
-    got = plan(spec, VllmSettings(kv_budget="40GiB"))
-    assert not got.refusals
-    by_spec = {}
-    for layer in got.layers:
-        by_spec.setdefault(layer.extra["engine_spec"], set()).add(
-            (layer.extra["num_kv_heads"], layer.extra["head_size"],
-             layer.extra["page_size_bytes"] // layer.extra["block_size"]))
-    assert by_spec == {"SlidingWindowSpec": {(16, 256, 16 * 256 * 2 * 2)}, "FullAttentionSpec": {(4, 512, 4 * 512 * 2 * 2)}}
-    groups = got.facts.groups
-    assert len(groups) == 6 and len({g.page_bytes for g in groups}) == 1
-    full = [g for g in groups if g.spec == "FullAttentionSpec"]
-    assert len(full) == 1 and full[0].block_size == 2 * groups[0].block_size
-    off = plan(spec, VllmSettings(kv_budget="40GiB", disable_hybrid_kv_cache_manager=True))
-    assert [g.spec for g in off.facts.groups] == ["FullAttentionSpec"] and len(off.facts.groups[0].layer_ids) == 60
-
-
-def test_the_config_class_keeps_gemma4s_last_layer_full(tmp_path):
-    """Gemma4TextConfig forces the last layer to full_attention whatever layer_types says; vLLM's model
-    class reads the forced list (held-out set 4: all-sliding layer_types still leave layer 59 full)."""
-    got = plan(gemma4_31b(tmp_path, layer_types=["sliding_attention"] * 60), VllmSettings(kv_budget="40GiB"))
-    kinds = [layer.extra["engine_spec"] for layer in got.layers]
-    assert kinds[-1] == "FullAttentionSpec" and set(kinds[:-1]) == {"SlidingWindowSpec"}
