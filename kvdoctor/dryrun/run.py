@@ -1,13 +1,23 @@
 """Start a dry run in a child process, bound it in time, and read back what it reported.
 
 The CLI's process never imports the engine: it checks that the packages exist, writes the request,
-runs `python -m kvdoctor.dryrun.child`, and kills the child's whole process group when the time bound
-runs out. The child appends events as it goes, so a killed run still says how far it got.
+hands it to a child, and kills the child's whole process group when the time bound runs out. The
+child appends events as it goes, so a killed run still says how far it got.
+
+The child is a warm one where it can be (Linux): `python -m kvdoctor.dryrun.child --serve`, started
+once per kvdoctor process (per -j worker: keyed by the process id) on its first dry run, imports the
+engine once and runs each request in a fork of itself, so every model starts from the state a fresh
+child has (child.py says why a fork). It is dropped, and the next request starts a new one, when a
+request ran out of time or did not end cleanly, when its memory grew past the dry run's bound, and it
+is closed when the process ends. A request with trust_remote_code (the checkpoint's own code runs) always
+gets a one-shot child of its own: `python -m kvdoctor.dryrun.child REQUEST EVENTS`.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -19,6 +29,9 @@ from typing import Any, Mapping
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 STDERR_TAIL = 2000
+# A warm child whose resident memory after a request is past the dry run's bound (docs/performance.md:
+# 2 GiB) is retired; its forks are measured on their own.
+WARM_RSS_BOUND = 2 * 1024**3
 MLX_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
               "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
@@ -64,30 +77,229 @@ def build_request(spec: Any, settings: Any, options: Mapping[str, Any]) -> dict[
 
 
 def launch(request: dict[str, Any], timeout: float) -> ChildOutcome:
-    """Run the child and collect its events; never raises for what happens inside the child."""
+    """Run the dry run in a child and collect its events; never raises for what happens inside the child."""
+    if request.get("trust_remote_code") or not _can_keep_warm():
+        return _launch_one_shot(request, timeout)
+    return _launch_warm(request, timeout)
+
+
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}  # nothing may reach the network
+
+
+def _launch_one_shot(request: dict[str, Any], timeout: float) -> ChildOutcome:
+    """A child of its own for this request."""
     outcome = ChildOutcome(timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="kvdoctor-dryrun-") as tmp:
-        request_path, events_path = Path(tmp) / "request.json", Path(tmp) / "events.jsonl"
-        request_path.write_text(json.dumps(request))
-        events_path.touch()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}  # nothing may reach the network
+        request_path, events_path = _write_request(Path(tmp), request)
         started = time.monotonic()
         with open(Path(tmp) / "stderr.txt", "w+") as stderr:
             proc = subprocess.Popen([sys.executable, "-m", "kvdoctor.dryrun.child", str(request_path),
                                      str(events_path)], stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                                    env=env, cwd=tmp, start_new_session=True)
+                                    env=_child_env(), cwd=tmp, start_new_session=True)
             outcome.returncode, outcome.timed_out = _wait(proc, timeout, events_path)
             outcome.seconds = round(time.monotonic() - started, 2)
             stderr.seek(0)
             outcome.stderr_tail = stderr.read()[-STDERR_TAIL:]
-        for line in events_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        outcome.events = _read_events(events_path)
+    return outcome
+
+
+def _write_request(tmp: Path, request: dict[str, Any]) -> tuple[Path, Path]:
+    request_path, events_path = tmp / "request.json", tmp / "events.jsonl"
+    request_path.write_text(json.dumps(request))
+    events_path.touch()
+    return request_path, events_path
+
+
+def _read_events(events_path: Path) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for line in events_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a line cut short by the kill
+        if event.get("event") == "restart":  # the run was repeated (driver.py): keep the repeat only
+            events = [e for e in events if e.get("event") == "versions"]
+        events.append(event)
+    return events
+
+
+# -- the warm child ---------------------------------------------------------------------------------
+
+class _WarmChild:
+    """One `kvdoctor.dryrun.child --serve` process, owned by the process that started it."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.dir = tempfile.TemporaryDirectory(prefix="kvdoctor-dryrun-warm-")
+        self.log = open(Path(self.dir.name) / "warm-stderr.txt", "w+")  # its own output, before any request
+        read_end, write_end = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kvdoctor.dryrun.child", "--serve", "--answer-fd", str(write_end)],
+                stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(write_end,),
+                env=_child_env(), cwd=self.dir.name, start_new_session=True)
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        self.answers = os.fdopen(read_end, "rb", buffering=0)
+        self.pending = b""
+        self.ready = False
+        self.served = 0
+
+    def read_answer(self, deadline: float) -> tuple[dict[str, Any] | None, bool]:
+        """The next answer line; (None, True) when the deadline passed, (None, False) when the warm child
+        closed its end (it ended)."""
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None, True
+            if not select.select([self.answers], [], [], min(0.25, left))[0]:
+                yield_progress()
+                continue
+            chunk = os.read(self.answers.fileno(), 4096)
+            if not chunk:
+                return None, False
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        try:
+            return json.loads(line), False
+        except json.JSONDecodeError:
+            return None, False
+
+    def log_text(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def kill(self) -> None:
+        _kill_group(self.proc)
+        self._release()
+
+    def close(self) -> None:
+        """Ask it to leave (EOF on its stdin); kill its group if it has not left within a few seconds."""
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        _kill_group(self.proc)  # anything left in its group (a fork) goes too
+        self._release()
+
+    def _release(self) -> None:
+        for handle in (self.answers, self.log, self.proc.stdin):
             try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut short by the kill
-            if event.get("event") == "restart":  # the run was repeated (driver.py): keep the repeat only
-                outcome.events = [e for e in outcome.events if e.get("event") == "versions"]
-            outcome.events.append(event)
+                if handle:
+                    handle.close()
+            except OSError:
+                pass
+        self.dir.cleanup()
+
+
+_WARM: dict[int, _WarmChild] = {}  # owner pid -> its warm child (a forked worker never uses its parent's)
+_NO_WARM: set[int] = set()  # processes whose warm child said it cannot serve: one-shot children only
+_CLOSE_REGISTERED: set[int] = set()
+_progress: _StageWatcher | None = None
+
+
+def yield_progress() -> None:
+    if _progress is not None:
+        from kvdoctor.progress import update
+
+        update(_progress.poll())
+
+
+def _can_keep_warm() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and os.getpid() not in _NO_WARM
+
+
+def close_warm() -> None:
+    """Close this process's warm child, if it has one (at exit, and when a -j worker ends)."""
+    child = _WARM.pop(os.getpid(), None)
+    if child is not None:
+        child.close()
+
+
+def _register_close() -> None:
+    pid = os.getpid()
+    if pid in _CLOSE_REGISTERED:
+        return
+    _CLOSE_REGISTERED.add(pid)
+    atexit.register(close_warm)
+    # -j workers are multiprocessing processes, which leave through os._exit: atexit does not run
+    # there, multiprocessing's own finalizers do.
+    from multiprocessing import util
+
+    util.Finalize(None, close_warm, exitpriority=10)
+
+
+def _drop_warm(kill: bool) -> None:
+    child = _WARM.pop(os.getpid(), None)
+    if child is not None:
+        child.kill() if kill else child.close()
+
+
+def _launch_warm(request: dict[str, Any], timeout: float) -> ChildOutcome:
+    """The request through this process's warm child, started first if there is none alive."""
+    global _progress
+    outcome = ChildOutcome(timeout=timeout)
+    started = time.monotonic()
+    deadline = started + timeout
+    child = _WARM.get(os.getpid())
+    if child is not None and child.proc.poll() is not None:
+        _drop_warm(kill=True)
+        child = None
+    fresh = child is None
+    if child is None:
+        _register_close()
+        child = _WARM[os.getpid()] = _WarmChild()
+    with tempfile.TemporaryDirectory(prefix="kvdoctor-dryrun-") as tmp:
+        request_path, events_path = _write_request(Path(tmp), request)
+        stderr_path = Path(tmp) / "stderr.txt"
+        stderr_path.touch()
+        _progress = _StageWatcher(events_path)
+        try:
+            answer, late = None, False
+            if not child.ready:
+                answer, late = child.read_answer(deadline)
+                if answer is not None and not answer.get("ready"):  # it cannot serve here: never try again
+                    _NO_WARM.add(os.getpid())
+                    _drop_warm(kill=False)
+                    return _launch_one_shot(request, max(0.0, deadline - time.monotonic()))
+                child.ready = answer is not None
+            if child.ready:
+                job = {"request": str(request_path), "events": str(events_path), "stderr": str(stderr_path),
+                       "cwd": tmp}
+                try:
+                    assert child.proc.stdin is not None
+                    child.proc.stdin.write((json.dumps(job) + "\n").encode())
+                    child.proc.stdin.flush()
+                    answer, late = child.read_answer(deadline)
+                except OSError:  # it ended before it could take the request
+                    answer, late = None, False
+        finally:
+            _progress = None
+        outcome.seconds = round(time.monotonic() - started, 2)
+        stderr = (child.log_text() if fresh else "") + stderr_path.read_text(errors="replace")
+        if late:
+            outcome.timed_out = True
+            _drop_warm(kill=True)
+        elif answer is None:  # the warm child itself ended mid-request: its exit status stands for the run's
+            _kill_group(child.proc)
+            outcome.returncode = child.proc.returncode
+            stderr = stderr if fresh else stderr + child.log_text()
+            _drop_warm(kill=True)
+        else:
+            outcome.returncode = int(answer["returncode"])
+            child.served += 1
+        outcome.stderr_tail = stderr[-STDERR_TAIL:]
+        outcome.events = _read_events(events_path)
+    if not late and answer is not None and (outcome.returncode != 0 or outcome.first("done") is None
+                                            or int(answer.get("rss_bytes") or 0) > WARM_RSS_BOUND):
+        _drop_warm(kill=False)  # a crash leaves nothing to trust; a child past the memory bound retires
     return outcome
 
 
