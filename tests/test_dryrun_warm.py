@@ -21,6 +21,7 @@ import pytest
 from helpers import REAL, ROOT
 from kvdoctor.dryrun import run
 from kvdoctor.dryrun.engine_import import missing_packages
+from kvdoctor.engines import warm
 
 pytestmark = [
     pytest.mark.skipif(bool(missing_packages()), reason=f"engine not installed: {', '.join(missing_packages())}"),
@@ -62,8 +63,7 @@ def group(pgid: int) -> list[int]:
 
 
 def warm_pid() -> int | None:
-    child = run._WARM.get(os.getpid())
-    return None if child is None else child.proc.pid
+    return warm.pid_of(run.WARM_KIND)
 
 
 @pytest.fixture
@@ -83,13 +83,13 @@ def test_events_through_one_warm_child_equal_a_fresh_childs(fresh_warm):
     # the first model comes back last: its family's module and compiled functions were loaded in the
     # warm child's fork before, and must run (and be traced) again
     for name in names + names[:1]:
-        warm = run.launch(request_for(name), 300)
+        reused = run.launch(request_for(name), 300)
         served_by.add(warm_pid())
         one = fresh[name]
-        assert (warm.returncode, warm.timed_out) == (one.returncode, one.timed_out) == (0, False)
-        assert warm.first("done") is not None
-        assert [e["event"] for e in warm.events] == [e["event"] for e in one.events], name
-        for a, b in zip(warm.events, one.events):
+        assert (reused.returncode, reused.timed_out) == (one.returncode, one.timed_out) == (0, False)
+        assert reused.first("done") is not None
+        assert [e["event"] for e in reused.events] == [e["event"] for e in one.events], name
+        for a, b in zip(reused.events, one.events):
             assert masked(a) == masked(b), (name, a.get("event"))
     assert len(served_by) == 1 and None not in served_by
     assert any("<module>" in functions for functions in fresh[names[0]].first("engine_code")["files"].values())

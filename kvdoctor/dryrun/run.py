@@ -7,17 +7,15 @@ child appends events as it goes, so a killed run still says how far it got.
 The child is a warm one where it can be (Linux): `python -m kvdoctor.dryrun.child --serve`, started
 once per kvdoctor process (per -j worker: keyed by the process id) on its first dry run, imports the
 engine once and runs each request in a fork of itself, so every model starts from the state a fresh
-child has (child.py says why a fork). It is dropped, and the next request starts a new one, when a
+child has (kvdoctor/engines/warm_server.py says why a fork). It is dropped, and the next request starts a new one, when a
 request ran out of time or did not end cleanly, when its memory grew past the dry run's bound, and it
 is closed when the process ends. A request with trust_remote_code (the checkpoint's own code runs) always
 gets a one-shot child of its own: `python -m kvdoctor.dryrun.child REQUEST EVENTS`.
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -78,7 +76,9 @@ def build_request(spec: Any, settings: Any, options: Mapping[str, Any]) -> dict[
 
 def launch(request: dict[str, Any], timeout: float) -> ChildOutcome:
     """Run the dry run in a child and collect its events; never raises for what happens inside the child."""
-    if request.get("trust_remote_code") or not _can_keep_warm():
+    from kvdoctor.engines import warm
+
+    if request.get("trust_remote_code") or not warm.available():
         return _launch_one_shot(request, timeout)
     return _launch_warm(request, timeout)
 
@@ -127,179 +127,38 @@ def _read_events(events_path: Path) -> list[dict[str, Any]]:
 
 # -- the warm child ---------------------------------------------------------------------------------
 
-class _WarmChild:
-    """One `kvdoctor.dryrun.child --serve` process, owned by the process that started it."""
-
-    def __init__(self) -> None:
-        self.owner = os.getpid()
-        self.dir = tempfile.TemporaryDirectory(prefix="kvdoctor-dryrun-warm-")
-        self.log = open(Path(self.dir.name) / "warm-stderr.txt", "w+")  # its own output, before any request
-        read_end, write_end = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kvdoctor.dryrun.child", "--serve", "--answer-fd", str(write_end)],
-                stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(write_end,),
-                env=_child_env(), cwd=self.dir.name, start_new_session=True)
-        except BaseException:
-            os.close(read_end)
-            raise
-        finally:
-            os.close(write_end)
-        self.answers = os.fdopen(read_end, "rb", buffering=0)
-        self.pending = b""
-        self.ready = False
-        self.served = 0
-
-    def read_answer(self, deadline: float) -> tuple[dict[str, Any] | None, bool]:
-        """The next answer line; (None, True) when the deadline passed, (None, False) when the warm child
-        closed its end (it ended)."""
-        while b"\n" not in self.pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None, True
-            if not select.select([self.answers], [], [], min(0.25, left))[0]:
-                yield_progress()
-                continue
-            chunk = os.read(self.answers.fileno(), 4096)
-            if not chunk:
-                return None, False
-            self.pending += chunk
-        line, _, self.pending = self.pending.partition(b"\n")
-        try:
-            return json.loads(line), False
-        except json.JSONDecodeError:
-            return None, False
-
-    def log_text(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
-
-    def kill(self) -> None:
-        _kill_group(self.proc)
-        self._release()
-
-    def close(self) -> None:
-        """Ask it to leave (EOF on its stdin); kill its group if it has not left within a few seconds."""
-        try:
-            if self.proc.stdin:
-                self.proc.stdin.close()
-            self.proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        _kill_group(self.proc)  # anything left in its group (a fork) goes too
-        self._release()
-
-    def _release(self) -> None:
-        for handle in (self.answers, self.log, self.proc.stdin):
-            try:
-                if handle:
-                    handle.close()
-            except OSError:
-                pass
-        self.dir.cleanup()
-
-
-_WARM: dict[int, _WarmChild] = {}  # owner pid -> its warm child (a forked worker never uses its parent's)
-_NO_WARM: set[int] = set()  # processes whose warm child said it cannot serve: one-shot children only
-_CLOSE_REGISTERED: set[int] = set()
-_progress: _StageWatcher | None = None
-
-
-def yield_progress() -> None:
-    if _progress is not None:
-        from kvdoctor.progress import update
-
-        update(_progress.poll())
-
-
-def _can_keep_warm() -> bool:
-    return sys.platform.startswith("linux") and hasattr(os, "fork") and os.getpid() not in _NO_WARM
+WARM_KIND = "sglang-mlx"
 
 
 def close_warm() -> None:
-    """Close this process's warm child, if it has one (at exit, and when a -j worker ends)."""
-    child = _WARM.pop(os.getpid(), None)
-    if child is not None:
-        child.close()
+    """Close this process's warm dry-run child, if it has one (it is also closed at exit)."""
+    from kvdoctor.engines import warm
 
-
-def _register_close() -> None:
-    pid = os.getpid()
-    if pid in _CLOSE_REGISTERED:
-        return
-    _CLOSE_REGISTERED.add(pid)
-    atexit.register(close_warm)
-    # -j workers are multiprocessing processes, which leave through os._exit: atexit does not run
-    # there, multiprocessing's own finalizers do.
-    from multiprocessing import util
-
-    util.Finalize(None, close_warm, exitpriority=10)
-
-
-def _drop_warm(kill: bool) -> None:
-    child = _WARM.pop(os.getpid(), None)
-    if child is not None:
-        child.kill() if kill else child.close()
+    warm.drop(WARM_KIND)
 
 
 def _launch_warm(request: dict[str, Any], timeout: float) -> ChildOutcome:
-    """The request through this process's warm child, started first if there is none alive."""
-    global _progress
+    """The request through this process's warm child (kvdoctor.engines.warm), started first if none is
+    alive; a one-shot child when a warm one cannot serve here."""
+    from kvdoctor.engines import warm
+    from kvdoctor.progress import update
+
     outcome = ChildOutcome(timeout=timeout)
     started = time.monotonic()
-    deadline = started + timeout
-    child = _WARM.get(os.getpid())
-    if child is not None and child.proc.poll() is not None:
-        _drop_warm(kill=True)
-        child = None
-    fresh = child is None
-    if child is None:
-        _register_close()
-        child = _WARM[os.getpid()] = _WarmChild()
     with tempfile.TemporaryDirectory(prefix="kvdoctor-dryrun-") as tmp:
         request_path, events_path = _write_request(Path(tmp), request)
-        stderr_path = Path(tmp) / "stderr.txt"
-        stderr_path.touch()
-        _progress = _StageWatcher(events_path)
-        try:
-            answer, late = None, False
-            if not child.ready:
-                answer, late = child.read_answer(deadline)
-                if answer is not None and not answer.get("ready"):  # it cannot serve here: never try again
-                    _NO_WARM.add(os.getpid())
-                    _drop_warm(kill=False)
-                    return _launch_one_shot(request, max(0.0, deadline - time.monotonic()))
-                child.ready = answer is not None
-            if child.ready:
-                job = {"request": str(request_path), "events": str(events_path), "stderr": str(stderr_path),
-                       "cwd": tmp}
-                try:
-                    assert child.proc.stdin is not None
-                    child.proc.stdin.write((json.dumps(job) + "\n").encode())
-                    child.proc.stdin.flush()
-                    answer, late = child.read_answer(deadline)
-                except OSError:  # it ended before it could take the request
-                    answer, late = None, False
-        finally:
-            _progress = None
+        watcher = _StageWatcher(events_path)
+        result = warm.run(WARM_KIND, sys.executable, [sys.executable, "-m", "kvdoctor.dryrun.child", "--serve"],
+                          _child_env(), {"request": str(request_path), "events": str(events_path), "cwd": tmp},
+                          Path(tmp) / "stderr.txt", timeout, WARM_RSS_BOUND, tick=lambda: update(watcher.poll()))
+        if result is None:
+            return _launch_one_shot(request, max(0.0, started + timeout - time.monotonic()))
         outcome.seconds = round(time.monotonic() - started, 2)
-        stderr = (child.log_text() if fresh else "") + stderr_path.read_text(errors="replace")
-        if late:
-            outcome.timed_out = True
-            _drop_warm(kill=True)
-        elif answer is None:  # the warm child itself ended mid-request: its exit status stands for the run's
-            _kill_group(child.proc)
-            outcome.returncode = child.proc.returncode
-            stderr = stderr if fresh else stderr + child.log_text()
-            _drop_warm(kill=True)
-        else:
-            outcome.returncode = int(answer["returncode"])
-            child.served += 1
-        outcome.stderr_tail = stderr[-STDERR_TAIL:]
+        outcome.returncode, outcome.timed_out = result.returncode, result.timed_out
+        outcome.stderr_tail = result.stderr[-STDERR_TAIL:]
         outcome.events = _read_events(events_path)
-    if not late and answer is not None and (outcome.returncode != 0 or outcome.first("done") is None
-                                            or int(answer.get("rss_bytes") or 0) > WARM_RSS_BOUND):
-        _drop_warm(kill=False)  # a crash leaves nothing to trust; a child past the memory bound retires
+    if outcome.returncode == 0 and outcome.first("done") is None:
+        close_warm()  # it ended without finishing the dry run: not to be trusted again
     return outcome
 
 
