@@ -33,12 +33,40 @@ def available() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen, settle: float = 5.0) -> None:
+    """Kill the warm child and its request's fork; return once the group is gone (a large fork takes a
+    moment to release its memory after SIGKILL) or `settle` seconds passed."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    deadline = time.monotonic() + settle
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        if _only_zombies(proc.pid):
+            return
+        time.sleep(0.02)
+
+
+def _only_zombies(pgid: int) -> bool:
+    """Linux: whether every member left in the group has exited (a zombie, awaiting its reaper)."""
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return False
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return False
+    return True
 
 
 class WarmChild:
