@@ -13,6 +13,7 @@ and its request's fork with it.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import select
@@ -198,10 +199,13 @@ def run(kind: str, key: Any, argv: Sequence[str], env: Mapping[str, str], job: d
         timeout: float, rss_bound: int, tick: Callable[[], None] | None = None,
         preexec_fn: Callable[[], None] | None = None) -> WarmOutcome | None:
     """Run `job` through this process's warm child of `kind` (started with `argv` + --answer-fd when
-    none with the same `key` is alive). None when a warm child cannot serve here: the caller runs a
+    none with the same `key`, argv and env is alive). None when a warm child cannot serve here: the caller runs a
     one-shot child then (and from then on for this key)."""
     pid = os.getpid()
-    marker = json.dumps(key, sort_keys=True, default=str)
+    # what the child imported depends on its key and on its whole environment (a test, or the caller,
+    # may change ours between requests): a child started under other ones is replaced
+    marker = hashlib.sha256(json.dumps([key, argv, sorted(env.items())], sort_keys=True,
+                                       default=str).encode()).hexdigest()
     if (pid, kind, marker) in _REFUSED:
         return None
     started = time.monotonic()
