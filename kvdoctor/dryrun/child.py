@@ -1,4 +1,9 @@
-"""Entry point of the dry run's child process: `python -m kvdoctor.dryrun.child REQUEST.json EVENTS.jsonl`.
+"""Entry point of the dry run's child process.
+
+`python -m kvdoctor.dryrun.child REQUEST.json EVENTS.jsonl` runs one dry run (a one-shot child).
+`python -m kvdoctor.dryrun.child --serve --answer-fd N` is the warm child (run.py keeps one per
+kvdoctor process): it imports the engine once, then runs one request after another, each in a fresh
+fork of itself (kvdoctor/engines/warm_server.py says why a fork, and the protocol).
 
 The engine is loaded, patched and run only here, never in the CLI's own process: its modules are
 imported in an unusual way (engine_import.py), a trusted checkpoint's model code may run, and the
@@ -11,6 +16,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str]) -> int:
@@ -29,5 +35,27 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def preload() -> str | None:
+    """What a one-shot child has imported when its dry run starts: the driver and the engine's MLX
+    backend (engine_import keeps the handles). None when that worked."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    from kvdoctor.dryrun import driver  # noqa: F401
+    from kvdoctor.dryrun.engine_import import EngineUnavailable, load_mlx_backend
+
+    try:
+        load_mlx_backend()
+    except EngineUnavailable as exc:  # a one-shot child reports it, as an event
+        return f"engine unavailable: {exc}"
+    return None
+
+
+def run_job(job: dict[str, Any]) -> int:
+    return main([job["request"], job["events"]])
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        from kvdoctor.engines.warm_server import serve
+
+        sys.exit(serve(preload, run_job, int(sys.argv[sys.argv.index("--answer-fd") + 1])))
     sys.exit(main(sys.argv[1:]))

@@ -106,8 +106,15 @@ def _install_memory_pool_stand_in() -> None:
     sys.modules[MEMORY_POOL] = module
 
 
+_LOADED: MlxBackend | None = None  # the backend this process loaded (a warm child's forks inherit it)
+
+
 def load_mlx_backend() -> MlxBackend:
-    """Import the sglang MLX model runner and its cache modules; raise EngineUnavailable if impossible."""
+    """Import the sglang MLX model runner and its cache modules; raise EngineUnavailable if impossible.
+    Once loaded, later calls in the same process return the same handles (nothing is imported twice)."""
+    global _LOADED
+    if _LOADED is not None:
+        return _LOADED
     missing = missing_packages()
     if missing:
         raise EngineUnavailable(f"not installed: {', '.join(missing)}")
@@ -130,8 +137,9 @@ def load_mlx_backend() -> MlxBackend:
         gate = importlib.import_module(f"{MLX}.remote_code_gate")
     except Exception as exc:  # any import-time failure means this engine release can't be driven
         raise EngineUnavailable(f"loading the sglang MLX backend failed: {type(exc).__name__}: {exc}") from exc
-    return MlxBackend(model_runner=model_runner, kv_cache=kv_cache,
-                      contract=sys.modules[f"{KV_CACHE}.attention_contract"], remote_code_gate=gate,
-                      root=root, versions=installed_versions(),
-                      stand_ins=[f"{MEMORY_POOL}.ReqToTokenPool (the request-to-slot table; the real module "
-                                 "imports triton)"])
+    _LOADED = MlxBackend(model_runner=model_runner, kv_cache=kv_cache,
+                         contract=sys.modules[f"{KV_CACHE}.attention_contract"], remote_code_gate=gate,
+                         root=root, versions=installed_versions(),
+                         stand_ins=[f"{MEMORY_POOL}.ReqToTokenPool (the request-to-slot table; the real "
+                                    "module imports triton)"])
+    return _LOADED

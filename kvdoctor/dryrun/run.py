@@ -1,8 +1,16 @@
 """Start a dry run in a child process, bound it in time, and read back what it reported.
 
 The CLI's process never imports the engine: it checks that the packages exist, writes the request,
-runs `python -m kvdoctor.dryrun.child`, and kills the child's whole process group when the time bound
-runs out. The child appends events as it goes, so a killed run still says how far it got.
+hands it to a child, and kills the child's whole process group when the time bound runs out. The
+child appends events as it goes, so a killed run still says how far it got.
+
+The child is a warm one where it can be (Linux): `python -m kvdoctor.dryrun.child --serve`, started
+once per kvdoctor process (per -j worker: keyed by the process id) on its first dry run, imports the
+engine once and runs each request in a fork of itself, so every model starts from the state a fresh
+child has (kvdoctor/engines/warm_server.py says why a fork). It is dropped, and the next request starts a new one, when a
+request ran out of time or did not end cleanly, when its memory grew past the dry run's bound, and it
+is closed when the process ends. A request with trust_remote_code (the checkpoint's own code runs) always
+gets a one-shot child of its own: `python -m kvdoctor.dryrun.child REQUEST EVENTS`.
 """
 from __future__ import annotations
 
@@ -19,6 +27,9 @@ from typing import Any, Mapping
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 STDERR_TAIL = 2000
+# A warm child whose resident memory after a request is past the dry run's bound (docs/performance.md:
+# 2 GiB) is retired; its forks are measured on their own.
+WARM_RSS_BOUND = 2 * 1024**3
 MLX_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
               "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
@@ -64,30 +75,90 @@ def build_request(spec: Any, settings: Any, options: Mapping[str, Any]) -> dict[
 
 
 def launch(request: dict[str, Any], timeout: float) -> ChildOutcome:
-    """Run the child and collect its events; never raises for what happens inside the child."""
+    """Run the dry run in a child and collect its events; never raises for what happens inside the child."""
+    from kvdoctor.engines import warm
+
+    if request.get("trust_remote_code") or not warm.available():
+        return _launch_one_shot(request, timeout)
+    return _launch_warm(request, timeout)
+
+
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}  # nothing may reach the network
+
+
+def _launch_one_shot(request: dict[str, Any], timeout: float) -> ChildOutcome:
+    """A child of its own for this request."""
     outcome = ChildOutcome(timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="kvdoctor-dryrun-") as tmp:
-        request_path, events_path = Path(tmp) / "request.json", Path(tmp) / "events.jsonl"
-        request_path.write_text(json.dumps(request))
-        events_path.touch()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}  # nothing may reach the network
+        request_path, events_path = _write_request(Path(tmp), request)
         started = time.monotonic()
         with open(Path(tmp) / "stderr.txt", "w+") as stderr:
             proc = subprocess.Popen([sys.executable, "-m", "kvdoctor.dryrun.child", str(request_path),
                                      str(events_path)], stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                                    env=env, cwd=tmp, start_new_session=True)
+                                    env=_child_env(), cwd=tmp, start_new_session=True)
             outcome.returncode, outcome.timed_out = _wait(proc, timeout, events_path)
             outcome.seconds = round(time.monotonic() - started, 2)
             stderr.seek(0)
             outcome.stderr_tail = stderr.read()[-STDERR_TAIL:]
-        for line in events_path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut short by the kill
-            if event.get("event") == "restart":  # the run was repeated (driver.py): keep the repeat only
-                outcome.events = [e for e in outcome.events if e.get("event") == "versions"]
-            outcome.events.append(event)
+        outcome.events = _read_events(events_path)
+    return outcome
+
+
+def _write_request(tmp: Path, request: dict[str, Any]) -> tuple[Path, Path]:
+    request_path, events_path = tmp / "request.json", tmp / "events.jsonl"
+    request_path.write_text(json.dumps(request))
+    events_path.touch()
+    return request_path, events_path
+
+
+def _read_events(events_path: Path) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for line in events_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a line cut short by the kill
+        if event.get("event") == "restart":  # the run was repeated (driver.py): keep the repeat only
+            events = [e for e in events if e.get("event") == "versions"]
+        events.append(event)
+    return events
+
+
+# -- the warm child ---------------------------------------------------------------------------------
+
+WARM_KIND = "sglang-mlx"
+
+
+def close_warm() -> None:
+    """Close this process's warm dry-run child, if it has one (it is also closed at exit)."""
+    from kvdoctor.engines import warm
+
+    warm.drop(WARM_KIND)
+
+
+def _launch_warm(request: dict[str, Any], timeout: float) -> ChildOutcome:
+    """The request through this process's warm child (kvdoctor.engines.warm), started first if none is
+    alive; a one-shot child when a warm one cannot serve here."""
+    from kvdoctor.engines import warm
+    from kvdoctor.progress import update
+
+    outcome = ChildOutcome(timeout=timeout)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kvdoctor-dryrun-") as tmp:
+        request_path, events_path = _write_request(Path(tmp), request)
+        watcher = _StageWatcher(events_path)
+        result = warm.run(WARM_KIND, sys.executable, [sys.executable, "-m", "kvdoctor.dryrun.child", "--serve"],
+                          _child_env(), {"request": str(request_path), "events": str(events_path), "cwd": tmp},
+                          Path(tmp) / "stderr.txt", timeout, WARM_RSS_BOUND, tick=lambda: update(watcher.poll()))
+        if result is None:
+            return _launch_one_shot(request, max(0.0, started + timeout - time.monotonic()))
+        outcome.seconds = round(time.monotonic() - started, 2)
+        outcome.returncode, outcome.timed_out = result.returncode, result.timed_out
+        outcome.stderr_tail = result.stderr[-STDERR_TAIL:]
+        outcome.events = _read_events(events_path)
+    if outcome.returncode == 0 and outcome.first("done") is None:
+        close_warm()  # it ended without finishing the dry run: not to be trusted again
     return outcome
 
 

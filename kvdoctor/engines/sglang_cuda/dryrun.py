@@ -80,7 +80,8 @@ def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path, tim
         request = {"model_dir": str(model_dir), "server_args": args, "kv_budget_bytes": budget,
                    "planned_sliding_layers": planned_sliding or []}
         env = {"TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(STUBS)}
-        return run_child(python, CHILD, Path(tmp), request, env, timeout)
+        # one warm child per tp size: the shims make torch report that many devices before SGLang imports
+        return run_child(python, CHILD, Path(tmp), request, env, timeout, warm_key={"tp_size": args.get("tp_size") or 1})
 
 
 class SglangDryRunner(DryRunner):

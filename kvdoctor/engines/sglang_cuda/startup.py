@@ -465,7 +465,9 @@ def run(model_dir: Path, args: dict, budget: int, planned: list[int]) -> dict:
 
 
 def install_shims(tp: int) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "shims"))
+    shims = str(Path(__file__).resolve().parent / "shims")
+    if shims not in sys.path:  # installed once per process (a warm child's fork installs it again)
+        sys.path.insert(0, shims)
     import cudafake  # type: ignore[import-not-found]  # shims/, put on sys.path just above
     import fakemods  # type: ignore[import-not-found]
 
@@ -473,18 +475,41 @@ def install_shims(tp: int) -> None:
     fakemods.install(extra=("torchvision",))
 
 
-def main() -> None:
-    """REQUEST.json {"model_dir", "server_args", "kv_budget_bytes", "planned_sliding_layers"} -> RESULT.json."""
+def prepare(tp: int) -> None:
+    """What the child sets up before it imports SGLang: the same for every model of one tp size."""
     import logging
     import warnings
 
-    request = json.loads(Path(sys.argv[1]).read_text())
-    result_path = Path(sys.argv[2])
-    args = request.get("server_args") or {}
     os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
-    install_shims(args.get("tp_size") or 1)
+    install_shims(tp)
+
+
+# The SGLang modules `run` imports, for every model (the model's own module is imported per model).
+PRELOAD = ("sglang.srt.arg_groups.serving_hook", "sglang.srt.configs.model_config",
+           "sglang.srt.model_executor.model_runner_components.load_model_utils", "sglang.srt.runtime_context",
+           "sglang.srt.server_args", "sglang.srt.mem_cache.kv_cache_dtype",
+           "sglang.srt.mem_cache.kv_cache_configurator", "sglang.srt.model_executor.model_runner_components.layer_setup",
+           "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state",
+           "sglang.srt.speculative.spec_info", "sglang.srt.layers.attention.torch_native_backend",
+           "sglang.srt.layers.radix_attention")
+
+
+def preload(key: dict) -> None:
+    """A warm child's imports (kvdoctor/engines/warm_server.py: it forks per model after these): the
+    set-up for key's tp size and the modules every model's run imports. No model is touched."""
+    prepare(int(key.get("tp_size") or 1))
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
+def main() -> None:
+    """REQUEST.json {"model_dir", "server_args", "kv_budget_bytes", "planned_sliding_layers"} -> RESULT.json."""
+    request = json.loads(Path(sys.argv[1]).read_text())
+    result_path = Path(sys.argv[2])
+    args = request.get("server_args") or {}
+    prepare(args.get("tp_size") or 1)
     import sglang
     import torch
 
