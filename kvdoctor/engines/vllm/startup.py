@@ -71,6 +71,8 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
     # FlashInfer / CUTLASS / Marlin ones. Weight quantization does not enter KV specs.
     ("No NvFp4 MoE backend supports the deployment configuration.", "drop_quantization_config"),
     ("Marlin FP4 not available", "drop_quantization_config"),  # NVFP4 (ModelOpt) checkpoints' linear layers
+    # the same where no NVFP4 linear kernel class is even a candidate on the CPU (an empty list of reasons)
+    ("Failed to find a kernel that can implement the NVFP4 linear layer.", "drop_quantization_config"),
     # CpuPlatform turns prefix caching off for MLA after the Mamba block size was aligned for it
     # (MLA + linear-attention hybrids such as Kimi-Linear): rerun with prefix caching off from the start.
     ("--mamba-block-size can only be set with --enable-prefix-caching", "prefix_caching_off"),
