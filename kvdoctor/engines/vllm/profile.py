@@ -321,11 +321,14 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
             raise InputError("config.json: LFM2's conv_dim and conv_L_cache must be positive integers")
         facts.short_conv = ShortConvDims(dim, kernel)
     state_kind = facts.state_kind or "gdn"
+    own = {layer.index: layer for layer in facts.layers}  # a layer's own KV geometry (Gemma-4's global layers)
     layers = []
     for plan_layer in interp.layers:
         kind = BUDGET_KINDS.get(plan_layer.spec, state_kind)
         window = plan_layer.chunk if plan_layer.spec == S.CHUNKED else plan_layer.window
-        layers.append(Layer(plan_layer.index, kind, window))
+        mine = own.get(plan_layer.index)
+        geometry = (mine.kv_heads, mine.head_dim, mine.v_head_dim) if mine is not None else (None, None, None)
+        layers.append(Layer(plan_layer.index, kind, window, *geometry))
     facts.layers = layers
     return facts
 
@@ -355,10 +358,12 @@ def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[Lay
             extra.update(num_kv_heads=None, head_size=None, page_size_bytes=page,
                          state_shapes=[t["shape"] for t in info.get("state_tensors", [])])
         else:
-            heads, head_size = info["kv_heads_per_rank"], info["head_size"]
+            heads, head_size = info.get("layer_geometry", {}).get(layer.index) or (
+                info["kv_heads_per_rank"], info["head_size"])
+            per_token = info["bytes_per_token"] * heads * head_size // (info["kv_heads_per_rank"] * info["head_size"])
             if layer.spec != S.MLA:
                 head_size //= 2  # engines.vllm.budget's head_size counts K and V
-            extra.update(num_kv_heads=heads, head_size=head_size, page_size_bytes=block * info["bytes_per_token"],
+            extra.update(num_kv_heads=heads, head_size=head_size, page_size_bytes=block * per_token,
                          block_size=block)
         if layer.chunk:
             extra["attention_chunk_size"] = layer.chunk
