@@ -105,6 +105,12 @@ def _transformers_window(spec: ModelSpec) -> int | None:
 
 def _transformers_layer_types(spec: ModelSpec) -> list[str] | None:
     raw = spec.config.get("layer_types")
+    if isinstance(raw, list) and spec.semantics == "transformers" and len(raw) == len(spec.layers):
+        # the list as the configuration class holds it, which may edit config.json's (Gemma4TextConfig
+        # forces the last layer to full_attention): its layers were built from that list
+        attention = ("full_attention", "sliding_attention")
+        return [_hf_kind(layer.kind) if str(t) in attention and layer.kind in attention else str(t)
+                for t, layer in zip(raw, spec.layers)]
     if isinstance(raw, list):
         return [str(t) for t in raw]
     if spec.model_type.startswith("qwen3_5"):  # Qwen3_5(Moe)TextConfig: every full_attention_interval-th is full
