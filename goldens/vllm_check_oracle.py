@@ -198,7 +198,7 @@ def main() -> None:
     versions = {"vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
                 "python": sys.version.split()[0], "platform": "cpu (VLLM_TARGET_DEVICE=cpu)",
                 "stand_ins": "no-op torch.cuda.Stream/Event; VLLM_KIMI_K3_GEMM_AR=0; gloo group (TP world size 8 "
-                             "faked for tp8); CPU_MLA block check skipped; see README.md"}
+                             "faked for tp8); CPU_MLA block check skipped; CPU_ATTN fp8 ISA check skipped; see README.md"}
     if target != HERE / "vllm_check.json":
         target.write_text(json.dumps({"schema": "kvdoctor.goldens/1", "engine": "vllm", "versions": versions,
                                       "points": points}, indent=1))

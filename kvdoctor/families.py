@@ -250,7 +250,9 @@ FAMILIES = [
                                                  "head_dim": 256}, every_nth_full("sliding_window_pattern")),
     Family("gpt_oss", ("gpt_oss",), {"sliding_window": 128, "head_dim": 64}, _alternating),
     Family("olmo3", ("olmo3",), {"sliding_window": 4096}, _olmo3),
-    Family("exaone4", ("exaone4",), {"sliding_window": 4096, "sliding_window_pattern": 4},
+    # exaone4_5_text: EXAONE 4.5's first text model type, which Exaone4_5_Config renames to exaone4
+    # (transformers configuration_exaone4_5.py, 5.20): the same class reads it
+    Family("exaone4", ("exaone4", "exaone4_5_text"), {"sliding_window": 4096, "sliding_window_pattern": 4},
            every_nth_full("sliding_window_pattern")),
     Family("cohere2", ("cohere2",), {"sliding_window": 4096, "sliding_window_pattern": 4},
            every_nth_full("sliding_window_pattern")),

@@ -134,8 +134,9 @@ def _innermost(exc: BaseException) -> BaseException:
     return exc
 
 
-def read(model_type: str, cfg: dict[str, Any]) -> View | None:
-    """The configuration class's view of `cfg`, None when transformers or the type is absent.
+def read(model_type: str, cfg: dict[str, Any], attrs: tuple[str, ...] = ATTRS) -> View | None:
+    """The configuration class's view of `cfg` (the attributes `attrs`, defaults applied), None when
+    transformers or the type is absent.
 
     Raises Rejected when the class's constructor or validators refuse the config."""
     if not installed():
@@ -156,7 +157,7 @@ def read(model_type: str, cfg: dict[str, Any]) -> View | None:
         raise Rejected(cls.__name__, type(inner).__name__, str(inner).strip(), validator, type(exc).__name__,
                        str(exc)) from None
     resolved = {}
-    for name in ATTRS:
+    for name in attrs:
         try:
             value = getattr(obj, name)
         except Exception:  # a property that cannot be computed for this config

@@ -184,3 +184,121 @@ def test_a_qwen2_vl_window_without_use_sliding_window_is_dropped(tmp_path):
     assert {layer.extra["engine_spec"] for layer in plan(spec_of(tmp_path, edited(
         "Qwen__Qwen2.5-VL-7B-Instruct", sliding_window=4096, use_sliding_window=True), "flag"), VllmSettings()).layers
     } != {"FullAttentionSpec"}  # the flag keeps the window: the test can tell the two apart
+
+
+# --- held-out set 4 (issue 14): each test below failed before its fix ---------------------------------
+
+GEMMA3_VLM_TEXT = {  # google/gemma-3-12b-it's text_config as published: no max_position_embeddings
+    "hidden_size": 3840, "intermediate_size": 15360, "model_type": "gemma3_text", "num_attention_heads": 16,
+    "num_hidden_layers": 48, "num_key_value_heads": 8, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    "sliding_window": 1024}
+
+
+def test_a_length_key_config_json_omits_takes_the_config_class_default(tmp_path):
+    """vLLM reads max_position_embeddings from the transformers config object, so a Gemma 3 VLM whose
+    text_config omits it gets Gemma3TextConfig's default (vLLM 0.33.0: max_model_len 131072), not the
+    2048 vLLM assumes when no key exists at all."""
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+           "text_config": dict(GEMMA3_VLM_TEXT), "vision_config": {"model_type": "siglip_vision_model"}}
+    got = plan(spec_of(tmp_path, cfg), VllmSettings())
+    assert not got.refusals
+    assert (got.facts.max_model_len, got.facts.derived_from) == (131072, "max_position_embeddings")
+    over = plan(spec_of(tmp_path, cfg, "over"), VllmSettings(max_model_len=262144))
+    assert [r.code for r in over.refusals] == ["VLM002"]  # the derived limit is the class default
+    given = dict(cfg, text_config=dict(GEMMA3_VLM_TEXT, max_position_embeddings=32768))
+    assert plan(spec_of(tmp_path, given, "given"), VllmSettings()).facts.max_model_len == 32768
+
+
+def exaone45_text(**changes) -> dict:
+    cfg = copy.deepcopy(json.loads((REAL / "LGAI-EXAONE__EXAONE-4.5-33B.json").read_text()))
+    cfg["text_config"].pop("layer_types")
+    cfg["text_config"].update(changes)
+    return cfg
+
+
+@pytest.mark.parametrize("changes, error_class, message", [
+    ({}, "TypeError", "unsupported operand type(s) for %: 'int' and 'str'"),  # "LLLG" % ...
+    ({"sliding_window": None, "sliding_window_pattern": 4}, "ZeroDivisionError", "integer modulo by zero"),
+])
+def test_exaone4_derives_layer_types_itself_and_can_fail(changes, error_class, message, tmp_path):
+    """Exaone4Config computes layer_types from sliding_window_pattern when config.json has none; with the
+    published pattern string ("LLLG") vLLM 0.33.0 stops with transformers' TypeError (held-out set 4:
+    EXAONE-4.5's text model type exaone4_5_text is read by the same class)."""
+    got = plan(spec_of(tmp_path, exaone45_text(**changes)), VllmSettings())
+    assert [(r.error_class, r.message) for r in got.refusals] == [(error_class, message)]
+    published = json.loads((REAL / "LGAI-EXAONE__EXAONE-4.5-33B.json").read_text())
+    assert plan(spec_of(tmp_path, published, "published"), VllmSettings()).refusals == ()
+
+
+def test_exaone45_text_reads_as_exaone4(tmp_path):
+    spec = spec_of(tmp_path, json.loads((REAL / "LGAI-EXAONE__EXAONE-4.5-33B.json").read_text()))
+    assert (spec.family, spec.semantics) == ("exaone4", "table")
+
+
+def test_a_config_class_value_error_reaches_the_user_as_pydantic_wraps_it(tmp_path):
+    """vLLM reads config.json inside ModelConfig (a pydantic dataclass): a ValueError from the configuration
+    class arrives as ValidationError (Gemma-4's per_layer_config check on an extra layer_types entry)."""
+    cfg = copy.deepcopy(config("google__gemma-4-26B-A4B"))
+    text = cfg.get("text_config") or cfg
+    text["layer_types"] = text["layer_types"] + text["layer_types"][-1:]
+    got = plan(spec_of(tmp_path, cfg), VllmSettings())
+    assert [r.error_class for r in got.refusals] == ["ValidationError"]
+    assert got.refusals[0].message.startswith("`per_layer_config` keys must be integer layer indices")
+
+
+def test_nvfp4_moe_is_a_cpu_only_obstacle_with_the_weight_quantization_workaround():
+    """vLLM 0.33.0's CPU has no NVFP4 MoE kernel (fused_moe/oracle/nvfp4.py); the oracle drops the weight
+    quantization, as for MXFP4, and the goldens' NVFP4 MoE points show the workaround taken."""
+    from kvdoctor.engines.vllm import startup
+
+    text = "No NvFp4 MoE backend supports the deployment configuration."
+    assert (text, "drop_quantization_config") in startup.CPU_OBSTACLES
+    golden = json.loads((ROOT / "goldens" / "vllm_check.json").read_text())["points"]
+    taken = [p for p in golden if any(e["message"] == text for e in p.get("earlier_attempt_errors", []))]
+    assert taken and all("drop_quantization_config" in p["workarounds"] and p["outcome"]["start"] for p in taken)
+    assert not any(text in p["outcome"].get("message", "") for p in golden)
+
+
+def test_goldens_do_not_depend_on_the_hosts_fp8_isa():
+    """CPU_ATTN takes an fp8 KV cache only on a host with AVX-512 or AMX; the oracle answers for the dtype
+    alone (skipped_cpu_checks), so a golden never carries that refusal."""
+    golden = json.loads((ROOT / "goldens" / "vllm_check.json").read_text())["points"]
+    assert not any("attention backend on this host" in p["outcome"].get("message", "") for p in golden)
+    assert sum(p["setting"] == "fp8" and p["outcome"]["start"] for p in golden) >= 30
+
+
+def gemma4_31b(tmp_path, name="g4", **text_changes):
+    cfg = copy.deepcopy(config("nvidia__Gemma-4-31B-IT-NVFP4"))
+    cfg.pop("quantization_config")
+    cfg["text_config"].update(text_changes)
+    return spec_of(tmp_path, cfg, name)
+
+
+def test_layers_with_their_own_kv_geometry_get_their_own_pages(tmp_path):
+    """Gemma-4-31B's global layers have global_head_dim 512 and 4 KV heads (sliding: 256 and 16): vLLM 0.33.0
+    gives them their own spec (half the bytes per token), groups them apart at a doubled block so pages
+    match, and with HMA off keeps every layer in one group of one spec type with per-layer pages."""
+    spec = gemma4_31b(tmp_path)
+    got = plan(spec, VllmSettings(kv_budget="40GiB"))
+    assert not got.refusals
+    by_spec: dict[str, set] = {}
+    for layer in got.layers:
+        by_spec.setdefault(layer.extra["engine_spec"], set()).add(
+            (layer.extra["num_kv_heads"], layer.extra["head_size"],
+             layer.extra["page_size_bytes"] // layer.extra["block_size"]))
+    assert by_spec == {"SlidingWindowSpec": {(16, 256, 16 * 256 * 2 * 2)},
+                       "FullAttentionSpec": {(4, 512, 4 * 512 * 2 * 2)}}
+    groups = got.facts.groups
+    assert len(groups) == 6 and len({g.page_bytes for g in groups}) == 1
+    full = [g for g in groups if g.spec == "FullAttentionSpec"]
+    assert len(full) == 1 and full[0].block_size == 2 * groups[0].block_size
+    off = plan(spec, VllmSettings(kv_budget="40GiB", disable_hybrid_kv_cache_manager=True))
+    assert [g.spec for g in off.facts.groups] == ["FullAttentionSpec"] and len(off.facts.groups[0].layer_ids) == 60
+
+
+def test_the_config_class_keeps_gemma4s_last_layer_full(tmp_path):
+    """Gemma4TextConfig forces the last layer to full_attention whatever layer_types says; vLLM's model
+    class reads the forced list (held-out set 4: all-sliding layer_types still leave layer 59 full)."""
+    got = plan(gemma4_31b(tmp_path, layer_types=["sliding_attention"] * 60), VllmSettings(kv_budget="40GiB"))
+    kinds = [layer.extra["engine_spec"] for layer in got.layers]
+    assert kinds[-1] == "FullAttentionSpec" and set(kinds[:-1]) == {"SlidingWindowSpec"}

@@ -191,6 +191,18 @@ def align_hybrid(block: int, attn_per_token: int, state_page: int, mla: bool,
 STATE_LAYER_KINDS = ("gdn", "kda", "mamba", "short_conv")
 
 
+def own_geometry(facts: ModelFacts, mode: Mode, layer) -> tuple[int, int, int] | None:
+    """(kv heads per rank, head size K+V, bytes per token) of a layer with its own key/value geometry
+    (Gemma-4's global layers: global_head_dim, num_global_key_value_heads): vLLM builds that layer's
+    Attention with its own sizes, so its spec has its own page (v1/kv_cache_interface.py AttentionSpec)."""
+    if facts.mla_latent or (layer.kv_heads is None and layer.head_dim is None and layer.v_head_dim is None):
+        return None
+    key = layer.head_dim or facts.head_dim
+    heads = max(1, (layer.kv_heads or facts.kv_heads) // mode.tp)
+    size = key + (layer.v_head_dim or key)
+    return heads, size, heads * size * kv_dtype_bytes(facts, mode)
+
+
 def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[Spec], dict[str, Any]]:
     block = mode.block_size or DEFAULT_BLOCK
     heads, head_size, per_token = attention_per_token(facts, mode)
@@ -214,7 +226,12 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
                          "page size are exactly equal.")
     state_block = block if align else mode.max_model_len
     specs = []
+    geometry: dict[int, tuple[int, int]] = {}
     for layer in facts.layers:
+        own = None if layer.kind in STATE_LAYER_KINDS else own_geometry(facts, mode, layer)
+        if own is not None:
+            geometry[layer.index] = own[:2]
+        per_token = own[2] if own is not None else info["bytes_per_token"]
         if layer.kind in STATE_LAYER_KINDS:
             specs.append(Spec("MambaSpec", state_block, state_bytes=state, padded=padded,
                               spec_blocks=mode.num_speculative_tokens, align_mode=align))
@@ -227,17 +244,22 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
         else:
             specs.append(Spec("FullAttentionSpec", block, per_token))
     info["block_size"] = block
+    info["layer_geometry"] = geometry  # layer index -> (kv heads per rank, head size K+V) where it is its own
     return specs, info
 
 
 def _mergeable(specs: list[Spec]) -> bool:
-    """Whether vLLM's spec.merge accepts these together (full specs may differ only in window)."""
+    """Whether vLLM puts these in one group: one spec (full specs may differ only in window), or one type
+    of attention spec at one block size whose pages differ (UniformTypeKVCacheSpecs.is_uniform_type,
+    v1/kv_cache_interface.py: same block size, same class, same window or chunk)."""
     first = specs[0]
     if all(s == first for s in specs):
         return True
     if all(s.cls == "FullAttentionSpec" for s in specs):
-        if len({replace(s, window=None) for s in specs}) == 1:
+        if len({replace(s, window=None, per_token=0) for s in specs}) == 1:
             return len({s.window for s in specs if s.window is not None}) <= 1
+    if first.cls in ("SlidingWindowSpec", "ChunkedLocalAttentionSpec"):
+        return len({replace(s, per_token=0) for s in specs}) == 1
     return False
 
 

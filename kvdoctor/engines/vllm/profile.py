@@ -199,18 +199,47 @@ def _uses_mla(spec: ModelSpec) -> bool:
     return S.RULES.get(S.architecture(spec)) in ("mla", "kimi_linear") or bool(spec.config.get("kv_lora_rank"))
 
 
+# The length keys vLLM reads from the text config object, in its order
+# (transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key).
+LENGTH_KEYS = (*POSITION_KEYS[:4], "model_max_length", "max_target_positions", "max_sequence_length",
+               "max_seq_length", "seq_len")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def length_values(spec: ModelSpec) -> dict[str, Any]:
+    """The length keys as vLLM sees them. vLLM reads attributes of the transformers config object, so a
+    config.json that gives none of them still has its configuration class's defaults (Gemma 3's text
+    config: max_position_embeddings 131072). The class is asked only then: a config that names a key
+    keeps the table families free of transformers (docs/model-semantics.md)."""
+    given = {name: spec.config[name] for name in LENGTH_KEYS if _number(spec.config.get(name))}
+    if given:
+        return given
+    from kvdoctor import hf_config
+
+    try:
+        view = hf_config.read(spec.model_type, spec.config, attrs=LENGTH_KEYS)
+    except hf_config.Rejected:
+        return {}  # the class refuses the config: vLLM stops before it derives a length (VLM032 / VLM001)
+    if view is None:
+        return {}
+    return {name: view.resolved[name] for name in LENGTH_KEYS if _number(view.resolved.get(name))}
+
+
 def derived_max_model_len(spec: ModelSpec) -> tuple[float | None, str | None]:
     """The smallest of the position keys vLLM reads, times a RoPE factor of the types that do not
     already scale max_position_embeddings (config/model.py _get_and_verify_max_len)."""
     cfg = spec.config
+    values = length_values(spec)
     best, key = None, None
-    for name in (*POSITION_KEYS[:4], "model_max_length", "max_target_positions", "max_sequence_length",
-                 "max_seq_length", "seq_len"):
-        value = cfg.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and (best is None or value < best):
+    for name in LENGTH_KEYS:
+        value = values.get(name)
+        if value is not None and (best is None or value < best):
             best, key = value, name
-    if isinstance(cfg.get("model_max_length"), int) and cfg["model_max_length"]:
-        best, key = cfg["model_max_length"], "model_max_length"
+    if isinstance(values.get("model_max_length"), int) and values["model_max_length"]:
+        best, key = values["model_max_length"], "model_max_length"
     if best is None:
         return None, None
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
@@ -306,11 +335,14 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
             raise InputError("config.json: LFM2's conv_dim and conv_L_cache must be positive integers")
         facts.short_conv = ShortConvDims(dim, kernel)
     state_kind = facts.state_kind or "gdn"
+    own = {layer.index: layer for layer in facts.layers}  # a layer's own KV geometry (Gemma-4's global layers)
     layers = []
     for plan_layer in interp.layers:
         kind = BUDGET_KINDS.get(plan_layer.spec, state_kind)
         window = plan_layer.chunk if plan_layer.spec == S.CHUNKED else plan_layer.window
-        layers.append(Layer(plan_layer.index, kind, window))
+        mine = own.get(plan_layer.index)
+        geometry = (mine.kv_heads, mine.head_dim, mine.v_head_dim) if mine is not None else (None, None, None)
+        layers.append(Layer(plan_layer.index, kind, window, *geometry))
     facts.layers = layers
     return facts
 
@@ -340,10 +372,12 @@ def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[Lay
             extra.update(num_kv_heads=None, head_size=None, page_size_bytes=page,
                          state_shapes=[t["shape"] for t in info.get("state_tensors", [])])
         else:
-            heads, head_size = info["kv_heads_per_rank"], info["head_size"]
+            heads, head_size = info.get("layer_geometry", {}).get(layer.index) or (
+                info["kv_heads_per_rank"], info["head_size"])
+            per_token = info["bytes_per_token"] * heads * head_size // (info["kv_heads_per_rank"] * info["head_size"])
             if layer.spec != S.MLA:
                 head_size //= 2  # engines.vllm.budget's head_size counts K and V
-            extra.update(num_kv_heads=heads, head_size=head_size, page_size_bytes=block * info["bytes_per_token"],
+            extra.update(num_kv_heads=heads, head_size=head_size, page_size_bytes=block * per_token,
                          block_size=block)
         if layer.chunk:
             extra["attention_chunk_size"] = layer.chunk

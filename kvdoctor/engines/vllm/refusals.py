@@ -67,6 +67,13 @@ def config_class_rejects(rejected) -> Startup:
     error, as raised (strict-dataclass validators wrap the validator's own error)."""
     key = "layer_types" if "layer_types" in rejected.message else (
         "sliding_window" if "sliding_window" in rejected.message else None)
+    if rejected.outer_class == "ValueError":
+        # vLLM reads config.json in ModelConfig.__post_init__ (config/model.py), and ModelConfig is a pydantic
+        # dataclass: pydantic turns a ValueError raised there into a ValidationError ("1 validation error for
+        # ModelConfig / Value error, ..."); other exceptions (TypeError, the strict-dataclass errors) pass as raised
+        return refusal("VLM032", "ValidationError", rejected.outer_message.strip(), key=key,
+                       wrapped_in="1 validation error for ModelConfig", config_class=rejected.class_name,
+                       validator=rejected.validator, inner=f"{rejected.error_class}: {rejected.message}")
     return refusal("VLM032", rejected.outer_class, rejected.outer_message.strip(), key=key,
                    config_class=rejected.class_name, validator=rejected.validator,
                    inner=f"{rejected.error_class}: {rejected.message}")

@@ -59,7 +59,7 @@ NOT_PLANNED = {
 }
 # model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
-                       "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4"}
+                       "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4", "exaone4_5_text"}
 QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
 # model_type -> its transformers config class sets sliding_window to None unless use_sliding_window is
 # true (configuration_qwen2.py, _qwen2_moe, _qwen3, _qwen3_moe, _smollm3, the Qwen2-VL text configs, which
@@ -105,6 +105,12 @@ def _transformers_window(spec: ModelSpec) -> int | None:
 
 def _transformers_layer_types(spec: ModelSpec) -> list[str] | None:
     raw = spec.config.get("layer_types")
+    if isinstance(raw, list) and spec.semantics == "transformers" and len(raw) == len(spec.layers):
+        # the list as the configuration class holds it, which may edit config.json's (Gemma4TextConfig
+        # forces the last layer to full_attention): its layers were built from that list
+        attention = ("full_attention", "sliding_attention")
+        return [_hf_kind(layer.kind) if str(t) in attention and layer.kind in attention else str(t)
+                for t, layer in zip(raw, spec.layers)]
     if isinstance(raw, list):
         return [str(t) for t in raw]
     if spec.model_type.startswith("qwen3_5"):  # Qwen3_5(Moe)TextConfig: every full_attention_interval-th is full
@@ -130,8 +136,20 @@ def _hf_kind(kind: str) -> str:
             "gated_deltanet": "linear_attention", "kda": "linear_attention"}.get(kind, "full_attention")
 
 
+# model_type -> the transformers configuration class that builds it, for a text model type a composite
+# config renames (Exaone4_5_Config: exaone4_5_text -> exaone4)
+CONFIG_CLASS_TYPE = {"exaone4_5_text": "exaone4"}
+# Table types whose configuration class computes `layer_types` itself, with arithmetic on a config key
+# that can fail, when config.json has none: Exaone4Config takes `(i + 1) % sliding_window_pattern`, which
+# a pattern string ("LLLG") makes a TypeError and a null sliding_window (pattern 0) a ZeroDivisionError.
+DERIVATION_CAN_FAIL = {"exaone4", "exaone4_5_text"}
+
+
 def check_layer_types(spec: ModelSpec) -> None:
-    """transformers' check while vLLM reads config.json: one `layer_types` entry per layer."""
+    """transformers' checks while vLLM reads config.json: one `layer_types` entry per layer, and the
+    derivation of the list where a configuration class that can fail at it derives it."""
+    if spec.model_type in DERIVATION_CAN_FAIL and "layer_types" not in spec.config:
+        _config_class_check(spec)
     types = _transformers_layer_types(spec)
     if types is not None and len(types) != spec.num_hidden_layers:
         raise layer_types_length(spec.num_hidden_layers, len(types))
@@ -163,7 +181,7 @@ def _config_class_check(spec: ModelSpec) -> None:
     from kvdoctor import hf_config
 
     try:
-        hf_config.read(spec.model_type, spec.config)
+        hf_config.read(CONFIG_CLASS_TYPE.get(spec.model_type, spec.model_type), spec.config)
     except hf_config.Rejected as rejected:
         raise config_class_rejects(rejected) from None
 

@@ -67,7 +67,12 @@ def error_row(exc: BaseException, stage: str) -> dict:
 CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround that lets the point go on
     ("Failed to find a kernel that can implement the ScaledMM linear layer", "drop_quantization_config"),
     ("No MXFP4 MoE backend supports the deployment configuration", "drop_quantization_config"),
+    # NVFP4 (ModelOpt) MoE experts: no CPU backend implements them (fused_moe/oracle/nvfp4.py); CUDA has
+    # FlashInfer / CUTLASS / Marlin ones. Weight quantization does not enter KV specs.
+    ("No NvFp4 MoE backend supports the deployment configuration.", "drop_quantization_config"),
     ("Marlin FP4 not available", "drop_quantization_config"),  # NVFP4 (ModelOpt) checkpoints' linear layers
+    # the same where no NVFP4 linear kernel class is even a candidate on the CPU (an empty list of reasons)
+    ("Failed to find a kernel that can implement the NVFP4 linear layer.", "drop_quantization_config"),
     # CpuPlatform turns prefix caching off for MLA after the Mamba block size was aligned for it
     # (MLA + linear-attention hybrids such as Kimi-Linear): rerun with prefix caching off from the start.
     ("--mamba-block-size can only be set with --enable-prefix-caching", "prefix_caching_off"),
@@ -102,6 +107,33 @@ def _skip_cpu_mla_block_check() -> None:
             SKIPPED.append(str(exc))
 
     CpuPlatform._check_aligned_block_size = classmethod(check)
+
+
+FP8_KV_ISA = "fp8 KV cache: CPU_ATTN's AVX-512 / AMX requirement (this host has neither)"
+
+
+def _fp8_kv_on_any_host() -> None:
+    """CPU_ATTN accepts an fp8 KV cache dtype only on an x86 host with AVX-512 or AMX (its kernels need
+    them); FlashAttention on CUDA takes it regardless, and the KV specs do not depend on the host's ISA.
+    Answer for the dtype alone, as on such a host (recorded per point in `skipped_cpu_checks`), so that
+    the goldens do not depend on the machine that made them."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    if getattr(CPUAttentionBackend, "_kvdoctor_any_host", False):
+        return
+    original = CPUAttentionBackend.supports_kv_cache_dtype.__func__
+
+    def supports(cls, kv_cache_dtype):  # vLLM caches the backend choice: _run_point records the skip
+        return original(cls, kv_cache_dtype) or kv_cache_dtype in cls.supported_kv_cache_dtypes
+
+    CPUAttentionBackend.supports_kv_cache_dtype = classmethod(supports)
+    CPUAttentionBackend._kvdoctor_any_host = True
+
+
+def _fp8_isa_missing() -> bool:
+    import torch
+
+    return not (torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_supported())
 
 
 def _moe_on_cpu() -> None:
@@ -347,6 +379,8 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
             point["num_blocks"] = plan["num_blocks"]
         break
     point["engine_args_effective"] = kwargs
+    if str((point.get("fields") or {}).get("cache_dtype")).startswith("fp8") and _fp8_isa_missing():
+        SKIPPED.append(FP8_KV_ISA)
     point["skipped_cpu_checks"] = list(SKIPPED)
     point["earlier_attempt_errors"] = earlier
     point["log"] = Log.records
@@ -362,6 +396,7 @@ def setup(root: Path) -> None:
     Log.install()
     torch.cuda.Stream = torch.cuda.Event = _NoCudaStream  # type: ignore[misc, assignment]
     _skip_cpu_mla_block_check()
+    _fp8_kv_on_any_host()
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method=f"file://{root / 'store'}", backend="gloo")
