@@ -389,6 +389,16 @@ def bench_ray(runs: int) -> dict:
     return row
 
 
+CALIBRATION = "import time\nt = time.perf_counter()\ns = 0\nfor i in range(10_000_000):\n    s += i\nprint(time.perf_counter() - t)"
+
+
+def calibration() -> float:
+    """The best of three runs of a fixed pure-Python loop: how fast this box is, so that figures from
+    different sessions (different machines) can be compared."""
+    return round(min(float(subprocess.run([PY, "-c", CALIBRATION], capture_output=True, text=True,
+                                          env=env()).stdout) for _ in range(3)), 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="cold runs per static and fleet figure")
@@ -403,7 +413,10 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     started = time.time()
     load = os.getloadavg()
-    doc: dict = {"python": sys.version.split()[0], "cores": os.cpu_count(), "load_before": [round(x, 1) for x in load]}
+    doc: dict = {"python": sys.version.split()[0], "cores": os.cpu_count(), "load_before": [round(x, 1) for x in load],
+                 "calibration_s": calibration()}
+    print(f"calibration: a 10M-step pure-Python loop takes {doc['calibration_s']:.2f} s on this box "
+          "(compare figures across boxes by it)")
     if "static" in only:
         doc["static"] = bench_static(args.runs, not args.no_peer)
     if "profile" in only:

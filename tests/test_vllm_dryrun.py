@@ -57,3 +57,34 @@ def test_a_stale_plan_is_reported(tmp_path):
     stale = plan(spec, VllmSettings(max_model_len=65536))  # refuses, where vLLM started
     codes = [f.code for f in dryrun.findings(spec, stale, result, builtin_catalog())]
     assert codes == ["VLM030"]
+
+
+def _masked(value):
+    if isinstance(value, dict):
+        return {k: "<timing>" if k in ("seconds", "stderr_tail") else _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
+
+
+@needs_vllm
+def test_the_warm_child_gives_the_one_shot_result(monkeypatch):
+    """Two model families through one warm child (vLLM imported once, a fork per model): each result
+    is the one a fresh one-shot child gives."""
+    from kvdoctor.engines import warm
+
+    specs = [load_model(str(MODELS / name), library_check=False)
+             for name in ("google__gemma-3-1b-it", "Qwen__Qwen2.5-7B-Instruct")]
+    with monkeypatch.context() as patch:
+        patch.setattr(warm, "available", lambda: False)
+        fresh = [dryrun.launch(spec, VllmSettings(), PYTHON, timeout=600) for spec in specs]
+    kind = str(dryrun.CHILD)
+    warm.drop(kind)
+    served = []
+    for spec, want in zip(specs, fresh):
+        got = dryrun.launch(spec, VllmSettings(), PYTHON, timeout=600)
+        served.append(warm.pid_of(kind))
+        assert got["returncode"] == 0 and got["outcome"]["start"], got["stderr_tail"]
+        assert _masked(got) == _masked(want), spec.model_dir.name
+    assert len(set(served)) == 1 and served[0] is not None
+    warm.drop(kind)

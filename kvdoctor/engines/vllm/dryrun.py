@@ -53,7 +53,7 @@ def launch(spec: ModelSpec, settings: VllmSettings, python: Path, timeout: float
                "kv_budget_bytes": settings.kv_budget_bytes or DEFAULT_BUDGET}
     with tempfile.TemporaryDirectory(prefix="kvdoctor-vllm-") as tmp:
         env = {"VLLM_TARGET_DEVICE": "cpu", "PYTHONPATH": str(STUBS)}
-        return run_child(python, CHILD, Path(tmp), request, env, timeout)
+        return run_child(python, CHILD, Path(tmp), request, env, timeout, warm_key={})
 
 
 class VllmDryRunner(DryRunner):

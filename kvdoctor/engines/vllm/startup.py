@@ -13,6 +13,7 @@ workaround per CPU-only obstacle (see goldens/README.md). Standard library and v
 """
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -401,6 +402,20 @@ def setup(root: Path) -> None:
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method=f"file://{root / 'store'}", backend="gloo")
         initialize_model_parallel(1, 1)
+
+
+# What every point imports (engine_config, model_specs, planning): a warm child imports them once.
+PRELOAD = ("vllm", "vllm.config", "vllm.distributed", "vllm.distributed.parallel_state", "vllm.engine.arg_utils",
+           "vllm.model_executor.model_loader.utils", "vllm.platforms", "vllm.v1.worker.gpu.attn_utils",
+           "vllm.v1.attention.backends.utils", "vllm.v1.core.kv_cache_planning", "vllm.v1.kv_cache_interface",
+           "vllm.distributed.kv_transfer.kv_connector.utils")
+
+
+def preload(key: dict) -> None:
+    """A warm child's imports (kvdoctor/engines/warm_server.py forks per model after them). setup() is
+    not run here: its gloo group and stand-ins belong to each model's own fork."""
+    for name in PRELOAD:
+        importlib.import_module(name)
 
 
 def main() -> None:
