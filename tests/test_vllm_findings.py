@@ -302,3 +302,50 @@ def test_the_config_class_keeps_gemma4s_last_layer_full(tmp_path):
     got = plan(gemma4_31b(tmp_path, layer_types=["sliding_attention"] * 60), VllmSettings(kv_budget="40GiB"))
     kinds = [layer.extra["engine_spec"] for layer in got.layers]
     assert kinds[-1] == "FullAttentionSpec" and set(kinds[:-1]) == {"SlidingWindowSpec"}
+
+
+def test_a_model_type_unknown_to_vllms_transformers_is_refused_as_vllm_words_it(tmp_path):
+    """MiniMax-M3's `minimax_m3`: neither transformers 5.20.2 nor vLLM 0.33.0's own registry has a
+    configuration class for it, so AutoConfig stops vLLM (set 5 of the held-out runs: vLLM's own
+    ValidationError). A known type, or one that names its own class in auto_map, is not refused so."""
+    got = plan(spec_of(tmp_path, config("MiniMaxAI__MiniMax-M3"), "m3"), VllmSettings())
+    (refusal,) = got.refusals
+    assert (refusal.code, refusal.error_class) == ("VLM138", "ValidationError")
+    assert refusal.message.startswith("The checkpoint you are trying to load has model type `minimax_m3` but "
+                                      "Transformers does not recognize this architecture.")
+    assert refusal.evidence["wrapped_in"] == "1 validation error for ModelConfig"
+    for edit in ({"model_type": "llama"}, {"auto_map": {"AutoConfig": "configuration.Config"}}):
+        cfg = {**config("MiniMaxAI__MiniMax-M3"), **edit}
+        codes = [r.code for r in plan(spec_of(tmp_path, cfg, f"m3-{len(edit)}-{next(iter(edit))}"),
+                                      VllmSettings()).refusals]
+        assert "VLM138" not in codes, edit
+
+
+def test_the_model_type_table_is_the_installed_packages_own():
+    """kvdoctor/engines/vllm/model_types.json against transformers' and vLLM's own tables, read from
+    the vLLM oracle venv when it is there (goldens/vllm_model_types.py writes the file)."""
+    import subprocess
+
+    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
+    out = subprocess.run([str(python), str(ROOT / "goldens" / "vllm_model_types.py")], capture_output=True, text=True,
+                         timeout=300, env={"VLLM_TARGET_DEVICE": "cpu", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    stored = json.loads((ROOT / "kvdoctor" / "engines" / "vllm" / "model_types.json").read_text())
+    assert json.loads(out.stdout) == stored
+    assert "minimax_m3" not in stored["transformers_model_types"] + stored["vllm_model_types"]
+
+
+def test_mimo_v2_reads_its_hybrid_layer_pattern_and_window_size(tmp_path):
+    """mimo_v2.py: a layer slides where hybrid_layer_pattern says 1, over sliding_window_size keys (128;
+    transformers' config class sets sliding_window one larger), whatever layer_types says; keys of 192
+    and values of 128 (v_head_dim) per head, as vLLM's spec names them."""
+    cfg = config("XiaomiMiMo__MiMo-V2-Flash")
+    cfg["layer_types"] = ["sliding_attention"] * cfg["num_hidden_layers"]  # ignored by the model class
+    got = plan(spec_of(tmp_path, cfg, "mimo"), VllmSettings())
+    specs = [layer.extra["engine_spec"] for layer in got.layers]
+    assert specs == ["SlidingWindowSpec" if p == 1 else "FullAttentionSpec" for p in cfg["hybrid_layer_pattern"]]
+    assert {layer.engine_window for layer in got.layers if layer.extra["engine_spec"] == "SlidingWindowSpec"} == {128}
+    first = got.layers[0].extra
+    assert (first["head_size"], first["head_size_v"]) == (192, 128)

@@ -10,7 +10,10 @@ a CPU start-up picks other blocks. Imports no torch.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
@@ -21,7 +24,7 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             mamba_block_without_prefix_caching, max_model_len_over,
-                                            nvfp4_with_mla, tp_heads)
+                                            nvfp4_with_mla, tp_heads, unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
@@ -134,6 +137,9 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     facts = VllmFacts(arch, False, True, "", None, derived, key, None, (), None, None)
     layers: tuple[LayerPlan, ...] = tuple(LayerPlan(l.index, None, "unknown") for l in spec.layers)
     try:  # vLLM's order: config stage (transformers, then vLLM's checks), model class, KV planning
+        unknown = unrecognized_type(spec.raw_config)
+        if unknown is not None:
+            raise unrecognized_model_type(unknown)
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
         S.check_layer_types(spec)
@@ -178,6 +184,23 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     except Startup as stop:
         return Plan("vllm", {"vllm": VERSION}, layers, (stop.refusal,), facts, tuple(notes))
     return Plan("vllm", {"vllm": VERSION}, layers, (), facts, tuple(notes))
+
+
+@functools.lru_cache(maxsize=1)
+def _readable_model_types() -> frozenset[str]:
+    """The model types vLLM 0.33.0 reads a config.json for without remote code: those of transformers
+    5.20.2 (the newest its requirements admit) and of its own config registry (model_types.json,
+    written by goldens/vllm_model_types.py from the installed packages; a test compares them)."""
+    table = json.loads((Path(__file__).resolve().parent / "model_types.json").read_text())
+    return frozenset(table["transformers_model_types"]) | frozenset(table["vllm_model_types"])
+
+
+def unrecognized_type(config: Mapping[str, Any]) -> str | None:
+    """The config's model_type when vLLM's AutoConfig cannot read it (no remote code named either)."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or "auto_map" in config or model_type in _readable_model_types():
+        return None
+    return model_type
 
 
 def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
@@ -364,6 +387,7 @@ def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[Lay
     info = budget.facts
     block = info.get("block_size")
     dtype = _kv_dtype(facts, budget.mode["kv_cache_dtype"])
+    by_index = {l.index: l for l in facts.layers}
     out = []
     for layer in interp.layers:
         extra: dict[str, Any] = {"engine_spec": layer.spec, "dtype": dtype}
@@ -375,8 +399,13 @@ def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[Lay
             heads, head_size = info.get("layer_geometry", {}).get(layer.index) or (
                 info["kv_heads_per_rank"], info["head_size"])
             per_token = info["bytes_per_token"] * heads * head_size // (info["kv_heads_per_rank"] * info["head_size"])
-            if layer.spec != S.MLA:
-                head_size //= 2  # engines.vllm.budget's head_size counts K and V
+            if layer.spec != S.MLA:  # engines.vllm.budget's head_size counts K and V; vLLM's spec names each
+                own = by_index.get(layer.index)
+                key = (own.head_dim if own is not None and own.head_dim else None) or facts.head_dim
+                key = key if isinstance(key, int) and 0 < key < head_size else head_size // 2
+                if head_size - key != key:
+                    extra["head_size_v"] = head_size - key  # MiMo-V2: keys of 192, values of 128
+                head_size = key
             extra.update(num_kv_heads=heads, head_size=head_size, page_size_bytes=block * per_token,
                          block_size=block)
         if layer.chunk:

@@ -34,6 +34,7 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM011": SRC + "config/vllm.py#L3432",
     "VLM012": SRC + "config/vllm.py#L3449",
     "VLM032": SRC + "transformers_utils/config.py#L445",
+    "VLM138": HF_SRC + "models/auto/configuration_auto.py#L430",
 }
 
 
@@ -59,6 +60,20 @@ def layer_types_length(layers: int, types: int) -> Startup:
     return refusal("VLM001", "StrictDataclassClassValidationError",
                    f"Class validation error for validator 'validate_layer_type':\n    ValueError: {inner}",
                    key="layer_types", num_hidden_layers=layers, layer_types=types)
+
+
+def unrecognized_model_type(model_type: str) -> Startup:
+    """AutoConfig.from_pretrained for a model_type neither transformers (as vLLM 0.33.0 admits it) nor
+    vLLM's own config registry knows; ModelConfig's pydantic wrapper makes it a ValidationError."""
+    message = (f"The checkpoint you are trying to load has model type `{model_type}` but Transformers does not "
+               "recognize this architecture. This could be because of an issue with the checkpoint, or because "
+               "your version of Transformers is out of date.\n\nYou can update Transformers with the command "
+               "`pip install --upgrade transformers`. If this does not work, and the checkpoint is very new, then "
+               "there may not be a release version that supports this model yet. In this case, you can get the "
+               "most up-to-date code by installing Transformers from source with the command "
+               "`pip install git+https://github.com/huggingface/transformers.git`")
+    return refusal("VLM138", "ValidationError", message, key="model_type",
+                   wrapped_in="1 validation error for ModelConfig", transformers=TRANSFORMERS)
 
 
 def config_class_rejects(rejected) -> Startup:

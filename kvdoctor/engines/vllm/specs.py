@@ -48,6 +48,9 @@ RULES = {
     "NemotronHForCausalLM": "nemotron_h",
     # lfm2.py: attention where layer_types says full_attention, a short convolution (MambaSpec) elsewhere
     "Lfm2ForCausalLM": "lfm2", "Lfm2VlForConditionalGeneration": "lfm2",
+    # mimo_v2.py: sliding where hybrid_layer_pattern[i] == 1, with sliding_window_size as its window (not
+    # the config class's sliding_window, which transformers sets one larger); the others plain full
+    "MiMoV2FlashForCausalLM": "mimo_v2",
 }
 # Model classes the table leaves to `--dry-run` whatever their layers look like (goldens/vllm_check.json
 # holds what vLLM 0.33.0 does with them): why, in a few words.
@@ -210,6 +213,11 @@ def _layer(spec: ModelSpec, rule: str, i: int, types: list[str] | None, window: 
         if mixer == MAMBA_KIND:
             return LayerSpecPlan(i, MAMBA)
         return _attention(i, None, model_window) if mixer == FULL_KIND else None
+    if rule == "mimo_v2":
+        pattern, size = spec.config.get("hybrid_layer_pattern"), spec.config.get("sliding_window_size")
+        if isinstance(pattern, list) and len(pattern) == spec.num_hidden_layers and isinstance(size, int):
+            return _attention(i, size if pattern[i] == 1 else None, None)
+        rule = "layer_types"  # no pattern to read: the model class would fail on it; the common reading
     if rule in ("mla", "kimi_linear"):
         if rule == "kimi_linear" and _kimi_kda_layer(spec, i):
             return LayerSpecPlan(i, MAMBA)
