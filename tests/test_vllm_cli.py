@@ -38,6 +38,9 @@ def test_every_real_config_checks_without_error_findings(tmp_path):
         assert result.error is None, (target.name, result.error)
         assert [f.code for f in result.findings if f.severity == "error"] == [], target.name
         vllm = result.info["vllm"]
+        if any(f.engine_error for f in result.findings):  # vLLM stops at start-up (MiniMax-M3: VLM138)
+            assert not vllm["groups"], target.name
+            continue
         if vllm["modeled"]:
             planned += 1
             grouped = sorted(i for g in vllm["groups"] for i in g["layer_ids"])
