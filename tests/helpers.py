@@ -66,3 +66,12 @@ def check_json(*args: str, **kw) -> tuple[int, dict]:
 
 def codes(doc: dict, target: int = 0) -> list[str]:
     return [f["code"] for f in doc["results"][target]["findings"]]
+
+
+def masked(value: Any, keys: set[str] | frozenset[str]) -> Any:
+    """`value` with the entries under `keys` (timings) replaced at every depth, for comparing two runs."""
+    if isinstance(value, dict):
+        return {k: "<timing>" if k in keys else masked(v, keys) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v, keys) for v in value]
+    return value

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from helpers import REAL, ROOT
+from helpers import REAL, ROOT, masked
 from kvdoctor.dryrun import run
 from kvdoctor.dryrun.engine_import import missing_packages
 from kvdoctor.engines import warm
@@ -39,29 +39,6 @@ def request_for(name: str) -> dict[str, Any]:
     return run.build_request(spec, SglangMlxSettings(), {})
 
 
-def masked(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: "<timing>" if k in TIMING else masked(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(v) for v in value]
-    return value
-
-
-def group(pgid: int) -> list[int]:
-    """Live processes of one process group (zombies excluded)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
 def warm_pid() -> int | None:
     return warm.pid_of(run.WARM_KIND)
 
@@ -73,7 +50,7 @@ def fresh_warm():
     pid = warm_pid()
     run.close_warm()
     if pid is not None:
-        assert group(pid) == []
+        assert warm.live_members(pid) == []
 
 
 def test_events_through_one_warm_child_equal_a_fresh_childs(fresh_warm):
@@ -90,7 +67,7 @@ def test_events_through_one_warm_child_equal_a_fresh_childs(fresh_warm):
         assert reused.first("done") is not None
         assert [e["event"] for e in reused.events] == [e["event"] for e in one.events], name
         for a, b in zip(reused.events, one.events):
-            assert masked(a) == masked(b), (name, a.get("event"))
+            assert masked(a, TIMING) == masked(b, TIMING), (name, a.get("event"))
     assert len(served_by) == 1 and None not in served_by
     assert any("<module>" in functions for functions in fresh[names[0]].first("engine_code")["files"].values())
 
@@ -102,11 +79,11 @@ def test_a_request_killed_at_its_bound_leaves_no_process_and_the_next_one_runs(f
     assert first.returncode == 0 and pid is not None
     killed = run.launch(request_for("openai__gpt-oss-20b"), 0.8)
     assert killed.timed_out and killed.returncode is None
-    assert warm_pid() is None and group(pid) == []
+    assert warm_pid() is None and warm.live_members(pid) == []
     assert killed.first("done") is None and killed.first("versions") is not None  # what it saw is kept
     again = run.launch(llama, 300)
     assert again.returncode == 0 and warm_pid() not in (None, pid)
-    assert masked(again.events) == masked(first.events)
+    assert masked(again.events, TIMING) == masked(first.events, TIMING)
 
 
 def test_a_request_whose_process_dies_reports_its_signal_and_the_next_gets_a_fresh_child(fresh_warm):
@@ -118,7 +95,7 @@ def test_a_request_whose_process_dies_reports_its_signal_and_the_next_gets_a_fre
 
     def kill_the_fork() -> None:  # the request's own process: the one member of the group besides pid
         for _ in range(400):
-            forks = [p for p in group(pid) if p != pid]
+            forks = [p for p in warm.live_members(pid) if p != pid]
             if forks:
                 os.kill(forks[0], signal.SIGSEGV)
                 killed.append(forks[0])
@@ -130,7 +107,7 @@ def test_a_request_whose_process_dies_reports_its_signal_and_the_next_gets_a_fre
     crashed = run.launch(request_for("openai__gpt-oss-20b"), 300)
     thread.join()
     assert killed and crashed.returncode == -signal.SIGSEGV and not crashed.timed_out
-    assert warm_pid() is None and group(pid) == []  # never reused after a crash
+    assert warm_pid() is None and warm.live_members(pid) == []  # never reused after a crash
     again = run.launch(llama, 300)
     assert again.returncode == 0 and again.first("done") is not None and warm_pid() not in (None, pid)
 

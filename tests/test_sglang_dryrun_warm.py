@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from helpers import masked
 from kvdoctor.engines import profile, warm
 from kvdoctor.engines.sglang import SglangSettings
 from kvdoctor.engines.sglang_cuda import dryrun
@@ -32,27 +33,6 @@ def dry(name: str, timeout: float = 600) -> dict[str, Any]:
                          planned_sliding=dryrun.planned_sliding(plan))
 
 
-def masked(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: "<timing>" if k in TIMING else masked(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(v) for v in value]
-    return value
-
-
-def group(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                members.append(int(entry.name))
-    return members
-
-
 def test_warm_results_equal_fresh_ones_and_a_killed_request_leaves_nothing(monkeypatch):
     names = ["Qwen__Qwen3-Next-80B-A3B-Instruct", "google__gemma-3-1b-it"]
     with monkeypatch.context() as patch:
@@ -64,11 +44,11 @@ def test_warm_results_equal_fresh_ones_and_a_killed_request_leaves_nothing(monke
         result = dry(name)
         served_by.add(warm.pid_of(KIND))
         assert result["returncode"] == 0 and not result["timed_out"], result["stderr_tail"]
-        assert masked(result) == masked(fresh[name]), name
+        assert masked(result, TIMING) == masked(fresh[name], TIMING), name
     assert len(served_by) == 1 and None not in served_by
     pid = served_by.pop()
     assert pid is not None
     killed = dry("openai__gpt-oss-20b", timeout=1.0)  # inside SGLang's start-up: the imports are done
     assert killed["timed_out"] and killed["returncode"] < 0
     assert killed.get("versions")  # the first thing the child writes, before the run
-    assert warm.pid_of(KIND) is None and group(pid) == []
+    assert warm.pid_of(KIND) is None and warm.live_members(pid) == []

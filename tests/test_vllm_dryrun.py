@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from helpers import masked
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.engines.vllm import dryrun
 from kvdoctor.engines.vllm.profile import plan
@@ -18,6 +19,7 @@ from kvdoctor.loader import load_model
 from test_vllm_findings import MODELS, spec_of
 
 PYTHON = dryrun.find_python()
+TIMING = {"seconds", "stderr_tail"}  # what differs between two runs of one model
 needs_vllm = pytest.mark.skipif(PYTHON is None, reason="no Python with vLLM 0.33.0 (set KVDOCTOR_VLLM_PYTHON)")
 
 
@@ -59,14 +61,6 @@ def test_a_stale_plan_is_reported(tmp_path):
     assert codes == ["VLM030"]
 
 
-def _masked(value):
-    if isinstance(value, dict):
-        return {k: "<timing>" if k in ("seconds", "stderr_tail") else _masked(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_masked(v) for v in value]
-    return value
-
-
 @needs_vllm
 def test_the_warm_child_gives_the_one_shot_result(monkeypatch):
     """Two model families through one warm child (vLLM imported once, a fork per model): each result
@@ -85,6 +79,6 @@ def test_the_warm_child_gives_the_one_shot_result(monkeypatch):
         got = dryrun.launch(spec, VllmSettings(), PYTHON, timeout=600)
         served.append(warm.pid_of(kind))
         assert got["returncode"] == 0 and got["outcome"]["start"], got["stderr_tail"]
-        assert _masked(got) == _masked(want), spec.model_dir.name
+        assert masked(got, TIMING) == masked(want, TIMING), spec.model_dir.name
     assert len(set(served)) == 1 and served[0] is not None
     warm.drop(kind)

@@ -63,19 +63,6 @@ def call(script: Path, tmp_path: Path, name: str, key: dict | None = None, timeo
                      warm_key={} if key is None else key)
 
 
-def group(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                members.append(int(entry.name))
-    return members
-
-
 def test_each_request_runs_in_a_fresh_fork_of_one_preloaded_child(script, tmp_path):
     first = call(script, tmp_path, "a")
     server = warm.pid_of(str(script))
@@ -95,7 +82,7 @@ def test_a_crash_reports_the_signal_and_the_next_request_gets_a_fresh_child(scri
     assert server is not None
     crashed = call(script, tmp_path, "b", crash=True)
     assert crashed["returncode"] == -11 and crashed["pid"] and not crashed["timed_out"]
-    assert warm.pid_of(str(script)) is None and group(server) == []
+    assert warm.pid_of(str(script)) is None and warm.live_members(server) == []
     after = call(script, tmp_path, "c")
     assert after["returncode"] == 0 and after["ppid"] not in (None, server)
 
@@ -106,7 +93,7 @@ def test_a_request_past_its_bound_is_killed_with_its_group(script, tmp_path):
     assert server is not None
     slow = call(script, tmp_path, "b", timeout=1.0, sleep=60)
     assert slow["timed_out"] and slow["returncode"] < 0 and slow["seconds"] < 10
-    assert warm.pid_of(str(script)) is None and group(server) == []
+    assert warm.pid_of(str(script)) is None and warm.live_members(server) == []
     assert call(script, tmp_path, "c")["returncode"] == 0
 
 
@@ -122,4 +109,4 @@ def test_another_key_replaces_the_warm_child(script, tmp_path):
     first = warm.pid_of(str(script))
     call(script, tmp_path, "b", key={"tp_size": 2})
     second = warm.pid_of(str(script))
-    assert None not in (first, second) and first != second and group(first or 0) == []
+    assert None not in (first, second) and first != second and warm.live_members(first or 0) == []

@@ -48,17 +48,19 @@ def _kill_group(proc: subprocess.Popen, settle: float = 5.0) -> None:
             os.killpg(proc.pid, 0)
         except (ProcessLookupError, PermissionError):
             return
-        if _only_zombies(proc.pid):
+        if live_members(proc.pid) == []:
             return
         time.sleep(0.02)
 
 
-def _only_zombies(pgid: int) -> bool:
-    """Linux: whether every member left in the group has exited (a zombie, awaiting its reaper)."""
+def live_members(pgid: int) -> list[int] | None:
+    """Linux: the process ids in group `pgid` that have not exited (zombies, awaiting their reaper,
+    left out); None when /proc cannot be read."""
     try:
         entries = [e for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
-        return False
+        return None
+    members = []
     for entry in entries:
         try:
             with open(f"/proc/{entry}/stat") as fh:
@@ -66,8 +68,8 @@ def _only_zombies(pgid: int) -> bool:
         except OSError:
             continue
         if int(fields[2]) == pgid and fields[0] != "Z":
-            return False
-    return True
+            members.append(int(entry))
+    return members
 
 
 class WarmChild:
