@@ -95,6 +95,7 @@ def test_wheel_carries_the_catalog_and_data(dists):
     shipped = sorted(Path(n).name for n in names if n.startswith("kvdoctor/rules/"))
     assert shipped == sorted([p.name for p in (ROOT / "rules").glob("*.yaml")] + ["briefs.json"])
     assert "kvdoctor/data/recipes/sglang-0.5.23.yaml" in names
+    assert "kvdoctor/engines/vllm/model_types.json" in names  # VLM138's table of readable model types
 
 
 def test_base_install_has_neither_torch_nor_mlx(installed, tmp_path):
@@ -131,6 +132,12 @@ def test_static_check_of_real_configs(installed, tmp_path):
     assert found.returncode == 1 and "CFG001 [error]" in found.stdout
     missing = _run(installed, elsewhere, "check", "--static", str(tmp_path / "no-such-model"))
     assert missing.returncode == 2
+    unknown = tmp_path / "minimax-m3"
+    unknown.mkdir()
+    shutil.copy(ROOT / "fixtures" / "configs" / "real" / "MiniMaxAI__MiniMax-M3.json", unknown / "config.json")
+    vllm = _run(installed, elsewhere, "check", "--static", "--engine", "vllm", str(unknown), "--format", "json")
+    assert vllm.returncode in (0, 1), vllm.stderr  # the installed copy reads its model-type table
+    assert "VLM138" in [f["code"] for f in json.loads(vllm.stdout)["results"][0]["findings"]]
 
 
 def test_missing_extra_is_one_line_naming_it(installed, tmp_path):
