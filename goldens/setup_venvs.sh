@@ -13,7 +13,7 @@ if [ ! -x $V/vllm/bin/python ]; then
   $V/vllm/bin/pip install -q packaging numpy regex pydantic cbor2 psutil pyzmq urllib3 \
     "transformers>=5.16.1,<5.21" aiohttp requests openai-harmony openai pillow pybase64 cachetools msgspec \
     cloudpickle uvloop py-cpuinfo prometheus_client xgrammar==0.2.8 "fastapi>=0.133,<0.137" \
-    partial-json-parser "llguidance>=1.7,<1.8" einops compressed-tensors==0.17.0
+    partial-json-parser "llguidance>=1.7,<1.8" einops compressed-tensors==0.17.0 "mistral_common[image]>=1.11.6"
 fi
 
 if [ ! -x $V/sglang/bin/python ]; then

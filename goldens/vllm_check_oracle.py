@@ -91,7 +91,7 @@ def mutations(cfg: dict) -> dict[str, dict]:
     out["window_no_layer_types"] = edit(window_only)
 
     def all_sliding(t: dict) -> None:
-        n = int(t.get("num_hidden_layers"))
+        n = int(t.get("num_hidden_layers") or len(t.get("layers_block_type") or types or []))
         old = types if isinstance(types, list) and len(types) == n else ["full_attention"] * n
         t["layer_types"] = ["sliding_attention" if k in ATTENTION_TYPES else k for k in old]
         t["sliding_window"] = window or DEFAULT_WINDOW
@@ -198,7 +198,8 @@ def main() -> None:
     versions = {"vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
                 "python": sys.version.split()[0], "platform": "cpu (VLLM_TARGET_DEVICE=cpu)",
                 "stand_ins": "no-op torch.cuda.Stream/Event; VLLM_KIMI_K3_GEMM_AR=0; gloo group (TP world size 8 "
-                             "faked for tp8); CPU_MLA block check skipped; CPU_ATTN fp8 ISA check skipped; see README.md"}
+                             "faked for tp8); meta current_device while the model is built; CPU_MLA block check skipped; "
+                             "CPU_ATTN fp8 ISA check skipped; see README.md"}
     if target != HERE / "vllm_check.json":
         target.write_text(json.dumps({"schema": "kvdoctor.goldens/1", "engine": "vllm", "versions": versions,
                                       "points": points}, indent=1))

@@ -74,6 +74,8 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
     ("Marlin FP4 not available", "drop_quantization_config"),  # NVFP4 (ModelOpt) checkpoints' linear layers
     # the same where no NVFP4 linear kernel class is even a candidate on the CPU (an empty list of reasons)
     ("Failed to find a kernel that can implement the NVFP4 linear layer.", "drop_quantization_config"),
+    # int4 compressed-tensors experts (Kimi-K2.5's WNA16): the CPU has no candidate, CUDA has Marlin ones
+    ("No WNA16 MoE backend supports the deployment configuration.", "drop_quantization_config"),
     # CpuPlatform turns prefix caching off for MLA after the Mamba block size was aligned for it
     # (MLA + linear-attention hybrids such as Kimi-Linear): rerun with prefix caching off from the start.
     ("--mamba-block-size can only be set with --enable-prefix-caching", "prefix_caching_off"),
@@ -194,6 +196,14 @@ class _NoCudaStream:
         return lambda *args, **kwargs: None
 
 
+def _without_quantization(cfg: dict) -> dict:
+    """The config without its weight quantization, at the top level and in a VLM's text_config."""
+    out = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    if isinstance(cfg.get("text_config"), dict):
+        out["text_config"] = {k: v for k, v in cfg["text_config"].items() if k != "quantization_config"}
+    return out
+
+
 def _kv_scheme(qc) -> bool:
     """A checkpoint quantization config that quantizes the KV cache (compressed-tensors / ModelOpt)."""
     return isinstance(qc, dict) and any(qc.get(k) or (qc.get("quantization") or {}).get(k)
@@ -276,6 +286,9 @@ def model_specs(vc, tp_fake: int | None) -> dict:
     saved = (tp.world_size, tp.rank_in_group)
     if tp_fake:
         tp.world_size, tp.rank_in_group = tp_fake, 0
+    # Some model classes move a tower to the platform's current device inside __init__ (Kimi-K2.5's
+    # vision tower): on a GPU that is where the model is built; here the build is on meta, so is that.
+    current_platform.current_device = lambda: torch.device("meta")
     try:
         with set_current_vllm_config(vc):
             with torch.device("meta"):
@@ -285,6 +298,7 @@ def model_specs(vc, tp_fake: int | None) -> dict:
             return get_kv_cache_spec(vc)
     finally:
         tp.world_size, tp.rank_in_group = saved
+        del current_platform.current_device
 
 
 def planning(vc, specs: dict, budget: int) -> dict:
@@ -348,16 +362,18 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
                                 else None)
         except Exception as exc:  # noqa: BLE001
             fix = next((w for text, w in CPU_OBSTACLES if text in str(exc)), None)
-            if fix == "drop_quantization_config" and fix not in workarounds and "quantization_config" in cfg:
+            quantization = (cfg.get("quantization_config") or (cfg.get("text_config") or {}).get(
+                "quantization_config"))
+            if fix == "drop_quantization_config" and fix not in workarounds and quantization:
                 earlier.append(error_row(exc, "specs"))
                 workarounds.append(fix)
                 # the KV cache dtype the checkpoint asked for stays (vLLM made it fp8 for a kv_cache_scheme)
                 if vc.cache_config.cache_dtype != kwargs.get("kv_cache_dtype", "auto") or (
-                        _kv_scheme(cfg["quantization_config"]) and kwargs.get("kv_cache_dtype", "auto") == "auto"):
+                        _kv_scheme(quantization) and kwargs.get("kv_cache_dtype", "auto") == "auto"):
                     workarounds.append("kv_cache_dtype_from_checkpoint")
                     kwargs = {**kwargs, "kv_cache_dtype": vc.cache_config.cache_dtype
                               if vc.cache_config.cache_dtype != "auto" else "fp8"}
-                cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+                cfg = _without_quantization(cfg)
                 continue
             if fix == "moe_on_cpu" and fix not in workarounds:
                 earlier.append(error_row(exc, "specs"))
