@@ -82,3 +82,19 @@ def test_the_warm_child_gives_the_one_shot_result(monkeypatch):
         assert masked(got, TIMING) == masked(want, TIMING), spec.model_dir.name
     assert len(set(served)) == 1 and served[0] is not None
     warm.drop(kind)
+
+
+@needs_vllm
+def test_a_bare_assert_the_plan_predicted_is_not_reported_twice(tmp_path):
+    """phi-4 at TP 8: llama.py's attention asserts on its 10 KV heads with no message (VLM142); no catalog
+    pattern can match an empty text, so the dry run confirms the prediction by class and text."""
+    from test_vllm_findings import config
+
+    spec = spec_of(tmp_path, config("microsoft__phi-4"))
+    settings = VllmSettings(tensor_parallel_size=8)
+    result = dryrun.launch(spec, settings, PYTHON, timeout=600)
+    assert (result["outcome"]["class"], result["outcome"]["message"]) == ("AssertionError", "")
+    assert [r.code for r in plan(spec, settings).refusals] == ["VLM142"]
+    assert dryrun.findings(spec, plan(spec, settings), result, builtin_catalog()) == []
+    assert [f.code for f in dryrun.findings(spec, plan(spec, VllmSettings()), result, builtin_catalog())] == [
+        "ENG051", "VLM030"]  # a plan made for TP 1 did not foresee it

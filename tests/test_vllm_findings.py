@@ -349,3 +349,66 @@ def test_mimo_v2_reads_its_hybrid_layer_pattern_and_window_size(tmp_path):
     assert {layer.engine_window for layer in got.layers if layer.extra["engine_spec"] == "SlidingWindowSpec"} == {128}
     first = got.layers[0].extra
     assert (first["head_size"], first["head_size_v"]) == (192, 128)
+    # the KV heads follow the pattern too: 8 (swa_num_key_value_heads) on sliding layers, 4 on full ones
+    heads = [layer.extra["num_kv_heads"] for layer in got.layers]
+    assert heads == [8 if p == 1 else 4 for p in cfg["hybrid_layer_pattern"]]
+
+
+def test_an_architecture_vllm_does_not_register_is_refused_as_vllm_words_it(tmp_path):
+    """Step-3.7-Flash's `Step3p7FlashForCausalLM`: transformers 5.20.2 reads its `step3p7` config but
+    exports no class of that name, and vLLM 0.33.0's registry has none, so ModelConfig stops (set 5 of
+    the held-out runs). The message lists the registry's architectures in its own order."""
+    got = plan(spec_of(tmp_path, config("stepfun-ai__Step-3.7-Flash"), "step"), VllmSettings())
+    (refusal,) = got.refusals
+    assert (refusal.code, refusal.error_class) == ("VLM139", "ValidationError")
+    assert refusal.message.startswith("Model architectures ['Step3p7FlashForCausalLM'] are not supported for now. "
+                                      "Supported architectures: dict_keys(['AfmoeForCausalLM', ")
+    assert "'Qwen3ForCausalLM'" in refusal.message and refusal.key == "architectures"
+    healthy = {**config("stepfun-ai__Step-3.7-Flash"), "architectures": ["Qwen3ForCausalLM"]}
+    assert not any(r.code == "VLM139" for r in plan(spec_of(tmp_path, healthy, "as-qwen3"), VllmSettings()).refusals)
+
+
+@pytest.mark.parametrize("arch, code, words", [
+    ("Phi3SmallForCausalLM", "VLM140", "was supported in vLLM until v0.9.2, and is not supported anymore."),
+    ("Nemotron3_5AsrForRNNT", "VLM141", "Please install the plugin at "
+                                        "https://github.com/Sohaib-Ahmed21/vllm-nemotron-asr-plugin"),
+])
+def test_an_architecture_vllm_dropped_or_moved_out_is_named_so(arch, code, words, tmp_path):
+    got = plan(spec_of(tmp_path, {**config("meta-llama__Llama-3.1-8B"), "architectures": [arch]}), VllmSettings())
+    (refusal,) = got.refusals
+    assert (refusal.code, refusal.error_class) == (code, "ValidationError")
+    assert words in refusal.message and arch in refusal.message
+
+
+def test_an_architecture_only_transformers_has_is_left_to_the_dry_run(tmp_path):
+    """vLLM's Transformers backend takes an architecture transformers exports (BART moved to a plugin,
+    but transformers still has BartForConditionalGeneration): whether it runs depends on that class's
+    code, so the plan refuses nothing and plans no groups."""
+    got = plan(spec_of(tmp_path, {**config("meta-llama__Llama-3.1-8B"),
+                                  "architectures": ["BartForConditionalGeneration"]}), VllmSettings())
+    assert not got.refusals
+    assert "Transformers backend" in got.facts.unmodeled and not got.facts.groups
+    from kvdoctor.engines.vllm.registry import resolution
+    assert resolution({"architectures": ["LlamaForCausalLM"]}) == "registered"
+    assert resolution({"architectures": ["Qwen3ForConditionalGeneration"]}) == "registered"  # the suffix swap
+
+
+@pytest.mark.parametrize("name, edit, tp, fires", [
+    ("microsoft__phi-4", {}, 8, True),  # 40 query heads pass the config check, 10 KV heads do not split
+    ("microsoft__phi-4", {}, 2, False),
+    ("meta-llama__Llama-3.1-8B", {}, 8, False),  # 8 KV heads, one a rank
+    ("meta-llama__Llama-3.1-8B", {"num_key_value_heads": 2}, 8, False),  # each head copied to 4 ranks
+    ("meta-llama__Llama-3.1-8B", {"num_key_value_heads": 16}, 8, False),
+    ("meta-llama__Llama-3.1-8B", {"num_key_value_heads": 4}, 16, False),
+    ("meta-llama__Llama-3.1-8B", {"num_key_value_heads": 12, "num_attention_heads": 48}, 8, True),
+    ("meta-llama__Llama-3.1-8B", {"num_key_value_heads": 3, "num_attention_heads": 48}, 8, True),  # 8 % 3
+])
+def test_kv_heads_that_tp_cannot_split_fail_the_model_build(name, edit, tp, fires, tmp_path):
+    """llama.py's attention asserts KV heads % TP == 0 (or TP % KV heads == 0 when fewer) with no message."""
+    got = plan(spec_of(tmp_path, {**config(name), **edit}), VllmSettings(tensor_parallel_size=tp))
+    codes = [r.code for r in got.refusals]
+    assert ("VLM142" in codes) == fires, codes
+    if fires:
+        (refusal,) = got.refusals
+        assert (refusal.error_class, refusal.message, refusal.setting) == ("AssertionError", "",
+                                                                           "vllm.tensor_parallel_size")

@@ -10,10 +10,7 @@ a CPU start-up picks other blocks. Imports no torch.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
@@ -21,9 +18,10 @@ from pydantic import BaseModel
 from kvdoctor.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.vllm import registry
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
-                                            mamba_block_without_prefix_caching, max_model_len_over,
+                                            kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, tp_heads, unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
@@ -137,12 +135,15 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     facts = VllmFacts(arch, False, True, "", None, derived, key, None, (), None, None)
     layers: tuple[LayerPlan, ...] = tuple(LayerPlan(l.index, None, "unknown") for l in spec.layers)
     try:  # vLLM's order: config stage (transformers, then vLLM's checks), model class, KV planning
-        unknown = unrecognized_type(spec.raw_config)
+        unknown = registry.unrecognized_type(spec.raw_config)
         if unknown is not None:
             raise unrecognized_model_type(unknown)
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
         S.check_layer_types(spec)
+        unsupported = registry.architecture_refusal(spec.raw_config)
+        if unsupported is not None:
+            raise unsupported
         length = _max_model_len(spec, settings, derived, key)
         heads = spec.config.get("num_attention_heads")
         if isinstance(heads, int) and heads % settings.tensor_parallel_size:
@@ -172,6 +173,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if why_not is not None:
             facts = dataclasses.replace(facts, unmodeled=why_not)
             return Plan("vllm", {"vllm": VERSION}, layers, (), facts, (*notes, why_not))
+        _check_kv_heads_split(bfacts, settings.tensor_parallel_size)
         from kvdoctor.engines.vllm import budget as budget_vllm
 
         budget = budget_vllm.plan(bfacts, mode)
@@ -186,28 +188,14 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     return Plan("vllm", {"vllm": VERSION}, layers, (), facts, tuple(notes))
 
 
-@functools.lru_cache(maxsize=1)
-def _readable_model_types() -> frozenset[str]:
-    """The model types vLLM 0.33.0 reads a config.json for without remote code: those of transformers
-    5.20.2 (the newest its requirements admit) and of its own config registry (model_types.json,
-    written by goldens/vllm_model_types.py from the installed packages; a test compares them)."""
-    table = json.loads((Path(__file__).resolve().parent / "model_types.json").read_text())
-    return frozenset(table["transformers_model_types"]) | frozenset(table["vllm_model_types"])
-
-
-def unrecognized_type(config: Mapping[str, Any]) -> str | None:
-    """The config's model_type when vLLM's AutoConfig cannot read it (no remote code named either)."""
-    model_type = config.get("model_type")
-    if not isinstance(model_type, str) or "auto_map" in config or model_type in _readable_model_types():
-        return None
-    return model_type
-
-
 def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
     """A model class missing from the table whose layers are not all attention (Mamba, convolution or
     no-op blocks): vLLM's shared fallback would give them attention specs, which would be a guess."""
     if interp.architecture in S.RULES:
         return None
+    if registry.resolution(spec.raw_config) == "transformers_backend":
+        return (f"vLLM 0.33.0's registry has no {interp.architecture or 'architecture for this config'}: it would "
+                "try its Transformers backend, which runs or refuses as transformers' own model class allows")
     if interp.architecture in S.NOT_PLANNED:
         return f"{interp.architecture} is not in kvdoctor's vLLM table: {S.NOT_PLANNED[interp.architecture]}"
     odd = sorted({l.kind for l in spec.layers if l.kind not in ATTENTION_KINDS})
@@ -365,9 +353,28 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
         window = plan_layer.chunk if plan_layer.spec == S.CHUNKED else plan_layer.window
         mine = own.get(plan_layer.index)
         geometry = (mine.kv_heads, mine.head_dim, mine.v_head_dim) if mine is not None else (None, None, None)
+        if interp.rule == "mimo_v2":
+            geometry = _mimo_v2_geometry(spec.config, plan_layer.spec == S.SLIDING)
         layers.append(Layer(plan_layer.index, kind, window, *geometry))
     facts.layers = layers
     return facts
+
+
+def _check_kv_heads_split(facts, tp: int) -> None:
+    """The model class's attention layers split KV heads across TP ranks, or replicate them when there
+    are fewer heads than ranks; either way the two must divide (an AssertionError while it is built)."""
+    for layer in facts.layers:
+        heads = layer.kv_heads or facts.kv_heads
+        if layer.kind in ("full", "sliding", "chunked") and heads and (heads % tp if heads >= tp else tp % heads):
+            raise kv_heads_split(heads, tp, layer.index)
+
+
+def _mimo_v2_geometry(cfg: Mapping[str, Any], sliding: bool) -> tuple[Any, Any, Any]:
+    """mimo_v2.py builds a layer's attention from the `swa_*` keys where hybrid_layer_pattern makes it
+    sliding and from the plain keys elsewhere, whatever layer_types says (the loader follows layer_types)."""
+    prefix = "swa_" if sliding else ""
+    head = cfg.get(prefix + "head_dim")
+    return cfg.get(prefix + "num_key_value_heads"), head, cfg.get(prefix + "v_head_dim") or head
 
 
 def mamba2_dims(spec: ModelSpec) -> Mamba2Dims:

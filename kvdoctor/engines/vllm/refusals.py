@@ -35,6 +35,10 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM012": SRC + "config/vllm.py#L3449",
     "VLM032": SRC + "transformers_utils/config.py#L445",
     "VLM138": HF_SRC + "models/auto/configuration_auto.py#L430",
+    "VLM142": SRC + "model_executor/models/llama.py#L151",
+    "VLM139": SRC + "model_executor/models/registry.py#L1249",
+    "VLM140": SRC + "model_executor/models/registry.py#L1234",
+    "VLM141": SRC + "model_executor/models/registry.py#L1243",
 }
 
 
@@ -76,6 +80,30 @@ def unrecognized_model_type(model_type: str) -> Startup:
                    wrapped_in="1 validation error for ModelConfig", transformers=TRANSFORMERS)
 
 
+def unsupported_architecture(names: list[str], registered: list[str], dropped: dict[str, str],
+                             moved: dict[str, str]) -> Startup:
+    """`_ModelRegistry._raise_for_unsupported` (ModelConfig's pydantic wrapper makes it a ValidationError):
+    an architecture vLLM dropped or moved to a plugin is named as such, otherwise every registered one
+    is listed, in the registry's order, as a printed `dict_keys`."""
+    for name in names:
+        if name in dropped:
+            return refusal("VLM140", "ValidationError",
+                           f"Model architecture {name} was supported in vLLM until v{dropped[name]}, and is not "
+                           "supported anymore. Please use an older version of vLLM if you want to use this model "
+                           "architecture.", key="architectures", architecture=name,
+                           wrapped_in="1 validation error for ModelConfig")
+        if name in moved:
+            return refusal("VLM141", "ValidationError",
+                           f"Model architecture {name} is not supported in-tree anymore. Please install the plugin "
+                           f"at {moved[name]} if you want to use this model architecture.",
+                           key="architectures", architecture=name, plugin=moved[name],
+                           wrapped_in="1 validation error for ModelConfig")
+    return refusal("VLM139", "ValidationError",
+                   f"Model architectures {names} are not supported for now. Supported architectures: "
+                   f"dict_keys({registered})", key="architectures", architectures=names,
+                   wrapped_in="1 validation error for ModelConfig")
+
+
 def config_class_rejects(rejected) -> Startup:
     """A model type outside kvdoctor's table whose transformers configuration class refuses the config
     (kvdoctor.hf_config.Rejected): vLLM builds that class while reading config.json and stops with its
@@ -103,6 +131,14 @@ def max_model_len_over(requested: int, key: str, derived: float, model_max_lengt
                "exceeding derived_max_model_len will cause a CUDA array out-of-bounds error.")
     return refusal("VLM002", "ValidationError", message, key="max_model_len",
                    wrapped_in="1 validation error for ModelConfig", max_model_len=requested, derived=derived)
+
+
+def kv_heads_split(heads: int, tp: int, layer: int) -> Startup:
+    """A bare `assert` in the attention classes of llama.py (which Mistral and Phi-3 reuse) and 58 more
+    model files, so the message is empty; a class without one fails the same way in QKVParallelLinear's
+    `divide` ("10 is not divisible by 8")."""
+    return refusal("VLM142", "AssertionError", "", key="tensor_parallel_size", layer=layer,
+                   num_key_value_heads=heads, tensor_parallel_size=tp)
 
 
 def tp_heads(heads: int, tp: int) -> Startup:
