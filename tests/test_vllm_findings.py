@@ -412,3 +412,26 @@ def test_kv_heads_that_tp_cannot_split_fail_the_model_build(name, edit, tp, fire
         (refusal,) = got.refusals
         assert (refusal.error_class, refusal.message, refusal.setting) == ("AssertionError", "",
                                                                            "vllm.tensor_parallel_size")
+
+
+def test_a_config_class_shipped_as_code_needs_trust_remote_code(tmp_path):
+    """Nemotron-Super-49B: `nemotron-nas` is in neither transformers 5.20.2 nor vLLM's registry and
+    auto_map names configuration_decilm.DeciLMConfig, so AutoConfig refuses while vLLM's
+    trust_remote_code is false (set 5: every point, before the max_model_len check of len2x)."""
+    from kvdoctor.deploy import deploy_from
+    from kvdoctor.engines.vllm.dryrun import VllmDryRunner, engine_args
+
+    spec = spec_of(tmp_path, config("nvidia__Llama-3_3-Nemotron-Super-49B-v1"), "super")
+    (refusal,) = plan(spec, VllmSettings(max_model_len=262144)).refusals
+    assert (refusal.code, refusal.error_class, refusal.setting) == ("VLM143", "ValidationError",
+                                                                   "vllm.trust_remote_code")
+    assert refusal.message.startswith(f"The repository {spec.model_dir} contains custom code which must be executed")
+    trusted = plan(spec, VllmSettings(trust_remote_code=True))
+    assert not trusted.refusals and "trust_remote_code" in trusted.facts.unmodeled  # DeciLM: left to the dry run
+    # the dry run would need the checkpoint's code, which its child never has: skipped, and said so
+    skipped = VllmDryRunner().run(spec, deploy_from({"vllm": {"trust_remote_code": True}}), trusted, {})
+    assert skipped["unavailable"] and "auto_map" in skipped["why"]
+    assert engine_args(VllmSettings(trust_remote_code=True)) == {}
+    # a model type transformers has: its own class is used, auto_map or not
+    llama = {**config("meta-llama__Llama-3.1-8B"), "auto_map": {"AutoConfig": "configuration_x.XConfig"}}
+    assert not plan(spec_of(tmp_path, llama, "llama-auto-map"), VllmSettings()).refusals

@@ -58,7 +58,7 @@ def _vllm(ctx: Context) -> list[Finding]:
     if not isinstance(result, dict):
         return []
     if result.get("unavailable"):
-        return [dryrun.unavailable(ctx.spec)]
+        return [dryrun.unavailable(ctx.spec, result.get("why"))]
     return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
 
 

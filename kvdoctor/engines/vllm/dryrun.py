@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from kvdoctor.engines.base import DryRunner, Plan
 from kvdoctor.engines.child import STUBS, run_child
+from kvdoctor.engines.vllm import registry
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import Finding, ModelSpec
 
@@ -36,8 +37,10 @@ def find_python(explicit: str | None = None) -> Path | None:
 
 
 def engine_args(settings: VllmSettings) -> dict[str, Any]:
-    """The deploy section as EngineArgs keyword arguments (only the ones set)."""
-    args = settings.model_dump(exclude_none=True, exclude={"kv_budget", "cudagraph_full", "async_scheduling"})
+    """The deploy section as EngineArgs keyword arguments (only the ones set). Never trust_remote_code: the
+    child's model directory holds config.json alone, no code of the checkpoint's."""
+    args = settings.model_dump(exclude_none=True, exclude={"kv_budget", "cudagraph_full", "async_scheduling",
+                                                           "trust_remote_code"})
     if not settings.async_scheduling:
         args["async_scheduling"] = False
     if args.get("tensor_parallel_size") == 1:
@@ -66,6 +69,9 @@ class VllmDryRunner(DryRunner):
             return {"unavailable": True}
         settings = deploy.settings("vllm")
         assert isinstance(settings, VllmSettings)
+        if settings.trust_remote_code and registry.needs_remote_code(spec.raw_config):
+            return {"unavailable": True, "why": "the config's class is the checkpoint's own code (auto_map), "
+                                                "which kvdoctor's vLLM dry run does not run"}
         return launch(spec, settings, python, timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
 
 
@@ -136,9 +142,10 @@ def disagreements(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
     return out
 
 
-def unavailable(spec: ModelSpec) -> Finding:
-    return Finding.at("ENG050", "dry run skipped: no Python with vLLM 0.33.0 found (give --engine-python, or set "
-                      f"{ENV_PYTHON}); the static vLLM checks still ran", spec.key_source("model_type"))
+def unavailable(spec: ModelSpec, why: str | None = None) -> Finding:
+    why = why or f"no Python with vLLM 0.33.0 found (give --engine-python, or set {ENV_PYTHON})"
+    return Finding.at("ENG050", f"dry run skipped: {why}; the static vLLM checks still ran",
+                      spec.key_source("model_type"))
 
 
 def version_ok(result: dict[str, Any]) -> bool:

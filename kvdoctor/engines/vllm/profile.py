@@ -22,7 +22,8 @@ from kvdoctor.engines.vllm import registry
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
-                                            nvfp4_with_mla, tp_heads, unrecognized_model_type)
+                                            nvfp4_with_mla, remote_code_not_trusted, tp_heads,
+                                            unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
@@ -138,6 +139,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         unknown = registry.unrecognized_type(spec.raw_config)
         if unknown is not None:
             raise unrecognized_model_type(unknown)
+        if registry.needs_remote_code(spec.raw_config) and not settings.trust_remote_code:
+            raise remote_code_not_trusted(str(spec.model_dir))
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
         S.check_layer_types(spec)

@@ -8,6 +8,8 @@ then "Value error, <message>" and pydantic's own tail (the input's repr); `messa
 """
 from __future__ import annotations
 
+import os
+
 from kvdoctor.budget.common import EngineRefusal
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.pins import PINS
@@ -35,6 +37,7 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM012": SRC + "config/vllm.py#L3449",
     "VLM032": SRC + "transformers_utils/config.py#L445",
     "VLM138": HF_SRC + "models/auto/configuration_auto.py#L430",
+    "VLM143": HF_SRC + "dynamic_module_utils.py#L788",
     "VLM142": SRC + "model_executor/models/llama.py#L151",
     "VLM139": SRC + "model_executor/models/registry.py#L1249",
     "VLM140": SRC + "model_executor/models/registry.py#L1234",
@@ -78,6 +81,18 @@ def unrecognized_model_type(model_type: str) -> Startup:
                "`pip install git+https://github.com/huggingface/transformers.git`")
     return refusal("VLM138", "ValidationError", message, key="model_type",
                    wrapped_in="1 validation error for ModelConfig", transformers=TRANSFORMERS)
+
+
+def remote_code_not_trusted(model_dir: str) -> Startup:
+    """transformers' resolve_trust_remote_code (dynamic_module_utils.py), which AutoConfig runs for an
+    auto_map class when vLLM passes trust_remote_code=False; the message names the model directory as
+    vLLM was given it, twice as a path and once as a Hub address."""
+    message = (f"The repository {model_dir} contains custom code which must be executed to correctly load the "
+               f"model. You can inspect the repository content at {os.path.abspath(model_dir)} .\n You can "
+               f"inspect the repository content at https://hf.co/{model_dir}.\nPlease pass the argument "
+               "`trust_remote_code=True` to allow custom code to be run.")
+    return refusal("VLM143", "ValidationError", message, key="trust_remote_code",
+                   wrapped_in="1 validation error for ModelConfig")
 
 
 def unsupported_architecture(names: list[str], registered: list[str], dropped: dict[str, str],

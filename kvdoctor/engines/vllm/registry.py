@@ -41,6 +41,15 @@ def unrecognized_type(config: Mapping[str, Any]) -> str | None:
     return model_type
 
 
+def needs_remote_code(config: Mapping[str, Any]) -> bool:
+    """The config's class is the checkpoint's own code: auto_map names an AutoConfig and neither
+    transformers nor vLLM's registry has a class for the model_type (a class of theirs takes precedence)."""
+    auto_map = config.get("auto_map")
+    model_type = config.get("model_type")
+    return (isinstance(auto_map, Mapping) and "AutoConfig" in auto_map and isinstance(model_type, str)
+            and model_type not in _readable_model_types())
+
+
 def _reached_by_suffix(architecture: str) -> bool:
     """`_normalize_arch`: the first auto-class suffix the name ends with, swapped for each suffix in turn."""
     suffixes = table()["architecture_suffixes"]

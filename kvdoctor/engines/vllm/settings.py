@@ -60,6 +60,8 @@ class VllmSettings(Section):
     speculative_config: Optional[SpeculativeSettings] = None
     async_scheduling: bool = Field(True, description="--async-scheduling: two batches in flight (budget sizing)")
     cudagraph_full: bool = Field(True, description="FULL decode CUDA graphs (the default for Mamba hybrids)")
+    trust_remote_code: bool = Field(False, description="--trust-remote-code: vLLM runs the configuration and "
+                                    "model code the checkpoint names in auto_map (kvdoctor itself does not)")
 
     @classmethod
     def old_value(cls, key: str, value: Any) -> Any:
