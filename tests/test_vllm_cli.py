@@ -30,16 +30,27 @@ def _dirs(tmp_path: Path) -> list[Path]:
     return out
 
 
+# The real configs vLLM 0.33.0 refuses as published, with its default settings (goldens/vllm_check.json):
+# a model type transformers 5.20.2 lacks, an architecture its registry lacks, a config class that is
+# the checkpoint's own code (trust_remote_code).
+REFUSED_AS_PUBLISHED = {"MiniMaxAI__MiniMax-M3": "VLM138", "XiaomiMiMo__MiMo-7B-Base": "VLM138",
+                        "stepfun-ai__Step-3.7-Flash": "VLM139",
+                        "nvidia__Llama-3_3-Nemotron-Super-49B-v1": "VLM143"}
+
+
 def test_every_real_config_checks_without_error_findings(tmp_path):
     catalog = builtin_catalog()
     planned = 0
+    refused = {}
     for target in _dirs(tmp_path):
         result = check_target(str(target), Options(catalog=catalog, engine="vllm", static=True))
         assert result.error is None, (target.name, result.error)
-        assert [f.code for f in result.findings if f.severity == "error"] == [], target.name
+        errors = [f for f in result.findings if f.severity == "error"]
         vllm = result.info["vllm"]
-        if any(f.engine_error for f in result.findings):  # vLLM stops at start-up (MiniMax-M3: VLM138)
-            assert not vllm["groups"], target.name
+        if errors:  # only vLLM's own start-up refusal, and then nothing planned
+            (error,) = errors
+            assert error.engine_error and not vllm["groups"], target.name
+            refused[target.name] = error.code
             continue
         if vllm["modeled"]:
             planned += 1
@@ -49,6 +60,7 @@ def test_every_real_config_checks_without_error_findings(tmp_path):
         else:
             assert "VLM024" in [f.code for f in result.findings]
     assert planned >= 40  # the unmodeled ones are the few hybrid / NAS classes outside the table
+    assert refused == REFUSED_AS_PUBLISHED
 
 
 def test_cli_json_has_info_vllm_and_per_layer_fields():
