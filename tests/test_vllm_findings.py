@@ -435,3 +435,28 @@ def test_a_config_class_shipped_as_code_needs_trust_remote_code(tmp_path):
     # a model type transformers has: its own class is used, auto_map or not
     llama = {**config("meta-llama__Llama-3.1-8B"), "auto_map": {"AutoConfig": "configuration_x.XConfig"}}
     assert not plan(spec_of(tmp_path, llama, "llama-auto-map"), VllmSettings()).refusals
+
+
+def test_the_window_flag_table_is_transformers_own():
+    """specs.WINDOW_NEEDS_FLAG against transformers 5.20.2 (the vLLM oracle venv's): the text config
+    classes that drop sliding_window when use_sliding_window is false (set 6: SmolLM3's does not)."""
+    import subprocess
+
+    from kvdoctor.engines.vllm.specs import WINDOW_NEEDS_FLAG
+
+    composite = {"qwen2_vl", "qwen2_5_vl"}  # their text config is one of the others
+
+    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
+    probe = (
+        "import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
+        "drops = []\nfor mt in sorted(CONFIG_MAPPING.keys()):\n    try:\n"
+        "        t = CONFIG_MAPPING[mt](use_sliding_window=False, sliding_window=4096).get_text_config().to_dict()\n"
+        "    except Exception:\n        continue\n"
+        "    if t.get('model_type') == mt and t.get('sliding_window') in (None, 0):\n        drops.append(mt)\n"
+        "print(json.dumps(drops))\n")
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert set(json.loads(out.stdout.strip().splitlines()[-1])) == WINDOW_NEEDS_FLAG - composite

@@ -64,11 +64,13 @@ NOT_PLANNED = {
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
                        "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4", "exaone4_5_text"}
 QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
-# model_type -> its transformers config class sets sliding_window to None unless use_sliding_window is
-# true (configuration_qwen2.py, _qwen2_moe, _qwen3, _qwen3_moe, _smollm3, the Qwen2-VL text configs, which
-# a qwen2_vl / qwen2_5_vl config.json's top-level text keys build; 5.20)
-WINDOW_NEEDS_FLAG = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3", "qwen2_vl_text", "qwen2_5_vl_text",
-                     "qwen2_vl", "qwen2_5_vl"}
+# model_type -> its transformers 5.20.2 config class sets sliding_window to None (qwen2_moe: 0) unless
+# use_sliding_window is true; a test reads the list off the classes. qwen2_vl / qwen2_5_vl: a config.json
+# of that type builds its text config (one of the listed) from its top-level text keys. (SmolLM3's class
+# keeps the window and reads the flag only when it derives layer_types.)
+WINDOW_NEEDS_FLAG = {"deepseek_ocr2_encoder", "inkling_text", "modernbert", "qwen2", "qwen2_5_omni_talker",
+                     "qwen2_5_omni_text", "qwen2_5_vl_text", "qwen2_moe", "qwen2_vl_text", "qwen3", "qwen3_moe",
+                     "recurrent_gemma", "qwen2_vl", "qwen2_5_vl"}
 # model classes vLLM marks IsHybrid (Mamba-style state)
 HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
           "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "NemotronHForCausalLM",
