@@ -13,7 +13,11 @@ if [ ! -x $V/vllm/bin/python ]; then
   $V/vllm/bin/pip install -q packaging numpy regex pydantic cbor2 psutil pyzmq urllib3 \
     "transformers>=5.16.1,<5.21" aiohttp requests openai-harmony openai pillow pybase64 cachetools msgspec \
     cloudpickle uvloop py-cpuinfo prometheus_client xgrammar==0.2.8 "fastapi>=0.133,<0.137" \
-    partial-json-parser "llguidance>=1.7,<1.8" einops compressed-tensors==0.17.0 "mistral_common[image]>=1.11.6"
+    partial-json-parser "llguidance>=1.7,<1.8" einops compressed-tensors==0.17.0 \
+    jsonschema tiktoken "pydantic-extra-types[pycountry]"
+  # mistral_common (Devstral's model module imports it) only on the oracle's path: imported in the venv, its
+  # tokenizer starts a thread while vllm.engine.arg_utils loads, which keeps the dry run's warm child from forking
+  $V/vllm/bin/pip install -q --no-deps --target .venv-extra/vllm mistral_common==1.13.1
 fi
 
 if [ ! -x $V/sglang/bin/python ]; then

@@ -187,7 +187,7 @@ def main() -> None:
             continue
         out = Path(tempfile.mkdtemp()) / "points.json"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # vLLM inspects model classes in a subprocess
-            filter(None, [str(HERE / "stubs"), os.environ.get("PYTHONPATH")]))}
+            filter(None, [str(HERE / "stubs"), str(HERE / ".venv-extra" / "vllm"), os.environ.get("PYTHONPATH")]))}
         proc = subprocess.run([sys.executable, __file__, "--model", name, str(out)], capture_output=True, text=True,
                               timeout=3600, env=env)
         if proc.returncode:

@@ -45,15 +45,19 @@ TRANSFORMERS_LAYER_TYPES = frozenset({
 class Lookup:
     """Reads text-config keys, falling back to the family default and recording which it was."""
 
-    def __init__(self, cfg: dict[str, Any], defaults: dict[str, Any], source_of: Callable[[str], Source]):
+    def __init__(self, cfg: dict[str, Any], defaults: dict[str, Any], source_of: Callable[[str], Source],
+                 aliases: dict[str, str] | None = None):
         self.cfg = cfg
         self.defaults = defaults
         self.source_of = source_of
+        self.aliases = aliases or {}  # common key -> the key this family's config class spells it with
         self.used_defaults: dict[str, Any] = {}
 
     def get(self, key: str, fallback: Any = None) -> Any:
         if key in self.cfg:
             return self.cfg[key]
+        if self.aliases.get(key) in self.cfg:
+            return self.cfg[self.aliases[key]]
         if key in self.defaults:
             self.used_defaults[key] = self.defaults[key]
             return self.defaults[key]
@@ -62,6 +66,8 @@ class Lookup:
     def source(self, key: str) -> Source:
         if key in self.cfg:
             return self.source_of(key)
+        if self.aliases.get(key) in self.cfg:
+            return self.source_of(self.aliases[key])
         return Source("default", key)
 
 
@@ -102,6 +108,8 @@ class Family:
     uses_layer_types: bool = True
     mla: bool = False  # full-attention layers are multi-head latent attention (kv_lora_rank + rope key)
     semantics: str = "table"  # "table": kvdoctor's own; "transformers": its configuration class; "guess"
+    # the config's own spelling of the common keys (its class's attribute_map), from the config itself
+    aliases: Callable[[dict[str, Any]], dict[str, str]] | None = None
 
 
 def _all(kind: str, n: int, src: Source) -> list[tuple[str, Source]]:
@@ -223,6 +231,15 @@ def _sparse_mla_everywhere(look: Lookup, n: int) -> list[tuple[str, Source]]:
     return _all(SPARSE_MLA, n, Source("default", "every layer MLA with a DSA indexer"))
 
 
+def _chatglm_keys(cfg: dict[str, Any]) -> dict[str, str]:
+    """ChatGLM2/3 (vLLM's own ChatGLMConfig, transformers_utils/configs/chatglm.py; transformers has none):
+    num_layers, kv_channels and seq_length; KV heads are multi_query_group_num only with multi-query
+    attention, the query heads otherwise (model_executor/models/chatglm.py)."""
+    return {"num_hidden_layers": "num_layers", "head_dim": "kv_channels", "max_position_embeddings": "seq_length",
+            "num_key_value_heads": "multi_query_group_num" if cfg.get("multi_query_attention") else
+            "num_attention_heads"}
+
+
 def _decilm(look: Lookup, n: int) -> list[tuple[str, Source]]:
     """Nemotron NAS (DeciLM): `block_configs[i].attention` is no-op, a linear layer, or attention."""
     blocks, src = look.get("block_configs"), look.source("block_configs")
@@ -245,9 +262,12 @@ FAMILIES = [
     Family("phi3", ("phi3",), {"sliding_window": None}, _window_everywhere),
     Family("qwen2", ("qwen2", "qwen3"), {"use_sliding_window": False, "sliding_window": 4096,
                                          "max_window_layers": 28}, _qwen),
-    Family("gemma2", ("gemma2", "vaultgemma"), {"sliding_window": 4096, "head_dim": 256}, _alternating),
+    # Gemma's short published configs (gemma-3-4b-it's text_config) leave the head counts to the class
+    Family("gemma2", ("gemma2", "vaultgemma"), {"sliding_window": 4096, "head_dim": 256, "num_attention_heads": 8,
+                                                "num_key_value_heads": 4}, _alternating),
     Family("gemma3", ("gemma3", "gemma3_text"), {"sliding_window": 4096, "sliding_window_pattern": 6,
-                                                 "head_dim": 256}, every_nth_full("sliding_window_pattern")),
+                                                 "head_dim": 256, "num_attention_heads": 8, "num_key_value_heads": 4},
+           every_nth_full("sliding_window_pattern")),
     Family("gpt_oss", ("gpt_oss",), {"sliding_window": 128, "head_dim": 64}, _alternating),
     Family("olmo3", ("olmo3",), {"sliding_window": 4096}, _olmo3),
     # exaone4_5_text: EXAONE 4.5's first text model type, which Exaone4_5_Config renames to exaone4
@@ -268,6 +288,7 @@ FAMILIES = [
     Family("llama4", ("llama4_text",), {"attention_chunk_size": 8192, "no_rope_layer_interval": 4}, _llama4),
     Family("lfm2", ("lfm2", "lfm2_moe"), {"conv_L_cache": 3}, _lfm2),
     Family("nemotron_nas", ("nemotron-nas",), {}, _decilm, uses_layer_types=False),
+    Family("chatglm", ("chatglm",), {}, _llama, uses_layer_types=False, aliases=_chatglm_keys),
 ]
 BY_MODEL_TYPE = {mt: fam for fam in FAMILIES for mt in fam.model_types}
 UNKNOWN_FAMILY = Family("unknown", (), {}, _window_everywhere, semantics="guess")

@@ -234,7 +234,8 @@ def _semantics(model_type: str, cfg: dict[str, Any], source_of) -> tuple[Any, Lo
     configuration class when installed and it knows the type, else a best-effort guess."""
     family = family_for(model_type)
     if family is not None:
-        return family, Lookup(cfg, family.defaults, source_of), None
+        aliases = family.aliases(cfg) if family.aliases else None
+        return family, Lookup(cfg, family.defaults, source_of, aliases), None
     try:
         view = hf_config.read(model_type, cfg)
     except hf_config.Rejected as rejected:

@@ -26,6 +26,7 @@ from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_clas
                                             unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
+from kvdoctor.families import family_for
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 if TYPE_CHECKING:
@@ -227,8 +228,12 @@ def length_values(spec: ModelSpec) -> dict[str, Any]:
     """The length keys as vLLM sees them. vLLM reads attributes of the transformers config object, so a
     config.json that gives none of them still has its configuration class's defaults (Gemma 3's text
     config: max_position_embeddings 131072). The class is asked only then: a config that names a key
-    keeps the table families free of transformers (docs/model-semantics.md)."""
-    given = {name: spec.config[name] for name in LENGTH_KEYS if _number(spec.config.get(name))}
+    keeps the table families free of transformers (docs/model-semantics.md). A family whose class maps a
+    key to its own spelling (ChatGLM's seq_length is also its max_position_embeddings) has both."""
+    family = family_for(spec.model_type)
+    aliases = family.aliases(spec.config) if family is not None and family.aliases else {}
+    values = {name: spec.config.get(name, spec.config.get(aliases.get(name, name))) for name in LENGTH_KEYS}
+    given = {name: value for name, value in values.items() if _number(value)}
     if given:
         return given
     from kvdoctor import hf_config
