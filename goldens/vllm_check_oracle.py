@@ -199,7 +199,8 @@ def main() -> None:
                 "python": sys.version.split()[0], "platform": "cpu (VLLM_TARGET_DEVICE=cpu)",
                 "stand_ins": "no-op torch.cuda.Stream/Event; VLLM_KIMI_K3_GEMM_AR=0; gloo group (TP world size 8 "
                              "faked for tp8); meta current_device while the model is built; CPU_MLA block check skipped; "
-                             "CPU_ATTN fp8 ISA check skipped; see README.md"}
+                             "CPU_ATTN fp8 ISA check skipped; Mamba state storage as on a host without AVX-512 BF16; "
+                             "see README.md"}
     if target != HERE / "vllm_check.json":
         target.write_text(json.dumps({"schema": "kvdoctor.goldens/1", "engine": "vllm", "versions": versions,
                                       "points": points}, indent=1))

@@ -5,10 +5,12 @@ import json
 
 import pytest
 
-from helpers import REAL, REAL_NAMES, check_json, make_model, real_config
+from helpers import REAL, REAL_NAMES, ROOT, check_json, make_model, real_config
 from kvdoctor.families import FAMILIES
 from kvdoctor.loader import load_model
 from kvdoctor.model import FULL, KDA, MLA, SLIDING, GDN, MAMBA, ATTN_MAMBA, NO_ATTENTION
+
+ROOT_REAL = ROOT / "fixtures" / "configs" / "real"
 
 
 def kinds(spec):
@@ -190,3 +192,17 @@ def test_hf_id_resolves_in_local_cache_offline(tmp_path):
     assert doc["results"][0]["model_type"] == "llama"
     code, doc = check_json("acme/absent", env={"HF_HUB_CACHE": str(cache)})
     assert code == 2
+
+
+@pytest.mark.parametrize("multi_query, kv_heads, kv_key", [(True, 2, "multi_query_group_num"),
+                                                          (False, 32, "num_attention_heads")])
+def test_chatglm_keys_are_read_as_vllms_config_class_spells_them(tmp_path, multi_query, kv_heads, kv_key):
+    """ChatGLM2 (vLLM's own ChatGLMConfig; transformers has none): num_layers, kv_channels, and KV heads
+    from multi_query_group_num only with multi-query attention; each value's source is the key read."""
+    cfg = json.loads((ROOT_REAL / "THUDM__chatglm2-6b.json").read_text())
+    cfg["multi_query_attention"] = multi_query
+    spec = load_model(str(make_model(tmp_path, cfg, checkpoint=False)))
+    assert (spec.family, spec.num_hidden_layers, spec.semantics) == ("chatglm", 28, "table")
+    assert {(layer.kind, layer.n_kv_heads, layer.head_dim) for layer in spec.layers} == {(FULL, kv_heads, 128)}
+    assert spec.layers[0].sources["n_kv_heads"].ref == kv_key
+    assert spec.layers[0].sources["head_dim"].ref == "kv_channels"

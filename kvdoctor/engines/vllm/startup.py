@@ -13,6 +13,7 @@ workaround per CPU-only obstacle (see goldens/README.md). Standard library and v
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -113,6 +114,23 @@ def _skip_cpu_mla_block_check() -> None:
 
 
 FP8_KV_ISA = "fp8 KV cache: CPU_ATTN's AVX-512 / AMX requirement (this host has neither)"
+BF16_STATE_ISA = ("Mamba state: CpuPlatform's AVX-512 BF16 storage choices (float32 SSM state, SD conv layout), "
+                  "answered as on a host without AVX-512 BF16")
+
+
+@contextlib.contextmanager
+def _state_storage_of_any_host():
+    """On a host with AVX-512 BF16, CpuPlatform stores a hybrid model's SSM state in float32 and its conv
+    state in the "SD" layout for its own kernels; CUDA keeps the model's dtype. Hide the ISA from that
+    choice while the engine config is made, so that the goldens do not depend on the machine."""
+    import torch
+
+    original = torch.cpu._is_avx512_bf16_supported
+    torch.cpu._is_avx512_bf16_supported = lambda: False
+    try:
+        yield original()
+    finally:
+        torch.cpu._is_avx512_bf16_supported = original
 
 
 def _fp8_kv_on_any_host() -> None:
@@ -345,7 +363,8 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
         Log.stage = "config"
         point: dict = {"workarounds": list(workarounds)}
         try:
-            vc = engine_config(cfg, kwargs, root)
+            with _state_storage_of_any_host() as host_has_bf16:
+                vc = engine_config(cfg, kwargs, root)
         except Exception as exc:  # noqa: BLE001
             fix = next((w for text, w in CPU_OBSTACLES if text in str(exc)), None)
             if fix == "prefix_caching_off" and fix not in workarounds and "enable_prefix_caching" not in kwargs:
@@ -385,6 +404,8 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
         point["fields_after_specs"] = {"block_size": vc.cache_config.block_size,
                                        "mamba_page_size_padded": vc.cache_config.mamba_page_size_padded}
         point["layers"] = [spec_row(n, s) for n, s in specs.items()]
+        if host_has_bf16 and any(row["spec"] == "MambaSpec" for row in point["layers"]):
+            SKIPPED.append(BF16_STATE_ISA)
         plan = planning(vc, specs, budget)
         point["kv_cache_layout"] = plan.get("kv_cache_layout")
         point["groups"] = plan.get("groups")
