@@ -102,16 +102,29 @@ def warm_imports(work: list[tuple[str, Options]]) -> None:
     all_checks()
 
 
+Render = Callable[[Result, Options], str]
 _WORK: list[tuple[str, Options]] = []
+_RENDER: Render | None = None
 
 
-def _keep_work(work: list[tuple[str, Options]]) -> None:
-    global _WORK
-    _WORK = work
+def _keep_work(work: list[tuple[str, Options]], render: Render | None) -> None:
+    global _WORK, _RENDER
+    _WORK, _RENDER = work, render
 
 
-def _check_range(start: int, stop: int) -> list[tuple[Result, str | None]]:
-    return [check_one(*_WORK[i]) for i in range(start, stop)]
+def _check_range(start: int, stop: int) -> list[tuple[Result, str | None, str | None]]:
+    return [_checked(*_WORK[i], _RENDER) for i in range(start, stop)]
+
+
+def _checked(target: str, opts: Options, render: Render | None) -> tuple[Result, str | None, str | None]:
+    """check_one, and the result rendered where it was made. A result that cannot be rendered gets
+    no part: the parent then renders the whole report itself and meets the same error there."""
+    result, text = check_one(target, opts)
+    try:
+        part = render(result, opts) if render else None
+    except Exception:  # noqa: BLE001 - raised again by the parent's own rendering
+        part = None
+    return result, text, part
 
 
 def chunk_size(targets: int, workers: int) -> int:
@@ -128,14 +141,15 @@ def _pool_context():
     return multiprocessing.get_context("fork" if forkable else "spawn")
 
 
-def run_targets(work: list[tuple[str, Options]], jobs: int,
-                on_done: Callable[[int, Result], None] | None = None) -> tuple[list[Result], list[str]]:
-    """Check each (target, options) pair; returns the results in input order and any tracebacks."""
-    outcomes: list[tuple[Result, str | None] | None] = [None] * len(work)
+def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[int, Result], None] | None = None,
+                render: Render | None = None) -> tuple[list[Result], list[str], list[str] | None]:
+    """Check each (target, options) pair; returns the results in input order, any tracebacks, and
+    with `render` each result rendered by it in the process that checked it (None if any is missing)."""
+    outcomes: list[tuple[Result, str | None, str | None] | None] = [None] * len(work)
     workers = max(1, min(jobs, len(work)))
     if workers == 1:
         for i, (target, opts) in enumerate(work):
-            outcomes[i] = check_one(target, opts)
+            outcomes[i] = _checked(target, opts, render)
             if on_done:
                 on_done(i, outcomes[i][0])
     else:
@@ -150,7 +164,7 @@ def run_targets(work: list[tuple[str, Options]], jobs: int,
         # The work list reaches each worker once (inherited when forked), never once per target.
         size = chunk_size(len(work), workers)
         with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_keep_work,
-                                 initargs=(work,)) as pool:
+                                 initargs=(work, render)) as pool:
             futures = {pool.submit(_check_range, start, min(start + size, len(work))): start
                        for start in range(0, len(work), size)}
             for future in as_completed(futures):
@@ -159,29 +173,31 @@ def run_targets(work: list[tuple[str, Options]], jobs: int,
                 try:
                     done = future.result()
                 except Exception as exc:  # noqa: BLE001 - a worker died (out of memory, a crash in a kernel)
-                    done = [(died(*work[i], f"{type(exc).__name__}: {exc}"), None) for i in indices]
+                    done = [(died(*work[i], f"{type(exc).__name__}: {exc}"), None, None) for i in indices]
                 for i, outcome in zip(indices, done):
                     outcomes[i] = outcome
                     if on_done:
                         on_done(i, outcome[0])
     results = [o[0] for o in outcomes if o is not None]
     tracebacks = [o[1] for o in outcomes if o is not None and o[1]]
-    return results, tracebacks
+    parts = [o[2] for o in outcomes if o is not None and o[2] is not None]
+    return results, tracebacks, parts if render and len(parts) == len(results) else None
 
 
-def run_with_progress(work: list[tuple[str, Options]], jobs: int,
-                      show: bool = True) -> tuple[list[Result], list[str]]:
+def run_with_progress(work: list[tuple[str, Options]], jobs: int, show: bool = True,
+                      render: Render | None = None) -> tuple[list[Result], list[str], list[str] | None]:
     """run_targets with a progress bar on stderr when `show`, stderr is a terminal and there is more than one target."""
     if len(work) < 2 or not show or not sys.stderr.isatty():  # rich is imported only when the bar is shown
-        return run_targets(work, jobs)
+        return run_targets(work, jobs, render=render)
     from rich.console import Console
 
     console = Console(stderr=True)
     if not console.is_terminal:
-        return run_targets(work, jobs)
+        return run_targets(work, jobs, render=render)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=console, transient=True) as progress:
         task = progress.add_task("", total=len(work))
-        return run_targets(work, jobs, on_done=lambda i, r: progress.update(task, advance=1, description=r.target))
+        return run_targets(work, jobs, on_done=lambda i, r: progress.update(task, advance=1, description=r.target),
+                           render=render)
