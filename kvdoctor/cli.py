@@ -227,8 +227,11 @@ def check(
         render = partial(result_part, settings.root) if wants_json and baseline is None else None
         with progress.shown(show and len(work) == 1):  # many targets: the runner's bar
             results, tracebacks, parts = run_with_progress(work, jobs or available_cores(), show=show, render=render)
+    # The targets differ only in their selection (per-model ignores): each selection's codes are listed once.
+    by_selection = {opts.selection: opts for _, opts in work}
+    codes = {selection: checked_codes(opts) for selection, opts in by_selection.items()}
     report = Report(results, catalog, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
-                    checked=[checked_codes(opts) for _, opts in work], kv_budget=kv_budget, json_parts=parts)
+                    checked=[codes[opts.selection] for _, opts in work], kv_budget=kv_budget, json_parts=parts)
     _baselines(report, baseline, write_baseline)
     _emit(report, output_format, output_file, statistics,
           {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output,
