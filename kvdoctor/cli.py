@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+from functools import partial
 from pathlib import Path
 from typing import List, Optional
 
@@ -179,7 +180,7 @@ def check(
     """Check models and report findings."""
     from kvdoctor.fingerprint import model_identity
     from kvdoctor.check import Options, checked_codes
-    from kvdoctor.report import Report, exit_code
+    from kvdoctor.report import Report, exit_code, result_part
     from kvdoctor.runner import available_cores, expand_targets, in_shard, run_with_progress
 
     if output_format not in FORMATS:
@@ -215,15 +216,22 @@ def check(
     from kvdoctor import progress
 
     show = progress.wanted(quiet, output_format in ("rich", "html"))
+    parts = None
     if executor == "ray":
         from kvdoctor.executors.ray_executor import run_on_ray
 
         results, tracebacks = run_on_ray(work, ray_address)
     else:
+        # Each worker renders its results' part of the JSON report, unless a baseline will change them.
+        wants_json = json_output is not None or (output_format == "json" and not statistics)
+        render = partial(result_part, settings.root) if wants_json and baseline is None else None
         with progress.shown(show and len(work) == 1):  # many targets: the runner's bar
-            results, tracebacks = run_with_progress(work, jobs or available_cores(), show=show)
+            results, tracebacks, parts = run_with_progress(work, jobs or available_cores(), show=show, render=render)
+    # The targets differ only in their selection (per-model ignores): each selection's codes are listed once.
+    by_selection = {opts.selection: opts for _, opts in work}
+    codes = {selection: checked_codes(opts) for selection, opts in by_selection.items()}
     report = Report(results, catalog, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
-                    checked=[checked_codes(opts) for _, opts in work], kv_budget=kv_budget)
+                    checked=[codes[opts.selection] for _, opts in work], kv_budget=kv_budget, json_parts=parts)
     _baselines(report, baseline, write_baseline)
     _emit(report, output_format, output_file, statistics,
           {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output,
@@ -267,6 +275,7 @@ def _baselines(report, baseline: Optional[str], write_baseline: Optional[str]) -
     if old is not None:
         report.baseline = baseline
         report.suppressed = apply_baseline(report.results, old, report.root)
+        report.json_parts = None  # rendered before the baseline hid findings
 
 
 def _emit(report, output_format: str, output_file: Optional[str], statistics: bool,

@@ -145,9 +145,9 @@ def _processes_with(marker: str) -> list[str]:
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_no_child_outlives_the_cli(tmp_path, jobs):
     """The CLI dry-runs two models (with -j 2, in two forked workers, each with its own warm child);
-    once it has exited, no process it started is left."""
+    once it has exited, no process it started is left, nor any warm child's folder."""
     marker = f"KVDOCTOR_WARM_TEST={os.getpid()}-{jobs}-{time.monotonic_ns()}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), marker.split("=")[0]: marker.split("=")[1]}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), marker.split("=")[0]: marker.split("=")[1], "TMPDIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "kvdoctor", "check", str(REAL / "meta-llama__Llama-3.1-8B"),
                            str(REAL / "mistralai__Mistral-7B-v0.1"), "--engine", "sglang-mlx", "--dry-run",
                            "--format", "json", "-j", jobs], capture_output=True, text=True, env=env, timeout=600)
@@ -155,3 +155,4 @@ def test_no_child_outlives_the_cli(tmp_path, jobs):
     assert [r["info"]["dry_run"]["outcome"] for r in results] == ["clean", "clean"], proc.stderr[-2000:]
     time.sleep(0.5)
     assert _processes_with(marker) == []
+    assert list(tmp_path.glob("kvdoctor-dryrun-warm-*")) == []

@@ -130,9 +130,45 @@ def test_real_fixture_folder_expands_to_every_real_config():
     assert expand_targets([str(REAL)]) == [str(REAL / name) for name in REAL_NAMES]
 
 
+def test_the_json_parts_the_workers_render_join_to_the_parents_document(fleet, monkeypatch):
+    """-j workers render their results' JSON entries; joined, they are the document the parent renders
+    itself, byte for byte (a model with a finding, an unreadable one, a Hugging Face id not cached)."""
+    from dataclasses import replace
+    from functools import partial
+
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.check import Options, checked_codes
+    from kvdoctor import runner
+    from kvdoctor.report import Report, render_json, result_part
+    from kvdoctor.runner import run_targets
+
+    root, names = fleet
+    monkeypatch.chdir(root)
+    opts = Options(catalog=builtin_catalog())
+    work = [(target, opts) for target in [*names, "some-org/not-cached"]]
+    results, _, parts = run_targets(work, jobs=2, render=partial(result_part, root))
+    assert parts is not None and len(parts) == len(work)
+    report = Report(results, opts.catalog, root, checked=[checked_codes(o) for _, o in work], deploy_path="d.yaml")
+    assert render_json(replace(report, json_parts=parts)) == render_json(report)
+    empty = Report([], opts.catalog, root)
+    assert render_json(replace(empty, json_parts=[])) == render_json(empty)
+    _, _, none = run_targets(work[:4], jobs=2, render=_fails_on_the_third)
+    assert none is None  # one result without its part: the parent renders them all
+    monkeypatch.setattr(runner, "FORKS", False)  # the spawned pool of macOS and Windows gives the same
+    spawned, _, spawned_parts = run_targets(work[:3], jobs=2, render=partial(result_part, root))
+    assert (spawned, spawned_parts) == (results[:3], parts[:3])
+
+
+def _fails_on_the_third(result, opts):
+    if result.target == f"models/{REAL_NAMES[2]}":
+        raise TypeError("not serializable")
+    return result.target
+
+
 def test_a_worker_that_dies_loses_no_target(monkeypatch):
-    """A check that kills its worker process (as the kernel's OOM killer would) becomes that target's
-    error; every target is still reported, in input order, and the run's exit code is 2."""
+    """A check that kills its worker process (as the kernel's OOM killer would) becomes the error of
+    the batch that worker held; a new worker checks the rest, every target is reported, in input
+    order, and the run's exit code is 2."""
     import signal
 
     from kvdoctor import runner
@@ -154,9 +190,10 @@ def test_a_worker_that_dies_loses_no_target(monkeypatch):
     monkeypatch.setattr(runner, "check_one", check_or_die)  # the forked workers inherit it
     opts = Options(catalog=builtin_catalog(), static=True)
     targets = [f"ok-{i}" for i in range(40)] + ["dies"] + [f"ok-{i}" for i in range(40, 80)]
-    results, _ = runner.run_targets([(t, opts) for t in targets], jobs=2)
+    results, _, _ = runner.run_targets([(t, opts) for t in targets], jobs=2)
     assert [r.target for r in results] == targets
     dead = next(r for r in results if r.target == "dies")
-    assert "the worker checking it died" in (dead.error or "")
-    assert all(r.error is None or "died" in r.error for r in results)
+    assert dead.error == "internal error: the worker checking it died (killed by SIGKILL)"
+    batch = next(b for b in runner.batches(len(targets), 2) if targets.index("dies") in b)
+    assert [r.target for r in results if r.error] == [targets[i] for i in batch]
     assert exit_code(results, "error") == 2

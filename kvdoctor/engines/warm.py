@@ -6,7 +6,7 @@ started them: a worker never uses (nor closes) its parent's. A warm child is dro
 request starts a new one when a request ran past its time bound (its whole process group is killed),
 when the child or the request's process ended abnormally, when its resident memory after a request is
 past the bound the caller gives, or when the next request needs other imports (its key differs). At
-exit (atexit, and multiprocessing's finalizers, which are what a -j worker runs when it ends) every
+exit (atexit, and a -j worker's exit hooks or multiprocessing's finalizers, which are what it runs) every
 warm child of the process is closed; a warm child also dies with the process that started it (Linux),
 and its request's fork with it.
 """
@@ -183,10 +183,13 @@ def _register_close() -> None:
         return
     _REGISTERED.add(os.getpid())
     atexit.register(close_all)
-    # -j workers are multiprocessing processes, which leave through os._exit: atexit does not run
-    # there, multiprocessing's finalizers do.
+    # -j workers leave through os._exit, where atexit does not run: a forked worker runs its exit
+    # hooks, a spawned one (multiprocessing) its finalizers.
     from multiprocessing import util
 
+    from kvdoctor.runner import at_worker_exit
+
+    at_worker_exit(close_all)
     util.Finalize(None, close_all, exitpriority=10)
 
 

@@ -16,6 +16,7 @@ from kvdoctor.model import SEVERITIES, Finding, Result
 
 if TYPE_CHECKING:
     from kvdoctor.catalog import Catalog
+    from kvdoctor.check import Options
 
 TEXT_FORMATS = {
     "concise": "kvdoctor.report.concise:render",
@@ -44,6 +45,9 @@ class Report:
     baseline: str | None = None  # the baseline file, when one was applied
     suppressed: int = 0  # findings the baseline hid
     kv_budget: str | None = None  # --kv-budget: the HTML report shows the tokens that fit
+    # Each result's entry of the JSON document, rendered by the worker that checked it (result_part);
+    # None when not rendered, or when the results changed after the check (a baseline).
+    json_parts: list[str] | None = None
 
     def fingerprints(self, index: int) -> list[str]:
         """A unique, line-free fingerprint for each finding of results[index]."""
@@ -126,16 +130,29 @@ def summary(results: list[Result]) -> dict[str, int]:
     return counts
 
 
+def result_entry(r: Result, root: Path, checked: list[str]) -> dict[str, Any]:
+    """A result as the report's JSON document lists it: findings with their fingerprints, the codes checked."""
+    from kvdoctor.fingerprint import unique_fingerprints
+
+    out = result_json(r)
+    for finding, fp in zip(out["findings"], unique_fingerprints(r, root)):
+        finding["fingerprint"] = fp
+    out["checked"] = checked
+    return out
+
+
 def document(results: list[Result], report: Report | None = None) -> dict[str, Any]:
     """The JSON contract. With a report, each finding carries its fingerprint and the summary the
     number of findings a baseline suppressed."""
-    doc = {"tool": {"name": "kvdoctor", "version": __version__},
-           "results": [result_json(r) for r in results], "summary": summary(results)}
+    if report is None:
+        return _document(results, [result_json(r) for r in results], None)
+    return _document(results, [result_entry(r, report.root, report.checked_codes(i)) for i, r in enumerate(results)],
+                     report)
+
+
+def _document(results: list[Result], entries: list[Any], report: Report | None) -> dict[str, Any]:
+    doc = {"tool": {"name": "kvdoctor", "version": __version__}, "results": entries, "summary": summary(results)}
     if report is not None:
-        for i, result in enumerate(doc["results"]):
-            for finding, fp in zip(result["findings"], report.fingerprints(i)):
-                finding["fingerprint"] = fp
-            result["checked"] = report.checked_codes(i)
         if report.baseline is not None:
             doc["summary"]["suppressed"] = report.suppressed
         if report.deploy_path is not None:
@@ -143,8 +160,26 @@ def document(results: list[Result], report: Report | None = None) -> dict[str, A
     return doc
 
 
+PART_INDENT = "\n    "  # an entry of "results" sits two levels deep in the document, two spaces a level
+
+
+def result_part(root: Path, result: Result, opts: Options) -> str:
+    """A result's entry, as render_json writes it inside the document: a -j worker renders its own
+    results, so the parent only joins them (the indenting encoder is pure Python)."""
+    from kvdoctor.check import checked_codes
+
+    return json.dumps(result_entry(result, root, checked_codes(opts)), indent=2).replace("\n", PART_INDENT)
+
+
 def render_json(report: Report) -> str:
-    return json.dumps(document(report.results, report), indent=2)
+    if report.json_parts is None:
+        return json.dumps(document(report.results, report), indent=2)
+    # The same document around an empty list; "results" is its first list, after the fixed "tool".
+    frame = json.dumps(_document(report.results, [], report), indent=2)
+    if not report.json_parts:
+        return frame
+    entries = "[" + PART_INDENT + ("," + PART_INDENT).join(report.json_parts) + "\n  ]"
+    return frame.replace('"results": []', '"results": ' + entries, 1)
 
 
 def exit_code(results: list[Result], fail_on: str, exit_zero: bool = False) -> int:
