@@ -64,14 +64,14 @@ class VllmDryRunner(DryRunner):
     Python (the rule reports ENG050 then)."""
 
     def run(self, spec: ModelSpec, deploy: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
-        python = find_python(options.get("engine_python"))
-        if python is None:
-            return {"unavailable": True}
         settings = deploy.settings("vllm")
         assert isinstance(settings, VllmSettings)
         if settings.trust_remote_code and registry.needs_remote_code(spec.raw_config):
             return {"unavailable": True, "why": "the config's class is the checkpoint's own code (auto_map), "
                                                 "which kvdoctor's vLLM dry run does not run"}
+        python = find_python(options.get("engine_python"))
+        if python is None:
+            return {"unavailable": True}
         return launch(spec, settings, python, timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
 
 
