@@ -111,6 +111,10 @@ class Family:
     # the config's own spelling of the common keys (its class's attribute_map), from the config itself
     aliases: Callable[[dict[str, Any]], dict[str, str]] | None = None
 
+    def key_aliases(self, cfg: dict[str, Any]) -> dict[str, str]:
+        """Common key -> the key this config spells it with ({} for the families that use the common ones)."""
+        return self.aliases(cfg) if self.aliases else {}
+
 
 def _all(kind: str, n: int, src: Source) -> list[tuple[str, Source]]:
     return [(kind, src)] * n

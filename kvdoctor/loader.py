@@ -234,8 +234,7 @@ def _semantics(model_type: str, cfg: dict[str, Any], source_of) -> tuple[Any, Lo
     configuration class when installed and it knows the type, else a best-effort guess."""
     family = family_for(model_type)
     if family is not None:
-        aliases = family.aliases(cfg) if family.aliases else None
-        return family, Lookup(cfg, family.defaults, source_of, aliases), None
+        return family, Lookup(cfg, family.defaults, source_of, family.key_aliases(cfg)), None
     try:
         view = hf_config.read(model_type, cfg)
     except hf_config.Rejected as rejected:

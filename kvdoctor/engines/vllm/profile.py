@@ -39,6 +39,7 @@ PLATFORM = "cuda (H200, FlashAttention / FlashAttention-MLA backends, block 16 u
 UNBOUNDED = 1 << 60  # no kv_budget: vLLM's admission check runs against memory it profiles on the GPU
 CACHE_LABELS = {S.FULL: "full", S.SLIDING: "windowed", S.CHUNKED: "chunked", S.MLA: "mla", S.MAMBA: "state"}
 BUDGET_KINDS = {S.FULL: "full", S.SLIDING: "sliding", S.CHUNKED: "chunked", S.MLA: "mla"}
+KV_HEAD_KINDS = {BUDGET_KINDS[spec] for spec in (S.FULL, S.SLIDING, S.CHUNKED)}  # split by TP (not MLA's latent)
 ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, LINEAR, GDN, KDA)  # layers the table's rules cover
 ROPE_FACTOR_FREE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling", "default")
 
@@ -231,7 +232,7 @@ def length_values(spec: ModelSpec) -> dict[str, Any]:
     keeps the table families free of transformers (docs/model-semantics.md). A family whose class maps a
     key to its own spelling (ChatGLM's seq_length is also its max_position_embeddings) has both."""
     family = family_for(spec.model_type)
-    aliases = family.aliases(spec.config) if family is not None and family.aliases else {}
+    aliases = family.key_aliases(spec.config) if family is not None else {}
     values = {name: spec.config.get(name, spec.config.get(aliases.get(name, name))) for name in LENGTH_KEYS}
     given = {name: value for name, value in values.items() if _number(value)}
     if given:
@@ -373,7 +374,7 @@ def _check_kv_heads_split(facts, tp: int) -> None:
     are fewer heads than ranks; either way the two must divide (an AssertionError while it is built)."""
     for layer in facts.layers:
         heads = layer.kv_heads or facts.kv_heads
-        if layer.kind in ("full", "sliding", "chunked") and heads and (heads % tp if heads >= tp else tp % heads):
+        if layer.kind in KV_HEAD_KINDS and heads and (heads % tp if heads >= tp else tp % heads):
             raise kv_heads_split(heads, tp, layer.index)
 
 

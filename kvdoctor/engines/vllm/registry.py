@@ -33,6 +33,11 @@ def _registered() -> frozenset[str]:
     return frozenset(table()["vllm_architectures"])
 
 
+@functools.lru_cache(maxsize=1)
+def _transformers_architectures() -> frozenset[str]:
+    return frozenset(table()["transformers_architectures"])
+
+
 def unrecognized_type(config: Mapping[str, Any]) -> str | None:
     """The config's model_type when vLLM's AutoConfig cannot read it (no remote code named either)."""
     model_type = config.get("model_type")
@@ -63,7 +68,7 @@ def resolution(config: Mapping[str, Any]) -> str:
     names = [str(a) for a in config.get("architectures") or []]
     if not names or any(a in _registered() or _reached_by_suffix(a) for a in names):
         return "registered"
-    if "auto_map" in config or names[0] in table()["transformers_architectures"]:
+    if "auto_map" in config or names[0] in _transformers_architectures():
         return "transformers_backend"
     return "unsupported"
 
