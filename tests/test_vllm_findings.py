@@ -379,6 +379,8 @@ def test_an_architecture_vllm_dropped_or_moved_out_is_named_so(arch, code, words
     (refusal,) = got.refusals
     assert (refusal.code, refusal.error_class) == (code, "ValidationError")
     assert words in refusal.message and arch in refusal.message
+    # the same config under an architecture vLLM still registers starts
+    assert not plan(spec_of(tmp_path, config("meta-llama__Llama-3.1-8B"), "registered"), VllmSettings()).refusals
 
 
 def test_an_architecture_only_transformers_has_is_left_to_the_dry_run(tmp_path):
