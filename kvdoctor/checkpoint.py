@@ -12,11 +12,13 @@ import gc
 import json
 import os
 import struct
-from itertools import chain, repeat
+from itertools import repeat
 from math import prod
-from operator import floordiv, itemgetter, le, mod, mul, sub
+from operator import attrgetter, itemgetter, mul, sub
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from kvdoctor.errors import InputError
 from kvdoctor.jsonfile import is_utf8, load_json, open_regular, reject_constant, require_inside, show
@@ -35,6 +37,21 @@ DTYPE_BITS = {
     "I64": 64, "U64": 64, "F64": 64, "C64": 64,
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
+METADATA_KEY = b'"__metadata__"'
+METADATA_FIRST = b'{"__metadata__":{'  # where safetensors' own writer puts it
+
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _Entry(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A header entry as the format defines it; what does not fit is refused while decoding."""
+
+    dtype: Literal[tuple(DTYPE_BITS)]  # type: ignore[valid-type]
+    shape: Annotated[tuple[_Count, ...], msgspec.Meta(max_length=MAX_RANK)]
+    data_offsets: tuple[_Count, _Count]
+
+
+_HEADER = msgspec.json.Decoder(dict[str, _Entry])
 FLOAT_DTYPES = {"F16", "BF16", "F32", "F64", "F8_E5M2", "F8_E4M3"}
 
 
@@ -78,13 +95,13 @@ def _parse_header(path: Path, label: str, limit: int) -> tuple[dict[str, TensorI
             raw = fh.read(length)
         except OSError as exc:
             raise InputError(f"{path}: cannot read safetensors file: {exc.strerror or exc}") from None
+    tensors = _valid_entries(raw, data_start=8 + length, data_size=size - 8 - length, label=label)
+    if tensors is not None:
+        return tensors, length
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: safetensors header is not UTF-8 (byte offset {8 + exc.start})") from None
-    tensors = _valid_entries(text, data_start=8 + length, data_size=size - 8 - length, label=label)
-    if tensors is not None:
-        return tensors, length
     # Something is wrong: the entry-by-entry path below finds it and says what, in one line.
     try:
         header = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=reject_constant)
@@ -100,63 +117,69 @@ def _parse_header(path: Path, label: str, limit: int) -> tuple[dict[str, TensorI
     return _entries(path, header, data_start=8 + length, data_size=size - 8 - length, label=label), length
 
 
-def _valid_entries(text: str, data_start: int, data_size: int, label: str) -> dict[str, TensorInfo] | None:
+def _valid_entries(raw: bytes, data_start: int, data_size: int, label: str) -> dict[str, TensorInfo] | None:
     """The tensors of a header that passes every check of `_entries`, or None when any check fails.
 
-    The checks run column by column over all entries at once (C-level map, set, sorted and zip, no
-    Python code per entry); None sends the header to `_entries`, which finds the first fault and
-    reports it exactly as before.
+    msgspec decodes the entries straight into typed records, refusing in C what the format forbids
+    (an unknown dtype, a shape that is not a list of at most 64 non-negative integers, offsets that
+    are not two, a missing or extra key); the byte spans are then checked column by column (C-level
+    map, sorted and compare, no Python code per entry). None sends the header to `_entries`, which
+    finds the first fault and reports it exactly as before.
 
-    The header is parsed by the C decoder into plain dicts, which merge a name given twice. So the
-    quotes are counted: with no backslash in the text every string is its raw spelling between two
-    quotes, and a valid header holds exactly the strings the parsed dicts account for (names, the
-    three keys of each entry, its dtype, the metadata's keys and values). A name given twice, at any
-    level, leaves more quotes than that."""
-    if "\\" in text:  # an escape can spell one name two ways
+    A JSON object given a key twice keeps the last value, so the quotes are counted: with no
+    backslash in the text every string is its raw spelling between two quotes, and a valid header
+    holds exactly the strings the decoded entries account for (names, the three keys of each entry,
+    its dtype, the metadata's keys and values). A name given twice, at any level, leaves more quotes
+    than that. The metadata is taken only where safetensors writes it, first."""
+    if b"\\" in raw:  # an escape can spell one name two ways
         return None
-    try:
-        header = json.loads(text, parse_constant=reject_constant)
-    except (ValueError, RecursionError):
-        return None
-    if type(header) is not dict:
-        return None
-    strings = len(header)
-    if "__metadata__" in header:
-        meta = header.pop("__metadata__")
-        if type(meta) is not dict or set(map(type, meta.values())) - {str}:
+    whole, strings = raw, 0
+    if raw.startswith(METADATA_FIRST):
+        end = raw.find(b"}", len(METADATA_FIRST)) + 1  # no braces inside: else the slice is not one object
+        try:
+            meta = json.loads(raw[len(METADATA_FIRST) - 1:end])
+        except ValueError:
             return None
-        strings += 2 * len(meta)
-    names, entries = list(header), list(header.values())
-    if not entries:
-        return {} if data_size == 0 and text.count('"') == 2 * strings else None
-    if set(map(type, entries)) != {dict} or set(map(len, entries)) != {3}:
+        if set(map(type, meta.values())) - {str} or raw[end:end + 1] not in (b",", b"}"):
+            return None
+        strings = 1 + 2 * len(meta)
+        raw = b"{" + raw[end + 1:] if raw[end:end + 1] == b"," else b"{}" + raw[end + 1:]
+    elif METADATA_KEY in raw:
         return None
     try:
-        dtypes = list(map(itemgetter("dtype"), entries))
-        shapes = list(map(itemgetter("shape"), entries))
-        offsets = list(map(itemgetter("data_offsets"), entries))
-    except KeyError:
+        header = _HEADER.decode(raw)
+    except msgspec.MsgspecError:
         return None
-    if text.count('"') != 2 * (strings + 4 * len(entries)):
+    if whole.count(b'"') != 2 * (strings + 5 * len(header)):  # each entry: its name, three keys, a dtype
         return None
-    if (set(map(type, dtypes)) != {str} or not DTYPE_BITS.keys() >= set(dtypes)
-            or set(map(type, shapes)) != {list} or max(map(len, shapes)) > MAX_RANK
-            or set(map(type, offsets)) != {list} or set(map(len, offsets)) != {2}):
+    if not header:
+        return {} if data_size == 0 else None
+    names, entries = list(header), list(header.values())
+    dtypes = list(map(attrgetter("dtype"), entries))
+    shapes = list(map(attrgetter("shape"), entries))
+    begins, ends = map(list, zip(*map(attrgetter("data_offsets"), entries)))
+    sizes = list(map(sub, ends, begins))
+    # numel x bits == 8 x span: whole bytes, the right length, and so begin <= end
+    if list(map(mul, map(prod, shapes), map(DTYPE_BITS.__getitem__, dtypes))) != list(map(mul, sizes, repeat(8))):
         return None
-    dims = list(chain.from_iterable(shapes))
-    if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
+    if not _tiles(begins, ends, sizes, data_size):
         return None
-    begins, ends = map(list, zip(*offsets))
-    if set(map(type, begins)) | set(map(type, ends)) != {int} or min(begins) < 0 or not all(map(le, begins, ends)):
-        return None
-    bits = list(map(mul, map(prod, shapes), map(DTYPE_BITS.__getitem__, dtypes)))
-    if any(map(mod, bits, repeat(8))) or list(map(floordiv, bits, repeat(8))) != list(map(sub, ends, begins)):
-        return None
-    starts, stops = zip(*sorted(zip(begins, ends)))
-    if starts[0] != 0 or starts[1:] != stops[:-1] or stops[-1] != data_size:  # contiguous, covering the data
-        return None
-    rows = zip(names, dtypes, map(tuple, shapes), repeat(label))
+    rows = zip(names, dtypes, shapes, repeat(label))
     return dict(zip(names, map(tuple.__new__, repeat(TensorInfo), rows)))
+
+
+def _tiles(begins: list[int], ends: list[int], sizes: list[int], data_size: int) -> bool:
+    """Whether the spans cover 0..data_size exactly, each starting where the one before ends.
+
+    With every span non-empty, sorting begins and ends apart is enough: each offset other than 0
+    and data_size then starts as many spans as end there, so the spans, all going forward, chain
+    into one path from 0 to data_size. An empty span can sit inside another, so then the pairs
+    are sorted together, as `_entries` does."""
+    if 0 in sizes:
+        starts, stops = zip(*sorted(zip(begins, ends)))
+    else:
+        starts, stops = sorted(begins), sorted(ends)
+    return starts[0] == 0 and starts[1:] == stops[:-1] and stops[-1] == data_size
 
 
 def _entries(path: Path, header: dict, data_start: int, data_size: int, label: str) -> dict[str, TensorInfo]:

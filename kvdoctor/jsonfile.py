@@ -12,13 +12,17 @@ import math
 import os
 import re
 import stat
+from itertools import compress
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import msgspec
 
 from kvdoctor.errors import InputError
 from kvdoctor.limits import MAX_JSON_BYTES, MAX_JSON_DEPTH
 
 MAX_INT_DIGITS = 30
+_CONTAINERS = (dict, list)
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:\n]')
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -73,7 +77,9 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
         if size > limit:
             raise InputError(f"{path}: {what} is {size} bytes, more than the {limit}-byte limit")
         try:
-            data = fh.read(limit + 1)
+            data = fh.read(size + 1)  # a buffer of the file's size: `limit` bytes would cost an allocation
+            if len(data) > size:  # grown since fstat: read on to the bound
+                data += fh.read(limit + 1 - len(data))
         except OSError as exc:
             raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     if len(data) > limit:  # grew since fstat
@@ -144,6 +150,10 @@ def load_json(path: Path, what: str = "JSON", with_lines: bool = True) -> tuple[
     and a map from dotted key path (`text_config.sliding_window`) to its line; with `with_lines=False` (a
     large index nobody points into) the map is empty and the same checks run on the parsed value instead of a character scan."""
     data = read_bounded(path, MAX_JSON_BYTES, what)
+    if not with_lines:
+        plain = _plain_value(data)
+        if plain is not None:
+            return plain[0], {}
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -172,6 +182,50 @@ def load_json(path: Path, what: str = "JSON", with_lines: bool = True) -> tuple[
         raise InputError(f"{path}:{surrogate}: {what} has a string with an unpaired \\uD800-\\uDFFF escape; "
                          "expected valid Unicode")
     return value, lines
+
+
+def _plain_value(data: bytes) -> tuple[Any] | None:
+    """(value,) of JSON text that every check of `load_json` passes, decoded by msgspec (a large index
+    in a few milliseconds), or None to let the careful path decide and say why.
+
+    The text must hold no backslash, so that it spells no escape (no surrogate, no key two ways) and
+    every string is the raw text between two quotes; its quotes then number twice the strings the
+    value holds exactly when no object gives a key twice (a repeated key keeps one value). msgspec
+    refuses NaN and Infinity, which the careful path reads as Python's json does."""
+    if b"\\" in data:
+        return None
+    try:
+        value = msgspec.json.decode(data)
+    except msgspec.MsgspecError:
+        return None
+    strings = _strings_within_bounds(value)
+    if strings is None or data.count(b'"') != 2 * strings:
+        return None
+    return (value,)
+
+
+def _strings_within_bounds(value: Any) -> int | None:
+    """The keys and string values of a decoded value, or None past the depth or integer bounds. One
+    level of containers at a time, each counted by C-level map and count."""
+    if type(value) not in _CONTAINERS:
+        return None if type(value) is int and len(str(abs(value))) > MAX_INT_DIGITS else int(type(value) is str)
+    level, strings, depth = [value], 0, 1
+    while level:
+        if depth >= MAX_JSON_DEPTH:
+            return None
+        below: list[Any] = []
+        for item in level:
+            if type(item) is dict:
+                strings += len(item)
+                item = item.values()
+            types = list(map(type, item))
+            strings += types.count(str)
+            if int in types and any(len(str(abs(v))) > MAX_INT_DIGITS for v in item if type(v) is int):
+                return None
+            if dict in types or list in types:
+                below.extend(compress(item, map(_CONTAINERS.__contains__, types)))
+        level, depth = below, depth + 1
+    return strings
 
 
 def _check_value(value: Any, path: Path, what: str) -> None:

@@ -67,10 +67,11 @@ def headers(draw):
 @given(headers())
 def test_the_columnwise_check_accepts_exactly_what_the_per_entry_check_accepts(header):
     text, data_size = header
-    fast = checkpoint._valid_entries(text, 8, data_size, "f")
+    fast = checkpoint._valid_entries(text.encode(), 8, data_size, "f")
     slow = careful(text, data_size)
-    if fast is None:  # refused: the per-entry path then says why, as before, or takes an escaped name
-        assert isinstance(slow, str) or "\\" in text
+    if fast is None:  # refused: the per-entry path then says why, as before, or takes an escaped name,
+        # or metadata where safetensors' own writer does not put it
+        assert isinstance(slow, str) or "\\" in text or (text.find('"__metadata__"') > 1)
     else:
         assert fast == slow
 
@@ -87,8 +88,32 @@ GOOD = '"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
     '{"\\u0077":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},' + GOOD + "}",  # one name, two spellings
 ])
 def test_a_name_given_twice_never_passes_the_columnwise_check(text):
-    assert checkpoint._valid_entries(text, 8, 8, "f") is None
+    assert checkpoint._valid_entries(text.encode(), 8, 8, "f") is None
     assert careful(text, 8).startswith("error: ") and "twice" in careful(text, 8)
+
+
+@pytest.mark.parametrize("text, data_size, readable", [
+    ('{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}',
+     16, False),  # an empty span inside another
+    ('{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}',
+     12, False),  # overlapping spans
+    ('{"__metadata__":{"a":1},' + GOOD + "}", 8, False),  # metadata that is not all strings
+    ('{"__metadata__":{"a":"}"},' + GOOD + "}", 8, True),  # a brace inside the metadata
+    ('{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":"y"}}', 8, True),  # a key the format lacks
+])
+def test_what_the_per_entry_check_refuses_or_reads_itself_stays_off_the_fast_path(text, data_size, readable):
+    assert checkpoint._valid_entries(text.encode(), 8, data_size, "f") is None
+    assert isinstance(careful(text, data_size), dict) == readable
+
+
+@pytest.mark.parametrize("text, data_size", [
+    ('{"__metadata__":{"format":"pt"},' + GOOD + "}   ", 8),  # padded to 8 bytes with spaces, as safetensors does
+    ('{"__metadata__":{"format":"pt"}}', 0), ("{" + GOOD + "}", 8),
+    ('{"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},' + GOOD + "}", 8),  # an empty tensor
+])
+def test_headers_as_safetensors_writes_them_take_the_fast_path(text, data_size):
+    fast = checkpoint._valid_entries(text.encode(), 8, data_size, "f")
+    assert fast is not None and fast == careful(text, data_size)
 
 
 def test_a_real_layout_takes_the_columnwise_path(tmp_path):
@@ -100,9 +125,13 @@ def test_a_real_layout_takes_the_columnwise_path(tmp_path):
             (n,) = struct.unpack("<Q", fh.read(8))
             text = fh.read(n).decode()
         size = f.stat().st_size - 8 - n
-        fast = checkpoint._valid_entries(text, 8 + n, size, "f")
+        fast = checkpoint._valid_entries(text.encode(), 8 + n, size, "f")
         assert fast is not None and len(fast) > 10
         assert fast == careful(text, size)
+    from kvdoctor.jsonfile import _plain_value
+
+    index = (d / "model.safetensors.index.json").read_bytes()
+    assert _plain_value(index) == (json.loads(index),)
 
 
 def test_no_file_defaults_are_the_models_defaults():
@@ -231,3 +260,50 @@ def test_the_cut_copy_keeps_one_period_of_every_layer_kind():
     assert matches_prefix(full, _pattern_sig([4096, 4096, 4096, None]), 4)
     assert not matches_prefix(full, _pattern_sig([4096, 4096, None, None]), 4)  # the cut moved a window
     assert not matches_prefix(full, _pattern_sig([4096, 4096, 4096, None, 4096]), 4)
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-10**40, 10**40), st.floats(allow_nan=False),
+              st.text("ab\"\\é", max_size=3)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text("ab", max_size=2), inner, max_size=3)),
+    max_leaves=12)
+
+
+@st.composite
+def json_texts(draw):
+    """JSON text, now and then with a key given twice, a NaN, deep nesting or an escape."""
+    text = json.dumps(draw(json_values), ensure_ascii=draw(st.booleans()))
+    fault = draw(st.integers(0, 5))
+    if fault == 0:
+        text = '{"k": 1, "k": ' + text + "}"
+    elif fault == 1:
+        text = "[" * draw(st.integers(60, 70)) + text + "]" * draw(st.integers(60, 70))
+    elif fault == 2:
+        text = '{"n": NaN, "v": ' + text + "}"
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_texts())
+def test_a_large_index_read_by_msgspec_is_what_the_careful_reading_gives(text):
+    import tempfile
+
+    from kvdoctor import jsonfile
+
+    def read(path: Path) -> object:
+        try:
+            return jsonfile.load_json(path, "JSON", with_lines=False)[0]
+        except InputError as exc:
+            return str(exc)
+
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        path = Path(folder) / "index.json"
+        path.write_text(text, encoding="utf-8")
+        fast = jsonfile._plain_value(text.encode("utf-8"))
+        either = read(path)
+        patch.setattr(jsonfile, "_plain_value", lambda data: None)
+        careful_value = read(path)
+    if fast is not None:
+        assert fast[0] == careful_value == either
+    else:  # the careful path decided both times
+        assert repr(either) == repr(careful_value)
