@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -132,16 +133,18 @@ def load_catalog(directory: Path | None = None, extra_dirs: tuple[Path, ...] = (
     for folder, eager in folders:
         if not folder.is_dir():
             raise InputError(f"{folder}: catalog directory not found")
-        for path in sorted(folder.glob("*.yaml")):
-            if not CODE_RE.match(path.stem):
+        # names sorted as strings, as Path sorting would order them, without a Path a file to compare
+        for name in sorted(n for n in os.listdir(folder) if n.endswith(".yaml")):
+            code, path = name[:-len(".yaml")], folder / name
+            if not CODE_RE.match(code):
                 raise InputError(f"{path}: catalog files are named CODE.yaml, e.g. SWA001.yaml")
-            if path.stem in paths:
-                raise InputError(f"{path}: duplicate catalog code {path.stem}")
-            paths[path.stem] = path
+            if code in paths:
+                raise InputError(f"{path}: duplicate catalog code {code}")
+            paths[code] = path
             if eager:
-                loaded[path.stem] = load_entry(path)
+                loaded[code] = load_entry(path)
             elif directory is None:
-                builtin.add(path.stem)
+                builtin.add(code)
     return Catalog(paths, loaded, frozenset(builtin))
 
 

@@ -148,7 +148,7 @@ def _valid_entries(raw: bytes, data_start: int, data_size: int, label: str) -> d
         return None
     try:
         header = _HEADER.decode(raw)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):  # deep nesting: the careful path says so
         return None
     if whole.count(b'"') != 2 * (strings + 5 * len(header)):  # each entry: its name, three keys, a dtype
         return None
@@ -176,7 +176,8 @@ def _tiles(begins: list[int], ends: list[int], sizes: list[int], data_size: int)
     into one path from 0 to data_size. An empty span can sit inside another, so then the pairs
     are sorted together, as `_entries` does."""
     if 0 in sizes:
-        starts, stops = zip(*sorted(zip(begins, ends)))
+        pairs = sorted(zip(begins, ends))
+        starts, stops = [b for b, _ in pairs], [e for _, e in pairs]
     else:
         starts, stops = sorted(begins), sorted(ends)
     return starts[0] == 0 and starts[1:] == stops[:-1] and stops[-1] == data_size

@@ -196,7 +196,7 @@ def _plain_value(data: bytes) -> tuple[Any] | None:
         return None
     try:
         value = msgspec.json.decode(data)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):  # deep nesting: the careful path says so
         return None
     strings = _strings_within_bounds(value)
     if strings is None or data.count(b'"') != 2 * strings:

@@ -170,7 +170,7 @@ def test_static_check_builds_no_pydantic_model_without_a_deploy_file(tmp_path, e
 def test_jobs_outside_the_plain_spelling_are_judged_by_the_strict_type(value):
     from typer.testing import CliRunner
 
-    from kvdoctor.cli import app
+    from kvdoctor.commands import app
 
     run = CliRunner().invoke(app, ["check", "x", "--static", "-j", value])
     if value in ("02", "+2"):  # what the strict type reads as 2: same as before the fast path
