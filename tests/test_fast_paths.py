@@ -161,9 +161,9 @@ def test_static_check_builds_no_pydantic_model_without_a_deploy_file(tmp_path, e
     d = make_model(tmp_path, "kimi-linear", shards=2, edit=lambda c: c.update(auto_map={"AutoModel": "m.M"}))
     (tmp_path / "deploy.yaml").write_text("context_length: 4096\n")
     run = probe(["check", str(d), "--static", "--format", "json", *extra],
-                ("pydantic", "rich", "numpy", "yaml", *SIZING), cwd=tmp_path)
+                ("pydantic", "rich", "numpy", "yaml", "typer", *SIZING), cwd=tmp_path)
     assert "CFG010" in run.stdout  # a finding was reported, its catalog entry read without pydantic or YAML
-    assert run.loaded == loaded  # nor any engine's budget model
+    assert run.loaded == loaded  # nor any engine's budget model, nor typer (argv.py read the line)
 
 
 @pytest.mark.parametrize("value", ["0", "1025", "02", "+2", "two", "\u0662"])
