@@ -86,8 +86,6 @@ def read_check(args: list[str]) -> CheckLine | None:
         values["targets"] = [_value(t, TARGETS_TYPE) for t in targets] or None
     except _NotPlain:
         return None
-    for parameter in ("select", "extend_select", "ignore", "severity"):
-        values.setdefault(parameter, None)
     return CheckLine(root={"debug": root.get("debug", False), "catalog_dirs": tuple(root.get("catalog_dirs", ()))},
                      request=CheckRequest(**values))
 
@@ -102,9 +100,9 @@ def _read(args: list[str], table: dict, stop_at_command: bool) -> tuple[dict, li
         if token == "--":
             others.extend(tokens)
             break
-        if not token.startswith("-") or token == "-":
-            if token == "-":
-                raise _NotPlain
+        if token == "-":  # standard input, as click reads it
+            raise _NotPlain
+        if not token.startswith("-"):
             others.append(token)
             if stop_at_command:
                 others.extend(tokens)

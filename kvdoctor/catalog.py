@@ -133,7 +133,7 @@ def load_catalog(directory: Path | None = None, extra_dirs: tuple[Path, ...] = (
     for folder, eager in folders:
         if not folder.is_dir():
             raise InputError(f"{folder}: catalog directory not found")
-        # names sorted as strings, as Path sorting would order them, without a Path a file to compare
+        # file names sorted as strings: the order sorted Paths would give, without a Path per file
         for name in sorted(n for n in os.listdir(folder) if n.endswith(".yaml")):
             code, path = name[:-len(".yaml")], folder / name
             if not CODE_RE.match(code):

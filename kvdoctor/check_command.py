@@ -95,15 +95,16 @@ def _severities(values: Optional[list[str]]) -> dict[str, str]:
     return out
 
 
-def resolve_settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated):
-    """The settings in force: the command line's options over the config file's."""
+def resolve_settings(rules, engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated):
+    """The settings in force: the command line's options over the config file's, their codes those of
+    the catalog `rules`."""
     from kvdoctor.settings import CommandLine, resolve
 
     cli = CommandLine(select=_split(select, "--select") if select else None,
                       extend_select=_split(extend_select, "--extend-select"), ignore=_split(ignore, "--ignore"),
                       severity=_severities(severity), engine=engine, deploy=deploy,
                       fail_on=fail_on, config=config, isolated=isolated)
-    settings = resolve(cli, run_catalog().codes())
+    settings = resolve(cli, rules.codes())
     for warning in settings.deploy.warnings:
         echo(f"kvdoctor: warning: {warning}", err=True)
     return settings
@@ -127,7 +128,8 @@ def run_check(req: CheckRequest) -> int:
         raise InputError(f"--executor {req.executor!r}: expected local or ray")
     if req.ray_address is not None and req.executor != "ray":
         raise InputError("--ray-address needs --executor ray")
-    settings = resolve_settings(req.engine, req.deploy, req.select, req.extend_select, req.ignore, req.severity,
+    rules = run_catalog()
+    settings = resolve_settings(rules, req.engine, req.deploy, req.select, req.extend_select, req.ignore, req.severity,
                                 req.fail_on, req.config, req.isolated)
     targets = list(req.targets or settings.targets)
     if not targets:
@@ -141,7 +143,6 @@ def run_check(req: CheckRequest) -> int:
     from kvdoctor.extras import require_for_check
 
     require_for_check(settings.engine, req.static, req.dry_run)
-    rules = run_catalog()
     extra = {"dry_run": req.dry_run, "trust_remote_code": req.trust_remote_code,
              "dry_run_timeout": req.dry_run_timeout, "dry_run_budget": req.dry_run_budget,
              "engine_python": req.engine_python}

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import sys
 
+from kvdoctor.argv import read_check
+from kvdoctor.check_command import RUN, echo, run_check
 from kvdoctor.errors import InputError
 
 
 def main() -> None:
-    from kvdoctor.check_command import RUN, echo
-
     try:
         code = _run(sys.argv[1:])
     except InputError as exc:
@@ -40,14 +40,10 @@ def main() -> None:
 
 
 def _run(args: list[str]) -> int:
-    from kvdoctor.argv import read_check
-
     line = read_check(args)
     if line is None:
         from kvdoctor.commands import run
 
         return run(args)
-    from kvdoctor.check_command import RUN, run_check
-
     RUN.update(line.root)
     return run_check(line.request)

@@ -155,9 +155,10 @@ def merge(
     from kvdoctor.report import Report, exit_code
 
     check_format(output_format)
-    settings = resolve_settings(None, None, None, None, None, None, fail_on, config, isolated)
+    rules = run_catalog()
+    settings = resolve_settings(rules, None, None, None, None, None, None, fail_on, config, isolated)
     results, checked, deploy_path = merge_parts(parts)
-    report = Report(results, run_catalog(), settings.root, settings.fail_on, deploy_path=deploy_path, checked=checked)
+    report = Report(results, rules, settings.root, settings.fail_on, deploy_path=deploy_path, checked=checked)
     apply_baselines(report, baseline, None)
     emit(report, output_format, output_file, statistics,
           {"json": json_output, "sarif": sarif_output, "junit": junit_output, "gitlab": gitlab_output,
@@ -182,7 +183,8 @@ def config_cmd(
     output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json"),
 ) -> None:
     """Show the settings in force (config file and command line merged) and where each came from."""
-    settings = resolve_settings(engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated)
+    settings = resolve_settings(run_catalog(), engine, deploy, select, extend_select, ignore, severity, fail_on,
+                                config, isolated)
     rows = settings.shown()
     if output_format == "json":
         typer.echo(json.dumps({name: {"value": value, "from": origin} for name, value, origin in rows}, indent=2))
