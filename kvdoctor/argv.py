@@ -10,7 +10,7 @@ typer command, spelling by spelling, and compares what both readings give on man
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from kvdoctor.check_command import CheckRequest
 from kvdoctor.strict_cli import PLAIN_INT_RANGES
@@ -66,8 +66,7 @@ _CHECK = {spelling: row for row in CHECK_OPTIONS for spelling in row[0]}
 _ROOT = {spelling: row for row in ROOT_OPTIONS for spelling in row[0]}
 
 
-@dataclass
-class CheckLine:
+class CheckLine(msgspec.Struct):
     root: dict  # debug, catalog_dirs: for check_command.RUN
     request: CheckRequest
 

@@ -6,7 +6,7 @@ the first past the budget) -> the dry run, when asked -> rules on a frozen (spec
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor.catalog import Catalog
@@ -29,15 +29,14 @@ if TYPE_CHECKING:
     from kvdoctor.engines.base import EngineProfile, Plan
 
 
-@dataclass
-class Options:
+class Options(msgspec.Struct):
     catalog: Catalog
     engine: str = "hf"
-    selection: Selection = field(default_factory=Selection)
-    deploy: Any = field(default_factory=NoDeployFile)  # a deploy.Deploy, or the defaults of none
+    selection: Selection = msgspec.field(default_factory=Selection)
+    deploy: Any = msgspec.field(default_factory=NoDeployFile)  # a deploy.Deploy, or the defaults of none
     static: bool = False
-    severity_overrides: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    severity_overrides: dict[str, str] = msgspec.field(default_factory=dict)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 def finalize(finding: Finding, opts: Options) -> Finding:

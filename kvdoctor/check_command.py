@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+import msgspec
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -20,8 +20,7 @@ from kvdoctor.report import FORMATS
 RUN: dict = {"debug": False, "catalog_dirs": ()}
 
 
-@dataclass
-class CheckRequest:
+class CheckRequest(msgspec.Struct):
     """The options of `kvdoctor check`, named as its parameters; the defaults are the command line's
     (tests/test_argv.py holds them to typer's)."""
 

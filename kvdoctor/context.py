@@ -2,7 +2,7 @@
 Rules never reload files, build caches or write into any of it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from kvdoctor.engines.base import Plan
@@ -14,16 +14,15 @@ if TYPE_CHECKING:
     from kvdoctor.deploy import Deploy
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(msgspec.Struct, frozen=True):
     spec: ModelSpec
     engine: str
     deploy: Deploy
     plan: Plan[object]
     settings: Optional[BaseModel] = None  # the engine profile's deploy section; None: read from `deploy`
-    observations: Mapping[str, object] = field(default_factory=dict)  # probe name (or "dry_run") -> observation
-    options: Mapping[str, Any] = field(default_factory=dict)
+    observations: Mapping[str, object] = msgspec.field(default_factory=dict)  # probe name (or "dry_run") -> observation
+    options: Mapping[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.settings is None:
-            object.__setattr__(self, "settings", self.deploy.settings(self.engine))
+            msgspec.structs.force_setattr(self, "settings", self.deploy.settings(self.engine))

@@ -6,7 +6,7 @@ into one layer kind per hidden layer. Every value records where it came from.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import Any, Callable
 
 from kvdoctor.model import (ATTN_MAMBA, CHUNKED, COMPRESSED, CONV, FULL, GDN, KDA, LINEAR, MAMBA, MLA,
@@ -97,11 +97,10 @@ class ResolvedLookup(Lookup):
         return super().source(key)
 
 
-@dataclass
-class Family:
+class Family(msgspec.Struct):
     name: str
     model_types: tuple[str, ...]
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = msgspec.field(default_factory=dict)
     # Builds (kind, window, source-of-kind) per layer when `layer_types` is absent.
     rule: Callable[[Lookup, int], list[tuple[str, Source]]] | None = None
     linear_kind: str = GDN

@@ -21,7 +21,7 @@ import os
 import sys
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+import msgspec
 from typing import Any, Iterator
 
 # Attributes kvdoctor reads from the configuration object once transformers has applied its defaults.
@@ -49,17 +49,16 @@ class Rejected(Exception):
                           self.outer_message)
 
 
-@dataclass
-class View:
+class View(msgspec.Struct):
     """What one configuration class made of a config: its class, version and resolved attributes."""
 
     model_type: str
     class_name: str
     version: str
-    resolved: dict[str, Any] = field(default_factory=dict)
+    resolved: dict[str, Any] = msgspec.field(default_factory=dict)
     # Per-layer attention geometry where the class states one per layer (`per_layer_config`, e.g. Gemma-4's
     # global layers with their own head_dim and key/value heads): layer id -> {attribute: value}.
-    per_layer: dict[int, dict[str, int]] = field(default_factory=dict)
+    per_layer: dict[int, dict[str, int]] = msgspec.field(default_factory=dict)
 
 
 PER_LAYER_ATTRS = ("head_dim", "num_key_value_heads")

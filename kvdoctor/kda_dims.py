@@ -5,22 +5,21 @@ H = q_proj rows / K (k_proj agrees). Quantized projections keep dim 0 intact, so
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from kvdoctor.loader import layer_tensor
 from kvdoctor.model import ModelSpec, Source, TensorInfo
 
 
-@dataclass
-class KdaDims:
+class KdaDims(msgspec.Struct):
     layer: int
     HV: int | None = None
     K: int | None = None
     V: int | None = None
     H: int | None = None
     conv_kernel: int | None = None
-    sources: dict[str, Source] = field(default_factory=dict)
-    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    sources: dict[str, Source] = msgspec.field(default_factory=dict)
+    tensors: dict[str, TensorInfo] = msgspec.field(default_factory=dict)
 
 
 TENSORS = {

@@ -5,7 +5,7 @@ Nothing here imports torch, mlx or any engine.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -31,8 +31,7 @@ STATE_KINDS = frozenset({KDA, GDN, MAMBA, LINEAR, CONV, ATTN_MAMBA})
 SEVERITIES = ("error", "warning", "info")
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(msgspec.Struct, frozen=True):
     """Where one value came from, so a report can point at it.
 
     kind: "key" (read from a config key), "default" (the family default transformers applies),
@@ -50,8 +49,7 @@ class Source:
         return {"kind": self.kind, "ref": self.ref, "file": self.file, "line": self.line}
 
 
-@dataclass
-class LayerSpec:
+class LayerSpec(msgspec.Struct):
     index: int
     kind: str
     window: int | None = None  # sliding: keys attended including the query's own; chunked: the chunk size
@@ -65,12 +63,12 @@ class LayerSpec:
     index_head_dim: int | None = None  # sparse MLA: the indexer's key width
     index_topk: int | None = None  # sparse MLA: keys each query keeps
     conv_kernel: int | None = None  # conv layers: the convolution's length (state keeps kernel - 1 steps)
-    sources: dict[str, Source] = field(default_factory=dict)
+    sources: dict[str, Source] = msgspec.field(default_factory=dict)
 
 
 class TensorInfo(NamedTuple):
     """One header entry. A named tuple, so that a 20k-tensor checkpoint's table is built in C
-    (checkpoint.py) rather than by 20k dataclass constructors."""
+    (checkpoint.py) rather than by 20k record constructors."""
 
     name: str
     dtype: str
@@ -85,23 +83,21 @@ class TensorInfo(NamedTuple):
         return n
 
 
-@dataclass
-class Checkpoint:
+class Checkpoint(msgspec.Struct):
     """Safetensors headers only: names, dtypes, shapes. Never tensor data."""
 
     files: list[str]
     tensors: dict[str, TensorInfo]
     index_file: str | None = None
-    missing_shards: list[str] = field(default_factory=list)
-    extra_shards: list[str] = field(default_factory=list)
+    missing_shards: list[str] = msgspec.field(default_factory=list)
+    extra_shards: list[str] = msgspec.field(default_factory=list)
     total_bytes: int = 0
 
     def get(self, name: str) -> TensorInfo | None:
         return self.tensors.get(name)
 
 
-@dataclass
-class ModelSpec:
+class ModelSpec(msgspec.Struct):
     target: str
     model_dir: Path
     model_type: str
@@ -116,9 +112,9 @@ class ModelSpec:
     dtype: str | None
     checkpoint: Checkpoint | None
     key_lines: dict[str, int]
-    sources: dict[str, Source] = field(default_factory=dict)
-    defaults: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    sources: dict[str, Source] = msgspec.field(default_factory=dict)
+    defaults: dict[str, Any] = msgspec.field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)
     hf_id: str | None = None
     semantics: str = "table"  # where the per-layer meaning came from: "table", "transformers" or "guess"
     rejected: Any = None  # kvdoctor.hf_config.Rejected: transformers' configuration class refused the config
@@ -141,8 +137,7 @@ class ModelSpec:
         return {layer.kind for layer in self.layers}
 
 
-@dataclass
-class Finding:
+class Finding(msgspec.Struct):
     """One problem. Rules fill code, message and location; the catalog supplies name, severity, fixes."""
 
     code: str
@@ -152,10 +147,10 @@ class Finding:
     line: int | None = None
     key: str | None = None  # the offending config key or deploy setting, for fingerprints
     engine_error: dict[str, Any] | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = msgspec.field(default_factory=dict)
     severity: str | None = None  # None: the catalog's severity
     name: str = ""
-    fixes: list[str] = field(default_factory=list)
+    fixes: list[str] = msgspec.field(default_factory=list)
 
     @classmethod
     def at(cls, code: str, message: str, source: Source | None, **kw: Any) -> "Finding":
@@ -166,8 +161,7 @@ class Finding:
         return cls(code, message, file=source.file, line=source.line, **kw)
 
 
-@dataclass
-class Result:
+class Result(msgspec.Struct):
     target: str
     model_type: str | None
     engine: str
@@ -176,4 +170,4 @@ class Result:
     findings: list[Finding]
     error: str | None = None  # an input error for this target (exit 2), reported without a traceback
     model_dir: Path | None = None  # where the model's files were read (a Hugging Face id's snapshot)
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = msgspec.field(default_factory=dict)

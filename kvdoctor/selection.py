@@ -1,12 +1,11 @@
 """Rule selection by code or prefix, ruff style: select, then extend-select, then ignore."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 from typing import Iterable
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(msgspec.Struct, frozen=True):
     select: tuple[str, ...] = ("ALL",)
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()

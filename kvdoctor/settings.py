@@ -11,7 +11,7 @@ import fnmatch
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,8 +37,7 @@ NO_FILE = SimpleNamespace(select=None, extend_select=[], ignore=[], per_model_ig
                           deploy=None, fail_on=None, targets=None)
 
 
-@dataclass
-class ConfigFile:
+class ConfigFile(msgspec.Struct):
     path: Path
     settings: Any  # settings_file.FileSettings
     lines: dict[str, int]  # key (kebab-case, subtable keys as 'severity.CFG004') -> line in the file
@@ -52,14 +51,13 @@ class ConfigFile:
         return f"{self.path}:{line}" if line else str(self.path)
 
 
-@dataclass
-class CommandLine:
+class CommandLine(msgspec.Struct):
     """What was given on the command line; None (or empty) means 'not given'."""
 
     select: tuple[str, ...] | None = None
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
-    severity: dict[str, str] = field(default_factory=dict)
+    severity: dict[str, str] = msgspec.field(default_factory=dict)
     engine: str | None = None
     deploy: str | None = None
     fail_on: str | None = None
@@ -67,8 +65,7 @@ class CommandLine:
     isolated: bool = False
 
 
-@dataclass
-class Settings:
+class Settings(msgspec.Struct):
     selection: Selection
     per_model_ignores: dict[str, tuple[str, ...]]
     severity: dict[str, str]

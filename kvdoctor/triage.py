@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import sys
 import weakref
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
@@ -35,10 +35,9 @@ MAX_SHOWN = 300
 CONTEXT_WINDOW = 40  # lines either side of a generic error searched for its context
 
 
-@dataclass
-class Hit:
+class Hit(msgspec.Struct):
     entry: Entry
-    lines: list[int] = field(default_factory=list)
+    lines: list[int] = msgspec.field(default_factory=list)
     text: str = ""  # where it was first found, colour codes removed
     how: str = "message"  # message, frame (a bare exception's raising frame) or context
 
@@ -57,11 +56,10 @@ class Hit:
         }
 
 
-@dataclass
-class Report:
+class Report(msgspec.Struct):
     hits: list[Hit]
     lines_read: int
-    unattributed: list[dict] = field(default_factory=list)  # generic GPU errors no entry claims
+    unattributed: list[dict] = msgspec.field(default_factory=list)  # generic GPU errors no entry claims
     unknown: dict | None = None  # when nothing is known: the line looked at
 
     def to_json(self, source: str) -> dict:

@@ -85,7 +85,7 @@ def test_gpt_oss_report_names_the_engine_code_that_ran(gpt_oss):
 
 def test_stale_plan_is_reported_against_a_real_run(gpt_oss):
     """Hold the real run against a plan that is wrong about one layer's window."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from kvdoctor.checks.dryrun_findings import Interpreter
     from kvdoctor.dryrun.run import ChildOutcome

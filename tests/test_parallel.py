@@ -133,7 +133,7 @@ def test_real_fixture_folder_expands_to_every_real_config():
 def test_the_json_parts_the_workers_render_join_to_the_parents_document(fleet, monkeypatch):
     """-j workers render their results' JSON entries; joined, they are the document the parent renders
     itself, byte for byte (a model with a finding, an unreadable one, a Hugging Face id not cached)."""
-    from dataclasses import replace
+    from msgspec.structs import replace
     from functools import partial
 
     from kvdoctor.catalog import builtin_catalog

@@ -3,7 +3,6 @@ profile shared by check and budget, the version pins written once, and a made-up
 nothing but its own module and a registry line."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import sys
@@ -49,9 +48,9 @@ def test_the_plan_is_frozen():
     from kvdoctor.loader import load_model
 
     plan = hf.plan(load_model(str(REAL / SHORT["gpt-oss-20b"])), hf.Settings())
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="immutable"):
         plan.refusals = ()  # type: ignore[misc]
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="immutable"):
         plan.layers[0].cache = "x"  # type: ignore[misc]
     assert not hasattr(plan, "data")
 

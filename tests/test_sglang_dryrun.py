@@ -6,7 +6,7 @@ so each model's run is shared by the tests of its module-scoped fixture.
 """
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 import json
 from pathlib import Path
 
@@ -116,13 +116,13 @@ def test_gpt_oss_starts_as_planned_and_its_sliding_layer_reads_its_window(gpt_os
 def test_a_plan_for_another_window_is_stale(gpt_oss):
     """The same run held against a plan whose sliding layers read 256 keys: SGL050, naming the window."""
     spec, plan, result = gpt_oss
-    layers = tuple(dataclasses.replace(l, engine_window=256) if l.engine_window == 128 else l for l in plan.layers)
-    stale = dataclasses.replace(plan, layers=layers)
+    layers = tuple(msgspec.structs.replace(l, engine_window=256) if l.engine_window == 128 else l for l in plan.layers)
+    stale = msgspec.structs.replace(plan, layers=layers)
     found = dryrun.findings(spec, stale, result, builtin_catalog())
     assert [f.code for f in found] == ["SGL050"]
     assert "layer 0 attention (TorchNativeAttnBackend): reads a window of 128 keys" in found[0].message
-    swapped = dataclasses.replace(plan, facts=dataclasses.replace(
-        plan.facts, pools=dataclasses.replace(plan.facts.pools, hybrid_swa=False)))
+    swapped = msgspec.structs.replace(plan, facts=msgspec.structs.replace(
+        plan.facts, pools=msgspec.structs.replace(plan.facts.pools, hybrid_swa=False)))
     assert "hybrid-SWA memory: plan False, SGLang True" in dryrun.disagreements(swapped, result)
 
 

@@ -1,7 +1,7 @@
 """The vLLM paged-cache probe: real torch tensors per KV cache group, a request across the window."""
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 from pathlib import Path
 
 import pytest
@@ -48,10 +48,10 @@ def test_mixed_page_sizes_in_a_group_are_caught():
     got = plan_of("openai__gpt-oss-20b")
     layers = list(got.layers)
     first = got.facts.groups[0].layer_ids[0]
-    bad = dataclasses.replace(layers[first], extra={**layers[first].extra, "num_kv_heads": 16,
+    bad = msgspec.structs.replace(layers[first], extra={**layers[first].extra, "num_kv_heads": 16,
                                                     "page_size_bytes": None})
     layers[first] = bad
-    probes = probe.run(dataclasses.replace(got, layers=tuple(layers)))
+    probes = probe.run(msgspec.structs.replace(got, layers=tuple(layers)))
     assert any("different page sizes" in msg for msg in probes[0].problems)
 
 

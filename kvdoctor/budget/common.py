@@ -2,7 +2,7 @@
 the result shape of one (engine, mode) budget."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import Any
 
 GiB = 1 << 30
@@ -13,36 +13,39 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@dataclass
 class EngineRefusal(Exception):
     """What the engine raises for these settings: its exception class and its exact message."""
 
-    cls: str
-    message: str
-    stage: str = "startup"
+    def __init__(self, cls: str, message: str, stage: str = "startup") -> None:
+        super().__init__(cls, message, stage)
+        self.cls, self.message, self.stage = cls, message, stage
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EngineRefusal) and self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, like the records beside it
 
     def to_json(self) -> dict[str, str]:
         return {"class": self.cls, "message": self.message, "stage": self.stage}
 
 
-@dataclass
-class Budget:
+class Budget(msgspec.Struct):
     """One engine in one mode. `capacity.unit` says what its token counts mean, because vLLM's
     'tokens' (concurrency x context) and SGLang's pool tokens are different quantities."""
 
     engine: str
     version: str
     mode: dict[str, Any]
-    layer_kinds: list[dict[str, Any]] = field(default_factory=list)
+    layer_kinds: list[dict[str, Any]] = msgspec.field(default_factory=list)
     groups: list[dict[str, Any]] | None = None
     pools: list[dict[str, Any]] | None = None
     pool: dict[str, Any] | None = None
     state: dict[str, Any] | None = None
-    capacity: dict[str, Any] = field(default_factory=dict)
+    capacity: dict[str, Any] = msgspec.field(default_factory=dict)
     error: EngineRefusal | None = None
-    notes: list[str] = field(default_factory=list)  # what the engine logs about these choices
-    facts: dict[str, Any] = field(default_factory=dict)  # numbers rules read (not printed)
-    provenance: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)  # what the engine logs about these choices
+    facts: dict[str, Any] = msgspec.field(default_factory=dict)  # numbers rules read (not printed)
+    provenance: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": self.engine, "version": self.version, "mode": self.mode,

@@ -8,7 +8,7 @@ rules on top.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+import msgspec
 from typing import Any
 
 from kvdoctor.errors import InputError
@@ -22,8 +22,7 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
 KIND_NAMES = {FULL: "full", SLIDING: "sliding", MLA: "mla", GDN: "gdn", KDA: "kda"}
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(msgspec.Struct, frozen=True):
     index: int
     kind: str  # full | sliding | mla | gdn | kda | mamba | short_conv (the last two for the engines that ask)
     window: int | None = None
@@ -34,8 +33,7 @@ class Layer:
     v_head_dim: int | None = None
 
 
-@dataclass(frozen=True)
-class GdnDims:
+class GdnDims(msgspec.Struct, frozen=True):
     key_heads: int
     value_heads: int
     key_dim: int
@@ -43,8 +41,7 @@ class GdnDims:
     conv_kernel: int
 
 
-@dataclass(frozen=True)
-class Mamba2Dims:
+class Mamba2Dims(msgspec.Struct, frozen=True):
     """A Mamba-2 mixer's state (Nemotron-H): heads x head_dim x state_size, n_groups B/C groups."""
 
     heads: int
@@ -57,16 +54,14 @@ class Mamba2Dims:
     ssm_dtype: str | None = None
 
 
-@dataclass(frozen=True)
-class ShortConvDims:
+class ShortConvDims(msgspec.Struct, frozen=True):
     """LFM2's short-convolution state: the last conv_kernel - 1 inputs of conv_dim channels."""
 
     conv_dim: int
     conv_kernel: int
 
 
-@dataclass(frozen=True)
-class KdaDims:
+class KdaDims(msgspec.Struct, frozen=True):
     heads: int
     head_dim: int
     conv_kernel: int
@@ -77,8 +72,7 @@ MAMBA2_KEYS = (("mamba_num_heads", "mamba_n_heads"), ("mamba_head_dim", "mamba_d
                ("n_groups", "mamba_n_groups"), ("ssm_state_size", "mamba_d_state"), ("conv_kernel", "mamba_d_conv"))
 
 
-@dataclass
-class ModelFacts:
+class ModelFacts(msgspec.Struct):
     name: str
     model_type: str
     architectures: list[str]
@@ -97,7 +91,7 @@ class ModelFacts:
     dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     weights_bytes: int | None = None
-    sources: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def count(self, kind: str) -> int:
         return sum(1 for layer in self.layers if layer.kind == kind)

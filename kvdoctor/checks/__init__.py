@@ -12,7 +12,7 @@ Rule modules import nothing heavy at module level; torch and mlx load inside the
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+import msgspec
 from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
@@ -44,8 +44,7 @@ RULE_MODULES: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     codes: tuple[str, ...]
     engines: tuple[str, ...] | None = None  # None: runs for every engine
     needs: tuple[str, ...] = ()  # "probe:<name>" or "dry_run"; the plan is always there
@@ -66,8 +65,7 @@ class Rule:
         return tuple(need[len(PROBE):] for need in self.needs if need.startswith(PROBE))
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(msgspec.Struct, frozen=True):
     """One rule module: its declaration and its run function."""
 
     module: str

@@ -7,6 +7,7 @@ One finding per (code, layer group): the evidence lists the group's layers and t
 """
 from __future__ import annotations
 
+import msgspec
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from kvdoctor.checks import Rule
@@ -85,7 +86,7 @@ def _group(kp: KdaPlan, run: GroupRun) -> Iterable[Finding]:
                        key=f"tensors.{found.wrong[0].tensor}" if found.wrong else None,
                        evidence={"layers": layers, "probe": {"H": 2, "HV": 4, "K": 32, "V": 64, "L": 3},
                                  "probe_error": found.failure.message, "hidden_by": found.hidden_by,
-                                 "wrong_dims": [w.__dict__ for w in found.wrong]})
+                                 "wrong_dims": [msgspec.structs.asdict(w) for w in found.wrong]})
     for _, result in run.kernel_runs:
         if result.ok:
             continue

@@ -4,7 +4,7 @@ a warning with what that costs, from the profile's own sizing model). Whether th
 is said too; where SGLang's attention does not mask it at all, SGL004 (an error) reports that separately."""
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 from typing import Any, Iterable
 
 from kvdoctor.checks import Rule
@@ -37,9 +37,9 @@ def _tokens_without_sliding(ctx: Context, settings: Any, why: str) -> tuple[int 
         _, refused, facts = plan_layers(ctx.spec, settings.model_copy(update={"disable_hybrid_swa_memory": False}))
         pools = (facts.budget or {}).get("pools") or {}
         return (None if refused else pools.get("full")), "with hybrid-SWA memory on (its own full / SWA split)"
-    kept = [dataclasses.replace(layer, kind=NO_ATTENTION) if layer.kind in WINDOWED else layer
+    kept = [msgspec.structs.replace(layer, kind=NO_ATTENTION) if layer.kind in WINDOWED else layer
             for layer in ctx.spec.layers]  # a layer with no token mixer takes no pool slot
-    _, _, facts = plan_layers(dataclasses.replace(ctx.spec, layers=kept), settings)
+    _, _, facts = plan_layers(msgspec.structs.replace(ctx.spec, layers=kept), settings)
     pools = (facts.budget or {}).get("pools") or {}
     return pools.get("full"), "at most, if only the full-attention layers held full-length slots"
 

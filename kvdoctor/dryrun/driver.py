@@ -18,7 +18,7 @@ import os
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -61,8 +61,7 @@ MODELLED = [
 ]
 
 
-@dataclass
-class Step:
+class Step(msgspec.Struct):
     stage: str  # "prefill" or "decode"
     call: str  # runner method: prefill, extend, decode_batch
     requests: list[str]
@@ -70,11 +69,10 @@ class Step:
     needs_logits: bool = True
 
 
-@dataclass
-class Schedule:
+class Schedule(msgspec.Struct):
     unit: int  # the window W the chunks are cut around
     crosses: bool  # False: a short schedule that stays inside the window
-    steps: list[Step] = field(default_factory=list)
+    steps: list[Step] = msgspec.field(default_factory=list)
 
     def tokens(self) -> dict[str, int]:
         total: dict[str, int] = {}

@@ -25,7 +25,7 @@ import importlib.metadata
 import importlib.util
 import sys
 import types
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 
 from kvdoctor.engines.pins import PINS
@@ -49,8 +49,7 @@ class EngineUnavailable(Exception):
     """The engine's packages are missing or could not be loaded; the message says which and why."""
 
 
-@dataclass
-class MlxBackend:
+class MlxBackend(msgspec.Struct):
     """Handles on the loaded engine modules, plus what kvdoctor put in place of engine code."""
 
     model_runner: types.ModuleType
@@ -59,7 +58,7 @@ class MlxBackend:
     remote_code_gate: types.ModuleType
     root: Path  # the installed sglang package directory
     versions: dict[str, str]
-    stand_ins: list[str] = field(default_factory=list)
+    stand_ins: list[str] = msgspec.field(default_factory=list)
 
 
 def installed_versions() -> dict[str, str]:

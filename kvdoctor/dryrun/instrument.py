@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -71,13 +71,12 @@ def summarize(counts: list[list[int]], rows: list[tuple[int, int]]) -> dict[str,
     return summary
 
 
-@dataclass
-class AttentionRecorder:
+class AttentionRecorder(msgspec.Struct):
     """Counts attended keys per SDPA call; `emit` receives one summary dict per call."""
 
     emit: Callable[[dict[str, Any]], None]
     stage: str = "startup"
-    rows: list[tuple[int, int]] = field(default_factory=list)
+    rows: list[tuple[int, int]] = msgspec.field(default_factory=list)
     step: int = 0
     layer: int | None = None
     error_layer: int | None = None  # the attention layer running when an exception went through it

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -34,11 +34,10 @@ MLX_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
               "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
 
-@dataclass
-class ChildOutcome:
+class ChildOutcome(msgspec.Struct):
     """Everything the child reported, plus how it ended."""
 
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = msgspec.field(default_factory=list)
     returncode: int | None = None
     timed_out: bool = False
     seconds: float = 0.0

@@ -20,7 +20,7 @@ Refinements of the first contract, all additive (every earlier name and field ke
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+import msgspec
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Mapping, Sequence, TypeVar
 
 if TYPE_CHECKING:
@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 STAGES = ("load", "startup", "prefill", "decode")
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(msgspec.Struct, frozen=True):
     """An error the engine will raise for this model and these settings, predicted without running it."""
 
     code: str  # the catalog entry that explains it
@@ -46,7 +45,7 @@ class Refusal:
     layer: int | None = None
     key: str | None = None  # the config key at fault, for location and fingerprint
     source: str | None = None  # where the engine raises it: a pinned source URL or file:line @ version
-    evidence: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, Any] = msgspec.field(default_factory=dict)
     explanation: str = ""  # the finding's text, in kvdoctor's words; empty: the engine's message
     where: Source | None = None  # the location when it is not a config key (a checkpoint tensor)
     setting: str | None = None  # a deploy-file setting at fault (dotted: "sglang.tp_size"); beats `key`
@@ -59,32 +58,29 @@ class Refusal:
         return {"class": self.error_class, "message": self.message, "stage": self.stage}
 
 
-@dataclass(frozen=True)
-class LayerPlan:
+class LayerPlan(msgspec.Struct, frozen=True):
     """What one engine will do with one layer."""
 
     index: int
     engine_window: int | None  # keys attended including the query's own (the `window` convention); None: full
     cache: str | None  # kvdoctor's label for the cache the engine builds: full, windowed, mla, state, ...
     state: Mapping[str, Any] | None = None  # recurrent-state shapes and bytes, by TP size
-    extra: Mapping[str, Any] = field(default_factory=dict)  # engine-specific JSON fields: engine_spec, pool_index
+    extra: Mapping[str, Any] = msgspec.field(default_factory=dict)  # engine-specific JSON fields: engine_spec, pool_index
 
 
 FactsT = TypeVar("FactsT", covariant=True)
 
 
-@dataclass(frozen=True)
-class Plan(Generic[FactsT]):
+class Plan(msgspec.Struct, Generic[FactsT], frozen=True):
     engine: str
     versions: Mapping[str, str]
     layers: tuple[LayerPlan, ...]
     refusals: tuple[Refusal, ...] = ()
-    facts: FactsT | None = None  # a frozen dataclass of the profile's own: pools, groups, fused kernels
+    facts: FactsT | None = None  # a frozen record (msgspec Struct) of the profile's own: pools, groups, fused kernels
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Cost:
+class Cost(msgspec.Struct, frozen=True):
     """Caches a probe is about to build: what they are, their bytes, and the value that made them big."""
 
     what: str

@@ -9,7 +9,8 @@ budget (`kvdoctor.engines.sglang_cuda.budget`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import msgspec
+from msgspec.structs import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, Union
 
@@ -107,8 +108,7 @@ class SglangSettings(Section):
         return self.mamba_ssm_dtype or "float32"
 
 
-@dataclass(frozen=True)
-class KdaPlan:
+class KdaPlan(msgspec.Struct, frozen=True):
     """What the KDA rules and the probe need: the recipe, the settings and each group of identical KDA layers."""
 
     recipe: Recipe
@@ -118,15 +118,14 @@ class KdaPlan:
     validator: str  # which wrapper's checks apply: the decode backend's, Helion's for the others
     act_dtype: str
     groups: tuple[tuple[LayerDims, ...], ...]
-    states: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # first layer of a group -> state by TP
+    states: Mapping[int, Mapping[str, Any]] = msgspec.field(default_factory=dict)  # first layer of a group -> state by TP
 
     @property
     def L(self) -> int:
         return self.settings.linear_replayssm_cache_len
 
 
-@dataclass(frozen=True)
-class SglangFacts:
+class SglangFacts(msgspec.Struct, frozen=True):
     """The sglang plan's facts: the CUDA pool plan of every layer, and the KDA state plan (None without KDA)."""
 
     pools: SglangCudaFacts
@@ -203,8 +202,7 @@ def _refusals(kp: KdaPlan) -> list[Refusal]:
 
 # ---- the KDA cache probe -------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class GroupRun:
+class GroupRun(msgspec.Struct, frozen=True):
     """What the probe saw for one group of identical KDA layers."""
 
     dims: LayerDims
@@ -218,8 +216,7 @@ class GroupRun:
     gpu_case: Any = None  # kvdoctor.kda.gpu's case result
 
 
-@dataclass(frozen=True)
-class KdaCachesRun:
+class KdaCachesRun(msgspec.Struct, frozen=True):
     groups: tuple[GroupRun, ...] = ()
     ran: bool = False  # False: nothing to run (no KDA layers, or the rings are refused at start-up)
 
@@ -335,14 +332,13 @@ def _kernel_geometry(kp: KdaPlan, real: Geometry) -> Geometry:
 
 # ---- the pool probe: SGLang's own pool classes on the CPU device ---------------------------------
 
-@dataclass(frozen=True)
-class PoolsRun:
+class PoolsRun(msgspec.Struct, frozen=True):
     """What the pool probe saw: the invariants and the start-up outcome beside the plan, or why it was skipped."""
 
     skipped: str | None = None
-    invariants: Mapping[str, Any] = field(default_factory=dict)  # each a list of breaches, empty when it holds
-    startup: Mapping[str, Any] = field(default_factory=dict)  # probe.startup_agreement's record
-    classes: Mapping[str, Any] = field(default_factory=dict)  # the pool classes SGLang built
+    invariants: Mapping[str, Any] = msgspec.field(default_factory=dict)  # each a list of breaches, empty when it holds
+    startup: Mapping[str, Any] = msgspec.field(default_factory=dict)  # probe.startup_agreement's record
+    classes: Mapping[str, Any] = msgspec.field(default_factory=dict)  # the pool classes SGLang built
 
     def to_json(self) -> dict[str, Any]:
         if self.skipped is not None:
@@ -494,7 +490,7 @@ class SglangProfile(EngineProfile):
     def budget_facts(self, spec: ModelSpec) -> "ModelFacts":
         """The layers as SGLang builds them, with the Mamba-2 state and DSA layers its calculator
         prices (the reading `check --engine sglang` sizes its pools from)."""
-        import dataclasses
+        import msgspec
 
         from kvdoctor.budget.facts import facts_from_spec
         from kvdoctor.engines.sglang_cuda.pools import as_sglang_builds
@@ -502,6 +498,6 @@ class SglangProfile(EngineProfile):
 
         built = as_sglang_builds(spec)
         # a chunked layer is an SWA layer to SGLang (configs/model_config.py get_hybrid_layer_ids)
-        built = dataclasses.replace(built, layers=[dataclasses.replace(l, kind=SLIDING) if l.kind == CHUNKED else l
+        built = msgspec.structs.replace(built, layers=[msgspec.structs.replace(l, kind=SLIDING) if l.kind == CHUNKED else l
                                                    for l in built.layers])
         return facts_from_spec(built, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})

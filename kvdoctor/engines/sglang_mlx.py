@@ -11,7 +11,8 @@ pool) and `--dry-run` runs the installed engine's own code.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import msgspec
+from msgspec.structs import replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, Field
@@ -59,8 +60,7 @@ class SglangMlxSettings(Section):
         None, description="a map to check instead of the one the layout derives")
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(msgspec.Struct, frozen=True):
     """The runner's cache layout: which layers are attention, which slide, and the two index maps."""
 
     num_layers: int
@@ -90,8 +90,7 @@ class Layout:
         return {layer: i for i, layer in enumerate(self.full)}
 
 
-@dataclass(frozen=True)
-class KvConfig:
+class KvConfig(msgspec.Struct, frozen=True):
     n_kv_heads: int | None
     head_dim: int | None
     dtype: str  # mlx dtype name
@@ -109,8 +108,7 @@ class KvConfig:
         return (self.n_kv_heads, self.head_dim, self.dtype)
 
 
-@dataclass(frozen=True)
-class FusedRope:
+class FusedRope(msgspec.Struct, frozen=True):
     """Whether the fused RoPE + pool-scatter decode kernel would be on (SGLANG_MLX_USE_CUSTOM_ROPE=1)."""
 
     requested: bool
@@ -122,14 +120,13 @@ class FusedRope:
         return self.requested and self.eligible
 
 
-@dataclass(frozen=True)
-class MlxFacts:
+class MlxFacts(msgspec.Struct, frozen=True):
     """What the sglang-mlx rules and probes read: the plan's `facts`."""
 
     skeleton: Any = None  # kvdoctor.mlx.mlxlm.Skeleton
     view: Any = None  # kvdoctor.mlx.mlxlm.ModelView
     layout: Layout | None = None
-    kv: Mapping[int, KvConfig] = field(default_factory=dict)
+    kv: Mapping[int, KvConfig] = msgspec.field(default_factory=dict)
     refused: bool = False  # the plan predicts a refusal at load or start-up
     fused: FusedRope | None = None
     pool_slots: int = PROBE_POOL_SLOTS
@@ -467,8 +464,7 @@ def routing_source(spec: ModelSpec) -> Source:
     return spec.key_source("model_type")
 
 
-@dataclass(frozen=True)
-class MaskRouting:
+class MaskRouting(msgspec.Struct, frozen=True):
     """What the mask-routing probe saw (kvdoctor.mlx.probes.ProbeReport), or why it did not run."""
 
     layers: tuple[Any, ...] = ()  # kvdoctor.mlx.probes.ProbeLayer, as built
@@ -540,12 +536,11 @@ def probe_summary(run: MaskRouting) -> dict[str, Any]:
 POOL_MAP_SETTING = "sglang_mlx.full_kv_pool_index_by_layer"
 
 
-@dataclass(frozen=True)
-class PoolRun:
+class PoolRun(msgspec.Struct, frozen=True):
     """The emulated fused RoPE + pool-scatter kernel's readback under one index map, or why it did not run."""
 
     map: str | None = None  # "derived" (from the layout), "fallback" (no map: the cache index), "deploy"
-    index_map: Mapping[int, int] = field(default_factory=dict)
+    index_map: Mapping[int, int] = msgspec.field(default_factory=dict)
     readback: Any = None  # kvdoctor.mlx.pool's readback; None: not run
     note: str | None = None
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import msgspec
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -193,8 +193,7 @@ def _register_close() -> None:
     util.Finalize(None, close_all, exitpriority=10)
 
 
-@dataclass
-class WarmOutcome:
+class WarmOutcome(msgspec.Struct):
     returncode: int | None
     timed_out: bool
     stderr: str  # the request's output (and the warm child's own, when it started for this request)

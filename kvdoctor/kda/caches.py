@@ -4,7 +4,8 @@ Slot counts stay small (the per-slot shapes are the true ones), so a build costs
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import msgspec
+from msgspec.structs import fields
 from typing import Any, Optional
 
 from kvdoctor.kda.dims import Geometry
@@ -22,8 +23,7 @@ def torch_dtype(name: str):
             "int32": torch.int32, "int64": torch.int64, "bool": torch.bool}[name]
 
 
-@dataclass
-class Caches:
+class Caches(msgspec.Struct):
     initial_state: Any
     conv_state: Optional[Any]
     d_cache: Any
@@ -37,8 +37,7 @@ class Caches:
                          for f in fields(self)})
 
 
-@dataclass
-class DecodeInputs:
+class DecodeInputs(msgspec.Struct):
     """What the backend hands the wrapper for one decode step, shaped as sglang's call site shapes it."""
 
     mixed_qkv: Any

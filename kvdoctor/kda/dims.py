@@ -7,7 +7,8 @@ disagree with each other reaches the wrapper's own checks, as it would in the en
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import msgspec
+from msgspec.structs import replace
 from typing import Any
 
 from kvdoctor import kda_dims
@@ -18,8 +19,7 @@ from kvdoctor.model import KDA, ModelSpec, Source
 PROBE = {"H": 2, "HV": 4, "K": 32, "V": 64, "L": 3}
 
 
-@dataclass(frozen=True)
-class Geometry:
+class Geometry(msgspec.Struct, frozen=True):
     """One build: per-rank heads and dims, ring length, and the decode inputs' widths."""
 
     H: int
@@ -51,8 +51,7 @@ class Geometry:
                        a_width=HV * self.K, b_width=HV, A_log_numel=HV, dt_bias_numel=HV * self.K)
 
 
-@dataclass
-class LayerDims:
+class LayerDims(msgspec.Struct):
     """Whole-model (TP 1) numbers for one KDA layer, with where each came from."""
 
     layer: int
@@ -63,7 +62,7 @@ class LayerDims:
     W: int
     config_heads: int  # linear_attn_config.num_heads: what sglang shards by TP
     widths: dict[str, int]
-    sources: dict[str, Source] = field(default_factory=dict)
+    sources: dict[str, Source] = msgspec.field(default_factory=dict)
 
     def signature(self) -> tuple:
         return (self.H, self.HV, self.K, self.V, self.W, self.config_heads, tuple(sorted(self.widths.items())))

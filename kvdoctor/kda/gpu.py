@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 import sys
 import types
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -78,8 +78,7 @@ def load_kernels(backends: tuple[str, ...] = ("helion", "triton")) -> dict[str, 
     return {b: getattr(importlib.import_module(where[b][0]), where[b][1]) for b in backends}
 
 
-@dataclass
-class GpuCase:
+class GpuCase(msgspec.Struct):
     backend: str
     geometry: Geometry
     act_dtype: str = "bfloat16"
@@ -91,7 +90,7 @@ class GpuCase:
     padded_rows_zero: bool = False
     untouched_slots_intact: bool = False
     raised: Optional[str] = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     @property
     def tolerance(self) -> float:

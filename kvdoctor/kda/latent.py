@@ -7,7 +7,7 @@ the wrapper's checks, and the probe can name the symbol each wrong dimension was
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import Optional
 
 from kvdoctor.kda.caches import BATCH_SLOTS, build_caches, build_inputs, cache_shapes, negative_shape
@@ -19,8 +19,7 @@ EXPECTED = {"initial_state": ("HV", "V", "K"), "d_cache": ("HV", "L", "V"), "k_c
             "g_cache": ("HV", "L", "K")}
 
 
-@dataclass
-class WrongDim:
+class WrongDim(msgspec.Struct):
     tensor: str
     dim: int  # index in the full tensor (slot dim = 0)
     expected: str
@@ -28,11 +27,10 @@ class WrongDim:
     got: int
 
 
-@dataclass
-class Latent:
+class Latent(msgspec.Struct):
     failure: Failure
-    wrong: list[WrongDim] = field(default_factory=list)
-    hidden_by: list[str] = field(default_factory=list)  # e.g. "K = V = 128"
+    wrong: list[WrongDim] = msgspec.field(default_factory=list)
+    hidden_by: list[str] = msgspec.field(default_factory=list)  # e.g. "K = V = 128"
 
 
 def probe_geometry(real: Geometry) -> Geometry:

@@ -11,7 +11,7 @@ The caller's cursor rule (the recipe's `cursor`) moves m between steps, as sglan
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import msgspec
 from typing import Any, Optional
 
 from kvdoctor.kda.caches import Caches, build_caches, torch_dtype
@@ -25,8 +25,7 @@ FP32_TOLERANCE = 1e-5  # relative; measured errors sit near 1e-7 (docs/kda.md)
 LOW_PRECISION_TOLERANCE = 2e-2  # when the recipe stores state or rings in 16-bit floats
 
 
-@dataclass
-class StepInputs:
+class StepInputs(msgspec.Struct):
     mixed_qkv: Any  # [B, 2 H K + HV V]
     a: Any  # [B, HV, K]
     b: Any  # [B, HV]
@@ -148,8 +147,7 @@ def relative_error(got, want) -> float:
     return float((got.float() - want.float()).abs().max()) / (scale if scale > 0 else 1.0)
 
 
-@dataclass
-class KernelRun:
+class KernelRun(msgspec.Struct):
     """What a side-by-side run observed."""
 
     geometry: dict[str, int]
@@ -162,7 +160,7 @@ class KernelRun:
     flushes: int = 0
     forced_flushes: int = 0
     failure: Optional[Failure] = None
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
 
     @property
     def ok(self) -> bool:

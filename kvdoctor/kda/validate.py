@@ -9,7 +9,7 @@ mean the same thing); the KDA rule turns the name into a catalog code.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 from typing import Callable, Optional
 
 from kvdoctor.kda.caches import Caches, DecodeInputs
@@ -17,8 +17,7 @@ from kvdoctor.kda.caches import Caches, DecodeInputs
 TRITON_NK = 2  # the K split the sglang call site leaves at its default
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(msgspec.Struct, frozen=True):
     check: str  # which of the engine's checks (or the unchecked invariants) failed
     message: str
     error_class: str = "ValueError"

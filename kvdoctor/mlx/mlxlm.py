@@ -13,7 +13,7 @@ import importlib.util
 import re
 import sys
 import types
-from dataclasses import dataclass, field
+import msgspec
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -146,8 +146,7 @@ def shrunk_config(config: dict[str, Any]) -> dict[str, Any]:
     return shrink(config)
 
 
-@dataclass
-class Skeleton:
+class Skeleton(msgspec.Struct):
     """The mlx-lm model object built for a config, or why mlx-lm could not build it."""
 
     module_name: str
@@ -218,8 +217,7 @@ def attention_head_dim(module: Any) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
-class RopeView:
+class RopeView(msgspec.Struct, frozen=True):
     class_name: str
     traditional: bool
     dims: int
@@ -240,13 +238,12 @@ def read_rope(module: Any) -> RopeView | None:
                     mscale=float(getattr(rope, "mscale", 1.0)), scale=float(getattr(rope, "scale", 1.0)))
 
 
-@dataclass
-class LayerView:
+class LayerView(msgspec.Struct):
     index: int
     layer_class: str
     attention_attr: str | None = None
     attention_class: str | None = None
-    contract_children: list[str] = field(default_factory=list)
+    contract_children: list[str] = msgspec.field(default_factory=list)
     near_miss: tuple[str, list[str]] | None = None  # (child, contract attributes it lacks) if none qualifies
     sliding_flag: str | None = None  # "self_attn.is_sliding": the first truthy sliding flag, if any
     n_heads: int | None = None
@@ -255,8 +252,7 @@ class LayerView:
     rope: RopeView | None = None
 
 
-@dataclass
-class ModelView:
+class ModelView(msgspec.Struct):
     """What the backend reads off an mlx-lm model object."""
 
     model_class: str

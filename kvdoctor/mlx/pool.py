@@ -9,7 +9,7 @@ canaries (writer layer, position) so each slot tells who wrote it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import Any
 
 CANARY_BASE = 64
@@ -17,15 +17,14 @@ PREFIX_LENGTHS = (3, 5)  # two requests with different prefixes: per-request RoP
 MIN_SLOTS = sum(PREFIX_LENGTHS) + len(PREFIX_LENGTHS)
 
 
-@dataclass
-class PoolReadback:
+class PoolReadback(msgspec.Struct):
     buffers: int
     slots: int
-    overwrites: list[dict[str, int]] = field(default_factory=list)  # writer layer -> another layer's buffer
-    past_end: list[dict[str, int]] = field(default_factory=list)  # layer -> index outside the buffer list
-    missing: list[int] = field(default_factory=list)  # full layers with no entry in the map
-    unwritten: list[int] = field(default_factory=list)  # layers whose own new-token slot stayed empty
-    rope_mismatch: list[int] = field(default_factory=list)  # buffers whose keys are not rotated at the slot's position
+    overwrites: list[dict[str, int]] = msgspec.field(default_factory=list)  # writer layer -> another layer's buffer
+    past_end: list[dict[str, int]] = msgspec.field(default_factory=list)  # layer -> index outside the buffer list
+    missing: list[int] = msgspec.field(default_factory=list)  # full layers with no entry in the map
+    unwritten: list[int] = msgspec.field(default_factory=list)  # layers whose own new-token slot stayed empty
+    rope_mismatch: list[int] = msgspec.field(default_factory=list)  # buffers whose keys are not rotated at the slot's position
     bytes: int = 0
 
     @property

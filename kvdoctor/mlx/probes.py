@@ -20,7 +20,8 @@ and `ProbeReport.ran` records which layers actually ran.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field, replace
+import msgspec
+from msgspec.structs import replace
 from functools import lru_cache
 from typing import Any
 
@@ -37,8 +38,7 @@ MAX_PREFILL_CHUNKS = 16
 WRAPPER_CLASS = "MLXAttentionWrapper"
 
 
-@dataclass(frozen=True)
-class ProbeLayer:
+class ProbeLayer(msgspec.Struct, frozen=True):
     index: int
     attr: str
     window: int | None  # the window the engine applies to this layer (None: full attention)
@@ -51,25 +51,23 @@ class ProbeLayer:
         return (self.n_kv_heads, self.head_dim) if self.true_shape else (1, min(3, self.head_dim))
 
 
-@dataclass
-class Problem:
+class Problem(msgspec.Struct):
     kind: str  # which invariant broke (see the module docstring)
     stage: str  # "prefill" or "decode"
     step: str
     layer: int | None
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-@dataclass
-class ProbeReport:
-    steps: list[str] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
+class ProbeReport(msgspec.Struct):
+    steps: list[str] = msgspec.field(default_factory=list)
+    problems: list[Problem] = msgspec.field(default_factory=list)
     checked: int = 0  # (layer, step) pairs whose attended positions were verified
     kernel_checked: int = 0  # of those, how many were read back through mx.fast SDPA
-    ran: set[int] = field(default_factory=set)
+    ran: set[int] = msgspec.field(default_factory=set)
     # step -> consumer layer -> (layer whose cache made its mask, the window that cache was asked for)
-    routes: dict[str, dict[int, tuple[int, int | None] | None]] = field(default_factory=dict)
-    attended: dict[str, dict[int, int]] = field(default_factory=dict)  # step -> layer -> keys its last query saw
+    routes: dict[str, dict[int, tuple[int, int | None] | None]] = msgspec.field(default_factory=dict)
+    attended: dict[str, dict[int, int]] = msgspec.field(default_factory=dict)  # step -> layer -> keys its last query saw
     aborted: str | None = None
     bytes_written: int = 0
 
@@ -78,15 +76,13 @@ class TaggedCausal(str):
     """The string mask "causal" as a distinct object per request, so its consumers trace back to its maker."""
 
 
-@dataclass
-class _MaskMade:
+class _MaskMade(msgspec.Struct):
     maker: int
     window_size: int | None
     mask: Any
 
 
-@dataclass
-class _Seen:
+class _Seen(msgspec.Struct):
     layer: int
     mask: Any
     positions: Any  # numpy int array, one absolute position per returned key

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from dataclasses import dataclass, field
+import msgspec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +31,7 @@ TEXT_FORMATS = {
 FORMATS = ("rich", *TEXT_FORMATS)
 
 
-@dataclass
-class Report:
+class Report(msgspec.Struct):
     """One run's results and what every format needs to place them: the project root (locations and
     model identities are relative to it), the catalog, the codes each target was checked for."""
 
@@ -40,7 +39,7 @@ class Report:
     catalog: "Catalog"
     root: Path
     fail_on: str = "error"
-    checked: list[list[str]] = field(default_factory=list)  # per result, in order
+    checked: list[list[str]] = msgspec.field(default_factory=list)  # per result, in order
     deploy_path: str | None = None
     baseline: str | None = None  # the baseline file, when one was applied
     suppressed: int = 0  # findings the baseline hid

@@ -10,7 +10,8 @@ File:line references are to the mlx_lm 0.32.2 wheel.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import msgspec
+from msgspec.structs import replace
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal
@@ -45,8 +46,7 @@ REFS = {
 }
 
 
-@dataclass(frozen=True)
-class Mode:
+class Mode(msgspec.Struct, frozen=True):
     context: int  # tokens in the request (the prompt processed so far)
     kv_budget_bytes: int
     max_kv_size: int | None = None
@@ -56,8 +56,7 @@ class Mode:
     prefill_step_size: int = 2048
 
 
-@dataclass
-class CacheSim:
+class CacheSim(msgspec.Struct):
     """Buffer length along the token axis of one layer's cache, updated as mlx-lm updates it."""
 
     kind: str  # kv | rotating | quantized

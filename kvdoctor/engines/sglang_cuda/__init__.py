@@ -6,7 +6,7 @@ Entry point: `plan_layers(spec, settings) -> (layers, refusals, facts)`. KDA lay
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import Any
 
 from kvdoctor.engines.base import LayerPlan, Refusal
@@ -17,8 +17,7 @@ from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, Mode
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
 
 
-@dataclass(frozen=True)
-class SglangCudaFacts:
+class SglangCudaFacts(msgspec.Struct, frozen=True):
     """What `info.sglang` reports: the decisions behind the per-layer plan."""
 
     architecture: str
@@ -32,7 +31,7 @@ class SglangCudaFacts:
     runner_sliding_window: int | None  # what SGLang sizes the SWA pool with (its window_left)
     window_differs_layers: tuple[int, ...]  # SGLang's window is not the model's own (SGL004)
     kind_differs_layers: tuple[int, ...]  # SGLang builds another layer kind than the config means (SGL005)
-    pools: dict[str, Any] = field(default_factory=dict)
+    pools: dict[str, Any] = msgspec.field(default_factory=dict)
     kv_cache_dtype: str = "bfloat16"
     override_warning: str | None = None
     budget: dict[str, Any] | None = None  # with `kv_budget`: tokens per pool, state slots, max running requests

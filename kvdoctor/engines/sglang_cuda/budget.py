@@ -11,7 +11,8 @@ sglang 0.5.23 wheel (`srt/`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import msgspec
+from msgspec.structs import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -75,8 +76,7 @@ REFS = {
 }
 
 
-@dataclass(frozen=True)
-class Mode:
+class Mode(msgspec.Struct, frozen=True):
     """The server arguments SGLang's pool sizing reads, with its defaults."""
 
     context_length: int

@@ -8,8 +8,7 @@ the state layers in a `MambaPool` numbered by `mamba_map`.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+import msgspec
 from typing import Any, Mapping
 
 from kvdoctor.engines.sglang_cuda import archs
@@ -25,8 +24,7 @@ MODEL_DTYPES = {"float32": "bfloat16", "bfloat16": "bfloat16", "float16": "float
 TP_SIZES = (1, 2, 4, 8)
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     layer: int
     pool: str  # full | swa | mla | mamba
     index: int
@@ -51,7 +49,7 @@ def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
     kinds = sglang_kinds(spec)
     if all(kinds[l.index] == l.kind for l in spec.layers):
         return spec
-    return dataclasses.replace(spec, layers=[l if kinds[l.index] == l.kind else _rebuilt(spec, l, kinds[l.index])
+    return msgspec.structs.replace(spec, layers=[l if kinds[l.index] == l.kind else _rebuilt(spec, l, kinds[l.index])
                                              for l in spec.layers])
 
 
@@ -59,10 +57,10 @@ def _rebuilt(spec: ModelSpec, layer, kind: str):
     """A layer SGLang builds as another kind: the attention geometry comes from the config's own keys."""
     cfg = spec.config
     if kind not in ATTENTION:
-        return dataclasses.replace(layer, kind=kind)
+        return msgspec.structs.replace(layer, kind=kind)
     heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
     head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
-    return dataclasses.replace(layer, kind=kind, window=None, n_kv_heads=heads, head_dim=head_dim,
+    return msgspec.structs.replace(layer, kind=kind, window=None, n_kv_heads=heads, head_dim=head_dim,
                                v_head_dim=head_dim, n_heads=cfg.get("num_attention_heads"))
 
 

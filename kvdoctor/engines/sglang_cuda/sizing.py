@@ -2,7 +2,7 @@
 (kvdoctor.engines.sglang_cuda.budget, itself checked against SGLang's own sizing in goldens/sglang.json)."""
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 from typing import Any
 
 from kvdoctor.engines.sglang_cuda import budget
@@ -40,11 +40,11 @@ def as_sized(spec: ModelSpec, settings: Settings) -> tuple[ModelSpec, bool]:
             heads, key, value = shapes[pool]
             kind = SLIDING if pool == "swa" else (FULL if decision.on else layer.kind)
             window = layer.window if layer.kind != FULL else spec.config.get("sliding_window")
-            layer = dataclasses.replace(layer, kind=SLIDING if kind == CHUNKED else kind, n_kv_heads=heads,
+            layer = msgspec.structs.replace(layer, kind=SLIDING if kind == CHUNKED else kind, n_kv_heads=heads,
                                         head_dim=key, v_head_dim=value,
                                         window=window if kind == SLIDING else None)
         layers.append(layer)
-    return dataclasses.replace(built, layers=layers), decision.on
+    return msgspec.structs.replace(built, layers=layers), decision.on
 
 
 def size(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
@@ -56,7 +56,7 @@ def size(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
         facts = facts_from_spec(sized, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
     except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
         return {"not_priced": str(exc)}
-    result = budget.plan(facts, dataclasses.replace(mode(spec, settings, settings.kv_budget),
+    result = budget.plan(facts, msgspec.structs.replace(mode(spec, settings, settings.kv_budget),
                                                     disable_hybrid_swa_memory=not hybrid_swa))
     if result.error is not None:
         return {"error": {"class": result.error.cls, "message": result.error.message}}

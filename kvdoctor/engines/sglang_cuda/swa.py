@@ -7,7 +7,7 @@ class decides whether its attention masks a window at all (`archs.WINDOW_RULES`)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from kvdoctor.engines.sglang_cuda import archs
 from kvdoctor.engines.sglang_cuda.settings import Settings
@@ -17,8 +17,7 @@ ALLOW_LIST_REF = archs.ref("configs/model_config.py#L2651")
 FLAG_REF = archs.ref("configs/model_config.py#L1214")
 
 
-@dataclass(frozen=True)
-class SwaDecision:
+class SwaDecision(msgspec.Struct, frozen=True):
     on: bool
     why: str  # allow-list | not-on-allow-list | disabled-by-flag
     detail: str

@@ -7,7 +7,8 @@ capacity as concurrency at max_model_len. File:line references are to the vllm 0
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import msgspec
+from msgspec.structs import replace
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB, cdiv
@@ -39,8 +40,7 @@ REFS = {
 }
 
 
-@dataclass(frozen=True)
-class Mode:
+class Mode(msgspec.Struct, frozen=True):
     """Every knob vLLM's KV sizing reads, with the H200 server defaults."""
 
     max_model_len: int
@@ -61,8 +61,7 @@ class Mode:
         return (2 if self.async_scheduling else 1) * self.max_num_batched_tokens
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(msgspec.Struct, frozen=True):
     """One layer's cache spec: the fields vLLM compares when it groups layers."""
 
     cls: str  # FullAttentionSpec | SlidingWindowSpec | MLAAttentionSpec | MambaSpec
@@ -91,8 +90,7 @@ class Spec:
         return cdiv(length, self.block_size)
 
 
-@dataclass
-class Group:
+class Group(msgspec.Struct):
     spec: Spec
     layers: list[int]
     per_layer: list[Spec]

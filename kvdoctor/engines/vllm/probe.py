@@ -11,7 +11,7 @@ storage or a slot; every layer of a group has the same page size (per-block byte
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import Any, Mapping
 
 from kvdoctor.budget.common import cdiv
@@ -22,17 +22,16 @@ TORCH_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float3
 EXTRA_BLOCKS = 2  # the request crosses its window by this many blocks (plus a partial one)
 
 
-@dataclass
-class GroupProbe:
+class GroupProbe(msgspec.Struct):
     spec: str
     layer_ids: tuple[int, ...]
     block_size: int
-    shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    shapes: dict[int, tuple[int, ...]] = msgspec.field(default_factory=dict)
     tokens: int = 0
-    block_table: list[int] = field(default_factory=list)
+    block_table: list[int] = msgspec.field(default_factory=list)
     kept_blocks: int = 0
     expected_kept: int = 0
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
 
 
 def layer_shape(extra: Mapping[str, Any], blocks: int) -> list[tuple[Any, ...]]:

@@ -9,8 +9,7 @@ a CPU start-up picks other blocks. Imports no torch.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+import msgspec
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
@@ -44,8 +43,7 @@ ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, LINEAR, GDN, KDA)  #
 ROPE_FACTOR_FREE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling", "default")
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(msgspec.Struct, frozen=True):
     spec: str  # the spec class the group's layers share after HMA-off promotion
     layer_ids: tuple[int, ...]
     block_size: int
@@ -53,8 +51,7 @@ class Group:
     window: int | None = None
 
 
-@dataclass(frozen=True)
-class VllmFacts:
+class VllmFacts(msgspec.Struct, frozen=True):
     architecture: str
     is_hybrid: bool  # vLLM's sense: the model class has a Mamba-style state (IsHybrid)
     hma: bool
@@ -160,10 +157,10 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                 and settings.enable_prefix_caching is False):
             raise mamba_block_without_prefix_caching()
         hma, why = hma_decision(spec.config, settings)
-        facts = dataclasses.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
+        facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
         is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
-        facts = dataclasses.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
+        facts = msgspec.structs.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
                                     layer_types=interp.layer_types,
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
@@ -176,7 +173,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             except InputError as exc:
                 why_not = str(exc).partition(": ")[2] or str(exc)
         if why_not is not None:
-            facts = dataclasses.replace(facts, unmodeled=why_not)
+            facts = msgspec.structs.replace(facts, unmodeled=why_not)
             return Plan("vllm", {"vllm": VERSION}, layers, (), facts, (*notes, why_not))
         _check_kv_heads_split(bfacts, settings.tensor_parallel_size)
         from kvdoctor.engines.vllm import budget as budget_vllm
@@ -184,7 +181,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         budget = budget_vllm.plan(bfacts, mode)
         notes += budget.notes
         layers = layer_plans(interp, bfacts, budget, hma)
-        facts = dataclasses.replace(facts, block_size=budget.mode.get("block_size"),
+        facts = msgspec.structs.replace(facts, block_size=budget.mode.get("block_size"),
                                     groups=groups_of(budget, interp))
         if budget.error is not None:
             raise from_budget(budget.error, is_hybrid)
@@ -335,7 +332,7 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
         num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size)
     overrides: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
                                    ("max_num_seqs", settings.max_num_seqs)) if v is not None}
-    return dataclasses.replace(mode, **overrides)
+    return msgspec.structs.replace(mode, **overrides)
 
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
@@ -343,10 +340,10 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}
-    shadow = [dataclasses.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
-              if layer.index in planned else dataclasses.replace(layer, kind=NO_ATTENTION)
+    shadow = [msgspec.structs.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
+              if layer.index in planned else msgspec.structs.replace(layer, kind=NO_ATTENTION)
               for layer in spec.layers]
-    facts = facts_from_spec(dataclasses.replace(spec, layers=shadow))
+    facts = facts_from_spec(msgspec.structs.replace(spec, layers=shadow))
     if interp.rule == "nemotron_h":
         facts.mamba = mamba2_dims(spec)
     if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache

@@ -17,7 +17,7 @@ Checked against goldens/vllm_check.json (vLLM's own get_kv_cache_spec on the met
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 from typing import Any
 
 from kvdoctor.engines.vllm.refusals import (config_class_rejects, layer_types_length, qwen2_window_layers,
@@ -77,16 +77,14 @@ HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM",
           "Lfm2ForCausalLM", "Lfm2VlForConditionalGeneration"}
 
 
-@dataclass(frozen=True)
-class LayerSpecPlan:
+class LayerSpecPlan(msgspec.Struct, frozen=True):
     index: int
     spec: str  # the vLLM spec class, named as vLLM names it
     window: int | None = None  # sliding window (keys including the query's own)
     chunk: int | None = None  # attention_chunk_size of a chunked local layer
 
 
-@dataclass(frozen=True)
-class Interpretation:
+class Interpretation(msgspec.Struct, frozen=True):
     architecture: str
     rule: str
     layer_types: tuple[str, ...] | None  # what transformers holds
