@@ -307,3 +307,17 @@ def test_a_large_index_read_by_msgspec_is_what_the_careful_reading_gives(text):
         assert fast[0] == careful_value == either
     else:  # the careful path decided both times
         assert repr(either) == repr(careful_value)
+
+
+_NAME_PARTS = st.sampled_from(["model.", "language_model.model.", "backbone.", "transformer.", "lm_head.",
+                               "layers.", "h.", "mlp.", "7.", "12.", "x", "\n", ".", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_NAME_PARTS, max_size=6).map("".join), max_size=30))
+def test_one_pass_over_all_names_finds_the_layer_numbers_one_match_a_name_finds(names):
+    """CKPT002's layer numbers come from one regex pass over the joined names; each name matched on its
+    own must give the same numbers, in the same order (names holding a newline included)."""
+    from kvdoctor.checks.ckpt import LAYER_RE, _layer_numbers
+
+    assert _layer_numbers(names) == [m.group(1) for name in names if (m := LAYER_RE.match(name))]

@@ -13,7 +13,9 @@ from kvdoctor.loader import layer_tensor
 from kvdoctor.model import FULL, KDA, MLA, SLIDING, CHUNKED, ATTN_MAMBA, Finding, LayerSpec, ModelSpec, Source, TensorInfo
 
 LAYER_RE = re.compile(r"^(?:model\.|model\.language_model\.|language_model\.model\.|backbone\.|transformer\.)(?:layers|h)\.(\d+)\.")
-LAYER_LINES_RE = re.compile(LAYER_RE.pattern, re.MULTILINE)
+# The same names, each after a newline: a pattern that starts with a literal is searched for with a
+# fast scan for that character, where a multiline ^ is tried at every position (2.2x slower).
+LAYER_LINES_RE = re.compile("\n" + LAYER_RE.pattern.removeprefix("^"))
 SOFTMAX_KINDS = {FULL, SLIDING, CHUNKED, ATTN_MAMBA}
 
 
@@ -55,10 +57,10 @@ def run(ctx: Context) -> Iterable[Finding]:
 
 
 def _layer_numbers(names: list[str]) -> list[str]:
-    """The layer number of every name LAYER_RE matches: one regex pass over all names joined by
-    newlines (a name holding a newline itself falls back to one match a name)."""
-    text = "\n".join(names)
-    if text.count("\n") != max(len(names) - 1, 0):
+    """The layer number of every name LAYER_RE matches: one regex pass over all names, each after a
+    newline (a name holding a newline itself falls back to one match a name)."""
+    text = "\n" + "\n".join(names)
+    if text.count("\n") != len(names):
         return [m.group(1) for name in names if (m := LAYER_RE.match(name))]
     return LAYER_LINES_RE.findall(text)
 
