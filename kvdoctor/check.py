@@ -6,8 +6,9 @@ the first past the budget) -> the dry run, when asked -> rules on a frozen (spec
 """
 from __future__ import annotations
 
-import msgspec
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from kvdoctor.catalog import Catalog
 from kvdoctor.checks import DRY_RUN, Check, all_checks

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-import msgspec
 from functools import partial
 from pathlib import Path
 from typing import Optional
 
+import msgspec
+
+from kvdoctor import collector
 from kvdoctor.errors import InputError
 from kvdoctor.report import FORMATS
 
@@ -121,6 +123,7 @@ def run_check(req: CheckRequest) -> int:
     from kvdoctor.report import Report, exit_code, result_part
     from kvdoctor.runner import available_cores, expand_targets, in_shard, run_with_progress
 
+    collector.resume()  # the check's modules are loaded
     check_format(req.output_format)
     part = _shard(req.shard)
     if req.executor not in ("local", "ray"):

@@ -5,17 +5,21 @@ and run without importing typer, whose import and command tree cost about what a
 large checkpoint does; every other command line, and any `check` line argv.py does not read with
 certainty, goes to the typer application (commands.py). Input errors exit 2 with one line, never a
 traceback.
+
+The modules load after the collector is paused (collector.py), so they are imported inside main.
 """
 from __future__ import annotations
 
 import sys
 
-from kvdoctor.argv import read_check
-from kvdoctor.check_command import RUN, echo, run_check
-from kvdoctor.errors import InputError
+from kvdoctor import collector
 
 
 def main() -> None:
+    collector.pause()
+    from kvdoctor.check_command import RUN, echo
+    from kvdoctor.errors import InputError
+
     try:
         code = _run(sys.argv[1:])
     except InputError as exc:
@@ -36,14 +40,20 @@ def main() -> None:
             raise
         echo(f"kvdoctor: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
         sys.exit(2)
+    finally:
+        collector.resume()  # whichever way the command ended
     sys.exit(code)
 
 
 def _run(args: list[str]) -> int:
+    from kvdoctor.argv import read_check
+    from kvdoctor.check_command import RUN, run_check
+
     line = read_check(args)
     if line is None:
         from kvdoctor.commands import run
 
+        collector.resume()  # typer's command tree is loaded
         return run(args)
     RUN.update(line.root)
     return run_check(line.request)

@@ -2,8 +2,9 @@
 Rules never reload files, build caches or write into any of it."""
 from __future__ import annotations
 
-import msgspec
 from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+import msgspec
 
 from kvdoctor.engines.base import Plan
 from kvdoctor.model import ModelSpec

@@ -6,8 +6,9 @@ into one layer kind per hidden layer. Every value records where it came from.
 """
 from __future__ import annotations
 
-import msgspec
 from typing import Any, Callable
+
+import msgspec
 
 from kvdoctor.model import (ATTN_MAMBA, CHUNKED, COMPRESSED, CONV, FULL, GDN, KDA, LINEAR, MAMBA, MLA,
                             NO_ATTENTION,

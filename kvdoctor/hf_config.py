@@ -21,8 +21,9 @@ import os
 import sys
 import warnings
 from contextlib import contextmanager
-import msgspec
 from typing import Any, Iterator
+
+import msgspec
 
 # Attributes kvdoctor reads from the configuration object once transformers has applied its defaults.
 ATTRS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",

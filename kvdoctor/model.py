@@ -5,9 +5,10 @@ Nothing here imports torch, mlx or any engine.
 """
 from __future__ import annotations
 
-import msgspec
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import msgspec
 
 # Layer kinds, in the Hugging Face sense of what the model means.
 FULL = "full_attention"

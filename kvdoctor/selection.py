@@ -1,8 +1,9 @@
 """Rule selection by code or prefix, ruff style: select, then extend-select, then ignore."""
 from __future__ import annotations
 
-import msgspec
 from typing import Iterable
+
+import msgspec
 
 
 class Selection(msgspec.Struct, frozen=True):

@@ -11,10 +11,11 @@ import fnmatch
 import os
 import re
 import sys
-import msgspec
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 from kvdoctor.errors import InputError
 from kvdoctor.jsonfile import read_bounded

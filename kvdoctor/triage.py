@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 import sys
 import weakref
-import msgspec
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
+
+import msgspec
 
 from kvdoctor.catalog import Catalog, Entry
 from kvdoctor.errors import InputError

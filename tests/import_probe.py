@@ -9,16 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPT = """
-import json, sys
+import gc, json, sys
 watch = set(json.loads(sys.argv[1]))
 sys.argv = ["kvdoctor", *sys.argv[2:]]
 from kvdoctor.cli import main
+collections = []  # at each collection from here on: the watched modules loaded by then
+gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(sorted(set(sys.modules) & watch)))
 try:
     main()
 except SystemExit:
     pass
 names = set(sys.modules) | {name.split(".")[0] for name in sys.modules}
-print("LOADED:" + json.dumps(sorted(names & watch)), file=sys.stderr)
+print("LOADED:" + json.dumps([sorted(names & watch), gc.isenabled(), gc.get_freeze_count(), collections]),
+      file=sys.stderr)
 """
 
 # What `kvdoctor budget` imports and `--help` / `check --static` must not: each engine's sizing model
@@ -33,6 +36,9 @@ class Probed:
     stdout: str
     stderr: str
     loaded: set[str]  # the watched names (top-level packages or whole module names) that were imported
+    collector_on: bool  # the cyclic garbage collector, after the command
+    frozen: int  # objects gc.freeze() left out of the collector's passes
+    collections: list[list[str]]  # at each collection the command's collector ran: the watched modules loaded by then
 
 
 def probe(args: list[str], watch: tuple[str, ...], cwd: Path | None = None, input: str | None = None) -> Probed:
@@ -40,4 +46,5 @@ def probe(args: list[str], watch: tuple[str, ...], cwd: Path | None = None, inpu
                           cwd=cwd, input=input, timeout=600)
     last = proc.stderr.strip().splitlines()[-1:] or [""]
     assert last[0].startswith("LOADED:"), proc.stderr[-2000:]  # the CLI returned and the probe reported
-    return Probed(proc.returncode, proc.stdout, proc.stderr, set(json.loads(last[0][len("LOADED:"):])))
+    names, collector_on, frozen, collections = json.loads(last[0][len("LOADED:"):])
+    return Probed(proc.returncode, proc.stdout, proc.stderr, set(names), collector_on, frozen, collections)

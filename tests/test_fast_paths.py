@@ -321,3 +321,31 @@ def test_one_pass_over_all_names_finds_the_layer_numbers_one_match_a_name_finds(
     from kvdoctor.checks.ckpt import LAYER_RE, _layer_numbers
 
     assert _layer_numbers(names) == [m.group(1) for name in names if (m := LAYER_RE.match(name))]
+
+
+@pytest.mark.parametrize("args, said", [(["check", "{model}", "--static", "--format", "json"], '"model_type": "kimi_linear"'),
+                                        (["check", "{model}", "--static", "--format", "nope"], "--format 'nope'"),
+                                        (["rules"], "CKPT001"), (["--version"], "kvdoctor")])
+def test_the_modules_a_command_loads_are_frozen_and_the_collector_is_back_on(tmp_path, args, said):
+    """The collector is paused while a command's modules load (collector.py); whichever way the command
+    ends, and through argv.py or typer, it is on again and what loaded is frozen."""
+    from helpers import make_model
+    from import_probe import probe
+
+    d = make_model(tmp_path, "kimi-linear", shards=2)
+    run = probe([a.format(model=d) for a in args], (), cwd=tmp_path)
+    assert said in run.stdout + run.stderr
+    assert run.collector_on and run.frozen > 10_000
+
+
+@pytest.mark.parametrize("args, loaded_last", [(["check", "{model}", "--static", "--format", "json"], "kvdoctor.runner"),
+                                               (["rules"], "kvdoctor.commands")])
+def test_the_collector_runs_only_once_the_commands_modules_are_loaded(tmp_path, args, loaded_last):
+    """No collection while the modules load (the last one run_check or typer's tree needs), and the
+    collector is on for the work itself."""
+    from helpers import make_model
+    from import_probe import probe
+
+    d = make_model(tmp_path, "kimi-linear", shards=2)
+    run = probe([a.format(model=d) for a in args], (loaded_last,), cwd=tmp_path)
+    assert run.collections and all(loaded == [loaded_last] for loaded in run.collections), run.collections

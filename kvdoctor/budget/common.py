@@ -2,8 +2,9 @@
 the result shape of one (engine, mode) budget."""
 from __future__ import annotations
 
-import msgspec
 from typing import Any
+
+import msgspec
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -8,8 +8,9 @@ rules on top.
 from __future__ import annotations
 
 from collections import Counter
-import msgspec
 from typing import Any
+
+import msgspec
 
 from kvdoctor.errors import InputError
 from kvdoctor.model import FULL, GDN, KDA, MLA, NO_ATTENTION, SLIDING, ModelSpec

@@ -12,9 +12,10 @@ Rule modules import nothing heavy at module level; torch and mlx load inside the
 from __future__ import annotations
 
 import importlib
-import msgspec
 from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+
+import msgspec
 
 if TYPE_CHECKING:
     from kvdoctor.context import Context

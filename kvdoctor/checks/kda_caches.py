@@ -7,8 +7,9 @@ One finding per (code, layer group): the evidence lists the group's layers and t
 """
 from __future__ import annotations
 
-import msgspec
 from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+import msgspec
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context

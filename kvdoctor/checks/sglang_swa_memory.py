@@ -4,8 +4,9 @@ a warning with what that costs, from the profile's own sizing model). Whether th
 is said too; where SGLang's attention does not mask it at all, SGL004 (an error) reports that separately."""
 from __future__ import annotations
 
-import msgspec
 from typing import Any, Iterable
+
+import msgspec
 
 from kvdoctor.checks import Rule
 from kvdoctor.context import Context

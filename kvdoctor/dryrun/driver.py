@@ -18,9 +18,10 @@ import os
 import time
 import traceback
 from contextlib import contextmanager
-import msgspec
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+import msgspec
 
 from kvdoctor.dryrun import compact, shrink
 from kvdoctor.dryrun.engine_import import PINNED, EngineUnavailable, load_mlx_backend

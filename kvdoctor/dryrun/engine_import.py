@@ -25,8 +25,9 @@ import importlib.metadata
 import importlib.util
 import sys
 import types
-import msgspec
 from pathlib import Path
+
+import msgspec
 
 from kvdoctor.engines.pins import PINS
 

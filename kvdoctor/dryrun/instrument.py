@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-import msgspec
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+import msgspec
 
 
 def keys_per_query(batch: int, queries: int, keys: int, mask: Any) -> list[list[int]]:

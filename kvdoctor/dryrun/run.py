@@ -21,9 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import msgspec
 from pathlib import Path
 from typing import Any, Mapping
+
+import msgspec
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 STDERR_TAIL = 2000

@@ -20,8 +20,9 @@ Refinements of the first contract, all additive (every earlier name and field ke
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-import msgspec
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Mapping, Sequence, TypeVar
+
+import msgspec
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -9,11 +9,11 @@ budget (`kvdoctor.engines.sglang_cuda.budget`).
 """
 from __future__ import annotations
 
-import msgspec
-from msgspec.structs import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, Union
 
+import msgspec
+from msgspec.structs import replace
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from kvdoctor.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,

@@ -11,10 +11,10 @@ pool) and `--dry-run` runs the installed engine's own code.
 """
 from __future__ import annotations
 
-import msgspec
-from msgspec.structs import replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+import msgspec
+from msgspec.structs import replace
 from pydantic import BaseModel, Field
 
 from kvdoctor.strict import Bool, NonNegative, Positive, Tokens

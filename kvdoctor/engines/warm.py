@@ -22,9 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import msgspec
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+import msgspec
 
 SERVER = Path(__file__).resolve().parent / "warm_server.py"
 

@@ -4,9 +4,10 @@ Slot counts stay small (the per-slot shapes are the true ones), so a build costs
 """
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import msgspec
 from msgspec.structs import fields
-from typing import Any, Optional
 
 from kvdoctor.kda.dims import Geometry
 from kvdoctor.kda.recipe import ITEMSIZE, Recipe, per_slot_shape, resolve_dtype

@@ -7,9 +7,10 @@ disagree with each other reaches the wrapper's own checks, as it would in the en
 """
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from msgspec.structs import replace
-from typing import Any
 
 from kvdoctor import kda_dims
 from kvdoctor.loader import layer_tensor

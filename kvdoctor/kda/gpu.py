@@ -12,9 +12,10 @@ import importlib
 import importlib.util
 import sys
 import types
-import msgspec
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+import msgspec
 
 from kvdoctor.kda.caches import build_caches
 from kvdoctor.kda.dims import Geometry

@@ -7,8 +7,9 @@ the wrapper's checks, and the probe can name the symbol each wrong dimension was
 """
 from __future__ import annotations
 
-import msgspec
 from typing import Optional
+
+import msgspec
 
 from kvdoctor.kda.caches import BATCH_SLOTS, build_caches, build_inputs, cache_shapes, negative_shape
 from kvdoctor.kda.dims import PROBE, Geometry

@@ -11,8 +11,9 @@ The caller's cursor rule (the recipe's `cursor`) moves m between steps, as sglan
 from __future__ import annotations
 
 import math
-import msgspec
 from typing import Any, Optional
+
+import msgspec
 
 from kvdoctor.kda.caches import Caches, build_caches, torch_dtype
 from kvdoctor.kda.dims import Geometry

@@ -9,8 +9,9 @@ mean the same thing); the KDA rule turns the name into a catalog code.
 """
 from __future__ import annotations
 
-import msgspec
 from typing import Callable, Optional
+
+import msgspec
 
 from kvdoctor.kda.caches import Caches, DecodeInputs
 

@@ -13,11 +13,12 @@ import importlib.util
 import re
 import sys
 import types
-import msgspec
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
+
+import msgspec
 
 # The backend's attention-module contract (sglang 0.5.23, attention_contract.py): attribute names.
 ATTENTION_API_ATTRS = ("q_proj", "k_proj", "v_proj", "o_proj", "rope")

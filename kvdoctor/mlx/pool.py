@@ -9,8 +9,9 @@ canaries (writer layer, position) so each slot tells who wrote it.
 """
 from __future__ import annotations
 
-import msgspec
 from typing import Any
+
+import msgspec
 
 CANARY_BASE = 64
 PREFIX_LENGTHS = (3, 5)  # two requests with different prefixes: per-request RoPE offsets differ

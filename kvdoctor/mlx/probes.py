@@ -20,11 +20,11 @@ and `ProbeReport.ran` records which layers actually ran.
 from __future__ import annotations
 
 import inspect
-import msgspec
-from msgspec.structs import replace
 from functools import lru_cache
 from typing import Any
 
+import msgspec
+from msgspec.structs import replace
 import numpy as np
 
 from kvdoctor.mlx.caches import (GROWTH_BLOCK, ContiguousKVCache, OffsetShim, WindowedKVCache, canary,

@@ -7,9 +7,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import msgspec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from kvdoctor import __version__
 from kvdoctor.model import SEVERITIES, Finding, Result

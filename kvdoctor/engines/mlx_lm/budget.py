@@ -10,9 +10,10 @@ File:line references are to the mlx_lm 0.32.2 wheel.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import msgspec
 from msgspec.structs import replace
-from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal
 from kvdoctor.budget.facts import ModelFacts, dtype_bytes

@@ -6,8 +6,9 @@ Entry point: `plan_layers(spec, settings) -> (layers, refusals, facts)`. KDA lay
 """
 from __future__ import annotations
 
-import msgspec
 from typing import Any
+
+import msgspec
 
 from kvdoctor.engines.base import LayerPlan, Refusal
 from kvdoctor.engines.sglang_cuda import archs, pools, refusals, sizing, swa

@@ -11,10 +11,11 @@ sglang 0.5.23 wheel (`srt/`).
 """
 from __future__ import annotations
 
-import msgspec
-from msgspec.structs import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+import msgspec
+from msgspec.structs import replace
 
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB, MiB
 from kvdoctor.budget.facts import Layer, ModelFacts, dtype_bytes

@@ -8,8 +8,9 @@ the state layers in a `MambaPool` numbered by `mamba_map`.
 """
 from __future__ import annotations
 
-import msgspec
 from typing import Any, Mapping
+
+import msgspec
 
 from kvdoctor.engines.sglang_cuda import archs
 from kvdoctor.engines.sglang_cuda.settings import Settings

@@ -2,8 +2,9 @@
 (kvdoctor.engines.sglang_cuda.budget, itself checked against SGLang's own sizing in goldens/sglang.json)."""
 from __future__ import annotations
 
-import msgspec
 from typing import Any
+
+import msgspec
 
 from kvdoctor.engines.sglang_cuda import budget
 from kvdoctor.budget.facts import facts_from_spec

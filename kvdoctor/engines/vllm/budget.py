@@ -7,9 +7,10 @@ capacity as concurrency at max_model_len. File:line references are to the vllm 0
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import msgspec
 from msgspec.structs import replace
-from typing import TYPE_CHECKING, Any
 
 from kvdoctor.budget.common import Budget, EngineRefusal, GiB, cdiv
 from kvdoctor.budget.facts import ModelFacts, dtype_bytes

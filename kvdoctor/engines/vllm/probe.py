@@ -11,8 +11,9 @@ storage or a slot; every layer of a group has the same page size (per-block byte
 """
 from __future__ import annotations
 
-import msgspec
 from typing import Any, Mapping
+
+import msgspec
 
 from kvdoctor.budget.common import cdiv
 from kvdoctor.engines.base import Cost, Plan, Probe

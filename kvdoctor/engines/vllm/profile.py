@@ -9,9 +9,9 @@ a CPU start-up picks other blocks. Imports no torch.
 """
 from __future__ import annotations
 
-import msgspec
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+import msgspec
 from pydantic import BaseModel
 
 from kvdoctor.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec

@@ -17,8 +17,9 @@ Checked against goldens/vllm_check.json (vLLM's own get_kv_cache_spec on the met
 """
 from __future__ import annotations
 
-import msgspec
 from typing import Any
+
+import msgspec
 
 from kvdoctor.engines.vllm.refusals import (config_class_rejects, layer_types_length, qwen2_window_layers,
                                             unknown_layer_type)
