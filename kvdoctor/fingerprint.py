@@ -5,7 +5,6 @@ pydantic.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import Counter
 from pathlib import Path
@@ -41,6 +40,8 @@ def fingerprint_parts(result: Result, finding: Finding, root: Path) -> dict[str,
 
 
 def fingerprint(parts: dict[str, str]) -> str:
+    import hashlib  # only for a finding: it loads OpenSSL (2 ms), which a healthy model's check never needs
+
     text = "\x1f".join(parts[k] for k in ("code", "model", "engine", "group", "key"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 

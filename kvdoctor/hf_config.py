@@ -15,7 +15,6 @@ never import transformers.
 """
 from __future__ import annotations
 
-import copy
 import importlib.util
 import os
 import sys
@@ -144,6 +143,8 @@ def read(model_type: str, cfg: dict[str, Any], attrs: tuple[str, ...] = ATTRS) -
     version, mapping = _registry()
     if model_type not in mapping:
         return None
+    import copy  # only here: the static path never builds the class
+
     kwargs = {k: v for k, v in copy.deepcopy(cfg).items() if k != "model_type"}
     with _without_torch():
         cls = mapping[model_type]

@@ -9,10 +9,8 @@ The results are the same, in the same order, whatever the number of workers or t
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Callable
 
@@ -71,6 +69,8 @@ def check_one(target: str, opts: Options) -> tuple[Result, str | None]:
     try:
         return check_target(target, opts), None
     except Exception as exc:  # noqa: BLE001 - reported, never swallowed
+        import traceback
+
         result = Result(target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[],
                         findings=[], error=f"internal error while checking: {type(exc).__name__}: {exc}")
         return result, traceback.format_exc()
@@ -86,6 +86,8 @@ def in_shard(identity: str, shard: tuple[int, int]) -> bool:
     """Whether a target belongs to shard K of N (1-based): decided by a hash of its identity alone,
     so adding or removing other targets never moves it to another shard."""
     k, n = shard
+    import hashlib  # only with --shard: it loads OpenSSL (2 ms)
+
     digest = hashlib.sha256(identity.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % n == k - 1
 
@@ -287,6 +289,8 @@ def _serve(tasks: int, answers: int, others: list[int], work: list[tuple[str, Op
     except BrokenPipeError:  # the parent stopped listening: it is exiting
         code = 1
     except Exception:  # noqa: BLE001 - a fault of the worker itself: shown, and its batch reported as died
+        import traceback
+
         traceback.print_exc()
         code = 1
     finally:

@@ -349,3 +349,15 @@ def test_the_collector_runs_only_once_the_commands_modules_are_loaded(tmp_path, 
     d = make_model(tmp_path, "kimi-linear", shards=2)
     run = probe([a.format(model=d) for a in args], (loaded_last,), cwd=tmp_path)
     assert run.collections and all(loaded == [loaded_last] for loaded in run.collections), run.collections
+
+
+def test_a_healthy_models_static_check_loads_no_hash_traceback_or_copy_module(tmp_path):
+    """hashlib (OpenSSL), traceback and copy are loaded only where used: for a finding's fingerprint,
+    a crashed check and building a transformers class."""
+    from helpers import make_model
+    from import_probe import probe
+
+    d = make_model(tmp_path, "llama-3.1-8b", shards=2)
+    run = probe(["check", str(d), "--static", "--format", "json"], ("hashlib", "traceback", "copy"), cwd=tmp_path)
+    assert json.loads(run.stdout)["results"][0]["findings"] == []
+    assert run.loaded == set()
