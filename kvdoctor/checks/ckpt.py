@@ -66,7 +66,7 @@ def _layer_numbers(names: list[str]) -> list[str]:
 
 
 def _layer_count(spec: ModelSpec) -> Iterable[Finding]:
-    present = sorted(set(map(int, _layer_numbers(list(spec.checkpoint.tensors)))))
+    present = sorted(set(map(int, set(_layer_numbers(list(spec.checkpoint.tensors))))))  # each spelling read once
     if not present:
         return
     n = spec.num_hidden_layers
