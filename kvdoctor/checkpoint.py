@@ -335,9 +335,10 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check
     ckpt = Checkpoint(files=[s for s in shards if s not in missing], tensors={}, index_file=INDEX_NAME,
                       missing_shards=missing, extra_shards=extra)
     _read_files(ckpt, [(paths[s], s) for s in ckpt.files], library_check)
-    stored = dict(zip(ckpt.tensors, map(itemgetter(3), ckpt.tensors.values())))  # name -> the file holding it
-    if stored.items() <= weight_map.items():  # the usual case, compared in C: every stored tensor where mapped
+    stored_in = list(map(itemgetter(3), ckpt.tensors.values()))  # the file holding each tensor
+    if list(map(weight_map.get, ckpt.tensors)) == stored_in:  # the usual case, compared in C: each where mapped
         return ckpt
+    stored = dict(zip(ckpt.tensors, stored_in))
     for name in [n for n, s in weight_map.items() if stored.get(n, s) != s][:1]:
         raise InputError(f"{index_path}: tensor {show(name)} is mapped to {weight_map[name]} but stored in "
                          f"{stored[name]}")
@@ -360,12 +361,15 @@ def _read_files(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: 
 
 def _read_all(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bool) -> None:
     left = MAX_TOTAL_HEADER_BYTES
+    read: list[dict[str, TensorInfo]] = []
     for path, label in files:
         tensors, length = read_header(path, label, limit=min(MAX_HEADER_BYTES, left), library_check=library_check)
         left -= length
-        if not ckpt.tensors.keys().isdisjoint(tensors):
-            name = next(n for n in tensors if n in ckpt.tensors)
-            raise InputError(f"{path}: tensor {show(name)} is also stored in {ckpt.tensors[name].file}; "
-                             "expected each tensor in one shard")
+        before = len(ckpt.tensors)
         ckpt.tensors.update(tensors)
+        if len(ckpt.tensors) != before + len(tensors):  # a name the files before hold too
+            name, earlier = next((n, t) for n in tensors for t in read if n in t)
+            raise InputError(f"{path}: tensor {show(name)} is also stored in {earlier[name].file}; "
+                             "expected each tensor in one shard")
+        read.append(tensors)
         ckpt.total_bytes += os.path.getsize(path)

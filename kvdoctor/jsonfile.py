@@ -89,6 +89,12 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
 
 def require_inside(path: Path, root: Path, what: str) -> None:
     """Refuse a path whose symlinks lead outside `root` (or loop, or dangle)."""
+    if path.parent == root:  # directly in root: inside unless it is a symlink (one lstat, no resolving)
+        try:
+            if not stat.S_ISLNK(os.lstat(path).st_mode):
+                return
+        except OSError:
+            pass  # missing: resolving says so
     try:
         real = path.resolve(strict=True)
     except RuntimeError:  # Python < 3.13 reports a symlink loop this way

@@ -93,9 +93,12 @@ def in_shard(identity: str, shard: tuple[int, int]) -> bool:
 
 
 def warm_imports(work: list[tuple[str, Options]]) -> None:
-    """Import, before forking, what every worker will need: the engine profiles of the run and every
+    """Import, before forking, what every worker will need: the engine profiles of the run, every
     rule module (`all_checks()`; rule modules import nothing heavy at module level, and the probes
-    that need torch or mlx import them inside each worker, as they must not be forked)."""
+    that need torch or mlx import them inside each worker, as they must not be forked) and hashlib,
+    which the first finding's fingerprint would otherwise load in each worker (OpenSSL, 2 ms)."""
+    import hashlib  # noqa: F401
+
     from kvdoctor.checks import all_checks
     from kvdoctor.engines import check_profile
 

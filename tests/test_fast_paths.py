@@ -361,3 +361,28 @@ def test_a_healthy_models_static_check_loads_no_hash_traceback_or_copy_module(tm
     run = probe(["check", str(d), "--static", "--format", "json"], ("hashlib", "traceback", "copy"), cwd=tmp_path)
     assert json.loads(run.stdout)["results"][0]["findings"] == []
     assert run.loaded == set()
+
+
+def test_a_tensor_in_two_shards_and_one_mapped_elsewhere_are_named_with_their_files(tmp_path):
+    """The shard-level checks that run in C on the usual path still name the tensor and both files."""
+    from helpers import make_model
+
+    from kvdoctor.synth import layout_for, write_safetensors
+
+    d = make_model(tmp_path, "llama-3.1-8b", shards=2)
+    index_path = d / checkpoint.INDEX_NAME
+    index = json.loads(index_path.read_text())
+    first, second = sorted(set(index["weight_map"].values()))
+    name = next(n for n, s in index["weight_map"].items() if s == first)
+
+    moved = {**index, "weight_map": {**index["weight_map"], name: second}}
+    index_path.write_text(json.dumps(moved))
+    with pytest.raises(InputError, match=f"tensor '?{name}'? is mapped to {second} but stored in {first}"):
+        checkpoint.load_checkpoint(d, library_check=False)
+
+    index_path.write_text(json.dumps(index))
+    layout = layout_for(d)
+    write_safetensors(d / second, {**{n: v for n, v in layout.items() if index["weight_map"][n] == second},
+                                   name: layout[name]})
+    with pytest.raises(InputError, match=f"{second}: tensor '?{name}'? is also stored in {first}"):
+        checkpoint.load_checkpoint(d, library_check=False)
