@@ -83,6 +83,8 @@ GOOD = '"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
     "{" + GOOD + "," + GOOD + "}",  # the same tensor twice
     '{"w":5,' + GOOD + "}",  # a name twice, the first not an entry
     '{"w":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}}',  # a key twice inside an entry
+    '{"w":{"dtype":"F32","shape":[9],"shape":[2],"data_offsets":[0,8]}}',
+    '{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,9],"data_offsets":[0,8]}}',
     '{"__metadata__":{"a":"b","a":"c"},' + GOOD + "}",  # a metadata key twice
     '{"__metadata__":{},"__metadata__":{},' + GOOD + "}",
     '{"\\u0077":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},' + GOOD + "}",  # one name, two spellings
