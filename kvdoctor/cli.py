@@ -10,9 +10,42 @@ The modules load after the collector is paused (collector.py), so they are impor
 """
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 
 from kvdoctor import collector
+
+
+def entry() -> None:
+    """The `kvdoctor` command (its console script and `python -m kvdoctor`): main, then, where the
+    process has nothing left to do at exit, an exit that skips tearing the interpreter down.
+
+    A static check leaves some 200 modules and a tensor table of 20k entries; freeing them object
+    by object took 3 ms of a 95 ms check of the Kimi-Linear layout. "Nothing left to do": no exit
+    hook registered (warm dry-run children, Ray and temporary files register theirs; CPython's
+    atexit._ncallbacks counts them, and without it the exit is the usual one), no other thread
+    running, and standard output and error flushed. `main` stays a plain function for callers in
+    the same process."""
+    try:
+        main()
+    except SystemExit as done:
+        if isinstance(done.code, int) and _nothing_left_at_exit():
+            os._exit(done.code)
+        raise
+
+
+def _nothing_left_at_exit() -> bool:
+    hooks = getattr(atexit, "_ncallbacks", None)
+    threading = sys.modules.get("threading")
+    if hooks is None or hooks() or (threading is not None and threading.active_count() > 1):
+        return False
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe or stream: the usual exit reports it as before
+        return False
+    return True
 
 
 def main() -> None:

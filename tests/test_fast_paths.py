@@ -388,3 +388,36 @@ def test_a_tensor_in_two_shards_and_one_mapped_elsewhere_are_named_with_their_fi
                                    name: layout[name]})
     with pytest.raises(InputError, match=f"{second}: tensor '?{name}'? is also stored in {first}"):
         checkpoint.load_checkpoint(d, library_check=False)
+
+
+ENTRY = """
+import atexit, os, sys
+class Marker:  # freed only as the interpreter is torn down
+    def __del__(self, write=os.write):
+        write(2, b"torn down\\n")
+sys.teardown_marker = Marker()
+if sys.argv[1] == "hook":
+    atexit.register(lambda: os.write(2, b"hook ran\\n"))
+sys.argv = ["kvdoctor", *sys.argv[2:]]
+from kvdoctor.cli import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize("hook", [False, True])
+def test_the_command_skips_the_teardown_only_where_nothing_waits_for_the_exit(tmp_path, hook):
+    """`kvdoctor` ends with os._exit once its output is flushed, unless an exit hook is registered:
+    then the usual exit runs it (and tears down). The exit code and the whole output are the same."""
+    import subprocess
+    import sys
+
+    from helpers import make_model
+
+    d = make_model(tmp_path, "kimi-linear", shards=2)
+    out = tmp_path / "out.json"
+    with out.open("w") as fh:
+        proc = subprocess.run([sys.executable, "-c", ENTRY, "hook" if hook else "-", "check", str(d), "--static",
+                               "--format", "json", "--fail-on", "info"], stdout=fh, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 1  # CFG010 (info) fails at --fail-on info
+    assert json.loads(out.read_text())["results"][0]["findings"][0]["code"] == "CFG010"
+    assert ("hook ran" in proc.stderr) == hook and ("torn down" in proc.stderr) == hook
