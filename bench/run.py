@@ -125,6 +125,23 @@ def timed(cmd: list[str], cwd: Path | None = None, keep: bool = False) -> tuple[
     return seconds, usage.ru_maxrss / 1024, code, last, usage.ru_utime + usage.ru_stime
 
 
+GNU_TIME = shutil.which("time") or "/usr/bin/time"
+
+
+def own_peak_rss_mb(cmd: list[str]) -> float | None:
+    """The peak RSS of one more run of `cmd`, started by GNU time (a small process): os.wait4's figure
+    is at least the bench's own size, which the child holds between fork and exec. None without GNU time."""
+    import tempfile
+
+    if not os.access(GNU_TIME, os.X_OK):
+        return None
+    with tempfile.NamedTemporaryFile("r") as out:
+        done = subprocess.run([GNU_TIME, "-f", "%M", "-o", out.name, *cmd], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env())
+        text = out.read().strip().splitlines()
+    return round(int(text[-1]) / 1024, 1) if done.returncode in (0, 1, 2) and text and text[-1].isdigit() else None
+
+
 def figures(samples: list[tuple]) -> dict:
     secs = [s[0] for s in samples]
     return {"median_s": round(statistics.median(secs), 3), "min_s": round(min(secs), 3), "max_s": round(max(secs), 3),
@@ -174,6 +191,7 @@ def bench_static(runs: int, peer: bool) -> list[dict]:
             # the ratio within each round, then its median: both commands saw the same moment's load
             row["x_floor_paired"] = round(statistics.median(a[0] / b[0] for a, b in zip(runs_, samples["floor"])), 2)
             row["x_peer"] = round(row["median_s"] / peer_s, 3) if peer_s else None
+            row["peak_rss_mb"] = own_peak_rss_mb(cmds[label]) or row["peak_rss_mb"]
             rows.append(row)
     print(f"\n{'layout':16} {'tensors':>7} {'GB':>6} {'command':26} {'median s':>8} {'spread s':>13} "
           f"{'x floor':>7} {'paired':>6} {'cpu x':>6} {'x peer':>7} {'RSS MB':>7} exit")
