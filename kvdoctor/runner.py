@@ -96,8 +96,14 @@ def warm_imports(work: list[tuple[str, Options]]) -> None:
     """Import, before forking, what every worker will need: the engine profiles of the run, every
     rule module (`all_checks()`; rule modules import nothing heavy at module level, and the probes
     that need torch or mlx import them inside each worker, as they must not be forked) and hashlib,
-    which the first finding's fingerprint would otherwise load in each worker (OpenSSL, 2 ms)."""
+    which the first finding's fingerprint would otherwise load in each worker (OpenSSL, 2 ms). Unless
+    every target is `--static`, also safetensors and numpy, with which each file's header is read a
+    second time (checkpoint.read_header): 50 ms of imports a worker would pay again."""
     import hashlib  # noqa: F401
+
+    if not all(opts.static for _, opts in work):
+        import numpy  # noqa: F401
+        import safetensors  # noqa: F401
 
     from kvdoctor.checks import all_checks
     from kvdoctor.engines import check_profile
