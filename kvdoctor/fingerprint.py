@@ -15,16 +15,17 @@ from kvdoctor.model import Finding, Result
 def model_identity(target: str, root: Path) -> str:
     """A model's name that stays the same across machines: its path relative to the project root
     (absolute when outside it), or the Hugging Face id it was given as."""
-    path = Path(target)
-    if not path.exists():
+    if not os.path.exists(target):
         return target
-    absolute = os.path.abspath(path)
+    absolute = os.path.abspath(target)
     relative = os.path.relpath(absolute, os.path.abspath(root))
     if relative == os.curdir:
         return "."
-    if relative.startswith(os.pardir):
-        return Path(absolute).as_posix()
-    return Path(relative).as_posix()
+    return _posix(absolute if relative.startswith(os.pardir) else relative)
+
+
+def _posix(path: str) -> str:
+    return path if os.sep == "/" else Path(path).as_posix()
 
 
 def layer_group(result: Result, finding: Finding) -> str:

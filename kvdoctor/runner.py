@@ -30,16 +30,24 @@ def available_cores() -> int:
 
 def _model_dirs(folder: Path) -> list[Path]:
     """Model directories (those holding config.json) below `folder`, sorted; a model's own subfolders
-    are not searched, nor are hidden folders."""
+    are not searched, nor are hidden folders or symlinked ones (as os.walk would not follow them)."""
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        depth = len(Path(dirpath).relative_to(folder).parts)
-        if "config.json" in filenames and depth > 0:
-            found.append(Path(dirpath))
-            dirnames.clear()
-            continue
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS) \
-            if depth < MAX_DEPTH else []
+
+    def visit(path: str, depth: int) -> None:
+        try:
+            with os.scandir(path) as listing:
+                entries = list(listing)
+        except OSError:
+            return
+        if depth > 0 and any(e.name == "config.json" and not e.is_dir() for e in entries):
+            found.append(Path(path))
+            return
+        if depth < MAX_DEPTH:
+            for e in entries:
+                if not e.name.startswith(".") and e.name not in SKIP_DIRS and e.is_dir() and not e.is_symlink():
+                    visit(e.path, depth + 1)
+
+    visit(str(folder), 0)
     return sorted(found)
 
 
@@ -56,7 +64,7 @@ def expand_targets(targets: list[str]) -> list[str]:
         elif path.is_dir() and not (path / "config.json").exists():
             expanded = [str(d) for d in _model_dirs(path)] or [target]
         for item in expanded:
-            key = os.path.abspath(item) if Path(item).exists() else item
+            key = os.path.abspath(item) if os.path.exists(item) else item
             if key not in seen:
                 seen.add(key)
                 out.append(item)

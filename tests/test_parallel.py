@@ -75,6 +75,19 @@ def test_expansion_of_folders_files_and_repeats(tmp_path):
     assert expand_targets([f"{zoo}/a", f"{zoo}/a/"]) == [f"{zoo}/a"]
 
 
+def test_expansion_skips_links_tool_folders_and_what_lies_too_deep(tmp_path):
+    """Folders are walked as os.walk walks them (no symlinked folder followed), without node_modules,
+    site-packages or __pycache__, at most six levels down; a config.json that is a folder marks no model."""
+    zoo = tmp_path / "zoo"
+    deep = zoo / "1" / "2" / "3" / "4" / "5"
+    for d in (zoo / "m", zoo / "node_modules" / "x", zoo / "site-packages" / "y", deep / "six", deep / "6" / "seven"):
+        d.mkdir(parents=True)
+        (d / "config.json").write_text("{}")
+    (zoo / "folder" / "config.json").mkdir(parents=True)
+    (zoo / "link").symlink_to(zoo / "m", target_is_directory=True)
+    assert expand_targets([str(zoo)]) == [str(deep / "six"), str(zoo / "m")]
+
+
 def test_a_folder_without_models_is_an_input_error(tmp_path):
     (tmp_path / "empty").mkdir()
     proc = run("check", "empty", cwd=tmp_path)
