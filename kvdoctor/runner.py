@@ -39,16 +39,24 @@ def _model_dirs(folder: Path) -> list[Path]:
                 entries = list(listing)
         except OSError:
             return
-        if depth > 0 and any(e.name == "config.json" and not e.is_dir() for e in entries):
+        if depth > 0 and any(e.name == "config.json" and not _is_dir(e) for e in entries):
             found.append(Path(path))
             return
         if depth < MAX_DEPTH:
             for e in entries:
-                if not e.name.startswith(".") and e.name not in SKIP_DIRS and e.is_dir() and not e.is_symlink():
+                if not e.name.startswith(".") and e.name not in SKIP_DIRS and not e.is_symlink() and _is_dir(e):
                     visit(e.path, depth + 1)
 
     visit(str(folder), 0)
     return sorted(found)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    """As os.walk judges it: an entry that cannot be stat'ed (a symlink loop) is no folder."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def expand_targets(targets: list[str]) -> list[str]:

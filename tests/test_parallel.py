@@ -76,8 +76,9 @@ def test_expansion_of_folders_files_and_repeats(tmp_path):
 
 
 def test_expansion_skips_links_tool_folders_and_what_lies_too_deep(tmp_path):
-    """Folders are walked as os.walk walks them (no symlinked folder followed), without node_modules,
-    site-packages or __pycache__, at most six levels down; a config.json that is a folder marks no model."""
+    """Folders are walked as os.walk walks them (no symlinked folder followed, a symlink loop taken for
+    no folder), without node_modules, site-packages or __pycache__, at most six levels down; a
+    config.json that is a folder marks no model."""
     zoo = tmp_path / "zoo"
     deep = zoo / "1" / "2" / "3" / "4" / "5"
     for d in (zoo / "m", zoo / "node_modules" / "x", zoo / "site-packages" / "y", deep / "six", deep / "6" / "seven"):
@@ -85,7 +86,10 @@ def test_expansion_skips_links_tool_folders_and_what_lies_too_deep(tmp_path):
         (d / "config.json").write_text("{}")
     (zoo / "folder" / "config.json").mkdir(parents=True)
     (zoo / "link").symlink_to(zoo / "m", target_is_directory=True)
-    assert expand_targets([str(zoo)]) == [str(deep / "six"), str(zoo / "m")]
+    (zoo / "cycle").symlink_to(zoo / "cycle")  # a symlink loop: no folder
+    (zoo / "loopy").mkdir()
+    (zoo / "loopy" / "config.json").symlink_to(zoo / "loopy" / "config.json")  # a model, whose config check says why
+    assert expand_targets([str(zoo)]) == [str(deep / "six"), str(zoo / "loopy"), str(zoo / "m")]
 
 
 def test_a_folder_without_models_is_an_input_error(tmp_path):
