@@ -6,10 +6,10 @@ so each model's run is shared by the tests of its module-scoped fixture.
 """
 from __future__ import annotations
 
-import msgspec
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from kvdoctor.catalog import builtin_catalog

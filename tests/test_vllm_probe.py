@@ -1,9 +1,9 @@
 """The vLLM paged-cache probe: real torch tensors per KV cache group, a request across the window."""
 from __future__ import annotations
 
-import msgspec
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from kvdoctor.engines.vllm import probe
@@ -12,6 +12,7 @@ from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.loader import load_model
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+REAL_CONFIGS = MODELS.parent / "configs" / "real"
 torch = pytest.importorskip("torch")
 
 
@@ -65,3 +66,19 @@ def test_shared_storage_is_caught(monkeypatch):
     monkeypatch.setattr(torch, "zeros", shared)
     probes = probe.run(plan_of("openai__gpt-oss-20b"))
     assert any("share KV storage" in msg for msg in probes[0].problems)
+
+
+@pytest.mark.parametrize("name", ["google__gemma-4-26B-A4B", "XiaomiMiMo__MiMo-V2-Flash"])
+def test_a_group_whose_block_vllm_scaled_builds_tensors_of_that_block(tmp_path, name):
+    """vLLM doubles the full-attention group's block (16 -> 32 tokens) so that its page matches the
+    sliding layers': the probe's tensors hold the group's blocks, and every token lands in its slot."""
+    import json
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text((REAL_CONFIGS / f"{name}.json").read_text())
+    probes = probe.run(plan(load_model(str(d), library_check=False), VllmSettings()))
+    full = next(p for p in probes if p.spec == "FullAttentionSpec")
+    assert full.block_size == 32 and full.shapes[full.layer_ids[0]][2] == 32
+    assert all(not p.problems for p in probes), [p.problems for p in probes]
+    assert json.loads(json.dumps(probe.report(probes)))  # the observation the rules read

@@ -35,8 +35,11 @@ class GroupProbe(msgspec.Struct):
     problems: list[str] = msgspec.field(default_factory=list)
 
 
-def layer_shape(extra: Mapping[str, Any], blocks: int) -> list[tuple[Any, ...]]:
-    spec, block = extra["engine_spec"], extra.get("block_size")
+def layer_shape(extra: Mapping[str, Any], blocks: int, block: int) -> list[tuple[Any, ...]]:
+    """The layer's cache tensors for `blocks` blocks of its group's `block` tokens: the group's, not the
+    layer's own, because vLLM scales a group's block size until its page matches the others'
+    (Gemma-4's and MiMo-V2's full-attention groups hold 32 tokens a block, their layers' specs 16)."""
+    spec = extra["engine_spec"]
     if spec == S.MAMBA:
         return [(blocks, *shape) for shape in extra["state_shapes"]]
     if spec == S.MLA:
@@ -103,7 +106,7 @@ def run(plan: Plan[Any], device: str = "cpu", limit: int | None = None) -> list[
         caches, spans, pages = {}, [], set()
         for layer in layers:
             dtype = getattr(torch, TORCH_DTYPES.get(layer.extra["dtype"], "bfloat16"))
-            tensors = [torch.zeros(shape, dtype=dtype, device=device) for shape in layer_shape(layer.extra, blocks)]
+            tensors = [torch.zeros(shape, dtype=dtype, device=device) for shape in layer_shape(layer.extra, blocks, group.block_size)]
             probe.shapes[layer.index] = tuple(tensors[0].shape)
             caches[layer.index] = tensors
             per_block = sum(t.numel() * t.element_size() for t in tensors) // blocks
