@@ -43,7 +43,7 @@ test: $(STAMP) browser
 # Static guardrails over the package (ruff, then mypy; settings in pyproject.toml). Uses the venv as it
 # is: run `make venv` first on a fresh clone (.ci/run does).
 lint:
-	$(PY) -m ruff check kvdoctor
+	$(PY) -m ruff check kvdoctor tests
 	$(PY) -m mypy
 
 bench: $(STAMP)

@@ -11,7 +11,8 @@ from helpers import check_json, codes, make_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 NO_SGLANG = {"KVDOCTOR_SGLANG_PYTHON": "/nonexistent/python"}
-SGLANG_PYTHON = os.environ.get("KVDOCTOR_SGLANG_PYTHON") or str(Path(__file__).resolve().parent.parent / "goldens" / ".venv" / "sglang" / "bin" / "python")
+SGLANG_PYTHON = os.environ.get("KVDOCTOR_SGLANG_PYTHON") or str(
+    Path(__file__).resolve().parent.parent / "goldens" / ".venv" / "sglang" / "bin" / "python")
 
 
 def deploy(tmp_path: Path, **settings) -> str:

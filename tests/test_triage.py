@@ -51,7 +51,7 @@ AssertionError: page_size must be a power of two
 def fill(entry) -> str:
     """The entry's message with its placeholders filled so that its own pattern matches."""
     for value in FILLERS:
-        text = PLACEHOLDER.sub(lambda _: value, entry.error.message)
+        text = PLACEHOLDER.sub(lambda _, filler=value: filler, entry.error.message)
         if re.search(entry.error.pattern, text):
             return text
     raise AssertionError(f"{entry.code}: no filler makes error.pattern match error.message "

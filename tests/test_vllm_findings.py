@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.engines.vllm.differences import differences
@@ -156,11 +157,11 @@ def test_report_and_settings(tmp_path):
     assert info["architecture"] == "Gemma3ForCausalLM" and info["hma"]["on"] is True
     assert [g["spec"] for g in info["groups"]].count("FullAttentionSpec") == 1
     assert info["max_model_len"] == 32768
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         VllmSettings(tensor_parallel_size="8")  # strict: no string coercion
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         VllmSettings(surprise=1)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         VllmSettings(kv_budget="forty")
 
 
