@@ -15,17 +15,15 @@ from kvdoctor.model import Finding, Result
 def model_identity(target: str, root: Path) -> str:
     """A model's name that stays the same across machines: its path relative to the project root
     (absolute when outside it), or the Hugging Face id it was given as."""
-    if not os.path.exists(target):
-        return target
-    absolute = os.path.abspath(target)
+    return project_path(target, root) if os.path.exists(target) else target
+
+
+def project_path(path: str | Path, root: Path) -> str:
+    """A path as the repository sees it: relative to the project root, posix; absolute when outside."""
+    absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute, os.path.abspath(root))
-    if relative == os.curdir:
-        return "."
-    return _posix(absolute if relative.startswith(os.pardir) else relative)
-
-
-def _posix(path: str) -> str:
-    return path if os.sep == "/" else Path(path).as_posix()
+    chosen = absolute if relative.startswith(os.pardir) else relative
+    return chosen if os.sep == "/" else Path(chosen).as_posix()
 
 
 def layer_group(result: Result, finding: Finding) -> str:

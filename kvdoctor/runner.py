@@ -101,9 +101,9 @@ def died(target: str, opts: Options, why: str) -> Result:
 def in_shard(identity: str, shard: tuple[int, int]) -> bool:
     """Whether a target belongs to shard K of N (1-based): decided by a hash of its identity alone,
     so adding or removing other targets never moves it to another shard."""
-    k, n = shard
     import hashlib  # only with --shard: it loads OpenSSL (2 ms)
 
+    k, n = shard
     digest = hashlib.sha256(identity.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % n == k - 1
 

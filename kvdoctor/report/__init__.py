@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,9 +61,9 @@ class Report(msgspec.Struct):
 
     def relative(self, path: Path) -> str:
         """A path as the repository sees it: relative to the project root, posix; absolute when outside."""
-        absolute = os.path.abspath(path)
-        rel = os.path.relpath(absolute, os.path.abspath(self.root))
-        return Path(absolute).as_posix() if rel.startswith(os.pardir) else Path(rel).as_posix()
+        from kvdoctor.fingerprint import project_path
+
+        return project_path(path, self.root)
 
     def location(self, result: Result, finding: Finding | None = None) -> tuple[str, int | None]:
         """(file, line) a finding points at: the deploy file for a deploy setting, else a file in the
