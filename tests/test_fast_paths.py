@@ -355,14 +355,51 @@ def test_the_collector_runs_only_once_the_commands_modules_are_loaded(tmp_path, 
 
 def test_a_healthy_models_static_check_loads_no_hash_traceback_or_copy_module(tmp_path):
     """hashlib (OpenSSL), traceback and copy are loaded only where used: for a finding's fingerprint,
-    a crashed check and building a transformers class."""
+    a crashed check and building a transformers class; typing_extensions (and with it inspect) not
+    at all, as msgspec is imported without it (cli._import_msgspec)."""
     from helpers import make_model
     from import_probe import probe
 
     d = make_model(tmp_path, "llama-3.1-8b", shards=2)
-    run = probe(["check", str(d), "--static", "--format", "json"], ("hashlib", "traceback", "copy"), cwd=tmp_path)
+    watched = ("hashlib", "traceback", "copy", "typing_extensions", "inspect")
+    run = probe(["check", str(d), "--static", "--format", "json"], watched, cwd=tmp_path)
     assert json.loads(run.stdout)["results"][0]["findings"] == []
     assert run.loaded == set()
+
+
+HEADERS = [b'{"w": {"dtype": "BF16", "shape": [4, 2], "data_offsets": [0, 16]}}',
+           b'{"w": {"dtype": "BF17", "shape": [4], "data_offsets": [0, 8]}}',
+           b'{"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}',
+           b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "extra": 1}}',
+           b'{"w": {"dtype": "F32", "shape": [' + b",".join([b"1"] * 65) + b'], "data_offsets": [0, 4]}}',
+           b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}']
+
+
+def _decoded(header: bytes) -> str:
+    import msgspec
+
+    try:
+        return repr(checkpoint._HEADER.decode(header))
+    except msgspec.ValidationError as exc:
+        return f"ValidationError: {exc}"
+
+
+def test_headers_decode_alike_with_msgspec_imported_without_typing_extensions():
+    """The CLI imports msgspec with typing_extensions marked unimportable, so msgspec reads the
+    header types with typing's get_type_hints: every entry and every refusal is the same as with
+    typing_extensions' (this process imported msgspec as usual)."""
+    import subprocess
+    import sys
+
+    assert "typing_extensions" in sys.modules  # this process: msgspec as a library user gets it
+    script = ("import sys, json; from kvdoctor.cli import _import_msgspec; _import_msgspec()\n"
+              "assert 'typing_extensions' not in sys.modules\n"
+              "from test_fast_paths import HEADERS, _decoded\n"
+              "print(json.dumps([_decoded(h) for h in HEADERS]))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).parent, check=True)
+    assert json.loads(proc.stdout) == [_decoded(h) for h in HEADERS]
+    assert sum(text.startswith("ValidationError") for text in json.loads(proc.stdout)) == len(HEADERS) - 1
 
 
 def test_a_tensor_in_two_shards_and_one_mapped_elsewhere_are_named_with_their_files(tmp_path):
