@@ -28,10 +28,11 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _model_dirs(folder: Path) -> list[Path]:
-    """Model directories (those holding config.json) below `folder`, sorted; a model's own subfolders
-    are not searched, nor are hidden folders or symlinked ones (as os.walk would not follow them)."""
-    found: list[Path] = []
+def _model_dirs(folder: str) -> list[str]:
+    """Model directories (those holding config.json) below `folder`, in the order sorted Paths would
+    have; a model's own subfolders are not searched, nor are hidden folders or symlinked ones (as
+    os.walk would not follow them)."""
+    found: list[str] = []
 
     def visit(path: str, depth: int) -> None:
         try:
@@ -40,15 +41,17 @@ def _model_dirs(folder: Path) -> list[Path]:
         except OSError:
             return
         if depth > 0 and any(e.name == "config.json" and not _is_dir(e) for e in entries):
-            found.append(Path(path))
+            found.append(path)
             return
         if depth < MAX_DEPTH:
             for e in entries:
                 if not e.name.startswith(".") and e.name not in SKIP_DIRS and not e.is_symlink() and _is_dir(e):
                     visit(e.path, depth + 1)
 
-    visit(str(folder), 0)
-    return sorted(found)
+    visit(folder, 0)
+    if folder == os.curdir:  # scandir spells "./m" what Path spells "m"
+        found = [path[len(os.curdir + os.sep):] for path in found]
+    return sorted(found, key=lambda path: os.path.normcase(path).split(os.sep))
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -65,12 +68,11 @@ def expand_targets(targets: list[str]) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
     for target in targets:
-        path = Path(target)
         expanded = [target]
-        if path.is_file() and path.name == "config.json":
-            expanded = [str(path.parent)]
-        elif path.is_dir() and not (path / "config.json").exists():
-            expanded = [str(d) for d in _model_dirs(path)] or [target]
+        if os.path.isfile(target) and os.path.basename(target) == "config.json":
+            expanded = [str(Path(target).parent)]
+        elif os.path.isdir(target) and not os.path.exists(os.path.join(target, "config.json")):
+            expanded = _model_dirs(str(Path(target))) or [target]
         for item in expanded:
             key = os.path.abspath(item) if os.path.exists(item) else item
             if key not in seen:

@@ -63,7 +63,7 @@ def test_j1_and_j3_give_identical_documents_in_input_order(fleet):
     assert [r["target"] for r in parallel["results"]] == order
 
 
-def test_expansion_of_folders_files_and_repeats(tmp_path):
+def test_expansion_of_folders_files_and_repeats(tmp_path, monkeypatch):
     for rel in ("zoo/b", "zoo/a", "zoo/nested/c", "zoo/.hidden/d", "zoo/a/draft"):
         (tmp_path / rel).mkdir(parents=True)
         (tmp_path / rel / "config.json").write_text("{}")
@@ -73,6 +73,13 @@ def test_expansion_of_folders_files_and_repeats(tmp_path):
     assert expanded == [f"{zoo}/a", f"{zoo}/b", f"{zoo}/nested/c", "org/model", str(tmp_path / "empty")]
     # a model folder is a target itself, even with a model folder inside it
     assert expand_targets([f"{zoo}/a", f"{zoo}/a/"]) == [f"{zoo}/a"]
+    # folders come out spelled as pathlib spells them, and sorted part by part, as Paths sort
+    (tmp_path / "zoo" / "a-b").mkdir()
+    (tmp_path / "zoo" / "a-b" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path / "zoo")
+    assert expand_targets(["."]) == ["a", "a-b", "b", "nested/c"]
+    assert expand_targets(["./"]) == ["a", "a-b", "b", "nested/c"]
+    assert expand_targets([f"{zoo}//"]) == [f"{zoo}/a", f"{zoo}/a-b", f"{zoo}/b", f"{zoo}/nested/c"]
 
 
 def test_expansion_skips_links_tool_folders_and_what_lies_too_deep(tmp_path):
