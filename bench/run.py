@@ -417,6 +417,24 @@ def calibration() -> float:
                                           env=env()).stdout) for _ in range(3)), 3)
 
 
+def two_process_scaling(rounds: int = 5) -> float:
+    """How much faster two copies of the calibration loop finish side by side than one after the
+    other (median of `rounds`): on a shared or throttled box two processes get less than 2x, and a
+    -j 2 fleet can never scale better than this."""
+    def wall(side_by_side: bool) -> float:
+        start = time.perf_counter()
+        if side_by_side:
+            procs = [subprocess.Popen([PY, "-c", CALIBRATION], stdout=subprocess.DEVNULL, env=env()) for _ in range(2)]
+            for proc in procs:
+                proc.wait()
+        else:
+            for _ in range(2):
+                subprocess.run([PY, "-c", CALIBRATION], stdout=subprocess.DEVNULL, env=env(), check=True)
+        return time.perf_counter() - start
+
+    return round(statistics.median(wall(False) / wall(True) for _ in range(rounds)), 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="cold runs per static and fleet figure")
@@ -435,6 +453,10 @@ def main() -> None:
                  "calibration_s": calibration()}
     print(f"calibration: a 10M-step pure-Python loop takes {doc['calibration_s']:.2f} s on this box "
           "(compare figures across boxes by it)")
+    if "fleet" in only:
+        doc["two_process_scaling"] = two_process_scaling()
+        print(f"two such loops side by side finish {doc['two_process_scaling']:.2f}x faster than one after the other "
+              "(the most -j 2 can gain here)")
     if "static" in only:
         doc["static"] = bench_static(args.runs, not args.no_peer)
     if "profile" in only:
