@@ -6,7 +6,9 @@ pydantic.
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 from kvdoctor.model import Finding, Result
@@ -39,10 +41,28 @@ def fingerprint_parts(result: Result, finding: Finding, root: Path) -> dict[str,
 
 
 def fingerprint(parts: dict[str, str]) -> str:
-    import hashlib  # only for a finding: it loads OpenSSL (2 ms), which a healthy model's check never needs
-
     text = "\x1f".join(parts[k] for k in ("code", "model", "engine", "group", "key"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+    return sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def sha256(data: bytes):
+    """The SHA-256 digest of `data`, from CPython's own implementation where the build has it.
+
+    hashlib would load OpenSSL first (3 ms, as long as a static check of a 7B model's checkpoint),
+    and give the same digest: SHA-256 is one function whichever library computes it."""
+    return _sha256_constructor()(data)
+
+
+@cache
+def _sha256_constructor():
+    try:
+        if sys.version_info >= (3, 12):
+            from _sha2 import sha256
+        else:
+            from _sha256 import sha256  # type: ignore[import-not-found]  # not in typeshed
+    except ImportError:  # a build without CPython's own hashes (or another Python): OpenSSL's
+        from hashlib import sha256
+    return sha256
 
 
 def fingerprints(result: Result, root: Path) -> list[str]:

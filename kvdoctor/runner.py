@@ -103,22 +103,23 @@ def died(target: str, opts: Options, why: str) -> Result:
 def in_shard(identity: str, shard: tuple[int, int]) -> bool:
     """Whether a target belongs to shard K of N (1-based): decided by a hash of its identity alone,
     so adding or removing other targets never moves it to another shard."""
-    import hashlib  # only with --shard: it loads OpenSSL (2 ms)
+    from kvdoctor.fingerprint import sha256
 
     k, n = shard
-    digest = hashlib.sha256(identity.encode("utf-8")).digest()
+    digest = sha256(identity.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % n == k - 1
 
 
 def warm_imports(work: list[tuple[str, Options]]) -> None:
     """Import, before forking, what every worker will need: the engine profiles of the run, every
     rule module (`all_checks()`; rule modules import nothing heavy at module level, and the probes
-    that need torch or mlx import them inside each worker, as they must not be forked) and hashlib,
-    which the first finding's fingerprint would otherwise load in each worker (OpenSSL, 2 ms). Unless
-    every target is `--static`, also safetensors and numpy, with which each file's header is read a
-    second time (checkpoint.read_header): 50 ms of imports a worker would pay again."""
-    import hashlib  # noqa: F401
+    that need torch or mlx import them inside each worker, as they must not be forked) and the
+    SHA-256 of the first finding's fingerprint. Unless every target is `--static`, also safetensors
+    and numpy, with which each file's header is read a second time (checkpoint.read_header): 50 ms of
+    imports a worker would pay again."""
+    from kvdoctor.fingerprint import sha256
 
+    sha256(b"")
     if not all(opts.static for _, opts in work):
         import numpy  # noqa: F401
         import safetensors  # noqa: F401
@@ -253,8 +254,8 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
                 batch = running.pop(answers)
                 data = _answer(answers)
                 if data is not None:
+                    send(answers)  # its next batch first: the worker checks it while this one is unpickled
                     done(batch, pickle.loads(data))
-                    send(answers)
                     continue
                 os.close(answers)
                 os.close(feeds.pop(answers))

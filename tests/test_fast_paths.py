@@ -367,6 +367,35 @@ def test_a_healthy_models_static_check_loads_no_hash_traceback_or_copy_module(tm
     assert run.loaded == set()
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_fingerprints_and_the_workers_warm_up_load_no_openssl(tmp_path, jobs):
+    """A model with findings gets its fingerprints from CPython's own SHA-256, in the checking
+    process (-j 1) and in forked workers, whose parent loads it before the fork (-j 2): hashlib,
+    and OpenSSL with it, stays unloaded."""
+    from helpers import make_model
+    from import_probe import probe
+
+    for name in ("llama-3.1-8b", "qwen2.5-7b"):
+        make_model(tmp_path, name, edit=lambda cfg: cfg.update(num_key_value_heads=2), dirname=f"fleet/{name}")
+    run = probe(["check", str(tmp_path / "fleet"), "--static", "--format", "json", "-j", jobs], ("hashlib",),
+                cwd=tmp_path)
+    results = json.loads(run.stdout)["results"]
+    assert len(results) == 2 and all(r["findings"] and r["findings"][0]["fingerprint"] for r in results)
+    assert run.loaded == set()
+
+
+def test_the_builtin_sha256_gives_hashlibs_digests():
+    import hashlib
+
+    from kvdoctor.fingerprint import fingerprint, sha256
+
+    for data in (b"", b"abc", "CKPT001\x1fmodels/llama\x1fhf\x1fmodel\x1fk_proj".encode() * 100):
+        assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    parts = {"code": "CKPT001", "model": "models/llama", "engine": "hf", "group": "full", "key": "k"}
+    text = "\x1f".join(parts[k] for k in ("code", "model", "engine", "group", "key"))
+    assert fingerprint(parts) == hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 HEADERS = [b'{"w": {"dtype": "BF16", "shape": [4, 2], "data_offsets": [0, 16]}}',
            b'{"w": {"dtype": "BF17", "shape": [4], "data_offsets": [0, 8]}}',
            b'{"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}',

@@ -5,9 +5,9 @@ and location {path, lines: {begin}}.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 
+from kvdoctor.fingerprint import sha256
 from kvdoctor.report import Report
 
 SEVERITY = {"error": "major", "warning": "minor", "info": "info"}
@@ -18,7 +18,7 @@ def render(report: Report) -> str:
     for i, result in enumerate(report.results):
         if result.error:
             path, _ = report.location(result)
-            fp = hashlib.sha256(f"cannot-check\x1f{report.identity(result)}".encode()).hexdigest()[:24]
+            fp = sha256(f"cannot-check\x1f{report.identity(result)}".encode()).hexdigest()[:24]
             issues.append({"description": f"kvdoctor could not check {result.target}: {result.error}",
                            "check_name": "kvdoctor-cannot-check", "fingerprint": fp, "severity": "blocker",
                            "location": {"path": path, "lines": {"begin": 1}}})
