@@ -8,6 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from kvdoctor.errors import InputError
 
 if TYPE_CHECKING:
@@ -19,6 +21,9 @@ MAX_ENTRY_BYTES = 256 * 1024
 # Beside the built-in entries: each one's (name, severity, fix summaries), what a finding carries, so
 # that a check with findings parses no YAML. Written by `make briefs`; a test holds it to the entries.
 BRIEFS_NAME = "briefs.json"
+# And each one's Description, what the SARIF, JUnit and HTML reports say of a rule, so that they too
+# parse no YAML and import no pydantic (350 entries through both took 0.35 s of a SARIF report).
+DESCRIPTIONS_NAME = "descriptions.json"
 
 # A reference is public: an engine source link pinned to a release tag or a commit, an issue or pull
 # request as owner/repo#N, or one of kvdoctor's own docs. Free text may follow the first word.
@@ -66,6 +71,42 @@ def load_entry(path: Path) -> Entry:
     return entry
 
 
+class FixExample(msgspec.Struct, frozen=True):
+    summary: str
+    before: str | None = None
+    after: str | None = None
+
+
+class ErrorText(msgspec.Struct, frozen=True):
+    class_: str = msgspec.field(name="class")
+    message: str
+
+
+class Description(msgspec.Struct, frozen=True):
+    """What the reports say of a catalog entry: its texts, fixes with their examples, the engine's
+    error and the references."""
+    code: str
+    name: str
+    severity: str
+    summary: str
+    meaning: str
+    fixes: list[FixExample]
+    error: ErrorText | None = None
+    references: list[str] = msgspec.field(default_factory=list)
+    tags: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def family(self) -> str:
+        return self.code.rstrip("0123456789")
+
+
+def describe(entry: Entry) -> Description:
+    error = ErrorText(entry.error.class_, entry.error.message) if entry.error else None
+    return Description(entry.code, entry.name, entry.severity, entry.summary, entry.meaning,
+                       [FixExample(f.summary, f.before, f.after) for f in entry.fixes], error,
+                       list(entry.references), list(entry.tags))
+
+
 class Catalog:
     """Entries by code. Built-in entries are parsed on first use: a check that finds nothing reads
     only the file names, so a static check stays fast (the tests validate every built-in entry)."""
@@ -76,6 +117,7 @@ class Catalog:
         self._loaded = dict(loaded or {})
         self.builtin = builtin  # codes of kvdoctor's own entries
         self._briefs: dict[str, list] | None = None
+        self._descriptions: dict[str, Description] | None = None
 
     def get(self, code: str) -> Entry | None:
         if code not in self._loaded:
@@ -108,6 +150,19 @@ class Catalog:
 
         data, _ = load_yaml(path, "catalog entry", MAX_ENTRY_BYTES)
         return data["name"], data["severity"], [fix["summary"] for fix in data["fixes"]]
+
+    def description(self, code: str) -> Description | None:
+        """The entry's Description: for a built-in entry from the descriptions index (held to the
+        entries by a test), else, or where the index lacks the code, from the validated entry."""
+        if code in self.builtin and code not in self._loaded:
+            if self._descriptions is None:
+                index = self.paths[code].parent / DESCRIPTIONS_NAME
+                self._descriptions = (msgspec.json.decode(index.read_bytes(), type=dict[str, Description])
+                                      if index.is_file() else {})
+            if code in self._descriptions:
+                return self._descriptions[code]
+        entry = self.get(code)
+        return describe(entry) if entry is not None else None
 
     def __getitem__(self, code: str) -> Entry:
         entry = self.get(code)
@@ -159,9 +214,17 @@ def briefs(catalog: Catalog) -> dict[str, list]:
             for code, entry in catalog.entries.items()}
 
 
-def write_briefs() -> Path:
-    """Rewrite the built-in catalog's briefs index from its entries (`make briefs`)."""
-    path = default_catalog_dir() / BRIEFS_NAME
-    path.write_text(json.dumps(briefs(load_catalog()), indent=0, sort_keys=True, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
-    return path
+def descriptions(catalog: Catalog) -> dict[str, Description]:
+    """The descriptions index of a catalog: code -> Description."""
+    return {code: describe(entry) for code, entry in catalog.entries.items()}
+
+
+def write_briefs() -> list[Path]:
+    """Rewrite the built-in catalog's briefs and descriptions indexes from its entries (`make briefs`)."""
+    catalog, folder = load_catalog(), default_catalog_dir()
+    briefs_path, descriptions_path = folder / BRIEFS_NAME, folder / DESCRIPTIONS_NAME
+    briefs_path.write_text(json.dumps(briefs(catalog), indent=0, sort_keys=True, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
+    lines = [msgspec.json.encode(code) + b": " + msgspec.json.encode(d) for code, d in descriptions(catalog).items()]
+    descriptions_path.write_bytes(b"{\n" + b",\n".join(lines) + b"\n}\n")  # an entry a line, for diffs
+    return [briefs_path, descriptions_path]

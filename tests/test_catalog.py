@@ -183,6 +183,41 @@ def test_schema_refuses_bad_engine_ranges(tmp_path, broken, field):
         load_entry(path)
 
 
+def test_the_descriptions_index_is_the_entries_own(tmp_path):
+    """rules/descriptions.json (what SARIF, JUnit and HTML say of a rule, read without YAML or pydantic)
+    holds each validated entry's texts, fixes with their examples, error and references: `make briefs`
+    after editing an entry. A stale index is not trusted for a code it lacks, and a user's entry is
+    described from its validated self."""
+    import msgspec
+
+    from kvdoctor.catalog import DESCRIPTIONS_NAME, Catalog, Description, default_catalog_dir, describe, descriptions
+
+    catalog = load_catalog()
+    raw = (default_catalog_dir() / DESCRIPTIONS_NAME).read_bytes()
+    index = msgspec.json.decode(raw, type=dict[str, Description])
+    assert index == descriptions(catalog) and list(index) == catalog.codes()
+    entry = catalog["SWA001"]
+    described = catalog.description("SWA001")
+    assert described == index["SWA001"]
+    assert (described.summary, described.meaning, described.family, described.tags) == \
+        (entry.summary, entry.meaning, entry.family, entry.tags)
+    assert [(f.summary, f.before, f.after) for f in described.fixes] == [(f.summary, f.before, f.after) for f in entry.fixes]
+    with_error = next(e for e in catalog.entries.values() if e.error is not None)
+    assert catalog.description(with_error.code).error.class_ == with_error.error.class_
+    assert json.loads(raw)[with_error.code]["error"]["class"] == with_error.error.class_
+    (tmp_path / "SWA001.yaml").write_text((default_catalog_dir() / "SWA001.yaml").read_text(encoding="utf-8"))
+    (tmp_path / DESCRIPTIONS_NAME).write_text("{}")
+    stale = Catalog({"SWA001": tmp_path / "SWA001.yaml"}, builtin=frozenset({"SWA001"}))
+    assert stale.description("SWA001") == index["SWA001"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    doc = yaml.safe_load((default_catalog_dir() / "SWA001.yaml").read_text(encoding="utf-8"))
+    (mine / "ZZZ001.yaml").write_text(yaml.safe_dump({**doc, "code": "ZZZ001", "summary": "my own rule"}))
+    user = load_catalog(extra_dirs=(mine,))
+    assert user.description("ZZZ001") == describe(user["ZZZ001"]) and user.description("ZZZ001").summary == "my own rule"
+    assert describe(entry) == index["SWA001"] and catalog.description("NOPE999") is None
+
+
 def test_the_briefs_index_is_the_entries_own(tmp_path):
     """rules/briefs.json (what findings carry, read without YAML) says what the entries say: `make briefs`
     after editing an entry. A stale index is not trusted for a code it lacks."""

@@ -168,6 +168,20 @@ def test_static_check_builds_no_pydantic_model_without_a_deploy_file(tmp_path, e
     assert run.loaded == loaded  # nor any engine's budget model, nor typer (argv.py read the line)
 
 
+@pytest.mark.parametrize("output_format", ["sarif", "junit", "gitlab", "github"])
+def test_ci_formats_describe_their_rules_without_pydantic_or_yaml(tmp_path, output_format):
+    """SARIF's rule descriptors (every checked rule's texts, fixes and references) and JUnit's test
+    names come from the catalog's indexes, so a CI gate's report loads neither pydantic nor a YAML
+    parser, as the JSON report does not."""
+    from helpers import make_model
+    from import_probe import probe
+
+    d = make_model(tmp_path, "kimi-linear", shards=2, edit=lambda c: c.update(auto_map={"AutoModel": "m.M"}))
+    run = probe(["check", str(d), "--static", "--format", output_format], ("pydantic", "yaml", "rich"), cwd=tmp_path)
+    assert "CFG010" in run.stdout
+    assert run.loaded == set()
+
+
 @pytest.mark.parametrize("value", ["0", "1025", "02", "+2", "two", "\u0662"])
 def test_jobs_outside_the_plain_spelling_are_judged_by_the_strict_type(value):
     from typer.testing import CliRunner

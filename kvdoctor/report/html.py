@@ -343,7 +343,7 @@ def _finding(report: Report, result: Result, f) -> str:
         out.append(f'<p class="engine-error">engine would raise at {_e(err.get("stage"))}: {_e(err.get("class"))}: '
                    f'{_e(err.get("message"))}</p>')
     out.append("<ul>" + "".join(f"<li>fix: {_e(fix)}</li>" for fix in f.fixes) + "</ul>")
-    entry = report.catalog.get(f.code)
+    entry = report.catalog.description(f.code)
     if entry is not None:
         examples = "".join(
             f"<p>{_e(fix.summary)}</p>" + (f"<pre>{_e(fix.before)}</pre>" if fix.before else "")

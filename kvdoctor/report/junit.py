@@ -47,9 +47,9 @@ def _suite(report: Report, index: int, result: Result) -> ET.Element:
     codes = list(dict.fromkeys([*report.checked_codes(index), *sorted(by_code)]))
     failures = 0
     for code in codes:
-        entry = report.catalog.get(code)
+        brief = report.catalog.brief(code)
         case = ET.SubElement(suite, "testcase", classname=identity,
-                             name=f"{code} {entry.name}" if entry else code)
+                             name=f"{code} {brief[0]}" if brief else code)
         findings = by_code.get(code, [])
         if findings:
             path, line = report.location(result, findings[0])

@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from kvdoctor import __version__
-from kvdoctor.catalog import Entry
+from kvdoctor.catalog import Description
 from kvdoctor.model import Finding, Result
 from kvdoctor.report import Report
 
@@ -20,7 +20,7 @@ LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 FINGERPRINT_KEY = "kvdoctorFingerprint/v1"
 
 
-def _help_markdown(entry: Entry) -> str:
+def _help_markdown(entry: Description) -> str:
     parts = [f"**{entry.summary}**", "", entry.meaning.strip(), "", "**Fixes**", ""]
     for i, fix in enumerate(entry.fixes, 1):
         parts.append(f"{i}. {fix.summary}")
@@ -35,12 +35,12 @@ def _help_markdown(entry: Entry) -> str:
     return "\n".join(parts)
 
 
-def _help_text(entry: Entry) -> str:
+def _help_text(entry: Description) -> str:
     fixes = "\n".join(f"{i}. {fix.summary}" for i, fix in enumerate(entry.fixes, 1))
     return f"{entry.summary}\n\n{entry.meaning.strip()}\n\nFixes:\n{fixes}"
 
 
-def rule(entry: Entry) -> dict:
+def rule(entry: Description) -> dict:
     return {
         "id": entry.code,
         "name": entry.name,
@@ -86,7 +86,7 @@ def _result(report: Report, result: Result, finding: Finding, fp: str, rule_inde
 def document(report: Report) -> dict:
     codes = {code for checked in report.checked for code in checked}
     codes |= {f.code for r in report.results for f in r.findings}
-    entries = [report.catalog[code] for code in sorted(codes) if report.catalog.get(code)]
+    entries = [entry for code in sorted(codes) if (entry := report.catalog.description(code)) is not None]
     rule_index = {entry.code: i for i, entry in enumerate(entries)}
     results = [_result(report, r, f, fp, rule_index)
                for i, r in enumerate(report.results) for f, fp in zip(r.findings, report.fingerprints(i))]
