@@ -170,7 +170,8 @@ def bench_static(runs: int, peer: bool) -> list[dict]:
         d = materialize(name)
         size = sum(p.stat().st_size for p in d.glob("*.safetensors"))
         ntensors = len(json.loads((d / "model.safetensors.index.json").read_text())["weight_map"])
-        cmds = {"floor": [PY, "-c", FLOOR, str(d)], "static": kvdoctor("check", str(d), "--static", "--format", "json")}
+        cmds = {"floor": [PY, "-c", FLOOR, str(d)], "static": kvdoctor("check", str(d), "--static", "--format", "json"),
+                "static, sarif": kvdoctor("check", str(d), "--static", "--format", "sarif")}  # a CI gate's report
         for engine in engines_for(name):
             cmds[f"full ({engine})"] = kvdoctor("check", str(d), "--engine", engine, "--format", "json")
         if peer:
