@@ -25,9 +25,10 @@ def entry() -> None:
     A static check leaves some 200 modules and a tensor table of 20k entries; freeing them object
     by object took 3 ms of a 95 ms check of the Kimi-Linear layout. "Nothing left to do": no exit
     hook registered (warm dry-run children, Ray and temporary files register theirs; CPython's
-    atexit._ncallbacks counts them, and without it the exit is the usual one), no other thread
-    running, and standard output and error flushed. `main` stays a plain function for callers in
-    the same process."""
+    atexit._ncallbacks counts them, and without it the exit is the usual one), no profiler or tracer
+    that writes its results once the command returns (`python -m cProfile -o FILE -m kvdoctor`, a
+    debugger), no other thread running, and standard output and error flushed. `main` stays a plain
+    function for callers in the same process."""
     try:
         main()
     except SystemExit as done:
@@ -39,7 +40,9 @@ def entry() -> None:
 def _nothing_left_at_exit() -> bool:
     hooks = getattr(atexit, "_ncallbacks", None)
     threading = sys.modules.get("threading")
-    if hooks is None or hooks() or (threading is not None and threading.active_count() > 1):
+    if hooks is None or hooks() or sys.getprofile() is not None or sys.gettrace() is not None:
+        return False
+    if threading is not None and threading.active_count() > 1:
         return False
     try:
         sys.stdout.flush()

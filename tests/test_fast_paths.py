@@ -501,3 +501,20 @@ def test_the_command_skips_the_teardown_only_where_nothing_waits_for_the_exit(tm
     assert proc.returncode == 1  # CFG010 (info) fails at --fail-on info
     assert json.loads(out.read_text())["results"][0]["findings"][0]["code"] == "CFG010"
     assert ("hook ran" in proc.stderr) == hook and ("torn down" in proc.stderr) == hook
+
+
+def test_a_profiler_of_the_command_still_writes_its_results(tmp_path):
+    """Under `python -m cProfile -o FILE -m kvdoctor`, the profile is written after the command
+    returns: the command must return to it rather than leave through os._exit."""
+    import pstats
+    import subprocess
+    import sys
+
+    from helpers import make_model
+
+    d = make_model(tmp_path, "kimi-linear", shards=2)
+    profile = tmp_path / "check.prof"
+    subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "kvdoctor", "check", str(d),
+                    "--static", "--format", "json"], capture_output=True, check=True)
+    functions = {name for _, _, name in pstats.Stats(str(profile)).stats}
+    assert "run_check" in functions
