@@ -5,13 +5,13 @@ Each text format is a function `render(report: Report) -> str` in its own module
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from kvdoctor import __version__
+from kvdoctor.jsontext import indented
 from kvdoctor.model import SEVERITIES, Finding, Result
 
 if TYPE_CHECKING:
@@ -164,17 +164,17 @@ PART_INDENT = "\n    "  # an entry of "results" sits two levels deep in the docu
 
 def result_part(root: Path, result: Result, opts: Options) -> str:
     """A result's entry, as render_json writes it inside the document: a -j worker renders its own
-    results, so the parent only joins them (the indenting encoder is pure Python)."""
+    results, so the parent only joins them."""
     from kvdoctor.check import checked_codes
 
-    return json.dumps(result_entry(result, root, checked_codes(opts)), indent=2).replace("\n", PART_INDENT)
+    return indented(result_entry(result, root, checked_codes(opts))).replace("\n", PART_INDENT)
 
 
 def render_json(report: Report) -> str:
     if report.json_parts is None:
-        return json.dumps(document(report.results, report), indent=2)
+        return indented(document(report.results, report))
     # The same document around an empty list; "results" is its first list, after the fixed "tool".
-    frame = json.dumps(_document(report.results, [], report), indent=2)
+    frame = indented(_document(report.results, [], report))
     if not report.json_parts:
         return frame
     before, _, after = frame.partition('"results": []')

@@ -5,9 +5,8 @@ and location {path, lines: {begin}}.
 """
 from __future__ import annotations
 
-import json
-
 from kvdoctor.fingerprint import sha256
+from kvdoctor.jsontext import indented
 from kvdoctor.report import Report
 
 SEVERITY = {"error": "major", "warning": "minor", "info": "info"}
@@ -28,4 +27,4 @@ def render(report: Report) -> str:
             issues.append({"description": f"{finding.code} {finding.message}", "check_name": finding.code,
                            "fingerprint": fp, "severity": SEVERITY[finding.severity],
                            "location": {"path": path, "lines": {"begin": line or 1}}})
-    return json.dumps(issues, indent=2)
+    return indented(issues)

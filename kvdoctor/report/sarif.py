@@ -6,12 +6,12 @@ to the file). Targets that could not be checked become tool execution notificati
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from urllib.parse import quote
 
 from kvdoctor import __version__
 from kvdoctor.catalog import Description
+from kvdoctor.jsontext import indented
 from kvdoctor.model import Finding, Result
 from kvdoctor.report import Report
 
@@ -109,4 +109,4 @@ def document(report: Report) -> dict:
 
 
 def render(report: Report) -> str:
-    return json.dumps(document(report), indent=2)
+    return indented(document(report))

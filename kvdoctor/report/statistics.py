@@ -1,9 +1,9 @@
 """`--statistics`: how many findings of each code, most frequent first (ruff's layout)."""
 from __future__ import annotations
 
-import json
 from collections import Counter
 
+from kvdoctor.jsontext import indented
 from kvdoctor.model import Result
 
 
@@ -28,4 +28,4 @@ def render_text(results: list[Result]) -> str:
 
 
 def render_json(results: list[Result]) -> str:
-    return json.dumps(rows(results), indent=2)
+    return indented(rows(results))
