@@ -217,6 +217,25 @@ def test_over_budget_checks_startup_and_says_so(tmp_path):
     assert run["pool"]["buffers"] == 32  # the engine's shared pool: one buffer per full-attention layer
 
 
+def test_a_copy_whose_weights_pass_the_memory_bound_is_never_filled(tmp_path):
+    """Nemotron-Super-49B's layer widths come from block_configs (ffn_mult), which the shrink leaves
+    alone: the copy that keeps every layer holds tens of GiB of weights. The dry run used to fill them
+    and take all the machine's memory before it crashed; it now stops after loading and says why."""
+    from pathlib import Path
+
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
+    model = tmp_path / "nemotron-super"
+    model.mkdir()
+    (model / "config.json").write_text((real / "nvidia__Llama-3_3-Nemotron-Super-49B-v1.json").read_text())
+    result = dry_check(model)
+    run = result.info["dry_run"]
+    assert run["outcome"] == "refused" and run["stages"]["load"] == "refused", run["stages"]
+    assert run["stages"]["startup"] == "not run"
+    found = [f for f in result.findings if f.code == "ENG053"]
+    assert len(found) == 1 and found[0].evidence["weight_bytes"] > found[0].evidence["budget_bytes"]
+    assert "ENG056" not in {f.code for f in result.findings}  # no crash
+
+
 def test_missing_engine_is_one_finding_and_static_checks_still_run(tmp_path, monkeypatch):
     from kvdoctor.dryrun import engine_import
 

@@ -130,6 +130,10 @@ class Interpreter:
             self._add("ENG052", "the dry run found no shrunk copy of the model that keeps every layer as the "
                                 f"engine sees it ({'; '.join(refused['diff'][:3])}), so it ran nothing past loading",
                       evidence={"diff": refused["diff"]})
+        elif refused["stage"] == "load":  # the shrunk copy's weights alone past the memory bound
+            self._add("ENG053", f"{refused['message']}; the dry run stopped after loading, before it built the "
+                                "engine's runner", evidence={"weight_bytes": refused["weight_bytes"],
+                                                             "budget_bytes": refused["budget_bytes"]})
         else:
             schedules = self.outcome.all("schedule")
             self._add("ENG053", f"{refused['message']}: the smallest schedule needs about "

@@ -307,6 +307,8 @@ class DryRun:
                 candidates.append((f"hidden size of the heads, 1/{factor} of the heads", sized, factor))
         candidates += [(label, candidate, 1) for label, candidate in shrink.shrink_candidates(config)]
         self.cut_layers = None
+        bound = self._budget_bytes()
+        heavy: tuple[str, int] | None = None  # the first copy that keeps every layer but is past the bound
         if self.fewer_layers:
             keep = compact.layer_prefix(full_sig)
             cut = [(f"{label}, the first {keep} layers", compact.fewer_layers(candidate, keep), 1)
@@ -333,6 +335,10 @@ class DryRun:
                 diff = [] if compact.matches_prefix(full_sig, small_sig, compact.layer_prefix(full_sig)) else ["cut"]
             else:
                 diff = shrink.signature_diff(full_sig, small_sig)
+            if not diff and (size := weight_summary(model)["weight_bytes"]) > bound:
+                heavy = heavy or (label, size)  # its random weights alone would be past the bound
+                del model
+                continue
             if not diff:
                 self.cut_layers = compact.layer_prefix(full_sig) if self.fewer_layers else None
                 self.scaled_heads = scale > 1
@@ -341,6 +347,14 @@ class DryRun:
                            "changes": _changes(config, candidate)})
                 return model, loaded
             first_diff = first_diff or diff
+        if heavy is not None:
+            label, size = heavy
+            self.emit({"event": "refused", "reason": "budget", "stage": "load", "weight_bytes": size,
+                       "budget_bytes": bound,
+                       "message": f"the smallest copy that keeps every layer as the engine sees it ({label}) "
+                                  f"would hold {size / 2**30:.1f} GiB of weights, past the dry run's "
+                                  f"{bound / 2**30:.0f} GiB memory bound"})
+            return None, None
         self.emit({"event": "refused", "reason": "shrink", "stage": "load", "diff": first_diff,
                    "message": "no shrunk copy keeps the engine's view of every layer"})
         return None, None
@@ -400,11 +414,14 @@ class DryRun:
         return crossing + [make_schedule(NOMINAL_UNIT, not windows, max_chunk),
                            make_schedule(MINIMAL_UNIT, not windows, max_chunk, decode_steps=2)]
 
+    def _budget_bytes(self) -> int:
+        return int(self.request.get("budget_bytes") or DEFAULT_BUDGET_BYTES)
+
     def _choose_schedule(self, runner, options, weights, layout, heads) -> Schedule | None:
         """The first schedule whose estimate fits the time and memory budget and the engine's pool."""
         windows = sorted({w for w in layout.layer_window_sizes.values() if w is not None})
         budget_s = float(self.request.get("budget_seconds") or DEFAULT_BUDGET_SECONDS)
-        budget_bytes = int(self.request.get("budget_bytes") or DEFAULT_BUDGET_BYTES)
+        budget_bytes = self._budget_bytes()
         pool_slots = runner.pool_size if runner._attention_kv_pool is not None else None
         dtype_bytes = _kv_dtype_bytes(runner)
         for schedule in options:
