@@ -133,9 +133,7 @@ class Interpreter:
         elif refused["stage"] == "load":  # the shrunk copy's weights alone past the memory bound
             self._add("ENG053", f"{refused['message']}; the dry run stopped after loading, before it built the "
                                 "engine's runner", evidence={"weight_bytes": refused["weight_bytes"],
-                                                             "budget_bytes": refused["budget_bytes"]},
-                      fixes=["The shrink cannot make this model's layers small, so no time budget lets it dry-run "
-                             "here; the check without --dry-run still lays out its caches from the engine's code."])
+                                                             "budget_bytes": refused["budget_bytes"]})
         else:
             schedules = self.outcome.all("schedule")
             self._add("ENG053", f"{refused['message']}: the smallest schedule needs about "

@@ -335,11 +335,12 @@ class DryRun:
                 diff = [] if compact.matches_prefix(full_sig, small_sig, compact.layer_prefix(full_sig)) else ["cut"]
             else:
                 diff = shrink.signature_diff(full_sig, small_sig)
-            if not diff and (size := weight_summary(model)["weight_bytes"]) > bound:
-                heavy = heavy or (label, size)  # its random weights alone would be past the bound
-                del model
-                continue
             if not diff:
+                size = weight_summary(model)["weight_bytes"]
+                if size > bound:  # its random weights alone would be past the bound: never filled
+                    heavy = heavy or (label, size)
+                    del model
+                    continue
                 self.cut_layers = compact.layer_prefix(full_sig) if self.fewer_layers else None
                 self.scaled_heads = scale > 1
                 shrink.randomize(model, SEED)
