@@ -54,8 +54,11 @@ def test_gpt_oss_runs_clean_and_sliding_layers_attend_exactly_the_window(gpt_oss
     assert run["outcome"] == "clean", run.get("error")
     assert run["stages"] == {"load": "ok", "startup": "ok", "prefill": "ok", "decode": "ok"}
     assert run["schedule"]["crosses_windows"] and run["schedule"]["unit"] == 128
+    # the copy keeps each kind of layer twice: two sliding and two full of the 24, in the model's order
+    assert run["shrink"]["layers"] == {"kept": 4, "of": 24}
+    assert run["shrink"]["changes"]["layer_types"] == ["24 entries", "the first 4"]
     rows = {row["index"]: row for row in run["layers"]}
-    assert len(rows) == 24
+    assert sorted(rows) == [0, 1, 2, 3]
     for index, row in rows.items():
         sliding = index % 2 == 0
         assert row["cache"] == ("WindowedAttentionKVCache" if sliding else "ContiguousAttentionKVCache")
@@ -142,9 +145,12 @@ def test_olmo3_fails_its_first_batched_decode(tmp_path):
         "message": "[rms_norm] (*weight) must have the same size as the last dimension of x but has 5120 elements."}
     assert found[0].evidence["frame"]["function"] == "_batched_decode"
     assert found[0].layer == 0  # the first attention layer's wrapper raised
-    # the text is the full head count's (40 x 128), from a repeat on the first 4 layers (3 sliding, 1 full)
-    assert run["error"]["confirmed_on"] == "the first 4 layers with the full head count"
-    assert len(run["layers"]) == 64 and run["shrink"]["candidate"].endswith("1/8 of the heads")
+    # the copy with 1/8 of the heads raised it first; the text is the full head count's (40 x 128), from
+    # the repeat with every head on the same 8 of the 64 layers (3 sliding, 1 full, twice), and the
+    # finding says which copy raised it
+    assert run["shrink"]["candidate"] == run["error"]["copy"] == "small hidden size, the first 8 of 64 layers"
+    assert len(run["layers"]) == 8 and run["shrink"]["layers"] == {"kept": 8, "of": 64}
+    assert "raised on kvdoctor's shrunk copy (small hidden size, the first 8 of 64 layers)" in found[0].message
     # the 4096-token window is too costly to cross on CPU: the short schedule is reported
     assert "ENG054" in [f.code for f in result.findings]
     assert all(row["cache"] == ("WindowedAttentionKVCache" if (row["index"] + 1) % 4 else "ContiguousAttentionKVCache")
@@ -155,8 +161,11 @@ def test_an_error_of_the_engines_layer_discovery_needs_no_full_head_repeat(tmp_p
     result = dry_check(make_model(tmp_path, "phi3-mini", checkpoint=False))
     run = result.info["dry_run"]
     assert run["error"]["message"] == "No attention attribute in layer type <class 'mlx_lm.models.phi3.TransformerBlock'>"
-    assert run["shrink"]["candidate"] == "hidden size of the heads, 1/32 of the heads"  # not the full 3072
-    assert "confirmed_on" not in run["error"] and "ENG003" in [f.code for f in result.findings]
+    # not the full 3072; and all 32 layers: mlx-lm's phi3 attention keeps num_hidden_layers, so a copy
+    # cut to two layers would not show its layers' settings as the full model does (no cut is proven)
+    assert run["shrink"]["candidate"] == "hidden size of the heads, 1/32 of the heads"
+    assert run["shrink"]["layers"] == {"kept": 32, "of": 32}
+    assert "copy" not in run["error"] and "ENG003" in [f.code for f in result.findings]
 
 
 TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
@@ -214,7 +223,8 @@ def test_over_budget_checks_startup_and_says_so(tmp_path):
     found = [f for f in result.findings if f.code == "ENG053"]
     assert len(found) == 1 and len(found[0].evidence["schedules"]) == 2
     assert all(not s["chosen"] for s in found[0].evidence["schedules"])
-    assert run["pool"]["buffers"] == 32  # the engine's shared pool: one buffer per full-attention layer
+    # the engine's shared pool: one buffer per full-attention layer of the copy (2 of the 32)
+    assert run["pool"]["buffers"] == run["shrink"]["layers"]["kept"] == 2
 
 
 def test_a_copy_whose_weights_pass_the_memory_bound_is_never_filled(tmp_path):
@@ -265,3 +275,88 @@ def test_html_report_draws_the_keys_each_layer_attended(gpt_oss, tmp_path):
     assert {int(k): int(v.replace(",", "")) for k, v in decode.items()} == \
         {row["index"]: max(max(step) for step in row["decode_keys"]) for row in rows}
     assert [int(i) for i, _ in windows] == [row["index"] for row in rows if row["engine_window"]]
+
+
+# google/gemma-4-E2B-it's text_config as published (hidden sizes and vocabulary are shrunk anyway): its
+# last 20 of 35 layers reuse the keys and values of earlier layers
+GEMMA4_E2B = {
+    "model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"], "hidden_size": 1536,
+    "num_hidden_layers": 35, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+    "global_head_dim": 512, "num_global_key_value_heads": None, "attention_k_eq_v": False, "sliding_window": 512,
+    "vocab_size": 262144, "vocab_size_per_layer_input": 262144, "hidden_size_per_layer_input": 256,
+    "num_kv_shared_layers": 20, "use_double_wide_mlp": True, "intermediate_size": 6144,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh",
+    "final_logit_softcapping": 30.0, "tie_word_embeddings": True,
+    "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7,
+    "rope_parameters": {"full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                                           "rope_type": "proportional"},
+                        "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}},
+}
+
+
+CUT_PROBE = """
+import json, sys
+from kvdoctor.dryrun import shrink
+from kvdoctor.dryrun.driver import DryRun
+from kvdoctor.dryrun.engine_import import load_mlx_backend
+config = json.loads(sys.argv[1])
+run = DryRun({"config": config}, print)
+run.backend = load_mlx_backend()
+full, _ = shrink.load_weightless(config)
+full_sig = shrink.signature(full, run.backend)
+_label, small = next(shrink.shrink_candidates(config))
+uncut, _ = shrink.load_weightless(small)
+cut = run._cut(small, uncut, full_sig, 1, None, None)
+print(json.dumps(None if cut is None else cut[3]))
+"""
+
+
+# Ling-3.0-tiny's config.json (inclusionAI), as quoted in a public test of its MLX port: three KDA layers
+# then one MLA layer a group, the first layer dense
+LING3_TINY = {
+    "architectures": ["BailingMoeV3ForCausalLM"], "model_type": "bailing_hybrid", "hidden_size": 1536,
+    "intermediate_size": 4608, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "head_dim": 128, "vocab_size": 157184, "max_position_embeddings": 131072, "rms_norm_eps": 0.000001,
+    "rope_theta": 6000000, "tie_word_embeddings": False, "layer_group_size": 4, "short_conv_kernel_size": 4,
+    "no_kda_lora": True, "kda_safe_gate": True, "kda_lower_bound": -5,
+    "gated_attention_proj_granularity_type": "head_wise", "qk_head_dim": 192, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "q_lora_rank": 256, "kv_lora_rank": 512, "rope_interleave": True,
+    "use_qk_norm": True, "first_k_dense_replace": 1, "num_experts": 128, "num_experts_per_tok": 8,
+    "num_shared_experts": 1, "moe_intermediate_size": 512, "moe_shared_expert_intermediate_size": 512, "n_group": 8,
+    "topk_group": 4, "norm_topk_prob": True, "routed_scaling_factor": 2.5, "moe_router_enable_expert_bias": True,
+}
+
+
+@pytest.mark.parametrize("config, kept", [
+    ({**GEMMA4_E2B, "num_kv_shared_layers": 0}, 10),  # no layer depends on the count: each kind twice
+    (GEMMA4_E2B, None),  # the last 20 share a cache: cut to 25, layers 5-24 would (the signature shows it)
+    (LING3_TINY, 8),  # a dense KDA layer, then KDA and MLA layers of experts twice; layers past the last
+    # whole group would be MLA (mlx-lm's bailing_moe_v3), and a cut to whole groups leaves none
+], ids=["gemma4-no-sharing", "gemma4-e2b", "ling3-tiny"])
+def test_a_cut_is_used_only_where_no_kept_layer_depends_on_the_count(config, kept):
+    """The copy cut to its first layers must show each kept layer as the copy with every layer does:
+    in its signature (classes, widths, windows) and in its own settings (flags, indices, sizes)."""
+    out = subprocess.run([sys.executable, "-c", CUT_PROBE, json.dumps(config)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == kept
+
+
+def test_a_layer_set_up_by_the_layer_count_shows_in_its_settings():
+    """What the signature cannot see, the settings do: a flag or a size held by any module of a layer
+    (not its arrays), so a layer built as the last one differs from the same layer mid-model."""
+    import mlx.nn as nn
+
+    from kvdoctor.dryrun.shrink import layer_states
+
+    class Block(nn.Module):
+        def __init__(self, index: int, count: int):
+            super().__init__()
+            self.index = index
+            self.attn = nn.Linear(4, 4)
+            self.attn.scale = 1 - index / (count - 1)  # a decay that moves with the layer count
+
+    full, cut = [Block(i, 24) for i in range(24)], [Block(i, 8) for i in range(8)]
+    assert layer_states(full[:1]) == layer_states(cut[:1])  # layer 0 is alike in both
+    assert layer_states(full[:8]) != layer_states(cut)
+    assert "attn.scale=1.0" in layer_states(cut)[0] and "index=0" in layer_states(cut)[0]

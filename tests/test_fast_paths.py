@@ -259,23 +259,35 @@ def _pattern_sig(windows):
             "window_map": {str(i): w for i, w in enumerate(windows) if w is not None}}
 
 
-def test_the_cut_copy_keeps_one_period_of_every_layer_kind():
-    from kvdoctor.dryrun.compact import fewer_layers, layer_prefix, matches_prefix
+def test_the_cut_copy_keeps_every_layer_kind_twice():
+    from kvdoctor.dryrun.compact import first_layers, layer_period
 
     full = _pattern_sig([4096, 4096, 4096, None] * 16)
-    assert layer_prefix(full) == 4
-    assert layer_prefix(_pattern_sig([None] * 8)) == 1
-    assert layer_prefix(_pattern_sig([None] * 7 + [128])) == 8  # the one odd layer is last: nothing to cut
+    assert layer_period(full) == 8 and layer_period(full, repeats=1) == 4
+    assert layer_period(_pattern_sig([None] * 8)) == 2
+    assert layer_period(_pattern_sig([None] * 7 + [128])) == 8  # the one odd layer is last: nothing to cut
+    assert layer_period(_pattern_sig([128] + [None] * 7)) == 3  # a kind the model has once is kept once
+    dense = _pattern_sig([None] * 4)
+    dense["layers"][0] = {**dense["layers"][0], "modules": ["mlp: MLP"]}  # a dense first layer, then experts
+    for row in dense["layers"][1:]:
+        row["modules"] = ["mlp: MoE", "mlp.switch_mlp: SwitchGLU"]
+    assert layer_period(dense) == 3
+    cut = first_layers(full, 8)
+    assert cut["num_layers"] == 8 and cut["layers"] == full["layers"][:8]
+    assert cut["window_map"] == {str(i): 4096 for i in range(8) if i % 4 != 3} and full["num_layers"] == 64
+
+
+def test_the_cut_config_keeps_the_first_entry_of_every_per_layer_list():
+    from kvdoctor.dryrun.compact import fewer_layers
+
     cfg = {"num_hidden_layers": 64, "layer_types": ["sliding_attention"] * 3 + ["full_attention"], "hidden_size": 64,
-           "text_config": {"num_hidden_layers": 64, "layer_types": list(range(64))}}
+           "text_config": {"num_hidden_layers": 64, "layer_types": list(range(64))}, "mlp_only_layers": [0, 5]}
     cfg["layer_types"] = cfg["layer_types"] * 16
     cut = fewer_layers(cfg, 4)
     assert cut["num_hidden_layers"] == 4 and cut["layer_types"] == cfg["layer_types"][:4]
+    assert cut["mlp_only_layers"] == [0, 5]  # not one entry a layer: left as it is
     assert cut["text_config"] == {"num_hidden_layers": 4, "layer_types": [0, 1, 2, 3]} and cfg["num_hidden_layers"] == 64
     assert fewer_layers({"num_hidden_layers": 4}, 4) is None
-    assert matches_prefix(full, _pattern_sig([4096, 4096, 4096, None]), 4)
-    assert not matches_prefix(full, _pattern_sig([4096, 4096, None, None]), 4)  # the cut moved a window
-    assert not matches_prefix(full, _pattern_sig([4096, 4096, 4096, None, 4096]), 4)
 
 
 json_values = st.recursive(

@@ -110,7 +110,7 @@ class Interpreter:
         where = f"{frame['file']}:{frame['line']} in {frame['function']}" if frame else \
             f"{origin.get('file')}:{origin.get('line')}"
         engine_error = {"class": error["class"], "message": error["message"], "stage": error["stage"]}
-        evidence = {"frame": frame, "origin": origin, "layer_running": error.get("layer")}
+        evidence = {"frame": frame, "origin": origin, "layer_running": error.get("layer"), "copy": error.get("copy")}
         if harness_failed(error):
             self._add("ENG058", f"kvdoctor's dry-run harness failed during {error['stage']}: {error['class']}: "
                                 f"{error['message']} ({where})", engine_error=engine_error, evidence=evidence)
@@ -121,8 +121,10 @@ class Interpreter:
             return  # the plan's refusal rule reports it; the dry run confirms it (see the record), no duplicate
         versions = _versions_text(self.versions)
         lead = "an error no catalog entry names" if code == "ENG051" else "a known error"
+        copy = (f"; it raised on kvdoctor's shrunk copy ({error['copy']}), so a count of heads or layers in the "
+                "message is the copy's") if error.get("copy") else ""
         self._add(code, f"dry run ({versions}): the engine raised {lead} during {error['stage']}: "
-                        f"{error['class']}: {error['message']} (raised in {where})",
+                        f"{error['class']}: {error['message']} (raised in {where}){copy}",
                   layer=error.get("layer"), engine_error=engine_error, evidence=evidence)
 
     def _refused(self, refused: dict[str, Any]) -> None:

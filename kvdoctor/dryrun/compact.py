@@ -9,10 +9,10 @@ signature (shrink.py) equals the full model's with every head count and projecti
 that one factor; a mixer the change did not reach (a linear-attention block with its own head
 counts) must match the full model unchanged. Otherwise the run falls back to the full head count.
 
-Fewer layers serve one purpose: when the engine raised on the fewer-heads copy, its message may name
-head-count sizes, and the full head count must say it. The copy with full heads keeps only the first
-layers that show every kind of layer the full model has (`layer_prefix`), and its error counts only
-when it is the same error, raised at the same place and layer.
+Fewer layers: the engine's cost per forward pass, and the memory its caches take, grow with the layer
+count, while its choices are made layer by layer from each layer's kind. A copy cut to the first
+layers that show every kind twice (`layer_period`) is used when its signature is the full model's
+first layers (`first_layers`) and its layers hold the settings the uncut copy's do (driver.py).
 """
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ from typing import Any
 from kvdoctor.dryrun.shrink import text_sections
 
 HEAD_FIELDS = ("heads", "kv_heads", "q_width", "k_width", "v_width")
+# A cut copy shows each kind of layer twice where the model has it twice: the second of a kind is
+# where the engine's maps from a layer to its slot in a per-kind pool stop being the identity.
+REPEATS = 2
 
 
 def head_factor(config: dict[str, Any]) -> int:
@@ -102,15 +105,23 @@ def _layer_kinds(sig: dict[str, Any]) -> list[str]:
     return [json.dumps([row, windows.get(str(i))], sort_keys=True, default=str) for i, row in enumerate(sig["layers"])]
 
 
-def layer_prefix(full_sig: dict[str, Any]) -> int:
-    """How many leading layers show every kind of layer the model has (one period of its pattern)."""
-    kinds = _layer_kinds(full_sig)
-    wanted, seen = set(kinds), set()
+def layer_period(sig: dict[str, Any], repeats: int = REPEATS) -> int:
+    """How many leading layers show every kind of layer the model has `repeats` times (or as often as
+    the model has it): the shortest prefix a copy cut to fewer layers may keep."""
+    kinds = _layer_kinds(sig)
+    wanted = {kind: min(repeats, kinds.count(kind)) for kind in set(kinds)}
+    seen: dict[str, int] = {}
     for count, kind in enumerate(kinds, start=1):
-        seen.add(kind)
-        if seen == wanted:
+        seen[kind] = seen.get(kind, 0) + 1
+        if all(seen.get(k, 0) >= n for k, n in wanted.items()):
             return count
     return len(kinds)
+
+
+def first_layers(sig: dict[str, Any], count: int) -> dict[str, Any]:
+    """The signature a copy cut to the first `count` layers must show: the full model's, cut."""
+    return {**sig, "num_layers": count, "layers": sig["layers"][:count],
+            "window_map": {k: v for k, v in sig["window_map"].items() if int(k) < count}}
 
 
 def fewer_layers(config: dict[str, Any], count: int) -> dict[str, Any] | None:
@@ -128,10 +139,3 @@ def fewer_layers(config: dict[str, Any], count: int) -> dict[str, Any] | None:
         section["num_hidden_layers"] = count
         changed = True
     return out if changed else None
-
-
-def matches_prefix(full_sig: dict[str, Any], small_sig: dict[str, Any], count: int) -> bool:
-    """True when the cut copy's layers are the full model's first `count`, each with its window."""
-    return (small_sig["num_layers"] == count and small_sig["discovery_error"] == full_sig["discovery_error"]
-            and small_sig["container_window"] == full_sig["container_window"]
-            and _layer_kinds(small_sig) == _layer_kinds(full_sig)[:count])

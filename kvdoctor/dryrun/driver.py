@@ -2,7 +2,8 @@
 
 Stages, in order; the first exception ends the run and is reported with its stage:
 - load: the engine's remote-code gate on the model directory, then the weightless full-size model and
-  a shrunk copy with the same signature (shrink.py);
+  a shrunk copy with the same signature (shrink.py), with fewer heads and layers where that is proven
+  (compact.py);
 - startup: sglang's `MlxModelRunner.__init__` and `init_cache_pools`, as its TP worker calls them with
   server defaults (mlx-lm's `load` is the one engine call replaced: it hands over the shrunk model);
 - prefill: one request prefilled in chunks of W-1, 1, 1, W and W+5 tokens (a prefill then extends),
@@ -40,7 +41,9 @@ DECODE_STEPS = 4
 MACS_PER_SECOND = 0.8e9
 SECONDS_PER_WEIGHT = 3e-9
 DEFAULT_BUDGET_SECONDS = 45.0
-DEFAULT_BUDGET_BYTES = 12 * 1024**3
+# The dry run's process stays within 2 GiB: about half a GiB of imported engine, the rest for the copy's
+# weights, its caches and the attention scores (docs/performance.md).
+DEFAULT_BUDGET_BYTES = 3 * 1024**3 // 2
 # Peak resident memory per byte of the engine's cache buffers, measured: its contiguous caches are
 # written by slice assignment, and under MLX's lazy evaluation old and new buffers live together
 # (gemma-2-2b: 1.7 GB of buffers, 7.2 GB peak); windowed caches are rebuilt far less often (OLMo 3:
@@ -142,7 +145,7 @@ def estimate(schedule: Schedule, weights: dict[str, int], layout: Any, heads: di
                 slots, copies = window + max(window, total), WINDOWED_COPIES
             cache_bytes += int(2 * kv_heads * head_dim * slots * dtype_bytes * copies)
     seconds = macs / MACS_PER_SECOND + forwards * per_token * SECONDS_PER_WEIGHT
-    return {"seconds": round(seconds, 1), "macs": macs, "forwards": forwards, "weight_bytes": weight_bytes,
+    return {"seconds": seconds, "macs": macs, "forwards": forwards, "weight_bytes": weight_bytes,
             "cache_bytes": cache_bytes,
             "score_bytes": peak_scores, "peak_bytes": weight_bytes + cache_bytes + peak_scores}
 
@@ -175,8 +178,7 @@ class DryRun:
         self.roots: dict[str, Path] = {}
         self.fewer_heads = True  # try the fewer-heads copy (compact.py) first
         self.scaled_heads = False  # whether the copy in use has fewer heads
-        self.fewer_layers = False  # only the first layers of every kind (a quiet repeat, see _with_full_heads)
-        self.cut_layers: int | None = None  # how many layers the copy in use kept, when it was cut
+        self.copy: str | None = None  # the copy in use, named where it has fewer heads or layers
         self.discovery_error: str | None = None  # the engine's layer discovery refusing the full model
         self.raised: str | None = None  # the last engine error, as "Class: message"
 
@@ -206,31 +208,33 @@ class DryRun:
             with tracer.installed(), float32_gather_mm():
                 error = self._attempt()
                 if error is not None and self.scaled_heads and self.raised != self.discovery_error:
-                    error = self._with_full_heads(error)
-                if error is not None:
+                    self._repeat_with_full_heads(error)
+                elif error is not None:
                     self.emit(error)
         finally:
             self.emit({"event": "engine_code", "files": tracer.files()})
             self.emit({"event": "done", "seconds": round(time.monotonic() - started, 2)})
 
-    def _with_full_heads(self, error: dict[str, Any]) -> dict[str, Any] | None:
+    def _repeat_with_full_heads(self, error: dict[str, Any]) -> None:
         """The engine raised on the copy with fewer heads. Its message may name sizes (an rms_norm over
-        all heads, say), so it is reported as the full head count raises it: first from a quiet repeat
-        on the first layers that show every kind of layer (compact.layer_prefix), kept only when it
-        raises the same error at the same place and layer; else the whole run is repeated with the full
-        head count (run.py then keeps only the events after the restart)."""
-        emit, self.emit = self.emit, lambda event: None
-        self.fewer_heads, self.fewer_layers, self.stage, self.recorder = False, True, None, None
+        all heads, say), so the run is repeated with the full head count (the proven cut to fewer layers
+        stays) and that run is reported (run.py keeps only the events after its restart). Where the repeat
+        stops short of raising (past the memory bound, refused a schedule), the first error stands. It is
+        sent first, so that a repeat stopped by the time bound leaves it too."""
+        self.emit(error)
+        events: list[dict[str, Any]] = []
+        emit, self.emit = self.emit, events.append
+        self.fewer_heads, self.stage, self.recorder = False, None, None
         try:
             again = self._attempt()
         finally:
             self.emit = emit
-        if again is not None and self.cut_layers and _same_place(error, again):
-            return {**again, "confirmed_on": f"the first {self.cut_layers} layers with the full head count"}
+        if again is None and any(e["event"] == "refused" for e in events):
+            return
         self.emit({"event": "restart", "reason": "the engine raised on the copy with fewer heads; "
                    "repeated with the full head count"})
-        self.fewer_layers, self.stage, self.recorder = False, None, None
-        return self._attempt()
+        for event in events + ([again] if again is not None else []):
+            self.emit(event)
 
     def _attempt(self) -> dict[str, Any] | None:
         """The stages once; the engine's error as an `error` event when it raised, else None."""
@@ -243,6 +247,7 @@ class DryRun:
             self.raised = f"{type(exc).__name__}: {exc}"
             return {"event": "error", "stage": self.stage or "load", "class": type(exc).__name__,
                     "message": str(exc), "frame": engine, "origin": origin,
+                    "copy": None if self.raised == self.discovery_error else self.copy,  # else the full model's own
                     "layer": self.recorder.error_layer if self.recorder else None}
 
     # -- stages -----------------------------------------------------------------------------------
@@ -296,8 +301,10 @@ class DryRun:
 
     def _shrink(self, config, model_dir, model_file, full_sig):
         """The first shrunk copy whose signature proves it is the same model to the engine: with fewer
-        heads (compact.py) when that holds, else with the full head count."""
+        heads (compact.py) when that holds, else with the full head count; each cut to its first
+        layers of every kind where that is proven too (`_cut`)."""
         first_diff: list[str] = []
+        self.copy = None
         factor = compact.head_factor(config) if self.fewer_heads else 1
         candidates = [(f"{label}, 1/{factor} of the heads", compact.fewer_heads(candidate, factor), factor)
                       for label, candidate in shrink.shrink_candidates(config)] if factor > 1 else []
@@ -306,14 +313,8 @@ class DryRun:
             if sized is not None:
                 candidates.append((f"hidden size of the heads, 1/{factor} of the heads", sized, factor))
         candidates += [(label, candidate, 1) for label, candidate in shrink.shrink_candidates(config)]
-        self.cut_layers = None
         bound = self._budget_bytes()
-        heavy: tuple[str, int] | None = None  # the first copy that keeps every layer but is past the bound
-        if self.fewer_layers:
-            keep = compact.layer_prefix(full_sig)
-            cut = [(f"{label}, the first {keep} layers", compact.fewer_layers(candidate, keep), 1)
-                   for label, candidate, _ in candidates]
-            candidates = [(label, candidate, 1) for label, candidate, _ in cut if candidate is not None]
+        heavy: tuple[str, int] | None = None  # the first copy that keeps every layer kind but is past the bound
         for label, candidate, scale in candidates:
             try:
                 model, loaded = shrink.load_weightless(candidate, model_dir, model_file)
@@ -325,40 +326,64 @@ class DryRun:
                            "class": type(exc).__name__, "message": str(exc)})
                 continue
             shrink.cast_floats(model, self.request.get("dtype"))
-            small_sig = shrink.signature(model, self.backend)
-            if scale > 1:
-                if not compact.matches_scaled(full_sig, small_sig, scale):
-                    del model
-                    continue
-                diff = []
-            elif self.fewer_layers:
-                diff = [] if compact.matches_prefix(full_sig, small_sig, compact.layer_prefix(full_sig)) else ["cut"]
-            else:
-                diff = shrink.signature_diff(full_sig, small_sig)
-            if not diff:
-                size = weight_summary(model)["weight_bytes"]
-                if size > bound:  # its random weights alone would be past the bound: never filled
-                    heavy = heavy or (label, size)
-                    del model
-                    continue
-                self.cut_layers = compact.layer_prefix(full_sig) if self.fewer_layers else None
-                self.scaled_heads = scale > 1
-                shrink.randomize(model, SEED)
-                self.emit({"event": "shrink", "candidate": label, "signature": full_sig,
-                           "changes": _changes(config, candidate)})
-                return model, loaded
-            first_diff = first_diff or diff
+            diff = self._differences(full_sig, shrink.signature(model, self.backend), scale)
+            if diff:
+                first_diff = first_diff or diff
+                continue
+            layers = {"kept": full_sig["num_layers"], "of": full_sig["num_layers"]}
+            cut = self._cut(candidate, model, full_sig, scale, model_dir, model_file)
+            if cut is not None:
+                model, loaded, candidate, layers["kept"] = cut
+                label += f", the first {layers['kept']} of {layers['of']} layers"
+            size = weight_summary(model)["weight_bytes"]
+            if size > bound:  # its random weights alone would be past the bound: never filled
+                heavy = heavy or (label, size)
+                continue
+            self.scaled_heads = scale > 1
+            self.copy = label if scale > 1 or cut is not None else None
+            shrink.randomize(model, SEED)
+            self.emit({"event": "shrink", "candidate": label, "signature": full_sig, "layers": layers,
+                       "changes": _changes(config, candidate)})
+            return model, loaded
         if heavy is not None:
             label, size = heavy
             self.emit({"event": "refused", "reason": "budget", "stage": "load", "weight_bytes": size,
                        "budget_bytes": bound,
                        "message": f"the smallest copy that keeps every layer as the engine sees it ({label}) "
                                   f"would hold {size / 2**30:.1f} GiB of weights, past the dry run's "
-                                  f"{bound / 2**30:.0f} GiB memory bound"})
+                                  f"{bound / 2**30:.1f} GiB memory bound"})
             return None, None
         self.emit({"event": "refused", "reason": "shrink", "stage": "load", "diff": first_diff,
                    "message": "no shrunk copy keeps the engine's view of every layer"})
         return None, None
+
+    @staticmethod
+    def _differences(expected: dict[str, Any], small_sig: dict[str, Any], scale: int) -> list[str]:
+        """How a copy's signature differs from the one it must show; empty when it proves the copy."""
+        if scale > 1:
+            return [] if compact.matches_scaled(expected, small_sig, scale) else [f"1/{scale} of the heads"]
+        return shrink.signature_diff(expected, small_sig)
+
+    def _cut(self, candidate, uncut, full_sig, scale, model_dir, model_file):
+        """The proven copy `uncut` cut to its first layers that show every kind of layer twice
+        (compact.layer_period): (model, loaded config, config, layers kept), or None where nothing is
+        cut or the cut is not proven. Proven means its signature is the full model's first layers and
+        every layer it keeps is set up as in `uncut` (shrink.layer_states): no layer of the copy
+        depends on the layers that were cut."""
+        keep = compact.layer_period(full_sig)
+        config = compact.fewer_layers(candidate, keep)
+        if config is None:
+            return None
+        try:
+            model, loaded = shrink.load_weightless(config, model_dir, model_file)
+        except Exception:  # noqa: BLE001 - the family wants all its layers: the uncut copy serves
+            return None
+        shrink.cast_floats(model, self.request.get("dtype"))
+        if self._differences(compact.first_layers(full_sig, keep), shrink.signature(model, self.backend), scale) \
+                or shrink.layer_states(shrink.decoder_layers(model, self.backend)) != \
+                shrink.layer_states(shrink.decoder_layers(uncut, self.backend)[:keep]):
+            return None
+        return model, loaded, config, keep
 
     def _start_runner(self, model, config, model_dir, trust):
         """Construct the engine's runner with the server's defaults; only mlx-lm's load is swapped."""
@@ -431,7 +456,7 @@ class DryRun:
             fits = (cost["seconds"] <= budget_s and cost["peak_bytes"] <= budget_bytes
                     and (pool_slots is None or slots <= pool_slots))
             self.emit({"event": "schedule", "unit": schedule.unit, "crosses_windows": schedule.crosses,
-                       "windows": windows, "estimated_seconds": cost.pop("seconds"), **cost,
+                       "windows": windows, "estimated_seconds": round(cost.pop("seconds"), 2), **cost,
                        "pool_slots_needed": slots, "pool_slots": pool_slots,
                        "budget_seconds": budget_s, "budget_bytes": budget_bytes, "chosen": fits,
                        "steps": [[s.call, s.requests, s.lengths] for s in schedule.steps]})
@@ -533,7 +558,10 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list]:
     for old, new in zip(shrink.text_sections(before), shrink.text_sections(after)):
         for key in sorted(new):
             if key != "text_config" and old.get(key) != new.get(key):
-                changes[key] = [old.get(key), new[key]]
+                was, now = old.get(key), new[key]
+                if isinstance(was, list) and isinstance(now, list):  # a per-layer list, cut with the layers
+                    was, now = f"{len(was)} entries", f"the first {len(now)}"
+                changes[key] = [was, now]
     return changes
 
 
@@ -544,11 +572,3 @@ def apply_environment(deploy: dict[str, Any]) -> None:
     os.environ.setdefault("SGLANG_MLX_CACHE_LIMIT_GB", "0.25")
     if deploy.get("use_custom_rope"):
         os.environ["SGLANG_MLX_USE_CUSTOM_ROPE"] = "1"
-
-
-def _same_place(first: dict[str, Any], second: dict[str, Any]) -> bool:
-    """Two engine errors of one kind: class, stage, raising frame and layer alike (the text may differ)."""
-    def place(error: dict[str, Any]) -> tuple:
-        frame = error.get("frame") or {}
-        return error["class"], error["stage"], frame.get("file"), frame.get("function"), error.get("layer")
-    return place(first) == place(second)

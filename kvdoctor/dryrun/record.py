@@ -84,8 +84,8 @@ def observed(outcome: ChildOutcome) -> dict[str, Any]:
         "seconds": outcome.seconds,
         "error": None if error is None else {
             **{k: error.get(k) for k in ("class", "message", "stage", "frame", "layer")},
-            **({"confirmed_on": error["confirmed_on"]} if "confirmed_on" in error else {})},
-        "shrink": {"candidate": shrink.get("candidate"), "changes": shrink.get("changes")} if shrink else None,
+            **({"copy": error["copy"]} if error.get("copy") else {})},
+        "shrink": {k: shrink.get(k) for k in ("candidate", "layers", "changes")} if shrink else None,
         "schedule": None if chosen is None else {k: chosen[k] for k in ("unit", "crosses_windows", "windows", "steps",
                                                                       "estimated_seconds")},
         "pool": (outcome.first("pool") or {}).get("pool"),
@@ -142,4 +142,6 @@ def summary_line(observations: dict[str, Any]) -> str:
             windows.setdefault(kind, set()).update(max(step) for step in row["decode_keys"][-1:])
     seen = "; ".join(f"{kind} layers attended {sorted(v)} keys in the last decode step"
                      for kind, v in sorted(windows.items()))
-    return f"dry run ({versions}): {outcome} in {observations.get('seconds')} s" + (f"; {seen}" if seen else "")
+    layers = (observations.get("shrink") or {}).get("layers") or {}
+    cut = f" on the first {layers['kept']} of {layers['of']} layers" if layers.get("kept", 0) < layers.get("of", 0) else ""
+    return f"dry run ({versions}): {outcome}{cut} in {observations.get('seconds')} s" + (f"; {seen}" if seen else "")

@@ -27,6 +27,7 @@ INTERMEDIATE_KEYS = ("intermediate_size", "moe_intermediate_size", "shared_exper
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_top_k")
 GROUP_KEYS = ("n_group", "topk_group")
+VOCAB_KEYS = ("vocab_size", "vocab_size_per_layer_input")  # the second: Gemma 3n and 4's per-layer embeddings
 
 
 def text_sections(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -46,8 +47,9 @@ def _shrink_section(section: dict[str, Any], keep_hidden: bool) -> None:
     for key in INTERMEDIATE_KEYS:
         if isinstance(section.get(key), int) and section[key] > SMALL_INTERMEDIATE:
             section[key] = SMALL_INTERMEDIATE
-    if isinstance(section.get("vocab_size"), int) and section["vocab_size"] > SMALL_VOCAB:
-        section["vocab_size"] = SMALL_VOCAB
+    for key in VOCAB_KEYS:
+        if isinstance(section.get(key), int) and section[key] > SMALL_VOCAB:
+            section[key] = SMALL_VOCAB
     experts = None
     for key in EXPERT_KEYS:
         if isinstance(section.get(key), int) and section[key] > SMALL_EXPERTS:
@@ -75,7 +77,7 @@ def shrink_candidates(config: dict[str, Any]) -> Iterator[tuple[str, dict[str, A
 
 def vocab_size(config: dict[str, Any]) -> int:
     """The smallest vocabulary any section declares: token ids below it are valid everywhere."""
-    sizes = [s["vocab_size"] for s in text_sections(config) if isinstance(s.get("vocab_size"), int)]
+    sizes = [s[key] for s in text_sections(config) for key in VOCAB_KEYS if isinstance(s.get(key), int)]
     return min(sizes) if sizes else SMALL_VOCAB
 
 
@@ -190,17 +192,52 @@ def _mixer(engine: Any, name: str, module: Any) -> dict[str, Any]:
             "v_width": _width(module, "v_proj")}
 
 
+def _modules(layer: Any) -> list[str]:
+    """The layer's module tree as "path: class" lines, list indices written as * (a copy with fewer
+    experts in a list has the same tree): tells a dense layer from a mixture-of-experts one, which the
+    engine's discovery functions do not."""
+    return sorted({f"{'.'.join('*' if part.isdigit() else part for part in name.split('.'))}: {type(module).__name__}"
+                   for name, module in layer.named_modules()})
+
+
+def decoder_layers(model: Any, backend: Any) -> list[Any]:
+    """The decoder layers, found as the engine finds them."""
+    container = backend.kv_cache.language_model_container(model)
+    root = getattr(model, "language_model", model)
+    return getattr(container, "layers", None) or getattr(root, "layers", [])
+
+
+SCALARS = (bool, int, float, str, type(None))
+
+
+def layer_states(layers: list[Any]) -> list[list[str]]:
+    """Each layer's plain settings: every scalar attribute of every module in it (a layer index, a
+    flag, a size), as "path.name=value" lines. Two copies built from one config but for their layer
+    counts show the same settings in the layers they share unless a layer depends on how many
+    layers follow it (a last layer built differently, layers sharing another's cache)."""
+    states = []
+    for layer in layers:
+        lines = set()
+        for path, module in layer.named_modules():
+            for name, value in vars(module).items():
+                if isinstance(value, SCALARS) or (isinstance(value, (tuple, list)) and
+                                                  all(isinstance(v, SCALARS) for v in value)):
+                    lines.add(f"{path + '.' if path else ''}{name}={value!r}")
+        states.append(sorted(lines))
+    return states
+
+
 def signature(model: Any, backend: Any) -> dict[str, Any]:
     """What the engine sees of each layer, read with the engine's own discovery functions.
 
     Every direct child of a layer that declares a head count is described (attention or not), so
     layers the engine does not recognise are compared too; when the engine's discovery itself
     refuses the model, its message is part of the signature and the runner will raise it at start-up.
+    Each layer's module tree is part of it too, so that a copy cut to fewer layers (compact.py) can be
+    shown to keep every kind of layer, feed-forward blocks included.
     """
     engine = backend.kv_cache
-    container = engine.language_model_container(model)
-    root = getattr(model, "language_model", model)
-    layers = getattr(container, "layers", None) or getattr(root, "layers", [])
+    layers = decoder_layers(model, backend)
     try:
         _, attrs = engine.find_attention_layers(model)
         discovery_error = None
@@ -213,7 +250,7 @@ def signature(model: Any, backend: Any) -> dict[str, Any]:
         rows.append({"layer_class": type(layer).__name__, "attention_attr": attr,
                      "sliding_flag": engine.uses_sliding_window_attention(layer, *(getattr(layer, m["attr"])
                                                                                    for m in mixers)),
-                     "mixers": mixers})
+                     "mixers": mixers, "modules": _modules(layer)})
     return {"num_layers": len(layers), "layers": rows, "discovery_error": discovery_error,
             "window_map": {str(k): v for k, v in sorted(engine.get_layer_window_sizes(model).items())},
             "container_window": engine.get_container_window_size(model)}
