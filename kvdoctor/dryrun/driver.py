@@ -328,7 +328,8 @@ class DryRun:
             shrink.cast_floats(model, self.request.get("dtype"))
             diff = self._differences(full_sig, shrink.signature(model, self.backend), scale)
             if diff:
-                first_diff = first_diff or diff
+                if scale == 1:  # a fewer-heads copy that differs says less than the full-head ones will
+                    first_diff = first_diff or diff
                 continue
             layers = {"kept": full_sig["num_layers"], "of": full_sig["num_layers"]}
             cut = self._cut(candidate, model, full_sig, scale, model_dir, model_file)
