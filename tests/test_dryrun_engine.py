@@ -296,7 +296,7 @@ GEMMA4_E2B = {
 
 CUT_PROBE = """
 import json, sys
-from kvdoctor.dryrun import shrink
+from kvdoctor.dryrun import compact, shrink
 from kvdoctor.dryrun.driver import DryRun
 from kvdoctor.dryrun.engine_import import load_mlx_backend
 config = json.loads(sys.argv[1])
@@ -306,7 +306,7 @@ full, _ = shrink.load_weightless(config)
 full_sig = shrink.signature(full, run.backend)
 _label, small = next(shrink.shrink_candidates(config))
 uncut, _ = shrink.load_weightless(small)
-cut = run._cut(small, uncut, full_sig, 1, None, None)
+cut = run._cut(small, uncut, compact.first_layers(full_sig, compact.layer_period(full_sig)), 1, None, None)
 print(json.dumps(None if cut is None else cut[3]))
 """
 

@@ -314,6 +314,7 @@ class DryRun:
                 candidates.append((f"hidden size of the heads, 1/{factor} of the heads", sized, factor))
         candidates += [(label, candidate, 1) for label, candidate in shrink.shrink_candidates(config)]
         bound = self._budget_bytes()
+        keep = compact.layer_period(full_sig)  # the layers a cut copy keeps
         heavy: tuple[str, int] | None = None  # the first copy that keeps every layer kind but is past the bound
         for label, candidate, scale in candidates:
             try:
@@ -332,7 +333,7 @@ class DryRun:
                     first_diff = first_diff or diff
                 continue
             layers = {"kept": full_sig["num_layers"], "of": full_sig["num_layers"]}
-            cut = self._cut(candidate, model, full_sig, scale, model_dir, model_file)
+            cut = self._cut(candidate, model, compact.first_layers(full_sig, keep), scale, model_dir, model_file)
             if cut is not None:
                 model, loaded, candidate, layers["kept"] = cut
                 label += f", the first {layers['kept']} of {layers['of']} layers"
@@ -365,13 +366,13 @@ class DryRun:
             return [] if compact.matches_scaled(expected, small_sig, scale) else [f"1/{scale} of the heads"]
         return shrink.signature_diff(expected, small_sig)
 
-    def _cut(self, candidate, uncut, full_sig, scale, model_dir, model_file):
-        """The proven copy `uncut` cut to its first layers that show every kind of layer twice
-        (compact.layer_period): (model, loaded config, config, layers kept), or None where nothing is
-        cut or the cut is not proven. Proven means its signature is the full model's first layers and
-        every layer it keeps is set up as in `uncut` (shrink.layer_states): no layer of the copy
-        depends on the layers that were cut."""
-        keep = compact.layer_period(full_sig)
+    def _cut(self, candidate, uncut, expected, scale, model_dir, model_file):
+        """The proven copy `uncut` cut to the layers of `expected`, the full model's signature of its
+        first layers that show every kind of layer twice (compact.layer_period): (model, loaded config,
+        config, layers kept), or None where nothing is cut or the cut is not proven. Proven means its
+        signature is `expected` and every layer it keeps is set up as in `uncut` (shrink.layer_states):
+        no layer of the copy depends on the layers that were cut."""
+        keep = expected["num_layers"]
         config = compact.fewer_layers(candidate, keep)
         if config is None:
             return None
@@ -380,7 +381,7 @@ class DryRun:
         except Exception:  # noqa: BLE001 - the family wants all its layers: the uncut copy serves
             return None
         shrink.cast_floats(model, self.request.get("dtype"))
-        if self._differences(compact.first_layers(full_sig, keep), shrink.signature(model, self.backend), scale) \
+        if self._differences(expected, shrink.signature(model, self.backend), scale) \
                 or shrink.layer_states(shrink.decoder_layers(model, self.backend)) != \
                 shrink.layer_states(shrink.decoder_layers(uncut, self.backend)[:keep]):
             return None
