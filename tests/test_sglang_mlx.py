@@ -101,6 +101,24 @@ def test_hybrid_linear_attention_layers_keep_native_caches(real):
     assert not [f for f in r["findings"] if f["severity"] != "info"]
 
 
+def test_no_op_attention_blocks_without_caches_are_refused(tmp_path):
+    """Nemotron-Super-49B: 31 of its 80 blocks have no attention, and mlx-lm's make_cache() builds a
+    cache only for the 49 that do; the runner wants one per layer (SGL120, the engine's own text).
+    Qwen3-Next's make_cache() gives one per layer, and it stays clean (above)."""
+    model = tmp_path / "nemotron-super"
+    model.mkdir()
+    (model / "config.json").write_bytes((REAL.parent / "configs" / "real" /
+                                         "nvidia__Llama-3_3-Nemotron-Super-49B-v1.json").read_bytes())
+    rc, doc = check_json(str(model), "--engine", "sglang-mlx", "--static")
+    assert rc == 1
+    found = finding(doc["results"][0], "SGL120")
+    assert found["severity"] == "error" and found["key"] == "block_configs"
+    assert found["engine_error"]["message"] == "model.make_cache() returned 49 entries for 80 layers"
+    assert found["evidence"]["make_cache_entries"] == 49 and len(found["evidence"]["auxiliary_layers"]) == 31
+    assert "SGL120" not in codes({"results": [check_json(str(REAL / SHORT["qwen3-next"]), "--engine", "sglang-mlx",
+                                                           "--static")[1]["results"][0]]})
+
+
 def test_no_real_config_gets_swa001(real):
     assert all("SWA001" not in codes({"results": [r]}) for r in real.values())
 

@@ -36,6 +36,7 @@ AUX_WITH_SWA = ("MLX runner does not support models with both auxiliary cache st
 SLIDING_WITHOUT_MAP = ("Attention layer {layer} declares sliding-window attention but the model exposes no "
                        "per-layer window map (container `layer_types` plus a scalar window), so the MLX KV "
                        "cache cannot bound its sliding-window KV.")
+CACHE_COUNT = "model.make_cache() returned {entries} entries for {layers} layers"
 NO_KV_HEADS = "Cannot determine n_kv_heads from attention module at layer {layer}"
 NO_HEAD_DIM = "Cannot determine head_dim from attention module at layer {layer}"
 NON_UNIFORM = ("MLX attention KV caching requires uniform softmax-attention KV shape across layers. "
@@ -300,7 +301,24 @@ def startup_refusals(view: Any, layout: Layout, kv: dict[int, KvConfig], model: 
                                evidence={"first": first, "first_config": list(kv[first].key()),
                                          "config": list(kv[i].key())}))
             break
+    entries = _make_cache_entries(model) if layout.auxiliary and view.has_make_cache else None
+    if entries is not None and entries != layout.num_layers:
+        out.append(Refusal("SGL120", "RuntimeError", CACHE_COUNT.format(entries=entries, layers=layout.num_layers),
+                           "startup", evidence={"make_cache_entries": entries, "layers": layout.num_layers,
+                                     "auxiliary_layers": layout.auxiliary}))
     return out
+
+
+def _make_cache_entries(model: Any) -> int | None:
+    """How many caches the model's make_cache() returns: the runner builds its first request's cache
+    list from it when some layers keep their own state, and wants one entry per layer. None where it
+    cannot be told without weights (no model object, or make_cache fails on the weightless one)."""
+    if model is None:
+        return None
+    try:
+        return len(model.make_cache())
+    except Exception:  # noqa: BLE001 - the runner would meet it later; the plan does not guess
+        return None
 
 
 def _layer_type_text(view: Any, model: Any) -> str:
@@ -446,6 +464,13 @@ def _explain(refusal: Refusal, facts: MlxFacts, spec: ModelSpec) -> tuple[str, S
     if refusal.code == "ENG008":
         return (f"layers {short_list(refusal.evidence['auxiliary_layers'])} keep auxiliary state but the mlx-lm "
                 "model has no make_cache() to create it"), spec.key_source("model_type")
+    if refusal.code == "SGL120":
+        ev = refusal.evidence
+        key = "block_configs" if "block_configs" in spec.config else "model_type"
+        return (f"layers {short_list(ev['auxiliary_layers'])} have no attention the backend recognises, so it "
+                f"takes their caches from mlx-lm's make_cache(), which returns {ev['make_cache_entries']} caches "
+                f"for the model's {ev['layers']} layers (one per layer with attention); the "
+                "backend needs one per layer and stops at the first request"), spec.key_source(key)
     return refusal.message, spec.key_source("model_type")
 
 
@@ -620,7 +645,8 @@ class SglangMlxProfile(EngineProfile):
     name = "sglang-mlx"
     pins = {"sglang": PINS["sglang"], "mlx-lm": PINS["mlx-lm"]}
     Settings = SglangMlxSettings
-    refusal_codes = ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008", "ENG013")
+    refusal_codes = ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008", "ENG013",
+                     "SGL120")
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[MlxFacts]:
         from kvdoctor.mlx.mlxlm import build_skeleton
