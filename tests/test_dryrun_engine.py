@@ -227,17 +227,48 @@ def test_over_budget_checks_startup_and_says_so(tmp_path):
     assert run["pool"]["buffers"] == run["shrink"]["layers"]["kept"] == 2
 
 
-def test_a_copy_whose_weights_pass_the_memory_bound_is_never_filled(tmp_path):
-    """Nemotron-Super-49B's layer widths come from block_configs (ffn_mult), which the shrink leaves
-    alone: the copy that keeps every layer holds tens of GiB of weights. The dry run used to fill them
-    and take all the machine's memory before it crashed; it now stops after loading and says why."""
+def _nemotron_super(tmp_path, group_sizes=None):
+    """Nemotron-Super-49B's published config; `group_sizes` overrides n_heads_in_group of its first
+    attention blocks."""
+    import json
     from pathlib import Path
 
     real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
+    config = json.loads((real / "nvidia__Llama-3_3-Nemotron-Super-49B-v1.json").read_text())
+    attention = [b["attention"] for b in config["block_configs"] if not b["attention"]["no_op"]]
+    for block, size in zip(attention, group_sizes or []):
+        block["n_heads_in_group"] = size
     model = tmp_path / "nemotron-super"
     model.mkdir()
-    (model / "config.json").write_text((real / "nvidia__Llama-3_3-Nemotron-Super-49B-v1.json").read_text())
-    result = dry_check(model)
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def test_nemotron_nas_runs_on_fewer_heads_and_meets_the_make_cache_count(tmp_path):
+    """Nemotron-Super-49B gives each attention block its group size in block_configs and no
+    num_key_value_heads: the copy keeps the group sizes with 1/8 of the query heads (one KV head a
+    block) and the hidden size that gives back the head dim mlx-lm derives. Its no-op attention blocks
+    get no cache from mlx-lm's make_cache(), which SGLang's MLX runner refuses at the first request;
+    the plan says so (SGL120) and the engine's own code confirms it on the copy."""
+    result = dry_check(_nemotron_super(tmp_path))
+    run = result.info["dry_run"]
+    assert run["shrink"]["candidate"] == "hidden size of the heads, 1/8 of the heads, the first 8 of 80 layers"
+    assert run["shrink"]["changes"]["hidden_size"] == [8192, 1024]
+    assert run["stages"]["load"] == "ok" and run["stages"]["startup"] == "error", run["stages"]
+    assert run["error"]["message"] == "model.make_cache() returned 6 entries for 8 layers"
+    assert run["confirms_plan_refusal"] == "SGL120"
+    codes = [f.code for f in result.findings]
+    assert codes.count("SGL120") == 1 and not {"ENG051", "ENG053", "ENG057"} & set(codes), codes
+    [found] = [f for f in result.findings if f.code == "SGL120"]
+    assert "returns 49 caches for the model's 80 layers" in found.message  # the full model's counts
+
+
+def test_a_copy_whose_weights_pass_the_memory_bound_is_never_filled(tmp_path):
+    """With two group sizes among its attention blocks no one factor leaves one KV head a block, so
+    the copy keeps every head and the full hidden size, whose block_configs widths (ffn_mult) hold GiB
+    of weights even on 8 layers. The dry run used to fill them and take all the machine's memory; it
+    stops after loading and says why."""
+    result = dry_check(_nemotron_super(tmp_path, group_sizes=[8, 4]))
     run = result.info["dry_run"]
     assert run["outcome"] == "refused" and run["stages"]["load"] == "refused", run["stages"]
     assert run["stages"]["startup"] == "not run"

@@ -230,6 +230,22 @@ def test_fewer_heads_keeps_the_ratio_and_pins_the_head_dim():
     assert compact.head_factor(nested) == 1  # two sections that would need different factors
 
 
+def test_fewer_heads_of_block_configs_keeps_the_group_sizes():
+    """DeciLM's block_configs (Nemotron-NAS): the KV count of a block is heads / n_heads_in_group and
+    num_key_value_heads is null; dividing the query heads by that count leaves one KV head a block."""
+    from kvdoctor.dryrun import compact
+
+    def nas(*groups):
+        return {"hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": None,
+                "block_configs": [{"attention": {"n_heads_in_group": g, "no_op": g is None}} for g in groups]}
+
+    assert compact.head_factor(nas(8, None, 8)) == 8
+    assert compact.fewer_heads(nas(8, None), 8) == {**nas(8, None), "num_attention_heads": 8, "head_dim": 128}
+    assert compact.head_factor(nas(8, 4)) == 1  # two KV counts: no one factor
+    assert compact.head_factor(nas(None, None)) == 1  # no attention block
+    assert compact.head_factor(nas(6)) == 1  # 64 heads are not in groups of 6
+
+
 def _sig(heads, kv, window=128, other=None):
     mixers = [{"attr": "self_attn", "class": "Attention", "heads": heads, "kv_heads": kv, "head_dim": 64,
                "q_width": heads * 64, "k_width": kv * 64, "v_width": kv * 64}]

@@ -32,18 +32,38 @@ def head_factor(config: dict[str, Any]) -> int:
     """The factor that leaves one KV head in every text section, or 1 when the counts do not allow it."""
     factors = set()
     for section in text_sections(config):
-        heads, kv = section.get("num_attention_heads"), section.get("num_key_value_heads", section.get("num_attention_heads"))
+        heads = section.get("num_attention_heads")
         if heads is None:
             continue
-        if type(heads) is not int or type(kv) is not int or kv < 1 or heads % kv:
+        counts = _kv_counts(section, heads)
+        if counts is None or type(heads) is not int:
             return 1
-        factors.add(kv)
+        factors.update(counts)
     return factors.pop() if len(factors) == 1 else 1
+
+
+def _kv_counts(section: dict[str, Any], heads: Any) -> set[int] | None:
+    """The KV head counts a section's attention layers have, or None where one does not divide the
+    query heads into groups. A section with DeciLM's `block_configs` (Nemotron-NAS) gives each
+    attention block its group size (`n_heads_in_group`), and its `num_key_value_heads` is null: the
+    copy keeps the group sizes, so dividing the query heads by the KV count leaves one KV head."""
+    blocks = section.get("block_configs")
+    if isinstance(blocks, list) and section.get("num_key_value_heads") is None:
+        groups = [(b.get("attention") or {}).get("n_heads_in_group") for b in blocks if isinstance(b, dict)]
+        sizes = {g for g in groups if g is not None}
+        if not sizes or any(type(g) is not int or g < 1 or type(heads) is not int or heads % g for g in sizes):
+            return None
+        return {heads // g for g in sizes}
+    kv = section.get("num_key_value_heads", heads)
+    if type(heads) is not int or type(kv) is not int or kv < 1 or heads % kv:
+        return None
+    return {kv}
 
 
 def fewer_heads(config: dict[str, Any], factor: int) -> dict[str, Any]:
     """`config` with its query and KV head counts divided by `factor`; the head dim is pinned so that a
-    model class deriving it from hidden size / heads still gets the full model's."""
+    model class deriving it from hidden size / heads still gets the full model's. A null KV count
+    (block_configs' group sizes) stays null."""
     out = copy.deepcopy(config)
     for section in text_sections(out):
         heads = section.get("num_attention_heads")
@@ -52,7 +72,9 @@ def fewer_heads(config: dict[str, Any], factor: int) -> dict[str, Any]:
         if section.get("head_dim") is None and isinstance(section.get("hidden_size"), int):
             section["head_dim"] = section["hidden_size"] // heads
         section["num_attention_heads"] = heads // factor
-        section["num_key_value_heads"] = section.get("num_key_value_heads", heads) // factor
+        kv = section.get("num_key_value_heads", heads)
+        if kv is not None:
+            section["num_key_value_heads"] = kv // factor
     return out
 
 
