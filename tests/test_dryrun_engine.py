@@ -263,6 +263,56 @@ def test_nemotron_nas_runs_on_fewer_heads_and_meets_the_make_cache_count(tmp_pat
     assert "returns 49 caches for the model's 80 layers" in found.message  # the full model's counts
 
 
+def test_the_model_class_error_the_plan_read_is_confirmed_not_uncatalogued(tmp_path):
+    """Qwen3-VL-8B: mlx-lm's qwen3_vl class cannot be built from the published config (ENG002, whose
+    text is the class's own). The engine's loader raises the same exception; that confirms the plan
+    rather than standing as an uncatalogued error (ENG051) and a stale plan (ENG057)."""
+    from pathlib import Path
+
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
+    model = tmp_path / "qwen3-vl"
+    model.mkdir()
+    (model / "config.json").write_text((real / "Qwen__Qwen3-VL-8B-Instruct.json").read_text())
+    result = dry_check(model)
+    run = result.info["dry_run"]
+    assert run["stages"]["load"] == "error" and run["error"]["class"] == "TypeError", run["stages"]
+    assert run["confirms_plan_refusal"] == "ENG002"
+    codes = [f.code for f in result.findings]
+    assert codes.count("ENG002") == 1 and not {"ENG051", "ENG057"} & set(codes), codes
+
+
+def test_llama4_calls_a_cache_method_the_backend_caches_lack(tmp_path, gpt_oss):
+    """mlx-lm's Llama 4 trims its chunked caches before each forward pass (maybe_trim_front), a method
+    the backend's own KV caches do not have: the first prefill fails (ENG062). gpt-oss stays quiet."""
+    from pathlib import Path
+
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
+    model = tmp_path / "llama4"
+    model.mkdir()
+    (model / "config.json").write_text((real / "meta-llama__Llama-4-Scout-17B-16E-Instruct.json").read_text())
+    result = dry_check(model)
+    run = result.info["dry_run"]
+    assert run["stages"]["startup"] == "ok" and run["stages"]["prefill"] == "error", run["stages"]
+    [found] = [f for f in result.findings if f.code == "ENG062"]
+    assert "'ContiguousAttentionKVCache' object has no attribute 'maybe_trim_front'" in found.message
+    assert found.evidence["frame"]["file"] == "mlx_lm/models/llama4.py"
+    assert "ENG051" not in {f.code for f in result.findings}
+    assert "ENG062" not in {f.code for f in gpt_oss.findings}
+
+
+def test_an_error_the_plan_did_not_read_keeps_no_code():
+    from kvdoctor.dryrun.record import error_code
+    from kvdoctor.engines.base import Plan, Refusal
+
+    plan = Plan(engine="sglang-mlx", versions={}, layers=(),
+                refusals=(Refusal("ENG002", "TypeError", "missing 1 required positional argument: 'x'", "load"),))
+    error = {"class": "TypeError", "message": "missing 1 required positional argument: 'x'", "stage": "load"}
+    assert error_code(error, plan, "sglang-mlx") == "ENG002"
+    assert error_code({**error, "message": "missing 1 required positional argument: 'y'"}, plan, "sglang-mlx") is None
+    assert error_code({**error, "stage": "startup"}, plan, "sglang-mlx") is None
+    assert error_code(error, None, "sglang-mlx") is None
+
+
 def test_a_copy_whose_weights_pass_the_memory_bound_is_never_filled(tmp_path):
     """With two group sizes among its attention blocks no one factor leaves one KV head a block, so
     the copy keeps every head and the full hidden size, whose block_configs widths (ffn_mult) hold GiB

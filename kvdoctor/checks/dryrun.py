@@ -1,4 +1,4 @@
-"""ENG050-ENG060: what the engine dry run (`--dry-run`) saw, held against the plan. The run itself is
+"""ENG050-ENG062: what the engine dry run (`--dry-run`) saw, held against the plan. The run itself is
 a stage of the pipeline (the profile's `dry_run()`, in a child process); this rule only reads it."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kvdoctor.engines import dry_run_engines, is_check_engine, profile
 from kvdoctor.model import Finding
 
 CHILD_CODES = ("ENG050", "ENG051", "ENG052", "ENG053", "ENG054", "ENG055", "ENG056", "ENG057", "ENG058", "ENG059",
-               "ENG060", "ENG061")
+               "ENG060", "ENG061", "ENG062")
 VLLM_CODES = ("ENG050", "ENG051", "VLM030")  # a vLLM refusal the plan missed is reported under its own code
 SGLANG_CODES = ("ENG050", "ENG051", "SGL050", "SGL051")  # likewise for SGLang on CUDA
 OWN_CODES = {"vllm": VLLM_CODES, "sglang": SGLANG_CODES}  # profiles whose dry run is read by their own module

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvdoctor.dryrun.record import harness_failed, observed, predicted_refusal, record, triage_code
+from kvdoctor.dryrun.record import error_code, harness_failed, observed, predicted_refusal, record
 from kvdoctor.model import Finding, Source
 
 ENGINE = "sglang-mlx"  # the profile whose dry run this reads (the only one with a dry run today)
@@ -102,8 +102,8 @@ class Interpreter:
             kw["evidence"].setdefault("versions", self.versions)
         self.findings.append(Finding.at(code, message, self.where, layer=layer, **kw))
 
-    def _triage(self, error_class: str, message: str) -> str | None:
-        return triage_code(error_class, message, self.plan.engine if self.plan else ENGINE, self.catalog)
+    def _code(self, error: dict[str, Any]) -> str | None:
+        return error_code(error, self.plan, self.plan.engine if self.plan else ENGINE, self.catalog)
 
     def _engine_error(self, error: dict[str, Any]) -> None:
         frame, origin = error.get("frame"), error.get("origin") or {}
@@ -115,7 +115,7 @@ class Interpreter:
             self._add("ENG058", f"kvdoctor's dry-run harness failed during {error['stage']}: {error['class']}: "
                                 f"{error['message']} ({where})", engine_error=engine_error, evidence=evidence)
             return
-        code = self._triage(error["class"], error["message"]) or "ENG051"
+        code = self._code(error) or "ENG051"
         predicted = self._predicted()
         if predicted is not None and predicted.code == code and predicted.stage == error["stage"]:
             return  # the plan's refusal rule reports it; the dry run confirms it (see the record), no duplicate
@@ -202,7 +202,7 @@ class Interpreter:
         if observed["reached"] in ("load",) and early is None:
             return  # the run never got as far as the plan's prediction
         predicted = self._predicted()
-        observed_code = self._triage(early["class"], early["message"]) if early else None
+        observed_code = self._code(early) if early else None
         if observed_code in NOT_PLANNED or (predicted is None and early is None):
             return
         if predicted is not None and early is not None and predicted.code == observed_code \

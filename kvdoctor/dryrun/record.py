@@ -33,6 +33,20 @@ def triage_code(error_class: str, message: str, engine: str, catalog: Any = None
     return min(matches, key=lambda e: e.code).code if matches else None
 
 
+def error_code(error: dict[str, Any], plan: Plan[object] | None, engine: str, catalog: Any = None) -> str | None:
+    """The code an engine error stands for: the catalog entry whose pattern matches it, else the plan's
+    predicted refusal where the engine raised exactly that exception (same class, text and stage):
+    a model class that cannot be built raises a text of its own, which no catalog pattern names in
+    advance, and the plan read it off the same class."""
+    code = triage_code(error["class"], error["message"], engine, catalog)
+    predicted = predicted_refusal(plan)
+    if code is None and predicted is not None and \
+            (predicted.error_class, predicted.message, predicted.stage) == (error["class"], error["message"],
+                                                                             error["stage"]):
+        return predicted.code
+    return code
+
+
 def harness_failed(error: dict[str, Any]) -> bool:
     """The exception came from kvdoctor's own dry-run code, not the engine's."""
     return error.get("frame") is None and "/kvdoctor/" in str((error.get("origin") or {}).get("file", ""))
@@ -43,7 +57,7 @@ def confirmed_refusal(outcome: ChildOutcome, plan: Plan[object] | None, catalog:
     error, predicted = outcome.first("error"), predicted_refusal(plan)
     if plan is None or error is None or predicted is None or harness_failed(error):
         return None
-    code = triage_code(error["class"], error["message"], plan.engine, catalog)
+    code = error_code(error, plan, plan.engine, catalog)
     return code if code == predicted.code and predicted.stage == error["stage"] else None
 
 
