@@ -300,6 +300,22 @@ def test_llama4_calls_a_cache_method_the_backend_caches_lack(tmp_path, gpt_oss):
     assert "ENG062" not in {f.code for f in gpt_oss.findings}
 
 
+def test_the_loader_refusal_of_an_fp8_checkpoint_is_confirmed(tmp_path):
+    """Laguna-XS.2-FP8's compressed-tensors FP8: the plan predicts mlx-lm's loader refusal (ENG063),
+    and the engine's own load raises it."""
+    from pathlib import Path
+
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
+    model = tmp_path / "laguna"
+    model.mkdir()
+    (model / "config.json").write_text((real / "poolside__Laguna-XS.2-FP8.json").read_text())
+    result = dry_check(model)
+    run = result.info["dry_run"]
+    assert run["stages"]["load"] == "error" and run["confirms_plan_refusal"] == "ENG063"
+    codes = [f.code for f in result.findings]
+    assert codes.count("ENG063") == 1 and not {"ENG051", "ENG057"} & set(codes), codes
+
+
 def test_an_error_the_plan_did_not_read_keeps_no_code():
     from kvdoctor.dryrun.record import error_code
     from kvdoctor.engines.base import Plan, Refusal

@@ -119,6 +119,40 @@ def test_no_op_attention_blocks_without_caches_are_refused(tmp_path):
                                                            "--static")[1]["results"][0]]})
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4-pack-quantized", "mxfp4-pack-quantized", "pack-quantized", "float-quantized",
+                                 "int-quantized", "naive-quantized", None])
+def test_compressed_tensors_formats_are_read_as_mlx_lm_reads_them(fmt):
+    """kvdoctor's list of the formats mlx-lm packs, held to mlx-lm's own function: it refuses a format
+    exactly where that function raises, with its text."""
+    from mlx_lm.utils import _compressed_tensors_quantization
+
+    from kvdoctor.mlx.mlxlm import quantization_refusal
+
+    settings = {"quant_method": "compressed-tensors", "format": fmt}
+    try:
+        _compressed_tensors_quantization(settings)
+        engine = None
+    except ValueError as exc:
+        engine = ("compressed-tensors", str(exc))
+    assert quantization_refusal({"quantization_config": settings}) == engine
+
+
+@pytest.mark.parametrize("name, code", [("nvidia__Qwen3.6-27B-NVFP4", "ENG064"), ("poolside__Laguna-XS.2-FP8", "ENG063"),
+                                        ("nvidia__GLM-5.1-NVFP4", None), ("moonshotai__Kimi-K2.5", None),
+                                        ("openai__gpt-oss-120b", None)])
+def test_quantization_mlx_lm_cannot_load_is_refused_at_load(tmp_path, name, code):
+    """ModelOpt MIXED_PRECISION and compressed-tensors FP8 stop mlx-lm's loader; ModelOpt NVFP4, packed
+    integers and MXFP4 load."""
+    model = tmp_path / name
+    model.mkdir()
+    (model / "config.json").write_bytes((REAL.parent / "configs" / "real" / f"{name}.json").read_bytes())
+    _, doc = check_json(str(model), "--engine", "sglang-mlx", "--static")
+    found = {f["code"]: f for f in doc["results"][0]["findings"]}
+    assert not {"ENG063", "ENG064"} - {code} & set(found), found.keys()
+    if code is not None:
+        assert found[code]["key"].endswith("quantization_config") and found[code]["engine_error"]["class"] == "ValueError"
+
+
 def test_no_real_config_gets_swa001(real):
     assert all("SWA001" not in codes({"results": [r]}) for r in real.values())
 

@@ -36,6 +36,7 @@ AUX_WITH_SWA = ("MLX runner does not support models with both auxiliary cache st
 SLIDING_WITHOUT_MAP = ("Attention layer {layer} declares sliding-window attention but the model exposes no "
                        "per-layer window map (container `layer_types` plus a scalar window), so the MLX KV "
                        "cache cannot bound its sliding-window KV.")
+QUANTIZATION_CODES = {"compressed-tensors": "ENG063", "modelopt": "ENG064"}  # mlx-lm's loader refusals, by method
 CACHE_COUNT = "model.make_cache() returned {entries} entries for {layers} layers"
 NO_KV_HEADS = "Cannot determine n_kv_heads from attention module at layer {layer}"
 NO_HEAD_DIM = "Cannot determine head_dim from attention module at layer {layer}"
@@ -381,7 +382,7 @@ def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Pl
     `SglangMlxProfile.plan` builds it from mlx-lm's own class; model code from elsewhere (an
     out-of-tree subclass) comes in here as a Skeleton around its model object.
     """
-    from kvdoctor.mlx.mlxlm import installed_version, read_view
+    from kvdoctor.mlx.mlxlm import installed_version, quantization_refusal, read_view
 
     notes: list[str] = []
     _versions_note(notes)
@@ -406,6 +407,10 @@ def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Pl
         layout = build_layout(view)
         kv = {i: kv_config(spec, view.layers[i]) for i in layout.attention}
         refusals = startup_refusals(view, layout, kv, skeleton.model)
+        quantization = quantization_refusal(spec.raw_config)
+        if quantization is not None:  # mlx-lm's loader stops first; the start-up refusals wait behind it
+            refusals.insert(0, Refusal(QUANTIZATION_CODES[quantization[0]], "ValueError", quantization[1], "load",
+                                       key="quantization_config"))
         facts = MlxFacts(skeleton=skeleton, view=view, layout=layout, kv=kv, refused=bool(refusals), basis=basis,
                          fused=fused_rope_verdict(view, layout, kv, settings.use_custom_rope),
                          stock_pool=settings.radix_cache and not layout.sliding and bool(layout.full),
@@ -464,6 +469,10 @@ def _explain(refusal: Refusal, facts: MlxFacts, spec: ModelSpec) -> tuple[str, S
     if refusal.code == "ENG008":
         return (f"layers {short_list(refusal.evidence['auxiliary_layers'])} keep auxiliary state but the mlx-lm "
                 "model has no make_cache() to create it"), spec.key_source("model_type")
+    if refusal.code in ("ENG063", "ENG064"):
+        return (f"mlx-lm's loader, which sglang's MLX backend loads every model through, cannot read this "
+                f"checkpoint's quantization ({refusal.message}): it stops once the model is built, before a "
+                "weight is loaded"), spec.key_source("quantization_config")
     if refusal.code == "SGL120":
         ev = refusal.evidence
         key = "block_configs" if "block_configs" in spec.config else "model_type"
@@ -646,7 +655,7 @@ class SglangMlxProfile(EngineProfile):
     pins = {"sglang": PINS["sglang"], "mlx-lm": PINS["mlx-lm"]}
     Settings = SglangMlxSettings
     refusal_codes = ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008", "ENG013",
-                     "SGL120")
+                     "ENG063", "ENG064", "SGL120")
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[MlxFacts]:
         from kvdoctor.mlx.mlxlm import build_skeleton

@@ -185,6 +185,32 @@ def build_skeleton(config: dict[str, Any], expected: Callable[[Any], bool] | Non
     return Skeleton(name, model=model, shrunk=False)
 
 
+# ---- mlx-lm's loader: the quantization it reads before the weights ----------------------------------
+
+# mlx_lm/utils.py @ 0.32.2, load_model: a compressed-tensors config is packed only in these formats
+# (_compressed_tensors_quantization), and of NVIDIA ModelOpt's algorithms only NVFP4 is read; any other
+# raises ValueError once the model is built, before a weight is loaded.
+PACKED_COMPRESSED_TENSORS = ("nvfp4-pack-quantized", "mxfp4-pack-quantized", "pack-quantized")
+MODELOPT_ALGOS = ("NVFP4",)
+
+
+def quantization_refusal(config: dict[str, Any]) -> tuple[str, str] | None:
+    """(quant_method, mlx-lm's message) where load_model refuses config.json's `quantization_config`;
+    None where it reads it or never looks (an mlx `quantization` key comes first)."""
+    settings = config.get("quantization_config")
+    if config.get("quantization") is not None or not isinstance(settings, dict) or not settings:
+        return None
+    method = settings.get("quant_method")
+    if method == "compressed-tensors" and settings.get("format") not in PACKED_COMPRESSED_TENSORS:
+        return method, (f"unsupported compressed-tensors format {settings.get('format')!r}; "
+                          "dequantize to bf16 before converting")
+    if method == "modelopt":
+        algo = settings.get("quantization", settings).get("quant_algo")  # hf_quant_config.json nests it
+        if algo is not None and algo not in MODELOPT_ALGOS:
+            return method, f"Unsupported modelopt quant_algo: {algo}"
+    return None
+
+
 # ---- reading the object the way the backend does -------------------------------------------------
 
 def first_present(obj: Any, names: tuple[str, ...]) -> tuple[str | None, Any]:
