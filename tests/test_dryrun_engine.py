@@ -316,6 +316,25 @@ def test_the_loader_refusal_of_an_fp8_checkpoint_is_confirmed(tmp_path):
     assert codes.count("ENG063") == 1 and not {"ENG051", "ENG057"} & set(codes), codes
 
 
+def test_a_wrapper_error_the_probe_reported_is_not_reported_again(tmp_path):
+    """Devstral-Small-2 (mlx-lm's ministral3) passes its attention more arguments than the backend's
+    wrapper takes. The mask-routing probe reports it (ENG012) with the engine's own text, and the dry
+    run, which meets the same TypeError at the first prefill, adds no uncatalogued error (ENG051)."""
+    from pathlib import Path
+
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
+    model = tmp_path / "devstral"
+    model.mkdir()
+    (model / "config.json").write_text((real / "mistralai__Devstral-Small-2-24B-Instruct.json").read_text())
+    result = dry_check(model)
+    run = result.info["dry_run"]
+    assert run["stages"]["prefill"] == "error" and run["error"]["class"] == "TypeError"
+    [found] = [f for f in result.findings if f.code == "ENG012"]
+    assert found.engine_error["message"] == run["error"]["message"] == \
+        "MLXAttentionWrapper.__call__() takes from 2 to 4 positional arguments but 5 were given"
+    assert "ENG051" not in {f.code for f in result.findings}
+
+
 def test_an_error_the_plan_did_not_read_keeps_no_code():
     from kvdoctor.dryrun.record import error_code
     from kvdoctor.engines.base import Plan, Refusal

@@ -46,8 +46,19 @@ def run(ctx: Context) -> Iterable[Finding]:
     outcome = ctx.observations.get(DRY_RUN)
     if not isinstance(outcome, ChildOutcome):
         return []
-    findings, _ = Interpreter(outcome, ctx.spec, ctx.plan, ctx.options.get("catalog")).interpret()
+    findings, _ = Interpreter(outcome, ctx.spec, ctx.plan, ctx.options.get("catalog"), _foreseen(ctx)).interpret()
     return findings
+
+
+def _foreseen(ctx: Context) -> frozenset[tuple[str, str, str]]:
+    """The errors the mask-routing probe saw the backend's attention wrapper cause (ENG012's)."""
+    from kvdoctor.engines.sglang_mlx import MaskRouting, MaskRoutingProbe
+
+    seen = ctx.observations.get(MaskRoutingProbe.name)
+    if not isinstance(seen, MaskRouting) or seen.report is None:
+        return frozenset()
+    return frozenset((p.detail["class"], p.detail["message"], p.stage) for p in seen.report.problems
+                     if p.kind == "wrapper_breaks_layer")
 
 
 def _vllm(ctx: Context) -> list[Finding]:

@@ -44,8 +44,12 @@ def _versions_text(versions: dict[str, str]) -> str:
 class Interpreter:
     """Reads one ChildOutcome (kvdoctor.dryrun.run) for one model and one static plan."""
 
-    def __init__(self, outcome: Any, spec: Any, plan: Any, catalog: Any):
+    def __init__(self, outcome: Any, spec: Any, plan: Any, catalog: Any,
+                 foreseen: frozenset[tuple[str, str, str]] = frozenset()):
+        """`foreseen`: (class, message, stage) of the errors kvdoctor's own probes already reported
+        (the mask-routing probe's wrapper check): the engine raising one of them adds no finding."""
         self.outcome, self.spec, self.plan, self.catalog = outcome, spec, plan, catalog
+        self.foreseen = foreseen
         versions = outcome.first("versions") or {}
         self.versions: dict[str, str] = versions.get("versions", {})
         self.findings: list[Finding] = []
@@ -115,7 +119,10 @@ class Interpreter:
             self._add("ENG058", f"kvdoctor's dry-run harness failed during {error['stage']}: {error['class']}: "
                                 f"{error['message']} ({where})", engine_error=engine_error, evidence=evidence)
             return
-        code = self._code(error) or "ENG051"
+        code = self._code(error)
+        if code is None and (error["class"], error["message"], error["stage"]) in self.foreseen:
+            return  # the probe's finding names it, with the same text
+        code = code or "ENG051"
         predicted = self._predicted()
         if predicted is not None and predicted.code == code and predicted.stage == error["stage"]:
             return  # the plan's refusal rule reports it; the dry run confirms it (see the record), no duplicate

@@ -182,6 +182,9 @@ def probe_class() -> type:
         def __call__(self, x: Any, mask: Any = None, cache: Any = None) -> Any:
             return self._recorder.attend(self._layer, x, mask, cache)
 
+    # A call with the wrong arguments is named by the method's qualified name: without the enclosing
+    # function's, it is the wrapper's own text once its name replaces the probe's.
+    AttentionProbe.__call__.__qualname__ = "AttentionProbe.__call__"
     return AttentionProbe
 
 
