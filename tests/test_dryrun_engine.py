@@ -254,7 +254,7 @@ def test_nemotron_nas_runs_on_fewer_heads_and_meets_the_make_cache_count(tmp_pat
     run = result.info["dry_run"]
     assert run["shrink"]["candidate"] == "hidden size of the heads, 1/8 of the heads, the first 8 of 80 layers"
     assert run["shrink"]["changes"]["hidden_size"] == [8192, 1024]
-    assert run["stages"]["load"] == "ok" and run["stages"]["startup"] == "error", run["stages"]
+    assert run["stages"]["startup"] == "ok" and run["stages"]["prefill"] == "error", run["stages"]
     assert run["error"]["message"] == "model.make_cache() returned 6 entries for 8 layers"
     assert run["confirms_plan_refusal"] == "SGL120"
     codes = [f.code for f in result.findings]
@@ -333,6 +333,25 @@ def test_a_wrapper_error_the_probe_reported_is_not_reported_again(tmp_path):
     assert found.engine_error["message"] == run["error"]["message"] == \
         "MLXAttentionWrapper.__call__() takes from 2 to 4 positional arguments but 5 were given"
     assert "ENG051" not in {f.code for f in result.findings}
+
+
+def test_an_error_in_the_first_requests_cache_list_belongs_to_prefill(tmp_path):
+    """EXAONE-4.0-32B: its NoPE layers keep their own caches, so the runner asks mlx-lm's make_cache()
+    for the first request's cache list, and that reads `self_attn.is_local`, which the wrapper lacks.
+    The runner builds that list when a request arrives, so the error is the first prefill's, where
+    the probe puts it (ENG012, once), not a start-up refusal the plan missed (ENG057)."""
+    from pathlib import Path
+
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
+    model = tmp_path / "exaone"
+    model.mkdir()
+    (model / "config.json").write_text((real / "LGAI-EXAONE__EXAONE-4.0-32B.json").read_text())
+    result = dry_check(model)
+    run = result.info["dry_run"]
+    assert run["stages"]["startup"] == "ok" and run["error"]["stage"] == "prefill", run["stages"]
+    assert run["error"]["message"] == "'MLXAttentionWrapper' object has no attribute 'is_local'"
+    codes = [f.code for f in result.findings]
+    assert codes.count("ENG012") == 1 and "ENG057" not in codes, codes
 
 
 def test_an_error_the_plan_did_not_read_keeps_no_code():

@@ -119,10 +119,9 @@ class Interpreter:
             self._add("ENG058", f"kvdoctor's dry-run harness failed during {error['stage']}: {error['class']}: "
                                 f"{error['message']} ({where})", engine_error=engine_error, evidence=evidence)
             return
-        code = self._code(error)
-        if code is None and (error["class"], error["message"], error["stage"]) in self.foreseen:
+        if (error["class"], error["message"], error["stage"]) in self.foreseen:
             return  # the probe's finding names it, with the same text
-        code = code or "ENG051"
+        code = self._code(error) or "ENG051"
         predicted = self._predicted()
         if predicted is not None and predicted.code == code and predicted.stage == error["stage"]:
             return  # the plan's refusal rule reports it; the dry run confirms it (see the record), no duplicate
@@ -205,10 +204,11 @@ class Interpreter:
         self._compare_refusal(observed, error)
 
     def _compare_refusal(self, observed: dict[str, Any], error: dict[str, Any] | None) -> None:
-        early = error if error and error["stage"] in ("load", "startup") else None
+        predicted = self._predicted()
+        early = error if error and (error["stage"] in ("load", "startup") or
+                                    (predicted is not None and error["stage"] == predicted.stage)) else None
         if observed["reached"] in ("load",) and early is None:
             return  # the run never got as far as the plan's prediction
-        predicted = self._predicted()
         observed_code = self._code(early) if early else None
         if observed_code in NOT_PLANNED or (predicted is None and early is None):
             return

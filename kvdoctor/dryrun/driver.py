@@ -6,8 +6,9 @@ Stages, in order; the first exception ends the run and is reported with its stag
   (compact.py);
 - startup: sglang's `MlxModelRunner.__init__` and `init_cache_pools`, as its TP worker calls them with
   server defaults (mlx-lm's `load` is the one engine call replaced: it hands over the shrunk model);
-- prefill: one request prefilled in chunks of W-1, 1, 1, W and W+5 tokens (a prefill then extends),
-  a second request prefilled in one chunk of W-2;
+- prefill: a request's cache list built as the runner builds it when a request arrives, then one
+  request prefilled in chunks of W-1, 1, 1, W and W+5 tokens (a prefill then extends), a second
+  request prefilled in one chunk of W-2;
 - decode: batched decode steps of both requests, then their release.
 
 Every event goes to `emit` as a JSON-able dict as soon as it happens, so a run stopped by the
@@ -281,16 +282,16 @@ class DryRun:
         runner = self._start_runner(shrunk, shrunk_config, model_dir, trust)
         layout = runner._cache_layout
         heads = self._attention_heads(runner)
-        self._emit_layout(runner, runner._new_native_cache())
 
         options = self._schedules(layout)
         longest = max(options[0].tokens().values())
         table = self.backend.model_runner.ReqToTokenPool(size=3, max_context_len=longest + 8)
         runner.init_cache_pools(table)
         self._emit_pool(runner)
+        self._enter("prefill")  # the runner builds a request's cache list when the request arrives
+        self._emit_layout(runner, runner._new_native_cache())
         schedule = self._choose_schedule(runner, options, weights, layout, heads)
         if schedule is None:
-            self._enter("prefill")
             self.emit({"event": "refused", "reason": "budget", "stage": "prefill",
                        "message": "even the shortest schedule would not fit the dry run's bounds (time, memory, "
                                   "the engine's pool slots)"})

@@ -266,7 +266,8 @@ def kv_config(spec: ModelSpec, layer: Any) -> KvConfig:
 
 
 def startup_refusals(view: Any, layout: Layout, kv: dict[int, KvConfig], model: Any) -> list[Refusal]:
-    """The runner's start-up checks, in its order; each kind reported once, at its first layer."""
+    """The runner's start-up checks, in its order, then the first request's (its cache list); each kind
+    reported once, at its first layer."""
     out: list[Refusal] = []
     if view.layers and not layout.attention:
         out.append(Refusal("ENG003", "ValueError", NO_ATTENTION_CHILD.format(layer_type=_layer_type_text(view, model)),
@@ -305,7 +306,7 @@ def startup_refusals(view: Any, layout: Layout, kv: dict[int, KvConfig], model: 
     entries = _make_cache_entries(model) if layout.auxiliary and view.has_make_cache else None
     if entries is not None and entries != layout.num_layers:
         out.append(Refusal("SGL120", "RuntimeError", CACHE_COUNT.format(entries=entries, layers=layout.num_layers),
-                           "startup", evidence={"make_cache_entries": entries, "layers": layout.num_layers,
+                           "prefill", evidence={"make_cache_entries": entries, "layers": layout.num_layers,
                                      "auxiliary_layers": layout.auxiliary}))
     return out
 
