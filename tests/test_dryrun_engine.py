@@ -227,6 +227,17 @@ def test_over_budget_checks_startup_and_says_so(tmp_path):
     assert run["pool"]["buffers"] == run["shrink"]["layers"]["kept"] == 2
 
 
+def _real_model(tmp_path, name):
+    """A config-only model dir holding the published config fixtures/configs/real/NAME.json."""
+    from pathlib import Path
+
+    model = tmp_path / name
+    model.mkdir()
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
+    (model / "config.json").write_text((real / f"{name}.json").read_text())
+    return model
+
+
 def _nemotron_super(tmp_path, group_sizes=None):
     """Nemotron-Super-49B's published config; `group_sizes` overrides n_heads_in_group of its first
     attention blocks."""
@@ -267,12 +278,7 @@ def test_the_model_class_error_the_plan_read_is_confirmed_not_uncatalogued(tmp_p
     """Qwen3-VL-8B: mlx-lm's qwen3_vl class cannot be built from the published config (ENG002, whose
     text is the class's own). The engine's loader raises the same exception; that confirms the plan
     rather than standing as an uncatalogued error (ENG051) and a stale plan (ENG057)."""
-    from pathlib import Path
-
-    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
-    model = tmp_path / "qwen3-vl"
-    model.mkdir()
-    (model / "config.json").write_text((real / "Qwen__Qwen3-VL-8B-Instruct.json").read_text())
+    model = _real_model(tmp_path, "Qwen__Qwen3-VL-8B-Instruct")
     result = dry_check(model)
     run = result.info["dry_run"]
     assert run["stages"]["load"] == "error" and run["error"]["class"] == "TypeError", run["stages"]
@@ -284,12 +290,7 @@ def test_the_model_class_error_the_plan_read_is_confirmed_not_uncatalogued(tmp_p
 def test_llama4_calls_a_cache_method_the_backend_caches_lack(tmp_path, gpt_oss):
     """mlx-lm's Llama 4 trims its chunked caches before each forward pass (maybe_trim_front), a method
     the backend's own KV caches do not have: the first prefill fails (ENG062). gpt-oss stays quiet."""
-    from pathlib import Path
-
-    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
-    model = tmp_path / "llama4"
-    model.mkdir()
-    (model / "config.json").write_text((real / "meta-llama__Llama-4-Scout-17B-16E-Instruct.json").read_text())
+    model = _real_model(tmp_path, "meta-llama__Llama-4-Scout-17B-16E-Instruct")
     result = dry_check(model)
     run = result.info["dry_run"]
     assert run["stages"]["startup"] == "ok" and run["stages"]["prefill"] == "error", run["stages"]
@@ -303,12 +304,7 @@ def test_llama4_calls_a_cache_method_the_backend_caches_lack(tmp_path, gpt_oss):
 def test_the_loader_refusal_of_an_fp8_checkpoint_is_confirmed(tmp_path):
     """Laguna-XS.2-FP8's compressed-tensors FP8: the plan predicts mlx-lm's loader refusal (ENG063),
     and the engine's own load raises it."""
-    from pathlib import Path
-
-    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
-    model = tmp_path / "laguna"
-    model.mkdir()
-    (model / "config.json").write_text((real / "poolside__Laguna-XS.2-FP8.json").read_text())
+    model = _real_model(tmp_path, "poolside__Laguna-XS.2-FP8")
     result = dry_check(model)
     run = result.info["dry_run"]
     assert run["stages"]["load"] == "error" and run["confirms_plan_refusal"] == "ENG063"
@@ -320,12 +316,7 @@ def test_a_wrapper_error_the_probe_reported_is_not_reported_again(tmp_path):
     """Devstral-Small-2 (mlx-lm's ministral3) passes its attention more arguments than the backend's
     wrapper takes. The mask-routing probe reports it (ENG012) with the engine's own text, and the dry
     run, which meets the same TypeError at the first prefill, adds no uncatalogued error (ENG051)."""
-    from pathlib import Path
-
-    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
-    model = tmp_path / "devstral"
-    model.mkdir()
-    (model / "config.json").write_text((real / "mistralai__Devstral-Small-2-24B-Instruct.json").read_text())
+    model = _real_model(tmp_path, "mistralai__Devstral-Small-2-24B-Instruct")
     result = dry_check(model)
     run = result.info["dry_run"]
     assert run["stages"]["prefill"] == "error" and run["error"]["class"] == "TypeError"
@@ -340,12 +331,7 @@ def test_an_error_in_the_first_requests_cache_list_belongs_to_prefill(tmp_path):
     for the first request's cache list, and that reads `self_attn.is_local`, which the wrapper lacks.
     The runner builds that list when a request arrives, so the error is the first prefill's, where
     the probe puts it (ENG012, once), not a start-up refusal the plan missed (ENG057)."""
-    from pathlib import Path
-
-    real = Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "real"
-    model = tmp_path / "exaone"
-    model.mkdir()
-    (model / "config.json").write_text((real / "LGAI-EXAONE__EXAONE-4.0-32B.json").read_text())
+    model = _real_model(tmp_path, "LGAI-EXAONE__EXAONE-4.0-32B")
     result = dry_check(model)
     run = result.info["dry_run"]
     assert run["stages"]["startup"] == "ok" and run["error"]["stage"] == "prefill", run["stages"]
