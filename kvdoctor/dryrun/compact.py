@@ -36,7 +36,7 @@ def head_factor(config: dict[str, Any]) -> int:
         if heads is None:
             continue
         counts = _kv_counts(section, heads)
-        if counts is None or type(heads) is not int:
+        if counts is None:
             return 1
         factors.update(counts)
     return factors.pop() if len(factors) == 1 else 1

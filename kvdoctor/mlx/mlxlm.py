@@ -205,7 +205,8 @@ def quantization_refusal(config: dict[str, Any]) -> tuple[str, str] | None:
         return method, (f"unsupported compressed-tensors format {settings.get('format')!r}; "
                           "dequantize to bf16 before converting")
     if method == "modelopt":
-        algo = settings.get("quantization", settings).get("quant_algo")  # hf_quant_config.json nests it
+        nested = settings.get("quantization", settings)  # hf_quant_config.json's layout nests it
+        algo = nested.get("quant_algo") if isinstance(nested, dict) else None
         if algo is not None and algo not in MODELOPT_ALGOS:
             return method, f"Unsupported modelopt quant_algo: {algo}"
     return None
