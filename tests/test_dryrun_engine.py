@@ -16,6 +16,7 @@ from helpers import make_model
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.check import Options, check_target
 from kvdoctor.dryrun.engine_import import missing_packages
+from kvdoctor.dryrun.run import close_warm
 from kvdoctor.selection import Selection
 
 pytestmark = pytest.mark.skipif(bool(missing_packages()),
@@ -209,7 +210,8 @@ def test_trusted_model_code_runs_only_in_the_child(custom_model):
 
 
 def test_time_bound_kills_the_run_and_keeps_what_it_saw(tmp_path):
-    result = dry_check(make_model(tmp_path, "gpt-oss-20b", checkpoint=False), dry_run_timeout=1.5)  # under the import alone
+    close_warm()  # a cold child, so that the bound falls inside the engine's import
+    result = dry_check(make_model(tmp_path, "gpt-oss-20b", checkpoint=False), dry_run_timeout=0.5)
     run = result.info["dry_run"]
     codes = [f.code for f in result.findings]
     assert "ENG055" in codes

@@ -77,7 +77,10 @@ def test_a_request_killed_at_its_bound_leaves_no_process_and_the_next_one_runs(f
     first = run.launch(llama, 300)  # starts the warm child, so the next bound falls inside the stages
     pid = warm_pid()
     assert first.returncode == 0 and pid is not None
-    killed = run.launch(request_for("openai__gpt-oss-20b"), 0.8)
+    slow = request_for("Qwen__Qwen3-Next-80B-A3B-Instruct")  # the longest warm run of these fixtures
+    whole = run.launch(slow, 300).first("done")
+    assert whole is not None and warm_pid() == pid
+    killed = run.launch(slow, whole["seconds"] / 4)  # a quarter of its own time on this box: mid-stage
     assert killed.timed_out and killed.returncode is None
     assert warm_pid() is None and warm.live_members(pid) == []
     assert killed.first("done") is None and killed.first("versions") is not None  # what it saw is kept
