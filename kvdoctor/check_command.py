@@ -10,13 +10,17 @@ import os
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import msgspec
 
 from kvdoctor import collector
 from kvdoctor.errors import InputError
 from kvdoctor.report import FORMATS
+
+if TYPE_CHECKING:
+    from kvdoctor.check import Options
+    from kvdoctor.model import Result
 
 # Options given before the command (`kvdoctor --debug --catalog DIR check ...`) hold for the whole run.
 RUN: dict = {"debug": False, "catalog_dirs": ()}
@@ -120,7 +124,7 @@ def run_check(req: CheckRequest) -> int:
     """Check the request's models and report; the exit code."""
     from kvdoctor.check import Options, checked_codes
     from kvdoctor.fingerprint import model_identity
-    from kvdoctor.report import Report, exit_code, result_part
+    from kvdoctor.report import Report, exit_code
     from kvdoctor.runner import available_cores, expand_targets, in_shard, run_with_progress
 
     collector.resume()  # the check's modules are loaded
@@ -158,33 +162,73 @@ def run_check(req: CheckRequest) -> int:
     from kvdoctor import progress
 
     show = progress.wanted(req.quiet, req.output_format in ("rich", "html"))
-    parts = None
+    console = rich_console(req.output_file) if req.output_format == "rich" and not req.statistics else None
+    rendered: dict[str, list[str]] = {}
     if req.executor == "ray":
         from kvdoctor.executors.ray_executor import run_on_ray
 
         results, tracebacks = run_on_ray(work, req.ray_address)
     else:
-        # Each worker renders its results' part of the JSON report, unless a baseline will change them.
-        wants_json = req.json_output is not None or (req.output_format == "json" and not req.statistics)
-        render = partial(result_part, settings.root) if wants_json and req.baseline is None else None
+        renderers = _part_renderers(req, settings.root, console)
         with progress.shown(show and len(work) == 1):  # many targets: the runner's bar
             results, tracebacks, parts = run_with_progress(work, req.jobs or available_cores(), show=show,
-                                                           render=render)
+                                                           render=partial(_parts, renderers) if renderers else None)
+        rendered = {fmt: [part[fmt] for part in parts] for fmt in renderers} if parts is not None else {}
     # The targets differ only in their selection (per-model ignores): each selection's codes are listed once.
     by_selection = {opts.selection: opts for _, opts in work}
     codes = {selection: checked_codes(opts) for selection, opts in by_selection.items()}
     report = Report(results, rules, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
-                    checked=[codes[opts.selection] for _, opts in work], kv_budget=req.kv_budget, json_parts=parts)
+                    checked=[codes[opts.selection] for _, opts in work], kv_budget=req.kv_budget,
+                    json_parts=rendered.get("json"), rich_parts=rendered.get("rich"))
     apply_baselines(report, req.baseline, req.write_baseline)
     emit(report, req.output_format, req.output_file, req.statistics,
          {"json": req.json_output, "sarif": req.sarif_output, "junit": req.junit_output,
-          "gitlab": req.gitlab_output, "html": req.html_output})
+          "gitlab": req.gitlab_output, "html": req.html_output}, console)
     for text in tracebacks:
         echo(text, err=True)
     for r in results:
         if r.error:
             echo(f"kvdoctor: error: {r.error}", err=True)
     return exit_code(results, settings.fail_on, req.exit_zero or req.write_baseline is not None)
+
+
+def _part_renderers(req: CheckRequest, root: Path, console) -> dict[str, Callable[[Result, Options], str]]:
+    """What each worker renders of its own results, by format: the entries of the JSON report and, where
+    the workers are forked from this process and so share its console, the terminal report's panels.
+    Nothing where a baseline will change the results after the check."""
+    from kvdoctor.report import result_part
+    from kvdoctor.runner import FORKS
+
+    if req.baseline is not None:
+        return {}
+    renderers: dict[str, Callable[[Result, Options], str]] = {}
+    if req.json_output is not None or (req.output_format == "json" and not req.statistics):
+        renderers["json"] = partial(result_part, root)
+    if console is not None and FORKS:
+        from rich.panel import Panel
+
+        from kvdoctor.report.rich_report import panel_text
+
+        with console.capture():  # rich loads its emoji table at the first title: once, before the fork
+            console.print(Panel("", title="kvdoctor"))
+        renderers["rich"] = lambda result, opts: panel_text(console, result)
+    return renderers
+
+
+def _parts(renderers: dict[str, Callable[[Result, Options], str]], result: Result, opts: Options) -> dict[str, str]:
+    return {fmt: render(result, opts) for fmt, render in renderers.items()}
+
+
+def rich_console(output_file: Optional[str]):
+    """The terminal report's console: standard output's, or a plain 120 columns for --output-file
+    (kept in memory, the file written once the report is complete)."""
+    from rich.console import Console
+
+    if not output_file:
+        return Console()
+    import io
+
+    return Console(file=io.StringIO(), width=120, color_system=None)
 
 
 def _selection(settings, target: str):
@@ -227,12 +271,13 @@ def apply_baselines(report, baseline: Optional[str], write_baseline: Optional[st
     if old is not None:
         report.baseline = baseline
         report.suppressed = apply_baseline(report.results, old, report.root)
-        report.json_parts = None  # rendered before the baseline hid findings
+        report.json_parts = report.rich_parts = None  # rendered before the baseline hid findings
 
 
 def emit(report, output_format: str, output_file: Optional[str], statistics: bool,
-         extra: dict[str, Optional[str]]) -> None:
-    """The report in its format (stdout or --output-file), and in every extra format asked for."""
+         extra: dict[str, Optional[str]], console=None) -> None:
+    """The report in its format (stdout or --output-file), and in every extra format asked for; the
+    terminal report on `console` when given (rich_console's)."""
     from kvdoctor.report import render
 
     for fmt, path in extra.items():
@@ -248,7 +293,7 @@ def emit(report, output_format: str, output_file: Optional[str], statistics: boo
         text = stats.render_json(report.results) if output_format in ("json", "json-lines") \
             else stats.render_text(report.results)
     elif output_format == "rich":
-        _rich(report, output_file)
+        _rich(report, output_file, console or rich_console(output_file))
         return
     else:
         text = render(report, output_format)
@@ -258,24 +303,17 @@ def emit(report, output_format: str, output_file: Optional[str], statistics: boo
         echo(text)
 
 
-def _rich(report, output_file: Optional[str]) -> None:
-    from rich.console import Console
-
+def _rich(report, output_file: Optional[str], console) -> None:
     from kvdoctor.report.rich_report import render
 
-    def show(console: Console) -> None:
-        render(report.results, console)
-        if report.baseline is not None:
-            console.print(f"{report.suppressed} finding(s) suppressed by baseline {report.baseline}", markup=False)
-
-    if not output_file:
-        show(Console())
-        return
-    try:
-        with open(output_file, "w", encoding="utf-8") as fh:
-            show(Console(file=fh, width=120, color_system=None))
-    except OSError as exc:
-        raise InputError(f"{output_file}: cannot write: {exc.strerror or exc}") from None
+    render(report.results, console, report.rich_parts)
+    if report.baseline is not None:
+        console.print(f"{report.suppressed} finding(s) suppressed by baseline {report.baseline}", markup=False)
+    if output_file:
+        try:
+            Path(output_file).write_text(console.file.getvalue(), encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{output_file}: cannot write: {exc.strerror or exc}") from None
 
 
 def _append(path: str, text: str) -> None:

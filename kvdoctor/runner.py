@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Optional
 
 from kvdoctor.check import Options, check_target
 from kvdoctor.model import Result
@@ -132,7 +132,8 @@ def warm_imports(work: list[tuple[str, Options]]) -> None:
     all_checks()
 
 
-Render = Callable[[Result, Options], str]
+Render = Callable[[Result, Options], Any]  # a result's part of a report: whatever the caller renders
+Outcome = tuple[Result, Optional[str], Any]  # the result, its traceback, its part
 _WORK: list[tuple[str, Options]] = []
 _RENDER: Render | None = None
 
@@ -142,11 +143,11 @@ def _keep_work(work: list[tuple[str, Options]], render: Render | None) -> None:
     _WORK, _RENDER = work, render
 
 
-def _check_range(start: int, stop: int) -> list[tuple[Result, str | None, str | None]]:
+def _check_range(start: int, stop: int) -> list[Outcome]:
     return [_checked(*_WORK[i], _RENDER) for i in range(start, stop)]
 
 
-def _checked(target: str, opts: Options, render: Render | None) -> tuple[Result, str | None, str | None]:
+def _checked(target: str, opts: Options, render: Render | None) -> Outcome:
     """check_one, and the result rendered where it was made. A result that cannot be rendered gets
     no part: the parent then renders the whole report itself and meets the same error there."""
     result, text = check_one(target, opts)
@@ -177,16 +178,16 @@ def at_worker_exit(close: Callable[[], None]) -> None:
     where atexit does not run (a worker's warm dry-run children are closed so)."""
     _AT_EXIT.append(close)
 
-Done = Callable[[range, list[tuple[Result, str | None, str | None]]], None]
+Done = Callable[[range, list[Outcome]], None]
 
 
 def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[int, Result], None] | None = None,
-                render: Render | None = None) -> tuple[list[Result], list[str], list[str] | None]:
+                render: Render | None = None) -> tuple[list[Result], list[str], list[Any] | None]:
     """Check each (target, options) pair; returns the results in input order, any tracebacks, and
     with `render` each result rendered by it in the process that checked it (None if any is missing)."""
-    outcomes: list[tuple[Result, str | None, str | None] | None] = [None] * len(work)
+    outcomes: list[Outcome | None] = [None] * len(work)
 
-    def done(indices: range, batch: list[tuple[Result, str | None, str | None]]) -> None:
+    def done(indices: range, batch: list[Outcome]) -> None:
         for i, outcome in zip(indices, batch):
             outcomes[i] = outcome
             if on_done:
@@ -350,7 +351,7 @@ def _spawned(work: list[tuple[str, Options]], workers: int, render: Render | Non
 
 
 def run_with_progress(work: list[tuple[str, Options]], jobs: int, show: bool = True,
-                      render: Render | None = None) -> tuple[list[Result], list[str], list[str] | None]:
+                      render: Render | None = None) -> tuple[list[Result], list[str], list[Any] | None]:
     """run_targets with a progress bar on stderr when `show`, stderr is a terminal and there is more than one target."""
     if len(work) < 2 or not show or not sys.stderr.isatty():  # rich is imported only when the bar is shown
         return run_targets(work, jobs, render=render)

@@ -182,6 +182,19 @@ def test_ci_formats_describe_their_rules_without_pydantic_or_yaml(tmp_path, outp
     assert run.loaded == set()
 
 
+def test_terminal_report_of_the_default_profile_looks_up_no_installed_version(tmp_path):
+    """The rich report (the default format) compares the versions a profile describes with the installed
+    ones (test_extras.py); hf, the default profile, describes none, so its report never loads
+    importlib.metadata (16-34 ms of import)."""
+    from helpers import make_model
+    from import_probe import probe
+
+    d = make_model(tmp_path, "gemma-2-2b", checkpoint=False)
+    run = probe(["check", str(d), "--static"], ("importlib.metadata", "pydantic", "yaml"), cwd=tmp_path)
+    assert "1 target(s)" in run.stdout and "engine      hf" in run.stdout
+    assert run.loaded == set(), run.stderr[-2000:]
+
+
 @pytest.mark.parametrize("value", ["0", "1025", "02", "+2", "two", "\u0662"])
 def test_jobs_outside_the_plain_spelling_are_judged_by_the_strict_type(value):
     from typer.testing import CliRunner

@@ -189,6 +189,48 @@ def _fails_on_the_third(result, opts):
     return result.target
 
 
+def test_the_rich_panels_the_workers_render_are_the_parents_report(fleet, monkeypatch):
+    """Forked -j workers render their results' panels of the terminal report with the parent's console;
+    written in order, they are the report the parent prints itself, colours and all, byte for byte."""
+    import io
+
+    from rich.console import Console
+
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.check import Options
+    from kvdoctor.report.rich_report import panel_text, render
+    from kvdoctor.runner import run_targets
+
+    def console() -> Console:
+        return Console(file=io.StringIO(), width=100, force_terminal=True, color_system="truecolor")
+
+    root, names = fleet
+    monkeypatch.chdir(root)
+    opts = Options(catalog=builtin_catalog(), engine="sglang")
+    work = [(target, opts) for target in [*names, "some-org/not-cached"]]
+    shared = console()
+    results, _, parts = run_targets(work, jobs=2, render=lambda result, _opts: panel_text(shared, result))
+    assert parts is not None and len(parts) == len(work)
+    alone, joined = console(), console()
+    render(results, alone)
+    render(results, joined, parts)
+    assert "\x1b[" in alone.file.getvalue() and "CFG001" in alone.file.getvalue()
+    assert joined.file.getvalue() == alone.file.getvalue()
+
+
+def test_terminal_report_at_j2_is_the_one_at_j1(fleet, tmp_path):
+    root, names = fleet
+    env = {"FORCE_COLOR": "1", "COLUMNS": "100"}
+    one, two = (run("check", "models", "-j", jobs, cwd=root, env=env) for jobs in ("1", "2"))
+    assert one.returncode == two.returncode == 2 and "\x1b[" in one.stdout and "zz-unreadable" in one.stdout
+    assert two.stdout == one.stdout
+    for jobs in ("1", "2"):
+        out = tmp_path / f"report-{jobs}.txt"
+        assert run("check", "models", "-j", jobs, "-o", str(out), cwd=root).stdout == ""
+    assert (tmp_path / "report-2.txt").read_text() == (tmp_path / "report-1.txt").read_text()
+    assert "\x1b[" not in (tmp_path / "report-1.txt").read_text()
+
+
 def test_a_worker_that_dies_loses_no_target(monkeypatch):
     """A check that kills its worker process (as the kernel's OOM killer would) becomes the error of
     the batch that worker held; a new worker checks the rest, every target is reported, in input

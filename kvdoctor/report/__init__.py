@@ -44,9 +44,11 @@ class Report(msgspec.Struct):
     baseline: str | None = None  # the baseline file, when one was applied
     suppressed: int = 0  # findings the baseline hid
     kv_budget: str | None = None  # --kv-budget: the HTML report shows the tokens that fit
-    # Each result's entry of the JSON document, rendered by the worker that checked it (result_part);
-    # None when not rendered, or when the results changed after the check (a baseline).
+    # Each result's entry of the JSON document (result_part) and its panel of the terminal report
+    # (rich_report.panel_text), rendered by the worker that checked it; None when not rendered, or when
+    # the results changed after the check (a baseline).
     json_parts: list[str] | None = None
+    rich_parts: list[str] | None = None
 
     def fingerprints(self, index: int) -> list[str]:
         """A unique, line-free fingerprint for each finding of results[index]."""

@@ -182,22 +182,38 @@ def finding_block(f: Finding) -> Group:
     return Group(*parts)
 
 
-def render(results: list[Result], console: Console | None = None) -> None:
+def result_panel(result: Result) -> Panel:
+    """One target's panel: its summary, layout, state caches and findings, or why it could not be checked."""
+    if result.error:
+        return Panel(Text(result.error, style="red"), title=f"{result.target}: cannot check", border_style="red")
+    body: list[RenderableType] = [model_summary(result), Text(""), layout(result), Text("")]
+    states = state_caches(result)
+    if states is not None:
+        body += [states, Text("")]
+    if result.findings:
+        body.extend(finding_block(f) for f in result.findings)
+    else:
+        body.append(Text("no findings", style="green"))
+    return Panel(Group(*body), title=result.target, border_style="cyan")
+
+
+def panel_text(console: Console, result: Result) -> str:
+    """The result's panel exactly as `console` would print it. A -j worker forked from the process that
+    owns the console renders its own results so; the parent then writes the texts in input order."""
+    with console.capture() as capture:
+        console.print(result_panel(result))
+    return capture.get()
+
+
+def render(results: list[Result], console: Console | None = None, parts: list[str] | None = None) -> None:
+    """Every result's panel, then the summary line; `parts`, when given, are the panels already rendered
+    by panel_text with this console, written as the console writes its own output."""
     console = console or Console()
-    for result in results:
-        if result.error:
-            console.print(Panel(Text(result.error, style="red"), title=f"{result.target}: cannot check",
-                                border_style="red"))
-            continue
-        body: list[RenderableType] = [model_summary(result), Text(""), layout(result), Text("")]
-        states = state_caches(result)
-        if states is not None:
-            body += [states, Text("")]
-        if result.findings:
-            body.extend(finding_block(f) for f in result.findings)
+    for i, result in enumerate(results):
+        if parts is None:
+            console.print(result_panel(result))
         else:
-            body.append(Text("no findings", style="green"))
-        console.print(Panel(Group(*body), title=result.target, border_style="cyan"))
+            console.file.write(parts[i])
     counts = summary(results)
     console.print(f"[bold]{counts['targets']}[/] target(s): [red]{counts['errors']} error(s)[/], "
                   f"[yellow]{counts['warnings']} warning(s)[/], [blue]{counts['info']} info[/]"
