@@ -4,8 +4,10 @@ Checks are CPU-bound (they parse headers, build caches and run kernels), so with
 pool of N worker processes. Where the platform can fork (Linux), the workers are forked once the
 parent has imported kvdoctor's checks, so a worker starts in milliseconds instead of importing
 everything again; they are reused for every target (torch and mlx, which are not safe to fork, are
-imported inside each worker on first use and then stay loaded). Elsewhere the workers are spawned.
-The results are the same, in the same order, whatever the number of workers or the executor.
+imported inside each worker on first use and then stay loaded). Static targets, which take a few
+milliseconds each, are checked in this process until the rest is enough to repay the pool, so a few of
+them are no slower at -j N than at -j 1. Elsewhere the workers are spawned. The results are the same,
+in the same order, whatever the number of workers or the executor.
 """
 from __future__ import annotations
 
@@ -194,11 +196,15 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
                 on_done(i, outcome[0])
 
     workers = max(1, min(jobs, len(work)))
-    if workers == 1:
-        for i, (target, opts) in enumerate(work):
-            done(range(i, i + 1), [_checked(target, opts, render)])
+    start = 0
+    if workers > 1 and FORKS and all(opts.static for _, opts in work):
+        start = _here_until_a_pool_pays(work, workers, render, done)
+        workers = min(workers, len(work) - start)
+    if workers <= 1:
+        for i in range(start, len(work)):
+            done(range(i, i + 1), [_checked(*work[i], render)])
     elif FORKS:
-        _forked(work, workers, render, done)
+        _forked(work, workers, render, done, start)
     else:
         _spawned(work, workers, render, done)
     results = [o[0] for o in outcomes if o is not None]
@@ -207,8 +213,35 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
     return results, tracebacks, parts if render and len(parts) == len(results) else None
 
 
-def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None, done: Done) -> None:
-    """The batches in worker processes forked from this one, after the imports every check needs: a
+# What a forked pool costs before it gains anything: the forks, the copy-on-write of the pages each worker
+# touches and the pipes; -j 2 against -j 1 on 2 to 12 static targets of the bench's fleet, on a 2-core box
+# (docs/performance.md, 2026-12-04).
+FORKED_POOL_COST_S = 0.007
+
+
+def _here_until_a_pool_pays(work: list[tuple[str, Options]], workers: int, render: Render | None,
+                            done: Done) -> int:
+    """Check targets in this process, one at a time, until the rest would take long enough here that a
+    pool of `workers` saves more than it costs; the number checked. A static check takes milliseconds
+    (a few static targets ran slower at -j 2 than at -j 1), and it loads neither torch nor mlx, so this
+    process stays safe to fork. The estimate is the mean of the checks so far, after the imports."""
+    import time
+
+    warm_imports(work)  # what the first check would import: not counted as checking
+    spent = 0.0
+    for i, (target, opts) in enumerate(work):
+        rest = len(work) - i
+        if i and spent / i * rest * (1 - 1 / min(workers, rest)) > FORKED_POOL_COST_S:
+            return i
+        began = time.perf_counter()
+        done(range(i, i + 1), [_checked(target, opts, render)])
+        spent += time.perf_counter() - began
+    return len(work)
+
+
+def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None, done: Done,
+            start: int = 0) -> None:
+    """The batches from `start` on in worker processes forked from this one, after the imports every check needs: a
     worker starts in a millisecond and already holds the work list, so a task is two numbers on its
     pipe and its answer the pickled outcomes (no multiprocessing: its import and its threads were a
     fifth of the parent's time at 100 static checks). A worker that dies has its batch reported as
@@ -221,7 +254,7 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
     gc.freeze()  # what the parent holds stays out of the workers' collections (no copy-on-write)
     sys.stdout.flush()
     sys.stderr.flush()  # nothing buffered here is written again by a worker
-    todo = batches(len(work), workers)[::-1]  # popped from the end: input order
+    todo = [range(start + b.start, start + b.stop) for b in batches(len(work) - start, workers)][::-1]  # input order
     pids: dict[int, int] = {}  # a worker's answers fd: its pid
     feeds: dict[int, int] = {}  # a worker's answers fd: its tasks fd, until closed
     running: dict[int, range] = {}  # a worker's answers fd: the batch it is checking

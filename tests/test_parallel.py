@@ -231,6 +231,30 @@ def test_terminal_report_at_j2_is_the_one_at_j1(fleet, tmp_path):
     assert "\x1b[" not in (tmp_path / "report-1.txt").read_text()
 
 
+def test_static_targets_are_checked_here_until_a_pool_would_pay(fleet, monkeypatch):
+    """-j N checks static targets in this process while the rest is too little to repay a forked pool,
+    and forks for the rest once it is; each part here is the pid of the process that checked it."""
+    from kvdoctor import runner
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.check import Options
+
+    root, names = fleet
+    monkeypatch.chdir(root)
+    static = [(target, Options(catalog=builtin_catalog(), static=True)) for target in names]
+    where = lambda result, opts: os.getpid()  # noqa: E731
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 3600.0)  # no pool could repay itself
+    here, _, pids = runner.run_targets(static, jobs=2, render=where)
+    assert set(pids) == {os.getpid()}
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 0.0)  # any pool pays: one check here, for the estimate
+    pooled, _, pids = runner.run_targets(static, jobs=2, render=where)
+    assert pids[0] == os.getpid() and os.getpid() not in pids[1:] and len(set(pids[1:])) == 2
+    assert pooled == here and [r.target for r in here] == names
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 3600.0)
+    full = [(target, Options(catalog=builtin_catalog())) for target in names[:3]]  # may load torch: never here
+    _, _, pids = runner.run_targets(full, jobs=2, render=where)
+    assert os.getpid() not in pids
+
+
 def test_a_worker_that_dies_loses_no_target(monkeypatch):
     """A check that kills its worker process (as the kernel's OOM killer would) becomes the error of
     the batch that worker held; a new worker checks the rest, every target is reported, in input
@@ -254,12 +278,14 @@ def test_a_worker_that_dies_loses_no_target(monkeypatch):
         return real_check(target, opts)
 
     monkeypatch.setattr(runner, "check_one", check_or_die)  # the forked workers inherit it
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 0.0)  # these checks take nothing: pool them all the same
     opts = Options(catalog=builtin_catalog(), static=True)
     targets = [f"ok-{i}" for i in range(40)] + ["dies"] + [f"ok-{i}" for i in range(40, 80)]
     results, _, _ = runner.run_targets([(t, opts) for t in targets], jobs=2)
     assert [r.target for r in results] == targets
     dead = next(r for r in results if r.target == "dies")
     assert dead.error == "internal error: the worker checking it died (killed by SIGKILL)"
-    batch = next(b for b in runner.batches(len(targets), 2) if targets.index("dies") in b)
+    pooled = [range(1 + b.start, 1 + b.stop) for b in runner.batches(len(targets) - 1, 2)]  # after the first, here
+    batch = next(b for b in pooled if targets.index("dies") in b)
     assert [r.target for r in results if r.error] == [targets[i] for i in batch]
     assert exit_code(results, "error") == 2
