@@ -114,7 +114,10 @@ def _registry():
             os.environ["TRANSFORMERS_VERBOSITY"] = saved
     import logging
 
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+    # A refusal reaches kvdoctor as the class's exception (Rejected); what transformers logs beside it
+    # (`Can't set layer_types with value [] for MambaConfig {...}`, the whole config, dozens of lines)
+    # would only repeat it on stderr.
+    logging.getLogger("transformers").setLevel(logging.CRITICAL)
     return transformers.__version__, CONFIG_MAPPING
 
 

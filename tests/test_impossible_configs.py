@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import check_json
+from helpers import check_json, run
 
 LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
          "num_key_value_heads": 2, "vocab_size": 1000}
@@ -131,6 +131,16 @@ def test_never_a_clean_pass(results, case_id, expected):
     assert hits, [f["code"] for f in result["findings"]]
     assert hits[0]["severity"] == "error"
     assert hits[0]["file"] == "config.json" and isinstance(hits[0]["line"], int), hits[0]
+
+
+def test_a_refusal_is_reported_once_without_what_transformers_logs(tmp_path):
+    """MambaConfig cannot take `layer_types` (a property without a setter): transformers logs the whole
+    config at error level as it refuses; the refusal is CFG012, and stderr stays empty."""
+    (tmp_path / "config.json").write_text(json.dumps(edit(LLAMA, model_type="mamba", layer_types=[])))
+    proc = run("check", "--static", "--format", "json", str(tmp_path))
+    assert proc.stderr == ""
+    codes = [f["code"] for f in json.loads(proc.stdout)["results"][0]["findings"]]
+    assert "CFG012" in codes
 
 
 def test_healthy_bases_are_quiet(tmp_path):
