@@ -4,10 +4,10 @@ Checks are CPU-bound (they parse headers, build caches and run kernels), so with
 pool of N worker processes. Where the platform can fork (Linux), the workers are forked once the
 parent has imported kvdoctor's checks, so a worker starts in milliseconds instead of importing
 everything again; they are reused for every target (torch and mlx, which are not safe to fork, are
-imported inside each worker on first use and then stay loaded). Static targets, which take a few
-milliseconds each, are checked in this process until the rest is enough to repay the pool, so a few of
-them are no slower at -j N than at -j 1. Elsewhere the workers are spawned. The results are the same,
-in the same order, whatever the number of workers or the executor.
+imported inside each worker on first use and then stay loaded). Checks that take a few milliseconds
+and load neither (static ones, hf's) are done in this process until the rest is enough to repay the
+pool, so a few targets are no slower at -j N than at -j 1. Elsewhere the workers are spawned. The
+results are the same, in the same order, whatever the number of workers or the executor.
 """
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
 
     workers = max(1, min(jobs, len(work)))
     start = 0
-    if workers > 1 and FORKS and all(opts.static for _, opts in work):
+    if workers > 1 and FORKS and all(_keeps_this_process_forkable(opts) for _, opts in work):
         start = _here_until_a_pool_pays(work, workers, render, done)
         workers = min(workers, len(work) - start)
     if workers <= 1:
@@ -219,11 +219,22 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
 FORKED_POOL_COST_S = 0.007
 
 
+def _keeps_this_process_forkable(opts: Options) -> bool:
+    """Whether checking a target here leaves this process safe to fork: torch and mlx load only in a
+    profile's probes (check.run_probes) and in the dry run, so a static check, or a full one under a
+    profile without probes (hf), never loads them."""
+    if opts.static:
+        return True
+    from kvdoctor.engines import check_profile
+
+    return not opts.extra.get("dry_run") and not check_profile(opts.engine).probes()
+
+
 def _here_until_a_pool_pays(work: list[tuple[str, Options]], workers: int, render: Render | None,
                             done: Done) -> int:
     """Check targets in this process, one at a time, until the rest would take long enough here that a
-    pool of `workers` saves more than it costs; the number checked. A static check takes milliseconds
-    (a few static targets ran slower at -j 2 than at -j 1), and it loads neither torch nor mlx, so this
+    pool of `workers` saves more than it costs; the number checked. A static check, or an hf one, takes
+    milliseconds (a few of them ran slower at -j 2 than at -j 1), and neither loads torch or mlx, so this
     process stays safe to fork. The estimate is the mean of the checks so far, after the imports."""
     import time
 

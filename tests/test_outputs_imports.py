@@ -25,3 +25,12 @@ def test_static_check_imports_no_heavy_module(tmp_path, engine):
     d = make_model(tmp_path, "kimi-linear", shards=2)
     run = probe(["check", str(d), "--static", "--engine", engine, "--format", "json"], (*HEAVY, "numpy"))
     assert run.loaded == set(), run.stderr[-2000:]
+
+
+def test_full_check_under_a_profile_without_probes_loads_neither_torch_nor_mlx():
+    """hf builds no caches (no probes), so its full check loads neither torch nor mlx: -j N may check
+    such targets in the parent before it forks (runner._keeps_this_process_forkable)."""
+    from helpers import REAL
+
+    run = probe(["check", str(REAL), "--format", "json", "-j", "1"], HEAVY[:3])
+    assert run.loaded == set(), run.stderr[-2000:]

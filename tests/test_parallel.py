@@ -231,9 +231,10 @@ def test_terminal_report_at_j2_is_the_one_at_j1(fleet, tmp_path):
     assert "\x1b[" not in (tmp_path / "report-1.txt").read_text()
 
 
-def test_static_targets_are_checked_here_until_a_pool_would_pay(fleet, monkeypatch):
-    """-j N checks static targets in this process while the rest is too little to repay a forked pool,
-    and forks for the rest once it is; each part here is the pid of the process that checked it."""
+def test_light_targets_are_checked_here_until_a_pool_would_pay(fleet, monkeypatch):
+    """-j N checks static targets (and hf's, which build no caches) in this process while the rest is too
+    little to repay a forked pool, and forks for the rest once it is; each part here is the pid of the
+    process that checked it."""
     from kvdoctor import runner
     from kvdoctor.catalog import builtin_catalog
     from kvdoctor.check import Options
@@ -250,8 +251,11 @@ def test_static_targets_are_checked_here_until_a_pool_would_pay(fleet, monkeypat
     assert pids[0] == os.getpid() and os.getpid() not in pids[1:] and len(set(pids[1:])) == 2
     assert pooled == here and [r.target for r in here] == names
     monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 3600.0)
-    full = [(target, Options(catalog=builtin_catalog())) for target in names[:3]]  # may load torch: never here
-    _, _, pids = runner.run_targets(full, jobs=2, render=where)
+    hf = [(target, Options(catalog=builtin_catalog())) for target in names[:3]]  # no probes: here too
+    _, _, pids = runner.run_targets(hf, jobs=2, render=where)
+    assert set(pids) == {os.getpid()}
+    mlx = [(target, Options(catalog=builtin_catalog(), engine="sglang-mlx")) for target in names[:2]]
+    _, _, pids = runner.run_targets(mlx, jobs=2, render=where)  # its probes load mlx: never here
     assert os.getpid() not in pids
 
 
