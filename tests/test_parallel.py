@@ -199,17 +199,19 @@ def test_the_rich_panels_the_workers_render_are_the_parents_report(fleet, monkey
     from kvdoctor.catalog import builtin_catalog
     from kvdoctor.check import Options
     from kvdoctor.report.rich_report import panel_text, render
-    from kvdoctor.runner import run_targets
 
     def console() -> Console:
         return Console(file=io.StringIO(), width=100, force_terminal=True, color_system="truecolor")
 
+    from kvdoctor import runner
+
     root, names = fleet
     monkeypatch.chdir(root)
-    opts = Options(catalog=builtin_catalog(), engine="sglang")
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 0.0)  # the first panel here, the others in the workers
+    opts = Options(catalog=builtin_catalog(), engine="sglang", static=True)  # no probes: nothing that forks badly
     work = [(target, opts) for target in [*names, "some-org/not-cached"]]
     shared = console()
-    results, _, parts = run_targets(work, jobs=2, render=lambda result, _opts: panel_text(shared, result))
+    results, _, parts = runner.run_targets(work, jobs=2, render=lambda result, _opts: panel_text(shared, result))
     assert parts is not None and len(parts) == len(work)
     alone, joined = console(), console()
     render(results, alone)
@@ -238,6 +240,7 @@ def test_light_targets_are_checked_here_until_a_pool_would_pay(fleet, monkeypatc
     from kvdoctor import runner
     from kvdoctor.catalog import builtin_catalog
     from kvdoctor.check import Options
+    from kvdoctor.model import Result
 
     root, names = fleet
     monkeypatch.chdir(root)
@@ -254,8 +257,12 @@ def test_light_targets_are_checked_here_until_a_pool_would_pay(fleet, monkeypatc
     hf = [(target, Options(catalog=builtin_catalog())) for target in names[:3]]  # no probes: here too
     _, _, pids = runner.run_targets(hf, jobs=2, render=where)
     assert set(pids) == {os.getpid()}
+    # sglang-mlx's probes load mlx, so its checks never run here. (Nothing heavy runs in these workers:
+    # this test process may hold mlx already, which a forked child cannot use.)
+    monkeypatch.setattr(runner, "check_one", lambda target, opts: (Result(
+        target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[], findings=[]), None))
     mlx = [(target, Options(catalog=builtin_catalog(), engine="sglang-mlx")) for target in names[:2]]
-    _, _, pids = runner.run_targets(mlx, jobs=2, render=where)  # its probes load mlx: never here
+    _, _, pids = runner.run_targets(mlx, jobs=2, render=where)
     assert os.getpid() not in pids
 
 
