@@ -382,8 +382,8 @@ FLEET_MODES = {"static": ["--static", "--format", "json"], "static, rich": ["--s
 
 def bench_fleet(runs: int) -> list[dict]:
     """-j 1 and -j 2 on fleets of 4, 100 and 1,000 targets (4 static ones: too few to repay a pool,
-    which -j 2 must then not start). For 100 static targets also "1+1": two -j 1
-    processes side by side, each checking half the fleet. They share nothing and talk to no one, so
+    which -j 2 must then not start). For 100 static targets also "1+1": two -j 1 processes side by
+    side, each checking half the fleet. They share nothing and talk to no one, so
     their speed-up over -j 1 is what two cores give this workload on this box; -j 2 (one import, two
     forked workers) can pass it only by the serial start-up it saves."""
     rows = []

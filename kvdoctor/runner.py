@@ -252,11 +252,11 @@ def _here_until_a_pool_pays(work: list[tuple[str, Options]], workers: int, rende
 
 def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None, done: Done,
             start: int = 0) -> None:
-    """The batches from `start` on in worker processes forked from this one, after the imports every check needs: a
-    worker starts in a millisecond and already holds the work list, so a task is two numbers on its
-    pipe and its answer the pickled outcomes (no multiprocessing: its import and its threads were a
-    fifth of the parent's time at 100 static checks). A worker that dies has its batch reported as
-    such and is replaced while work is left."""
+    """The batches from `start` on in worker processes forked from this one, after the imports every
+    check needs: a worker starts in a millisecond and already holds the work list, so a task is two
+    numbers on its pipe and its answer the pickled outcomes (no multiprocessing: its import and its
+    threads were a fifth of the parent's time at 100 static checks). A worker that dies has its batch
+    reported as such and is replaced while work is left."""
     import gc
     import pickle
     import select
