@@ -5,9 +5,10 @@ pool of N worker processes. Where the platform can fork (Linux), the workers are
 parent has imported kvdoctor's checks, so a worker starts in milliseconds instead of importing
 everything again; they are reused for every target (torch and mlx, which are not safe to fork, are
 imported inside each worker on first use and then stay loaded). Checks that take a few milliseconds
-and load neither (static ones, hf's) are done in this process until the rest is enough to repay the
-pool, so a few targets are no slower at -j N than at -j 1. Elsewhere the workers are spawned. The
-results are the same, in the same order, whatever the number of workers or the executor.
+and load neither (static ones, hf's) are also done in this process, which forks its helpers only
+once the rest is enough to repay them, so a few targets are no slower at -j N than at -j 1.
+Elsewhere the workers are spawned. The results are the same, in the same order, whatever the number
+of workers or the executor.
 """
 from __future__ import annotations
 
@@ -196,15 +197,12 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
                 on_done(i, outcome[0])
 
     workers = max(1, min(jobs, len(work)))
-    start = 0
-    if workers > 1 and FORKS and all(_keeps_this_process_forkable(opts) for _, opts in work):
-        start = _here_until_a_pool_pays(work, workers, render, done)
-        workers = min(workers, len(work) - start)
+    here = FORKS and workers > 1 and all(_keeps_this_process_forkable(opts) for _, opts in work)
     if workers <= 1:
-        for i in range(start, len(work)):
+        for i in range(len(work)):
             done(range(i, i + 1), [_checked(*work[i], render)])
     elif FORKS:
-        _forked(work, workers, render, done, start)
+        _forked(work, workers, render, done, here)
     else:
         _spawned(work, workers, render, done)
     results = [o[0] for o in outcomes if o is not None]
@@ -213,7 +211,7 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
     return results, tracebacks, parts if render and len(parts) == len(results) else None
 
 
-# What a forked pool costs before it gains anything: the forks, the copy-on-write of the pages each worker
+# What forked helpers cost before they gain anything: the forks, the copy-on-write of the pages each one
 # touches and the pipes; -j 2 against -j 1 on 2 to 12 static targets of the bench's fleet, on a 2-core box
 # (docs/performance.md, 2026-12-04).
 FORKED_POOL_COST_S = 0.007
@@ -230,106 +228,193 @@ def _keeps_this_process_forkable(opts: Options) -> bool:
     return not opts.extra.get("dry_run") and not check_profile(opts.engine).probes()
 
 
-def _here_until_a_pool_pays(work: list[tuple[str, Options]], workers: int, render: Render | None,
-                            done: Done) -> int:
-    """Check targets in this process, one at a time, until the rest would take long enough here that a
-    pool of `workers` saves more than it costs; the number checked. A static check, or an hf one, takes
-    milliseconds (a few of them ran slower at -j 2 than at -j 1), and neither loads torch or mlx, so this
-    process stays safe to fork. The estimate is the mean of the checks so far, after the imports."""
-    import time
-
-    warm_imports(work)  # what the first check would import: not counted as checking
-    spent = 0.0
-    for i, (target, opts) in enumerate(work):
-        rest = len(work) - i
-        if i and spent / i * rest * (1 - 1 / min(workers, rest)) > FORKED_POOL_COST_S:
-            return i
-        began = time.perf_counter()
-        done(range(i, i + 1), [_checked(target, opts, render)])
-        spent += time.perf_counter() - began
-    return len(work)
+def _helpers_pay(mean_s: float, rest: int, workers: int) -> bool:
+    """Whether `rest` checks of `mean_s` seconds each, spread over `workers` processes, save more than
+    forking the helpers costs."""
+    return mean_s * rest * (1 - 1 / min(workers, rest)) > FORKED_POOL_COST_S
 
 
-def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None, done: Done,
-            start: int = 0) -> None:
-    """The batches from `start` on in worker processes forked from this one, after the imports every
-    check needs: a worker starts in a millisecond and already holds the work list, so a task is two
-    numbers on its pipe and its answer the pickled outcomes (no multiprocessing: its import and its
-    threads were a fifth of the parent's time at 100 static checks). A worker that dies has its batch
-    reported as such and is replaced while work is left."""
+def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None, done: Done, here: bool) -> None:
+    """The work in `workers` processes, helpers forked from this one after the imports every check
+    needs: a helper starts in a millisecond and already holds the work list and its batches. The
+    batches wait in a _Queue, which every process reads when it is free, and a helper's answer is the
+    pickled outcomes of its batch (no multiprocessing: its import and its threads were a fifth of the
+    parent's time at 100 static checks). A helper that dies has its batch reported as such and is
+    replaced while work may be left.
+
+    With `here` (checks that leave this process safe to fork) this process is one of the workers: it
+    starts alone and forks its helpers once the mean of its checks so far says that the rest repays
+    them, so a few targets are no slower than at -j 1; and it pickles nothing of its own share."""
     import gc
     import pickle
     import select
+    import time
 
-    warm_imports(work)
-    gc.freeze()  # what the parent holds stays out of the workers' collections (no copy-on-write)
-    sys.stdout.flush()
-    sys.stderr.flush()  # nothing buffered here is written again by a worker
-    todo = [range(start + b.start, start + b.stop) for b in batches(len(work) - start, workers)][::-1]  # input order
-    pids: dict[int, int] = {}  # a worker's answers fd: its pid
-    feeds: dict[int, int] = {}  # a worker's answers fd: its tasks fd, until closed
-    running: dict[int, range] = {}  # a worker's answers fd: the batch it is checking
+    warm_imports(work)  # what the first check would import, before any fork and outside the estimate
+    todo = batches(len(work), workers)
+    queue = _Queue(len(todo))
+    helpers: dict[int, _Helper] = {}  # a helper's answers fd: the helper
+    answered = [False] * len(todo)
 
-    def fork() -> int:
-        tasks_r, tasks_w = os.pipe()
-        answers_r, answers_w = os.pipe()
+    def fork() -> None:
+        gc.freeze()  # what this process holds stays out of the helpers' collections (no copy-on-write)
+        sys.stdout.flush()
+        sys.stderr.flush()  # nothing buffered here is written again by a helper
+        answers_r, answers_w = _answers_pipe()
         pid = os.fork()
-        if pid == 0:  # each worker holds only its own ends, so each sees the end of its pipe
-            _serve(tasks_r, answers_w, [tasks_w, answers_r, *pids, *feeds.values()], work, render)
-        os.close(tasks_r)
+        if pid == 0:  # each helper holds only its own ends, so each sees the end of its pipe
+            _serve(queue.read_end, answers_w, [answers_r, *queue.write_ends(), *helpers], work, todo, render)
         os.close(answers_w)
-        pids[answers_r], feeds[answers_r] = pid, tasks_w
-        return answers_r
+        helpers[answers_r] = _Helper(pid)
 
-    def send(answers: int) -> None:
-        if not todo:
-            os.close(feeds.pop(answers))  # the worker exits
-            return
-        running[answers] = batch = todo.pop()
-        try:
-            os.write(feeds[answers], f"{batch.start} {batch.stop}\n".encode())
-        except BrokenPipeError:
-            pass  # it died meanwhile: its answer reads as the end of the pipe
+    def collect(timeout: float | None) -> None:
+        """The answers the helpers have sent, waiting up to `timeout` for one; the queue topped up."""
+        ready, writable, _ = select.select(list(helpers), queue.write_ends(), [], timeout)
+        if writable:
+            queue.top_up()
+        for fd in ready:
+            helper = helpers[fd]
+            chunk = os.read(fd, 1 << 20)
+            for index, data in helper.answers(chunk):
+                answered[index] = True
+                done(todo[index], pickle.loads(data))
+            if chunk:
+                continue
+            os.close(fd)
+            del helpers[fd]
+            status = os.waitpid(helper.pid, 0)[1]
+            if helper.claim is not None:
+                answered[helper.claim] = True
+                why = _exit_reason(status)
+                done(todo[helper.claim], [(died(*work[i], why), None, None) for i in todo[helper.claim]])
+            if os.waitstatus_to_exitcode(status) and not queue.drained:
+                fork()  # one that finds the queue empty just ends
 
     try:
-        for _ in range(workers):
-            send(fork())
-        while running:
-            for answers in select.select(list(running), [], [])[0]:
-                batch = running.pop(answers)
-                data = _answer(answers)
-                if data is not None:
-                    send(answers)  # its next batch first: the worker checks it while this one is unpickled
-                    done(batch, pickle.loads(data))
-                    continue
-                os.close(answers)
-                os.close(feeds.pop(answers))
-                why = _exit_reason(os.waitpid(pids.pop(answers), 0)[1])
-                done(batch, [(died(*work[i], why), None, None) for i in batch])
-                if todo:
-                    send(fork())
+        if not here:
+            for _ in range(workers):
+                fork()
+        checked, spent = 0, 0.0
+        while (index := queue.take() if here else None) is not None or helpers:
+            if index is None:
+                collect(None)
+                continue
+            for i in todo[index]:
+                if not helpers and checked and _helpers_pay(spent / checked, len(work) - checked, workers):
+                    for _ in range(min(workers, len(work) - checked) - 1):
+                        fork()
+                began = time.perf_counter()
+                done(range(i, i + 1), [_checked(*work[i], render)])
+                spent += time.perf_counter() - began
+                checked += 1
+                if helpers:
+                    collect(0)
+            answered[index] = True
     finally:
-        for fd in (*pids, *feeds.values()):
+        queue.close()
+        for fd, helper in helpers.items():
             os.close(fd)
-        for pid in pids.values():
-            os.waitpid(pid, 0)
+            os.waitpid(helper.pid, 0)
+    for index, batch in enumerate(todo):  # claimed by a helper that died before it could say so
+        if not answered[index]:
+            done(batch, [(died(*work[i], "before it reported its batch"), None, None) for i in batch])
 
 
-def _answer(fd: int) -> bytes | None:
-    """A worker's answer: its length (8 bytes), then the pickle; None where the pipe ends before it."""
-    head = _read(fd, 8)
-    size = int.from_bytes(head, "little")
-    data = _read(fd, size) if len(head) == 8 else b""
-    return data if len(head) == 8 and len(data) == size else None
+class _Queue:
+    """The batches' numbers in a pipe that every worker of a pool reads, as make's jobserver hands out
+    its tokens: whichever is free takes the next (a read of one 4-byte number, which the kernel never
+    splits between readers), so no worker waits to be handed work. Numbers the pipe cannot hold yet
+    wait here and are written as it empties; this process takes those itself, so it never waits on a
+    pipe that only it fills."""
+
+    def __init__(self, count: int) -> None:
+        self.read_end, self._write_end = os.pipe()
+        os.set_blocking(self._write_end, False)  # its own description: the readers' end stays blocking
+        self._waiting = memoryview(b"".join(i.to_bytes(4, "little") for i in range(count)))
+        self.drained = False  # this process has met the end of the queue
+        self.top_up()
+
+    def write_ends(self) -> list[int]:
+        return [self._write_end] if self._write_end >= 0 else []
+
+    def top_up(self) -> None:
+        """As many waiting numbers as the pipe takes, PIPE_BUF bytes at a time (each write whole or
+        refused); once all are in, the write end closes, and a read past the last number ends."""
+        while self._waiting:
+            try:
+                self._waiting = self._waiting[os.write(self._write_end, self._waiting[:4096]):]
+            except BlockingIOError:
+                return
+        self._close_write_end()
+
+    def take(self) -> int | None:
+        """The next batch's number for this process; None once there is none."""
+        if self._waiting:
+            record, self._waiting = self._waiting[:4], self._waiting[4:]
+        else:
+            record = os.read(self.read_end, 4)
+        self.drained = not record
+        return int.from_bytes(record, "little") if record else None
+
+    def close(self) -> None:
+        self._close_write_end()
+        if self.read_end >= 0:
+            os.close(self.read_end)
+            self.read_end = -1
+
+    def _close_write_end(self) -> None:
+        if self._write_end >= 0:
+            os.close(self._write_end)
+            self._write_end = -1
 
 
-def _read(fd: int, size: int) -> bytes:
-    """`size` bytes from a pipe, fewer only where it ends."""
-    chunks = []
-    while size and (chunk := os.read(fd, min(size, 1 << 20))):
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+class _Helper:
+    """A forked helper, as this process sees it: its pid, the batch it said it took (until answered),
+    and what it has sent that is not yet a whole message. A message is the batch's number and the
+    length of its pickle (4 bytes each), then the pickle; a length of 0 announces that it took the batch."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.claim: int | None = None
+        self._sent = bytearray()
+
+    def answers(self, chunk: bytes) -> list[tuple[int, bytes]]:
+        """The answers (batch number, pickle) that `chunk` completes."""
+        self._sent += chunk
+        out = []
+        while len(self._sent) >= 8:
+            index, size = int.from_bytes(self._sent[:4], "little"), int.from_bytes(self._sent[4:8], "little")
+            if len(self._sent) < 8 + size:
+                break
+            if size:
+                out.append((index, bytes(self._sent[8:8 + size])))
+            self.claim = None if size else index
+            del self._sent[:8 + size]
+        return out
+
+
+ANSWERS_PIPE_BYTES = 1 << 20  # a batch's answer with its JSON entries is some 70 KB, over a pipe's 64 KiB
+
+
+def _answers_pipe() -> tuple[int, int]:
+    """A pipe that holds a few of a helper's answers, so that the helper does not wait for this
+    process to be done with the check it is doing before it reads them; where the system refuses
+    (above /proc/sys/fs/pipe-max-size, or out of the user's pipe pages), an ordinary one."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, ANSWERS_PIPE_BYTES)
+    except OSError:
+        pass
+    return read_end, write_end
+
+
+def _send(fd: int, index: int, data: bytes) -> None:
+    """One message to the parent (see _Helper)."""
+    view = memoryview(index.to_bytes(4, "little") + len(data).to_bytes(4, "little") + data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _exit_reason(status: int) -> str:
@@ -341,27 +426,24 @@ def _exit_reason(status: int) -> str:
     return f"exit code {code}"
 
 
-def _serve(tasks: int, answers: int, others: list[int], work: list[tuple[str, Options]],
+def _serve(queue: int, answers: int, others: list[int], work: list[tuple[str, Options]], todo: list[range],
            render: Render | None) -> None:
-    """A forked worker's life: read a batch ("start stop"), answer with its outcomes, until the pipe
-    ends; then its exit hooks, and it never returns into the parent's code."""
+    """A forked helper's life: take a batch from the queue, say so, answer with its outcomes, until the
+    queue ends; then its exit hooks, and it never returns into the parent's code."""
     code = 0
-    _AT_EXIT.clear()  # the parent's are not this worker's
+    _AT_EXIT.clear()  # the parent's are not this helper's
     try:
         import pickle
 
         for fd in others:
             os.close(fd)
-        with os.fdopen(tasks, "rb") as inbox:
-            for line in inbox:
-                start, stop = map(int, line.split())
-                data = pickle.dumps([_checked(*work[i], render) for i in range(start, stop)])
-                view = memoryview(len(data).to_bytes(8, "little") + data)
-                while view:
-                    view = view[os.write(answers, view):]
+        while record := os.read(queue, 4):
+            index = int.from_bytes(record, "little")
+            _send(answers, index, b"")  # should this helper die now, the batch is reported as died
+            _send(answers, index, pickle.dumps([_checked(*work[i], render) for i in todo[index]]))
     except BrokenPipeError:  # the parent stopped listening: it is exiting
         code = 1
-    except Exception:  # noqa: BLE001 - a fault of the worker itself: shown, and its batch reported as died
+    except Exception:  # noqa: BLE001 - a fault of the helper itself: shown, and its batch reported as died
         import traceback
 
         traceback.print_exc()

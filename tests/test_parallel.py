@@ -233,10 +233,12 @@ def test_terminal_report_at_j2_is_the_one_at_j1(fleet, tmp_path):
     assert "\x1b[" not in (tmp_path / "report-1.txt").read_text()
 
 
-def test_light_targets_are_checked_here_until_a_pool_would_pay(fleet, monkeypatch):
-    """-j N checks static targets (and hf's, which build no caches) in this process while the rest is too
-    little to repay a forked pool, and forks for the rest once it is; each part here is the pid of the
-    process that checked it."""
+def test_light_targets_are_checked_here_until_helpers_would_pay(fleet, monkeypatch):
+    """-j N checks static targets (and hf's, which build no caches) in this process, which forks helpers
+    for the rest only once the rest would repay them, and then keeps checking its share; each part here
+    is the pid of the process that checked it."""
+    import time
+
     from kvdoctor import runner
     from kvdoctor.catalog import builtin_catalog
     from kvdoctor.check import Options
@@ -244,33 +246,37 @@ def test_light_targets_are_checked_here_until_a_pool_would_pay(fleet, monkeypatc
 
     root, names = fleet
     monkeypatch.chdir(root)
+    parent = os.getpid()
     static = [(target, Options(catalog=builtin_catalog(), static=True)) for target in names]
     where = lambda result, opts: os.getpid()  # noqa: E731
-    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 3600.0)  # no pool could repay itself
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 3600.0)  # no helper could repay itself
     here, _, pids = runner.run_targets(static, jobs=2, render=where)
-    assert set(pids) == {os.getpid()}
-    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 0.0)  # any pool pays: one check here, for the estimate
-    pooled, _, pids = runner.run_targets(static, jobs=2, render=where)
-    assert pids[0] == os.getpid() and os.getpid() not in pids[1:] and len(set(pids[1:])) == 2
+    assert set(pids) == {parent}
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 0.0)  # any helper pays: one check here, for the estimate
+    slow_here = lambda result, opts: (time.sleep(0.05) if os.getpid() == parent else None, os.getpid())[1]  # noqa: E731
+    pooled, _, pids = runner.run_targets(static, jobs=3, render=slow_here)
+    assert pids[0] == parent and len(set(pids) - {parent}) == 2  # two helpers and this process
     assert pooled == here and [r.target for r in here] == names
     monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 3600.0)
     hf = [(target, Options(catalog=builtin_catalog())) for target in names[:3]]  # no probes: here too
     _, _, pids = runner.run_targets(hf, jobs=2, render=where)
-    assert set(pids) == {os.getpid()}
+    assert set(pids) == {parent}
     # sglang-mlx's probes load mlx, so its checks never run here. (Nothing heavy runs in these workers:
     # this test process may hold mlx already, which a forked child cannot use.)
     monkeypatch.setattr(runner, "check_one", lambda target, opts: (Result(
         target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[], findings=[]), None))
     mlx = [(target, Options(catalog=builtin_catalog(), engine="sglang-mlx")) for target in names[:2]]
     _, _, pids = runner.run_targets(mlx, jobs=2, render=where)
-    assert os.getpid() not in pids
+    assert parent not in pids
 
 
 def test_a_worker_that_dies_loses_no_target(monkeypatch):
     """A check that kills its worker process (as the kernel's OOM killer would) becomes the error of
     the batch that worker held; a new worker checks the rest, every target is reported, in input
-    order, and the run's exit code is 2."""
+    order, and the run's exit code is 2. So whether this process checks targets too (static ones) or
+    only hands them out (a profile's probes may load torch or mlx, which must not be forked)."""
     import signal
+    import time
 
     from kvdoctor import runner
     from kvdoctor.catalog import builtin_catalog
@@ -278,25 +284,65 @@ def test_a_worker_that_dies_loses_no_target(monkeypatch):
     from kvdoctor.model import Result
     from kvdoctor.report import exit_code
 
-    real_check = runner.check_one
+    parent = os.getpid()
 
     def check_or_die(target, opts):
-        if target == "dies":
+        if target == "dies" and os.getpid() != parent:  # never this test's own process
             os.kill(os.getpid(), signal.SIGKILL)
-        if target.startswith("ok-"):
-            return Result(target=target, model_type="llama", engine=opts.engine, engine_versions={}, layers=[],
-                          findings=[]), None
-        return real_check(target, opts)
+        if os.getpid() == parent:
+            time.sleep(0.05)  # the helpers take most batches, the one with "dies" among them
+        return Result(target=target, model_type="llama", engine=opts.engine, engine_versions={}, layers=[],
+                      findings=[]), None
 
     monkeypatch.setattr(runner, "check_one", check_or_die)  # the forked workers inherit it
     monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 0.0)  # these checks take nothing: pool them all the same
-    opts = Options(catalog=builtin_catalog(), static=True)
     targets = [f"ok-{i}" for i in range(40)] + ["dies"] + [f"ok-{i}" for i in range(40, 80)]
-    results, _, _ = runner.run_targets([(t, opts) for t in targets], jobs=2)
-    assert [r.target for r in results] == targets
-    dead = next(r for r in results if r.target == "dies")
-    assert dead.error == "internal error: the worker checking it died (killed by SIGKILL)"
-    pooled = [range(1 + b.start, 1 + b.stop) for b in runner.batches(len(targets) - 1, 2)]  # after the first, here
-    batch = next(b for b in pooled if targets.index("dies") in b)
-    assert [r.target for r in results if r.error] == [targets[i] for i in batch]
-    assert exit_code(results, "error") == 2
+    batch = next(b for b in runner.batches(len(targets), 2) if targets.index("dies") in b)
+    for opts in (Options(catalog=builtin_catalog(), static=True), Options(catalog=builtin_catalog(), engine="sglang")):
+        assert runner._keeps_this_process_forkable(opts) == opts.static
+        results, _, _ = runner.run_targets([(t, opts) for t in targets], jobs=2)
+        assert [r.target for r in results] == targets
+        dead = next(r for r in results if r.target == "dies")
+        assert dead.error == "internal error: the worker checking it died (killed by SIGKILL)"
+        assert [r.target for r in results if r.error] == [targets[i] for i in batch]
+        assert exit_code(results, "error") == 2
+
+
+def test_the_work_queue_hands_out_every_batch_once_across_processes():
+    """Two processes reading one _Queue of more numbers than a pipe holds get each number exactly once
+    between them, this one topping the pipe up as it empties."""
+    import json
+    import select
+
+    from kvdoctor.runner import _Queue
+
+    count = 40_000  # 160 KB of numbers: more than a pipe's 64 KiB
+    queue = _Queue(count)
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(out_r)
+            for fd in queue.write_ends():
+                os.close(fd)
+            taken = []
+            while record := os.read(queue.read_end, 4):
+                taken.append(int.from_bytes(record, "little"))
+            os.write(out_w, json.dumps(taken).encode())
+        finally:
+            os._exit(0)
+    os.close(out_w)
+    mine = []
+    while queue.write_ends():
+        _, writable, _ = select.select([], queue.write_ends(), [], 5)
+        assert writable
+        queue.top_up()
+        if (number := queue.take()) is not None:
+            mine.append(number)
+    while (number := queue.take()) is not None:
+        mine.append(number)
+    theirs = json.loads(b"".join(iter(lambda: os.read(out_r, 1 << 20), b"")))
+    os.waitpid(pid, 0)
+    queue.close()
+    assert queue.drained and mine and theirs
+    assert sorted(mine + theirs) == list(range(count))
