@@ -246,8 +246,6 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
     starts alone and forks its helpers once the mean of its checks so far says that the rest repays
     them, so a few targets are no slower than at -j 1; and it pickles nothing of its own share."""
     import gc
-    import pickle
-    import select
     import time
 
     warm_imports(work)  # what the first check would import, before any fork and outside the estimate
@@ -269,6 +267,9 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
 
     def collect(timeout: float | None) -> None:
         """The answers the helpers have sent, waiting up to `timeout` for one; the queue topped up."""
+        import pickle  # here, where there are helpers: a few light targets never need it
+        import select
+
         ready, writable, _ = select.select(list(helpers), queue.write_ends(), [], timeout)
         if writable:
             queue.top_up()
