@@ -215,6 +215,10 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
 # touches and the pipes; -j 2 against -j 1 on 2 to 12 static targets of the bench's fleet, on a 2-core box
 # (docs/performance.md, 2026-12-04).
 FORKED_POOL_COST_S = 0.007
+# The cheapest check measured: a static one of a folder with a config and no checkpoint (0.45 ms; the
+# bench fleet's cheapest checkpoint took 1.1 ms, its mean 1.8 ms). Before any check is timed, the mean is
+# taken to be this, so a fleet large enough to repay helpers even then forks them before its first check.
+CHEAPEST_CHECK_S = 0.00045
 
 
 def _keeps_this_process_forkable(opts: Options) -> bool:
@@ -243,8 +247,9 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
     replaced while work may be left.
 
     With `here` (checks that leave this process safe to fork) this process is one of the workers: it
-    starts alone and forks its helpers once the mean of its checks so far says that the rest repays
-    them, so a few targets are no slower than at -j 1; and it pickles nothing of its own share."""
+    starts alone and forks its helpers once the mean of its checks so far (before the first, the
+    cheapest check measured) says that the rest repays them, so a few targets are no slower than at
+    -j 1; and it pickles nothing of its own share."""
     import gc
     import time
 
@@ -255,6 +260,7 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
     answered = [False] * len(todo)
 
     def fork() -> None:
+        import pickle  # noqa: F401 - what every helper and then this process need: imported once, here
         gc.freeze()  # what this process holds stays out of the helpers' collections (no copy-on-write)
         sys.stdout.flush()
         sys.stderr.flush()  # nothing buffered here is written again by a helper
@@ -301,7 +307,8 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
                 collect(None)
                 continue
             for i in todo[index]:
-                if not helpers and checked and _helpers_pay(spent / checked, len(work) - checked, workers):
+                mean_s = spent / checked if checked else CHEAPEST_CHECK_S
+                if not helpers and _helpers_pay(mean_s, len(work) - checked, workers):
                     for _ in range(min(workers, len(work) - checked) - 1):
                         fork()
                 began = time.perf_counter()

@@ -252,11 +252,19 @@ def test_light_targets_are_checked_here_until_helpers_would_pay(fleet, monkeypat
     monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 3600.0)  # no helper could repay itself
     here, _, pids = runner.run_targets(static, jobs=2, render=where)
     assert set(pids) == {parent}
-    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 0.0)  # any helper pays: one check here, for the estimate
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 0.0)  # any helper pays
     slow_here = lambda result, opts: (time.sleep(0.05) if os.getpid() == parent else None, os.getpid())[1]  # noqa: E731
     pooled, _, pids = runner.run_targets(static, jobs=3, render=slow_here)
     assert pids[0] == parent and len(set(pids) - {parent}) == 2  # two helpers and this process
     assert pooled == here and [r.target for r in here] == names
+    # Before any check is timed, the estimate is the cheapest check measured: helpers that repay
+    # themselves even then are forked at once, and the measured checks do not send them away.
+    cheapest = runner.CHEAPEST_CHECK_S
+    monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 1000.0)
+    monkeypatch.setattr(runner, "CHEAPEST_CHECK_S", 3600.0)
+    _, _, pids = runner.run_targets(static, jobs=2, render=slow_here)
+    assert pids[0] == parent and len(set(pids)) == 2
+    monkeypatch.setattr(runner, "CHEAPEST_CHECK_S", cheapest)
     monkeypatch.setattr(runner, "FORKED_POOL_COST_S", 3600.0)
     hf = [(target, Options(catalog=builtin_catalog())) for target in names[:3]]  # no probes: here too
     _, _, pids = runner.run_targets(hf, jobs=2, render=where)
