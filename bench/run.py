@@ -477,7 +477,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="cold runs per static and fleet figure")
     parser.add_argument("--dry-runs", type=int, default=3, help="runs per dry-run model")
-    parser.add_argument("--fleet-runs", type=int, default=3, help="runs per fleet and Ray figure")
+    parser.add_argument("--fleet-runs", type=int, default=11,
+                        help="runs per local fleet and Ray figure (each a few seconds at most: a median of 11 is one "
+                             "the box's neighbours move little)")
+    parser.add_argument("--dry-fleet-runs", type=int, default=3, help="runs per dry-run fleet figure")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "bench.json")
     parser.add_argument("--only", default="static,profile,dryrun,dryfleet,fleet,ray")
     parser.add_argument("--configs", type=Path, default=SHARED_CONFIGS, help="config files for the dry-run RSS sweep")
@@ -502,7 +505,7 @@ def main() -> None:
     if "dryrun" in only:
         doc["dryrun"] = bench_dryrun(args.dry_runs, args.configs)
     if "dryfleet" in only:
-        doc["dry_fleet"] = bench_dry_fleet(args.fleet_runs, args.configs)
+        doc["dry_fleet"] = bench_dry_fleet(args.dry_fleet_runs, args.configs)
     if "fleet" in only:
         doc["fleet"] = bench_fleet(args.fleet_runs)
     if "ray" in only:
