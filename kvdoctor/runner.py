@@ -301,14 +301,15 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
         if not here:
             for _ in range(workers):
                 fork()
-        checked, spent = 0, 0.0
+        pooled, checked, spent = not here, 0, 0.0  # pooled: the helpers were forked (once; deaths aside)
         while (index := queue.take() if here else None) is not None or helpers:
             if index is None:
                 collect(None)
                 continue
             for i in todo[index]:
                 mean_s = spent / checked if checked else CHEAPEST_CHECK_S
-                if not helpers and _helpers_pay(mean_s, len(work) - checked, workers):
+                if not pooled and _helpers_pay(mean_s, len(work) - checked, workers):
+                    pooled = True
                     for _ in range(min(workers, len(work) - checked) - 1):
                         fork()
                 began = time.perf_counter()

@@ -354,3 +354,39 @@ def test_the_work_queue_hands_out_every_batch_once_across_processes():
     queue.close()
     assert queue.drained and mine and theirs
     assert sorted(mine + theirs) == list(range(count))
+
+
+def test_helpers_are_forked_once_however_early_they_finish(monkeypatch):
+    """This process forks its helpers once: when they have emptied the queue while it is still on its
+    own batch, it finishes that batch alone instead of forking helpers that would find nothing."""
+    import time
+
+    from kvdoctor import runner
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.check import Options
+    from kvdoctor.model import Result
+
+    parent = os.getpid()
+
+    def slow_here(target, opts):
+        if os.getpid() == parent:
+            time.sleep(0.05)
+        return Result(target=target, model_type="llama", engine=opts.engine, engine_versions={}, layers=[],
+                      findings=[]), None
+
+    forks = []
+    real_fork = os.fork
+
+    def counted_fork():
+        pid = real_fork()
+        if pid:
+            forks.append(pid)
+        return pid
+
+    monkeypatch.setattr(runner, "check_one", slow_here)
+    monkeypatch.setattr(runner.os, "fork", counted_fork)
+    targets = [f"ok-{i}" for i in range(64)]
+    assert len(runner.batches(len(targets), 2)[0]) > 1  # this process's first batch outlasts the helper's work
+    results, _, _ = runner.run_targets([(t, Options(catalog=builtin_catalog(), static=True)) for t in targets], jobs=2)
+    assert [r.target for r in results] == targets
+    assert len(forks) == 1
