@@ -7,8 +7,9 @@ everything again; they are reused for every target (torch and mlx, which are not
 imported inside each worker on first use and then stay loaded). Checks that take a few milliseconds
 and load neither (static ones, hf's) are also done in this process, which forks its helpers only
 once the rest is enough to repay them, so a few targets are no slower at -j N than at -j 1.
-Elsewhere the workers are spawned. The results are the same, in the same order, whatever the number
-of workers or the executor.
+Elsewhere the workers are spawned, and such checks are done in this process until the rest would
+repay starting them (a tenth of a second or more). The results are the same, in the same order,
+whatever the number of workers or the executor.
 """
 from __future__ import annotations
 
@@ -197,14 +198,14 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
                 on_done(i, outcome[0])
 
     workers = max(1, min(jobs, len(work)))
-    here = FORKS and workers > 1 and all(_keeps_this_process_forkable(opts) for _, opts in work)
+    here = workers > 1 and all(_is_light(opts) for _, opts in work)
     if workers <= 1:
         for i in range(len(work)):
             done(range(i, i + 1), [_checked(*work[i], render)])
     elif FORKS:
         _forked(work, workers, render, done, here)
     else:
-        _spawned(work, workers, render, done)
+        _spawned(work, workers, render, done, here)
     results = [o[0] for o in outcomes if o is not None]
     tracebacks = [o[1] for o in outcomes if o is not None and o[1]]
     parts = [o[2] for o in outcomes if o is not None and o[2] is not None]
@@ -215,16 +216,21 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
 # touches and the pipes; -j 2 against -j 1 on 2 to 12 static targets of the bench's fleet, on a 2-core box
 # (docs/performance.md, 2026-12-04).
 FORKED_POOL_COST_S = 0.007
+# The same for a pool of spawned workers (macOS, Windows), where each worker starts an interpreter and
+# imports kvdoctor and every batch travels through multiprocessing's queues. Through Linux's spawn context,
+# 4 static targets all pooled took 0.13 s longer at -j 2 than at -j 1, and 1,000 saved 0.77 s of the
+# 1.05 s that half their checks take: 0.28 s (docs/performance.md, 2026-12-04).
+SPAWNED_POOL_COST_S = 0.3
 # The cheapest check measured: a static one of a folder with a config and no checkpoint (0.45 ms; the
 # bench fleet's cheapest checkpoint took 1.1 ms, its mean 1.8 ms). Before any check is timed, the mean is
 # taken to be this, so a fleet large enough to repay helpers even then forks them before its first check.
 CHEAPEST_CHECK_S = 0.00045
 
 
-def _keeps_this_process_forkable(opts: Options) -> bool:
-    """Whether checking a target here leaves this process safe to fork: torch and mlx load only in a
-    profile's probes (check.run_probes) and in the dry run, so a static check, or a full one under a
-    profile without probes (hf), never loads them."""
+def _is_light(opts: Options) -> bool:
+    """Whether a check takes milliseconds and leaves this process safe to fork: torch and mlx load only
+    in a profile's probes (check.run_probes) and in the dry run, so a static check, or a full one under
+    a profile without probes (hf), never loads them. Such checks are done here too."""
     if opts.static:
         return True
     from kvdoctor.engines import check_profile
@@ -232,10 +238,10 @@ def _keeps_this_process_forkable(opts: Options) -> bool:
     return not opts.extra.get("dry_run") and not check_profile(opts.engine).probes()
 
 
-def _helpers_pay(mean_s: float, rest: int, workers: int) -> bool:
+def _helpers_pay(mean_s: float, rest: int, workers: int, cost_s: float) -> bool:
     """Whether `rest` checks of `mean_s` seconds each, spread over `workers` processes, save more than
-    forking the helpers costs."""
-    return mean_s * rest * (1 - 1 / min(workers, rest)) > FORKED_POOL_COST_S
+    the `cost_s` of starting the helpers."""
+    return mean_s * rest * (1 - 1 / min(workers, rest)) > cost_s
 
 
 def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None, done: Done, here: bool) -> None:
@@ -308,7 +314,7 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
                 continue
             for i in todo[index]:
                 mean_s = spent / checked if checked else CHEAPEST_CHECK_S
-                if not pooled and _helpers_pay(mean_s, len(work) - checked, workers):
+                if not pooled and _helpers_pay(mean_s, len(work) - checked, workers, FORKED_POOL_COST_S):
                     pooled = True
                     for _ in range(min(workers, len(work) - checked) - 1):
                         fork()
@@ -467,15 +473,33 @@ def _serve(queue: int, answers: int, others: list[int], work: list[tuple[str, Op
             os._exit(code)
 
 
-def _spawned(work: list[tuple[str, Options]], workers: int, render: Render | None, done: Done) -> None:
-    """The batches in a pool of spawned workers, each given the work list once when it starts."""
-    import multiprocessing
+def _spawned(work: list[tuple[str, Options]], workers: int, render: Render | None, done: Done, here: bool) -> None:
+    """The batches in a pool of spawned workers, each given the work list once when it starts. With
+    `here` (light checks), the targets are checked in this process, in order, until the mean so far
+    (the first check left out: it pays what only a first one does) says the rest repays starting the
+    pool; only the rest goes to it, so that a few targets are not slower at -j N than at -j 1 where a
+    worker takes a tenth of a second to start."""
+    import time
+
+    if here:
+        warm_imports(work)  # what the first check would import: outside the estimate
+    start, spent = 0, 0.0  # spent: on the checks after the first
+    while here and start < len(work):
+        if start > 1 and _helpers_pay(spent / (start - 1), len(work) - start, workers, SPAWNED_POOL_COST_S):
+            break
+        began = time.perf_counter()
+        done(range(start, start + 1), [_checked(*work[start], render)])
+        spent += time.perf_counter() - began if start else 0.0
+        start += 1
+    if start == len(work):
+        return
+    import multiprocessing  # only for a pool: with concurrent.futures, some 15 ms of imports
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_keep_work, initargs=(work, render)) as pool:
-        futures = {pool.submit(_check_range, batch.start, batch.stop): batch
-                   for batch in batches(len(work), workers)}
+    with ProcessPoolExecutor(max_workers=min(workers, len(work) - start), initializer=_keep_work,
+                             mp_context=multiprocessing.get_context("spawn"), initargs=(work, render)) as pool:
+        futures = {pool.submit(_check_range, start + batch.start, start + batch.stop):
+                   range(start + batch.start, start + batch.stop) for batch in batches(len(work) - start, workers)}
         for future in as_completed(futures):
             batch = futures[future]
             try:

@@ -29,7 +29,7 @@ def test_static_check_imports_no_heavy_module(tmp_path, engine):
 
 def test_full_check_under_a_profile_without_probes_loads_neither_torch_nor_mlx():
     """hf builds no caches (no probes), so its full check loads neither torch nor mlx: -j N may check
-    such targets in the parent before it forks (runner._keeps_this_process_forkable)."""
+    such targets in the parent before it forks (runner._is_light)."""
     from helpers import REAL
 
     run = probe(["check", str(REAL), "--format", "json", "-j", "1"], HEAVY[:3])

@@ -179,6 +179,7 @@ def test_the_json_parts_the_workers_render_join_to_the_parents_document(fleet, m
     _, _, none = run_targets(work[:4], jobs=2, render=_fails_on_the_third)
     assert none is None  # one result without its part: the parent renders them all
     monkeypatch.setattr(runner, "FORKS", False)  # the spawned pool of macOS and Windows gives the same
+    monkeypatch.setattr(runner, "SPAWNED_POOL_COST_S", 0.0)  # two targets here, the third in the pool
     spawned, _, spawned_parts = run_targets(work[:3], jobs=2, render=partial(result_part, root))
     assert (spawned, spawned_parts) == (results[:3], parts[:3])
 
@@ -278,6 +279,30 @@ def test_light_targets_are_checked_here_until_helpers_would_pay(fleet, monkeypat
     assert parent not in pids
 
 
+def _pid(result, opts):
+    return os.getpid()
+
+
+def test_light_targets_are_checked_here_until_a_spawned_pool_would_pay(fleet, monkeypatch):
+    """Where workers are spawned (macOS, Windows: here through Linux's spawn context), light targets are
+    checked in this process until the rest would repay starting the pool, which then checks the rest."""
+    from kvdoctor import runner
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.check import Options
+
+    root, names = fleet
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(runner, "FORKS", False)
+    static = [(target, Options(catalog=builtin_catalog(), static=True)) for target in names]
+    monkeypatch.setattr(runner, "SPAWNED_POOL_COST_S", 3600.0)  # no pool could repay itself
+    here, _, pids = runner.run_targets(static, jobs=2, render=_pid)
+    assert set(pids) == {os.getpid()}
+    monkeypatch.setattr(runner, "SPAWNED_POOL_COST_S", 0.0)  # any pool pays: two checks here, for the estimate
+    spawned, _, pids = runner.run_targets(static, jobs=2, render=_pid)
+    assert pids[:2] == [os.getpid()] * 2 and os.getpid() not in pids[2:]
+    assert spawned == here and [r.target for r in here] == names
+
+
 def test_a_worker_that_dies_loses_no_target(monkeypatch):
     """A check that kills its worker process (as the kernel's OOM killer would) becomes the error of
     the batch that worker held; a new worker checks the rest, every target is reported, in input
@@ -307,7 +332,7 @@ def test_a_worker_that_dies_loses_no_target(monkeypatch):
     targets = [f"ok-{i}" for i in range(40)] + ["dies"] + [f"ok-{i}" for i in range(40, 80)]
     batch = next(b for b in runner.batches(len(targets), 2) if targets.index("dies") in b)
     for opts in (Options(catalog=builtin_catalog(), static=True), Options(catalog=builtin_catalog(), engine="sglang")):
-        assert runner._keeps_this_process_forkable(opts) == opts.static
+        assert runner._is_light(opts) == opts.static
         results, _, _ = runner.run_targets([(t, opts) for t in targets], jobs=2)
         assert [r.target for r in results] == targets
         dead = next(r for r in results if r.target == "dies")
