@@ -489,17 +489,18 @@ def _spawned(work: list[tuple[str, Options]], workers: int, render: Render | Non
             break
         began = time.perf_counter()
         done(range(start, start + 1), [_checked(*work[start], render)])
-        spent += time.perf_counter() - began if start else 0.0
+        if start:
+            spent += time.perf_counter() - began
         start += 1
     if start == len(work):
         return
     import multiprocessing  # only for a pool: with concurrent.futures, some 15 ms of imports
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    rest = [range(start + b.start, start + b.stop) for b in batches(len(work) - start, workers)]
     with ProcessPoolExecutor(max_workers=min(workers, len(work) - start), initializer=_keep_work,
                              mp_context=multiprocessing.get_context("spawn"), initargs=(work, render)) as pool:
-        futures = {pool.submit(_check_range, start + batch.start, start + batch.stop):
-                   range(start + batch.start, start + batch.stop) for batch in batches(len(work) - start, workers)}
+        futures = {pool.submit(_check_range, batch.start, batch.stop): batch for batch in rest}
         for future in as_completed(futures):
             batch = futures[future]
             try:
