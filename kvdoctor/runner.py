@@ -185,6 +185,20 @@ def at_worker_exit(close: Callable[[], None]) -> None:
 Done = Callable[[range, list[Outcome]], None]
 
 
+def _check_here(work: list[tuple[str, Options]], i: int, render: Render | None, done: Done) -> float:
+    """Check target `i` in this process and hand its outcome to `done`; the seconds it took."""
+    import time
+
+    began = time.perf_counter()
+    done(range(i, i + 1), [_checked(*work[i], render)])
+    return time.perf_counter() - began
+
+
+def _deaths(work: list[tuple[str, Options]], batch: range, why: str) -> list[Outcome]:
+    """The outcomes of a batch whose worker died."""
+    return [(died(*work[i], why), None, None) for i in batch]
+
+
 def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[int, Result], None] | None = None,
                 render: Render | None = None) -> tuple[list[Result], list[str], list[Any] | None]:
     """Check each (target, options) pair; returns the results in input order, any tracebacks, and
@@ -201,7 +215,7 @@ def run_targets(work: list[tuple[str, Options]], jobs: int, on_done: Callable[[i
     here = workers > 1 and all(_is_light(opts) for _, opts in work)
     if workers <= 1:
         for i in range(len(work)):
-            done(range(i, i + 1), [_checked(*work[i], render)])
+            _check_here(work, i, render, done)
     elif FORKS:
         _forked(work, workers, render, done, here)
     else:
@@ -257,7 +271,6 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
     cheapest check measured) says that the rest repays them, so a few targets are no slower than at
     -j 1; and it pickles nothing of its own share."""
     import gc
-    import time
 
     warm_imports(work)  # what the first check would import, before any fork and outside the estimate
     todo = batches(len(work), workers)
@@ -299,7 +312,7 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
             if helper.claim is not None:
                 answered[helper.claim] = True
                 why = _exit_reason(status)
-                done(todo[helper.claim], [(died(*work[i], why), None, None) for i in todo[helper.claim]])
+                done(todo[helper.claim], _deaths(work, todo[helper.claim], why))
             if os.waitstatus_to_exitcode(status) and not queue.drained:
                 fork()  # one that finds the queue empty just ends
 
@@ -318,9 +331,7 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
                     pooled = True
                     for _ in range(min(workers, len(work) - checked) - 1):
                         fork()
-                began = time.perf_counter()
-                done(range(i, i + 1), [_checked(*work[i], render)])
-                spent += time.perf_counter() - began
+                spent += _check_here(work, i, render, done)
                 checked += 1
                 if helpers:
                     collect(0)
@@ -332,7 +343,7 @@ def _forked(work: list[tuple[str, Options]], workers: int, render: Render | None
             os.waitpid(helper.pid, 0)
     for index, batch in enumerate(todo):  # claimed by a helper that died before it could say so
         if not answered[index]:
-            done(batch, [(died(*work[i], "before it reported its batch"), None, None) for i in batch])
+            done(batch, _deaths(work, batch, "before it reported its batch"))
 
 
 class _Queue:
@@ -479,18 +490,15 @@ def _spawned(work: list[tuple[str, Options]], workers: int, render: Render | Non
     (the first check left out: it pays what only a first one does) says the rest repays starting the
     pool; only the rest goes to it, so that a few targets are not slower at -j N than at -j 1 where a
     worker takes a tenth of a second to start."""
-    import time
-
     if here:
         warm_imports(work)  # what the first check would import: outside the estimate
     start, spent = 0, 0.0  # spent: on the checks after the first
     while here and start < len(work):
         if start > 1 and _helpers_pay(spent / (start - 1), len(work) - start, workers, SPAWNED_POOL_COST_S):
             break
-        began = time.perf_counter()
-        done(range(start, start + 1), [_checked(*work[start], render)])
+        took = _check_here(work, start, render, done)
         if start:
-            spent += time.perf_counter() - began
+            spent += took
         start += 1
     if start == len(work):
         return
@@ -506,7 +514,7 @@ def _spawned(work: list[tuple[str, Options]], workers: int, render: Render | Non
             try:
                 outcomes = future.result()
             except Exception as exc:  # noqa: BLE001 - a worker died (out of memory, a crash in a kernel)
-                outcomes = [(died(*work[i], f"{type(exc).__name__}: {exc}"), None, None) for i in batch]
+                outcomes = _deaths(work, batch, f"{type(exc).__name__}: {exc}")
             done(batch, outcomes)
 
 
