@@ -4,7 +4,9 @@ A worker is forked once the parent has imported every check and built the work l
 then writes (reference counts, in the parent's heap and in libpython's own data) are copied first.
 This prints, per fresh interpreter, the first and second pass over a fleet's work list in a process
 forked from the one that prepared it, against the same passes in that process itself (another fresh
-interpreter, so both start alike): wall and CPU time and minor page faults of each pass.
+interpreter, so both start alike): wall and CPU time and minor page faults of each pass, and by
+mapping (/proc/self/smaps) how much memory the first pass made private: in the preparing process only
+what it newly allocated, in the forked one also the pages it copied.
 
 Usage: `python bench/fork_cost.py ROUNDS FLEET_DIR`, e.g. `python bench/fork_cost.py 5 bench/out/fleet-100`.
 """
@@ -47,15 +49,36 @@ def prepared_work(fleet: str) -> tuple[list, object]:
     return taken["work"], taken["render"]
 
 
-def one_pass(work: list, render) -> tuple[float, float, int]:
+MAPPINGS = ("[heap]", "anonymous", "libpython", "other")  # malloc's heap, obmalloc's arenas and large blocks
+
+
+def private_kb() -> dict[str, int]:
+    """Private_Dirty kilobytes of this process by kind of mapping."""
+    out = dict.fromkeys(MAPPINGS, 0)
+    kind = "other"
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if fields[0].endswith(":"):
+                if fields[0] == "Private_Dirty:":
+                    out[kind] += int(fields[1])
+                continue
+            name = fields[5] if len(fields) > 5 else ""  # a mapping's first line: range, perms, ..., path
+            kind = ("anonymous" if not name else name if name == "[heap]"
+                    else "libpython" if "libpython" in name else "other")
+    return out
+
+
+def one_pass(work: list, render) -> tuple[float, float, int, dict[str, int]]:
     from kvdoctor.runner import _checked
 
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    faults, private = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, private_kb()
     wall, cpu = time.perf_counter(), time.process_time()
     for target, opts in work:
         _checked(target, opts, render)
-    return (time.perf_counter() - wall, time.process_time() - cpu,
-            resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    grown = {kind: kb - private[kind] for kind, kb in private_kb().items()}
+    return wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults, grown
 
 
 def measure(fleet: str, forked: bool) -> None:
@@ -91,6 +114,10 @@ def main() -> None:
         for n, name in enumerate(("first", "second")):
             wall, cpu, faults = (statistics.median(row[n][k] for row in rows) for k in range(3))
             print(f"{label:18} {name:>6} {wall * 1e3:8.1f} {cpu * 1e3:7.1f} {faults:7.0f}")
+    print(f"\nmade private by the first pass, KB (median of {rounds})")
+    print(f"{'':18} " + " ".join(f"{kind:>10}" for kind in MAPPINGS))
+    for label, rows in samples.items():
+        print(f"{label:18} " + " ".join(f"{statistics.median(row[0][3][kind] for row in rows):10.0f}" for kind in MAPPINGS))
 
 
 if __name__ == "__main__":
