@@ -18,13 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kvdoctor import collector  # noqa: E402
+from kvdoctor.cli import collector  # noqa: E402
 
 collector.pause()
 from kvdoctor.catalog import builtin_catalog  # noqa: E402
-from kvdoctor.check import Options  # noqa: E402
+from kvdoctor.pipeline.check import Options  # noqa: E402
 from kvdoctor.report import result_part  # noqa: E402
-from kvdoctor.runner import _checked, expand_targets, warm_imports  # noqa: E402
+from kvdoctor.fleet.runner import _checked, expand_targets, warm_imports  # noqa: E402
 
 
 def cpu_of(work: list, render) -> float:

@@ -32,8 +32,8 @@ import os, sys, time
 launched = int(os.environ["KVD_MARKS_T0"])
 def mark(name):
     os.write(2, f"MARK {os.getpid()} {name} {(time.monotonic_ns() - launched) / 1e6} {time.process_time() * 1e3}\n".encode())
-import kvdoctor.check_command as command
-import kvdoctor.runner as runner
+import kvdoctor.cli.check as command
+import kvdoctor.fleet.runner as runner
 def wrap(owner, name, before=None, after=None):
     inner = getattr(owner, name)
     def hooked(*args, **kwargs):
@@ -63,8 +63,8 @@ def left(code):
     leave(code)
 os.fork, os._exit = forked, left
 sys.argv = ["kvdoctor", *sys.argv[1:]]
-import kvdoctor.cli
-kvdoctor.cli.entry()
+import kvdoctor.cli.main
+kvdoctor.cli.main.entry()
 """
 
 ARGS = ["--static", "--format", "json"]

@@ -23,7 +23,7 @@ import time
 WRAPPER = r"""
 import atexit, os, resource, sys, time
 sys.path.insert(0, os.getcwd())
-import kvdoctor.runner as runner
+import kvdoctor.fleet.runner as runner
 inside = [0.0]
 run_targets = runner.run_targets
 def timed(*args, **kwargs):

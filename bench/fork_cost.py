@@ -27,13 +27,14 @@ def prepared_work(fleet: str) -> tuple[list, object]:
     """The work list and renderer a `check FLEET --static --format json -j 2` run hands its workers,
     taken where run_check passes them to the runner, after the runner's warm-up imports."""
     sys.path.insert(0, ROOT)
-    from kvdoctor import cli, collector
+    from kvdoctor.cli import main as cli
+    from kvdoctor.cli import collector
 
     collector.pause()
     cli._import_msgspec()
-    import kvdoctor.runner as runner
-    from kvdoctor.argv import read_check
-    from kvdoctor.check_command import run_check
+    import kvdoctor.fleet.runner as runner
+    from kvdoctor.cli.argv import read_check
+    from kvdoctor.cli.check import run_check
 
     taken: dict = {}
 
@@ -70,7 +71,7 @@ def private_kb() -> dict[str, int]:
 
 
 def one_pass(work: list, render) -> tuple[float, float, int, dict[str, int]]:
-    from kvdoctor.runner import _checked
+    from kvdoctor.fleet.runner import _checked
 
     private = private_kb()  # read outside the timed pass: reading smaps faults pages of its own
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

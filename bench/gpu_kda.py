@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from kvdoctor.kda import gpu  # noqa: E402
-from kvdoctor.kda.dims import PROBE, Geometry  # noqa: E402
-from kvdoctor.kda.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
+from kvdoctor.engines.sglang.kda import gpu  # noqa: E402
+from kvdoctor.engines.sglang.kda.dims import PROBE, Geometry  # noqa: E402
+from kvdoctor.engines.sglang.kda.recipe import DEFAULT_RECIPE, load_recipe  # noqa: E402
 
 # (H, HV, K, V, L), activation dtype, state dtype, lower bound: the memo's cases, Kimi-Linear-48B at
 # TP 8 (4 heads, K = V = 128, L = 16) and the latent probe's distinct geometry.

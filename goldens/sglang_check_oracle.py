@@ -12,7 +12,7 @@ SWA / full layer ids, Mamba / GDN / KDA state params), `resolve_sliding_window_s
 of the registered model class, `resolve_layer_indices`, `configure_kv_cache_dtype`, a real
 `KVCacheConfigurator` (`_handle_max_mamba_cache`, `config_from_budget`, `resolve_max_num_reqs`) at a
 40 GiB budget, and `_init_pools` at tiny sizes on the CPU device for the pool classes, buffer shapes and
-layer-id -> buffer maps. The platform is CUDA: `kvdoctor/engines/sglang_cuda/shims/cudafake.py` makes
+layer-id -> buffer maps. The platform is CUDA: `kvdoctor/engines/sglang/shims/cudafake.py` makes
 torch report H200s and `fakemods.py` beside it makes CUDA-only extension packages importable; no kernel
 runs. What the script
 states itself: the 40 GiB budget (SGLang profiles it on the GPU), `attn_tp_size` (no process groups).
@@ -414,7 +414,7 @@ def child(model: str, cases_path: Path) -> None:
     import logging
     import warnings
 
-    sys.path[:0] = [str(HERE.parent / "kvdoctor" / "engines" / "sglang_cuda" / "shims"), str(HERE / "stubs")]
+    sys.path[:0] = [str(HERE.parent / "kvdoctor" / "engines" / "sglang" / "shims"), str(HERE / "stubs")]
     sys.path.append(str(HERE / ".venv-extra"))  # uvicorn, fastapi, setproctitle: imported by some model modules
     import cudafake
     import fakemods

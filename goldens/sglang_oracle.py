@@ -1,6 +1,6 @@
 """SGLang oracle: run SGLang 0.5.23's own pool sizing on every config over a grid of settings.
 
-Run in goldens/.venv/sglang (see README.md). The platform is CUDA: `kvdoctor/engines/sglang_cuda/shims/
+Run in goldens/.venv/sglang (see README.md). The platform is CUDA: `kvdoctor/engines/sglang/shims/
 cudafake.py` makes torch report an H200 and `fakemods.py` beside it makes CUDA-only extension packages
 importable (no kernel runs), so SGLang resolves what it resolves on a CUDA server: the Mamba radix-cache
 strategy (`extra_buffer`, 5 state slots per request with the overlap scheduler), the chunked-prefill
@@ -23,7 +23,7 @@ import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "kvdoctor" / "engines" / "sglang_cuda" / "shims"), str(HERE / "stubs")]
+sys.path[:0] = [str(HERE), str(HERE.parent / "kvdoctor" / "engines" / "sglang" / "shims"), str(HERE / "stubs")]
 
 from common import GiB, contexts, max_position, model_dirs, only_models, write  # noqa: E402
 

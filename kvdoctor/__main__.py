@@ -1,3 +1,3 @@
-from kvdoctor.cli import entry
+from kvdoctor.cli.main import entry
 
 entry()

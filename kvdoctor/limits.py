@@ -17,7 +17,7 @@ from kvdoctor.model import ATTENTION_KINDS, STATE_KINDS, Finding, LayerSpec, Mod
 RULE = Rule(codes=("LIM001",))  # sizes the smallest probe caches up front; the probe stage also reports it
 
 if TYPE_CHECKING:
-    from kvdoctor.context import Context
+    from kvdoctor.checks.context import Context
 
 MiB = 1024 * 1024
 

@@ -118,7 +118,7 @@ class ModelSpec(msgspec.Struct):
     notes: list[str] = msgspec.field(default_factory=list)
     hf_id: str | None = None
     semantics: str = "table"  # where the per-layer meaning came from: "table", "transformers" or "guess"
-    rejected: Any = None  # kvdoctor.hf_config.Rejected: transformers' configuration class refused the config
+    rejected: Any = None  # kvdoctor.load.hf_config.Rejected: transformers' configuration class refused the config
 
     def key_source(self, key: str) -> Source:
         """A Source for a config key (relative to the text config), with its line when present."""

@@ -10,8 +10,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from kvdoctor.checkpoint import DTYPE_BITS, INDEX_NAME
-from kvdoctor.loader import load_model
+from kvdoctor.load.checkpoint import DTYPE_BITS, INDEX_NAME
+from kvdoctor.load.loader import load_model
 from kvdoctor.model import ATTN_MAMBA, CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING
 
 Layout = dict[str, tuple[str, list[int]]]

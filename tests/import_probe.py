@@ -12,7 +12,7 @@ SCRIPT = """
 import gc, json, sys
 watch = set(json.loads(sys.argv[1]))
 sys.argv = ["kvdoctor", *sys.argv[2:]]
-from kvdoctor.cli import main
+from kvdoctor.cli.main import main
 collections = []  # at each collection from here on: the watched modules loaded by then
 gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(sorted(set(sys.modules) & watch)))
 try:
@@ -26,7 +26,7 @@ print("LOADED:" + json.dumps([sorted(names & watch), gc.isenabled(), gc.get_free
 
 # What `kvdoctor budget` imports and `--help` / `check --static` must not: each engine's sizing model
 # and the budget run over them.
-SIZING = ("kvdoctor.budget.run", "kvdoctor.engines.vllm.budget", "kvdoctor.engines.sglang_cuda.budget",
+SIZING = ("kvdoctor.engines.budget.run", "kvdoctor.engines.vllm.budget", "kvdoctor.engines.sglang.budget",
           "kvdoctor.engines.mlx_lm.budget")
 
 

@@ -9,8 +9,10 @@ import pytest
 import typer.main
 from hypothesis import given, settings, strategies as st
 
-from kvdoctor import argv, check_command, commands
-from kvdoctor.check_command import CheckRequest
+from kvdoctor.cli import argv
+from kvdoctor.cli import check as check_command
+from kvdoctor.cli import app as commands
+from kvdoctor.cli.check import CheckRequest
 
 
 def _check_command():

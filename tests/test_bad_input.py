@@ -23,8 +23,8 @@ from kvdoctor.errors import InputError
 
 
 def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """`kvdoctor ARGS` through `kvdoctor.cli.main`, in this process: (exit code, stdout, stderr)."""
-    from kvdoctor.cli import main
+    """`kvdoctor ARGS` through `kvdoctor.cli.main.main`, in this process: (exit code, stdout, stderr)."""
+    from kvdoctor.cli.main import main
 
     monkeypatch.setattr(sys, "argv", ["kvdoctor", *args])
     capsys.readouterr()

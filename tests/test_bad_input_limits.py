@@ -5,18 +5,18 @@ from __future__ import annotations
 import pytest
 from helpers import make_model
 
-from kvdoctor import check as check_module
+from kvdoctor.pipeline import check as check_module
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target, run_probes
+from kvdoctor.pipeline.check import Options, check_target, run_probes
 from kvdoctor.checks import Check, Rule, all_checks
 from kvdoctor.engines import profile
 from kvdoctor.engines.base import Cost, Probe
 from kvdoctor.limits import (PROBE_BUDGET_BYTES, PROBE_MIN_TOKENS, ProbeOverBudget, human_bytes,
                              smallest_probe_bytes, tensor_nbytes)
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 from kvdoctor.model import ATTENTION_KINDS
 from kvdoctor.report import exit_code
-from kvdoctor.selection import Selection
+from kvdoctor.checks.selection import Selection
 
 PROBE_SLOTS, PROBE_TOKENS = 2, 64
 TORCH_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "BF16": "bfloat16",
@@ -186,7 +186,7 @@ def test_headers_share_one_budget_per_checkpoint(tmp_path, monkeypatch):
     """Each shard's header is within the per-file bound, but together they pass the checkpoint's."""
     from badinput_base import base_model
 
-    from kvdoctor import checkpoint
+    from kvdoctor.load import checkpoint
     from kvdoctor.errors import InputError
 
     m = base_model(tmp_path, shards=2)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from helpers import make_model, run
-from kvdoctor.baseline import (apply_baseline, fingerprint_parts, load_baseline, model_identity, record,
+from kvdoctor.report.baseline import (apply_baseline, fingerprint_parts, load_baseline, model_identity, record,
                                write_baseline)
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target
+from kvdoctor.pipeline.check import Options, check_target
 from kvdoctor.errors import InputError
 
 

@@ -8,16 +8,16 @@ from functools import lru_cache
 import pytest
 
 from helpers import REAL, REAL_NAMES, SHORT, check_json, codes, make_model, run
-from kvdoctor.engines.sglang_cuda import budget as sglang
+from kvdoctor.engines.sglang import budget as sglang
 from kvdoctor.engines.vllm import budget as vllm
-from kvdoctor.budget.common import GiB
-from kvdoctor.budget.facts import facts_from_spec
-from kvdoctor.budget.run import plan_engine
-from kvdoctor.budget.settings import parse_size
+from kvdoctor.engines.budget.common import GiB
+from kvdoctor.engines.budget.facts import facts_from_spec
+from kvdoctor.engines.budget.run import plan_engine
+from kvdoctor.engines.budget.settings import parse_size
 from kvdoctor.checks.budget import findings_for
-from kvdoctor.deploy import deploy_from
+from kvdoctor.engines.deploy import deploy_from
 from kvdoctor.errors import InputError
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 
 
 @lru_cache(maxsize=None)

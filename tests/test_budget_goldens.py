@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.engines.mlx_lm import budget as mlxlm
-from kvdoctor.engines.sglang_cuda import budget as sglang
+from kvdoctor.engines.sglang import budget as sglang
 from kvdoctor.engines.vllm import budget as vllm
 from kvdoctor.engines import profile
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDENS = ROOT / "goldens"

@@ -91,7 +91,7 @@ def test_sglang_budget_matches_sglangs_own_sizing_at_40GiB(tmp_path, point):
     (goldens/sglang_check.json): pool tokens, max running requests, Mamba state slots. The Mamba-2
     (Nemotron-H) and DSA (GLM-5, DeepSeek-V3.2 style) models and Llama-4's chunked layers (SWA
     layers to SGLang) included."""
-    from kvdoctor.budget.command import build_document
+    from kvdoctor.pipeline.budget import build_document
 
     d = tmp_path / point["model"]
     d.mkdir()

@@ -11,7 +11,7 @@ import pytest
 from helpers import make_model, run
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.errors import InputError
-from kvdoctor.settings import CommandLine, find_config, resolve
+from kvdoctor.cli.settings import CommandLine, find_config, resolve
 
 CODES = builtin_catalog().codes()
 

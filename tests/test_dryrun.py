@@ -8,12 +8,12 @@ import pytest
 
 from helpers import real_config
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.dryrun import shrink
-from kvdoctor.dryrun.driver import make_schedule
+from kvdoctor.engines.sglang_mlx.dryrun import shrink
+from kvdoctor.engines.sglang_mlx.dryrun.driver import make_schedule
 from kvdoctor.checks.dryrun_findings import Interpreter, cache_kind
-from kvdoctor.dryrun.instrument import keys_per_query, summarize
-from kvdoctor.dryrun.run import ChildOutcome
-from kvdoctor.loader import load_model
+from kvdoctor.engines.sglang_mlx.dryrun.instrument import keys_per_query, summarize
+from kvdoctor.engines.sglang_mlx.dryrun.run import ChildOutcome
+from kvdoctor.load.loader import load_model
 from kvdoctor.engines.base import LayerPlan, Plan
 
 mx = pytest.importorskip("mlx.core")
@@ -198,7 +198,7 @@ def test_unknown_engine_error_carries_text_and_frame(spec):
 
 def test_harness_failures_are_not_blamed_on_the_engine(spec):
     error = {"event": "error", "stage": "prefill", "class": "KeyError", "message": "'A'", "frame": None,
-             "origin": {"file": "/x/kvdoctor/dryrun/driver.py", "line": 1, "function": "_drive"}}
+             "origin": {"file": "/x/kvdoctor/engines/sglang_mlx/dryrun/driver.py", "line": 1, "function": "_drive"}}
     findings, _ = Interpreter(_outcome(error), spec, _plan([4, None]), builtin_catalog()).interpret()
     assert _codes(findings) == ["ENG058"]
 

@@ -14,10 +14,10 @@ import pytest
 
 from helpers import make_model
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target
-from kvdoctor.dryrun.engine_import import missing_packages
-from kvdoctor.dryrun.run import close_warm
-from kvdoctor.selection import Selection
+from kvdoctor.pipeline.check import Options, check_target
+from kvdoctor.engines.sglang_mlx.dryrun.engine_import import missing_packages
+from kvdoctor.engines.sglang_mlx.dryrun.run import close_warm
+from kvdoctor.checks.selection import Selection
 
 pytestmark = pytest.mark.skipif(bool(missing_packages()),
                                 reason=f"engine not installed: {', '.join(missing_packages())}")
@@ -37,7 +37,7 @@ def gpt_oss(tmp_path_factory):
 
 
 def test_engine_modules_load_without_the_whole_package():
-    code = ("import sys, json; from kvdoctor.dryrun.engine_import import load_mlx_backend; b = load_mlx_backend(); "
+    code = ("import sys, json; from kvdoctor.engines.sglang_mlx.dryrun.engine_import import load_mlx_backend; b = load_mlx_backend(); "
             "print(json.dumps({'runner': b.model_runner.__file__, 'pkg_init': sys.modules['sglang'].__file__, "
             "'triton': 'triton' in sys.modules, 'lang': 'sglang.lang' in sys.modules, "
             "'pool': getattr(sys.modules['sglang.srt.mem_cache.memory_pool'], 'KVDOCTOR_STAND_IN', False), "
@@ -92,9 +92,9 @@ def test_stale_plan_is_reported_against_a_real_run(gpt_oss):
     from msgspec.structs import replace
 
     from kvdoctor.checks.dryrun_findings import Interpreter
-    from kvdoctor.dryrun.run import ChildOutcome
+    from kvdoctor.engines.sglang_mlx.dryrun.run import ChildOutcome
     from kvdoctor.engines import profile
-    from kvdoctor.loader import load_model
+    from kvdoctor.load.loader import load_model
 
     spec = load_model(gpt_oss.target)
     sglang_mlx = profile("sglang-mlx")
@@ -343,7 +343,7 @@ def test_an_error_in_the_first_requests_cache_list_belongs_to_prefill(tmp_path):
 
 
 def test_an_error_the_plan_did_not_read_keeps_no_code():
-    from kvdoctor.dryrun.record import error_code
+    from kvdoctor.engines.sglang_mlx.dryrun.record import error_code
     from kvdoctor.engines.base import Plan, Refusal
 
     plan = Plan(engine="sglang-mlx", versions={}, layers=(),
@@ -371,7 +371,7 @@ def test_a_copy_whose_weights_pass_the_memory_bound_is_never_filled(tmp_path):
 
 
 def test_missing_engine_is_one_finding_and_static_checks_still_run(tmp_path, monkeypatch):
-    from kvdoctor.dryrun import engine_import
+    from kvdoctor.engines.sglang_mlx.dryrun import engine_import
 
     monkeypatch.setitem(engine_import.REQUIRED_MODULES, "kvdoctor_no_such_engine", "no-such-engine")
     result = dry_check(make_model(tmp_path, "gemma-3-1b-it", checkpoint=False))
@@ -419,9 +419,9 @@ GEMMA4_E2B = {
 
 CUT_PROBE = """
 import json, sys
-from kvdoctor.dryrun import compact, shrink
-from kvdoctor.dryrun.driver import DryRun
-from kvdoctor.dryrun.engine_import import load_mlx_backend
+from kvdoctor.engines.sglang_mlx.dryrun import compact, shrink
+from kvdoctor.engines.sglang_mlx.dryrun.driver import DryRun
+from kvdoctor.engines.sglang_mlx.dryrun.engine_import import load_mlx_backend
 config = json.loads(sys.argv[1])
 run = DryRun({"config": config}, print)
 run.backend = load_mlx_backend()
@@ -470,7 +470,7 @@ def test_a_layer_set_up_by_the_layer_count_shows_in_its_settings():
     (not its arrays), so a layer built as the last one differs from the same layer mid-model."""
     import mlx.nn as nn
 
-    from kvdoctor.dryrun.shrink import layer_states
+    from kvdoctor.engines.sglang_mlx.dryrun.shrink import layer_states
 
     class Block(nn.Module):
         def __init__(self, index: int, count: int):

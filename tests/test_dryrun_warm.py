@@ -1,4 +1,4 @@
-"""The warm dry-run child (kvdoctor.dryrun.child --serve, run.py): one engine import for many models.
+"""The warm dry-run child (kvdoctor.engines.sglang_mlx.dryrun.child --serve, run.py): one engine import for many models.
 
 Its promise is that a model's events are the ones a fresh one-shot child reports (timing apart), and
 that no process outlives a request killed at its bound, a crash, or the kvdoctor process itself.
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from helpers import REAL, ROOT, masked
-from kvdoctor.dryrun import run
-from kvdoctor.dryrun.engine_import import missing_packages
+from kvdoctor.engines.sglang_mlx.dryrun import run
+from kvdoctor.engines.sglang_mlx.dryrun.engine_import import missing_packages
 from kvdoctor.engines import warm
 
 pytestmark = [
@@ -32,8 +32,8 @@ TIMING = {"seconds", "estimated_seconds", "time", "rss", "rss_bytes"}
 
 
 def request_for(name: str) -> dict[str, Any]:
-    from kvdoctor.engines.sglang_mlx import SglangMlxSettings
-    from kvdoctor.loader import load_model
+    from kvdoctor.engines.sglang_mlx.profile import SglangMlxSettings
+    from kvdoctor.load.loader import load_model
 
     spec = load_model(str(REAL / name), with_checkpoint=False)
     return run.build_request(spec, SglangMlxSettings(), {})
@@ -72,16 +72,37 @@ def test_events_through_one_warm_child_equal_a_fresh_childs(fresh_warm):
     assert any("<module>" in functions for functions in fresh[names[0]].first("engine_code")["files"].values())
 
 
+def _written(pid: int) -> int:
+    """Bytes process `pid` has written so far (its events go out one flushed line at a time)."""
+    with open(f"/proc/{pid}/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("wchar:"))
+
+
 def test_a_request_killed_at_its_bound_leaves_no_process_and_the_next_one_runs(fresh_warm):
     llama = request_for("meta-llama__Llama-3.1-8B")
-    first = run.launch(llama, 300)  # starts the warm child, so the next bound falls inside the stages
+    first = run.launch(llama, 300)  # starts the warm child
     pid = warm_pid()
     assert first.returncode == 0 and pid is not None
-    slow = request_for("Qwen__Qwen3-Next-80B-A3B-Instruct")  # the longest warm run of these fixtures
-    whole = run.launch(slow, 300).first("done")
-    assert whole is not None and warm_pid() == pid
-    killed = run.launch(slow, whole["seconds"] / 4)  # a quarter of its own time on this box: mid-stage
-    assert killed.timed_out and killed.returncode is None
+    stopped: list[int] = []
+
+    def stop_the_fork_once_it_has_reported() -> None:
+        """The request's own process is stopped (SIGSTOP) after its first event, so it can only end at
+        its bound, however fast or loaded the machine is."""
+        while not stopped:
+            for fork in (p for p in warm.live_members(pid) if p != pid):
+                try:
+                    if _written(fork) > 0:
+                        os.kill(fork, signal.SIGSTOP)
+                        stopped.append(fork)
+                except (OSError, StopIteration):  # not started writing, or gone
+                    pass
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=stop_the_fork_once_it_has_reported, daemon=True)
+    thread.start()
+    killed = run.launch(request_for("Qwen__Qwen3-Next-80B-A3B-Instruct"), 10)
+    thread.join(timeout=1)
+    assert stopped and killed.timed_out and killed.returncode is None
     assert warm_pid() is None and warm.live_members(pid) == []
     assert killed.first("done") is None and killed.first("versions") is not None  # what it saw is kept
     again = run.launch(llama, 300)

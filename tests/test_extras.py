@@ -50,6 +50,6 @@ def test_engine_line_says_when_the_installed_version_differs():
 def test_rich_report_shows_the_profile_versions(tmp_path):
     model = make_model(tmp_path, "gemma-2-2b", checkpoint=False)
     proc = run("check", str(model), "--engine", "sglang-mlx", "--static", env={"COLUMNS": "100"})
-    from kvdoctor.engines.sglang_mlx import MLX_LM_VERSION, SGLANG_VERSION
+    from kvdoctor.engines.sglang_mlx.profile import MLX_LM_VERSION, SGLANG_VERSION
 
     assert f"sglang-mlx: sglang {SGLANG_VERSION}, mlx-lm {MLX_LM_VERSION}" in proc.stdout

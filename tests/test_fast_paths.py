@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kvdoctor import checkpoint
+from kvdoctor.load import checkpoint
 from kvdoctor.errors import InputError
 
 DTYPES = sorted(checkpoint.DTYPE_BITS)
@@ -130,17 +130,17 @@ def test_a_real_layout_takes_the_columnwise_path(tmp_path):
         fast = checkpoint._valid_entries(text.encode(), 8 + n, size, "f")
         assert fast is not None and len(fast) > 10
         assert fast == careful(text, size)
-    from kvdoctor.jsonfile import _plain_value
+    from kvdoctor.load.jsonfile import _plain_value
 
     index = (d / "model.safetensors.index.json").read_bytes()
     assert _plain_value(index) == (json.loads(index),)
 
 
 def test_no_file_defaults_are_the_models_defaults():
-    from kvdoctor.deploy import Deploy
-    from kvdoctor.nodeploy import NoDeployFile
-    from kvdoctor.settings import NO_FILE
-    from kvdoctor.settings_file import FileSettings
+    from kvdoctor.engines.deploy import Deploy
+    from kvdoctor.engines.nodeploy import NoDeployFile
+    from kvdoctor.cli.settings import NO_FILE
+    from kvdoctor.cli.settings_file import FileSettings
 
     assert vars(NO_FILE) == FileSettings().model_dump()
     from kvdoctor.engines import check_engines
@@ -199,7 +199,7 @@ def test_terminal_report_of_the_default_profile_looks_up_no_installed_version(tm
 def test_jobs_outside_the_plain_spelling_are_judged_by_the_strict_type(value):
     from typer.testing import CliRunner
 
-    from kvdoctor.commands import app
+    from kvdoctor.cli.app import app
 
     run = CliRunner().invoke(app, ["check", "x", "--static", "-j", value])
     if value in ("02", "+2"):  # what the strict type reads as 2: same as before the fast path
@@ -221,7 +221,7 @@ def test_help_imports_no_budget_model_and_budget_does():
 def test_rules_name_the_profile_constants_they_no_longer_import():
     from kvdoctor.checks import dryrun, pool, refusals, swa
     from kvdoctor.engines import PROFILES, dry_run_engines, profile_class
-    from kvdoctor.engines.sglang_mlx import POOL_MAP_SETTING, MaskRoutingProbe, PoolProbe
+    from kvdoctor.engines.sglang_mlx.profile import POOL_MAP_SETTING, MaskRoutingProbe, PoolProbe
 
     assert swa.RULE.probes == (MaskRoutingProbe.name,)
     assert pool.RULE.probes == (PoolProbe.name,) and pool.SETTING == POOL_MAP_SETTING
@@ -231,7 +231,7 @@ def test_rules_name_the_profile_constants_they_no_longer_import():
 
 
 def test_fewer_heads_keeps_the_ratio_and_pins_the_head_dim():
-    from kvdoctor.dryrun import compact
+    from kvdoctor.engines.sglang_mlx.dryrun import compact
 
     cfg = {"hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8}
     assert compact.head_factor(cfg) == 8
@@ -246,7 +246,7 @@ def test_fewer_heads_keeps_the_ratio_and_pins_the_head_dim():
 def test_fewer_heads_of_block_configs_keeps_the_group_sizes():
     """DeciLM's block_configs (Nemotron-NAS): the KV count of a block is heads / n_heads_in_group and
     num_key_value_heads is null; dividing the query heads by that count leaves one KV head a block."""
-    from kvdoctor.dryrun import compact
+    from kvdoctor.engines.sglang_mlx.dryrun import compact
 
     def nas(*groups):
         return {"hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": None,
@@ -269,7 +269,7 @@ def _sig(heads, kv, window=128, other=None):
 
 
 def test_the_scaled_signature_must_match_exactly():
-    from kvdoctor.dryrun.compact import matches_scaled
+    from kvdoctor.engines.sglang_mlx.dryrun.compact import matches_scaled
 
     linear = {"attr": "linear_attn", "class": "GDN", "heads": 32, "kv_heads": None, "head_dim": 128,
               "q_width": None, "k_width": None, "v_width": None}
@@ -289,7 +289,7 @@ def _pattern_sig(windows):
 
 
 def test_the_cut_copy_keeps_every_layer_kind_twice():
-    from kvdoctor.dryrun.compact import first_layers, layer_period
+    from kvdoctor.engines.sglang_mlx.dryrun.compact import first_layers, layer_period
 
     full = _pattern_sig([4096, 4096, 4096, None] * 16)
     assert layer_period(full) == 8 and layer_period(full, repeats=1) == 4
@@ -307,7 +307,7 @@ def test_the_cut_copy_keeps_every_layer_kind_twice():
 
 
 def test_the_cut_config_keeps_the_first_entry_of_every_per_layer_list():
-    from kvdoctor.dryrun.compact import fewer_layers
+    from kvdoctor.engines.sglang_mlx.dryrun.compact import fewer_layers
 
     cfg = {"num_hidden_layers": 64, "layer_types": ["sliding_attention"] * 3 + ["full_attention"], "hidden_size": 64,
            "text_config": {"num_hidden_layers": 64, "layer_types": list(range(64))}, "mlp_only_layers": [0, 5]}
@@ -345,7 +345,7 @@ def json_texts(draw):
 def test_a_large_index_read_by_msgspec_is_what_the_careful_reading_gives(text):
     import tempfile
 
-    from kvdoctor import jsonfile
+    from kvdoctor.load import jsonfile
 
     def read(path: Path) -> object:
         try:
@@ -395,8 +395,8 @@ def test_the_modules_a_command_loads_are_frozen_and_the_collector_is_back_on(tmp
     assert run.collector_on and run.frozen > 10_000
 
 
-@pytest.mark.parametrize("args, loaded_last", [(["check", "{model}", "--static", "--format", "json"], "kvdoctor.runner"),
-                                               (["rules"], "kvdoctor.commands")])
+@pytest.mark.parametrize("args, loaded_last", [(["check", "{model}", "--static", "--format", "json"], "kvdoctor.fleet.runner"),
+                                               (["rules"], "kvdoctor.cli.app")])
 def test_the_collector_runs_only_once_the_commands_modules_are_loaded(tmp_path, args, loaded_last):
     """No collection while the modules load (the last one run_check or typer's tree needs), and the
     collector is on for the work itself."""
@@ -442,7 +442,7 @@ def test_fingerprints_and_the_workers_warm_up_load_no_openssl(tmp_path, jobs):
 def test_the_builtin_sha256_gives_hashlibs_digests():
     import hashlib
 
-    from kvdoctor.fingerprint import fingerprint, sha256
+    from kvdoctor.report.fingerprint import fingerprint, sha256
 
     for data in (b"", b"abc", "CKPT001\x1fmodels/llama\x1fhf\x1fmodel\x1fk_proj".encode() * 100):
         assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
@@ -476,7 +476,7 @@ def test_headers_decode_alike_with_msgspec_imported_without_typing_extensions():
     import sys
 
     assert "typing_extensions" in sys.modules  # this process: msgspec as a library user gets it
-    script = ("import sys, json; from kvdoctor.cli import _import_msgspec; _import_msgspec()\n"
+    script = ("import sys, json; from kvdoctor.cli.main import _import_msgspec; _import_msgspec()\n"
               "assert 'typing_extensions' not in sys.modules\n"
               "from test_fast_paths import HEADERS, _decoded\n"
               "print(json.dumps([_decoded(h) for h in HEADERS]))")
@@ -520,7 +520,7 @@ sys.teardown_marker = Marker()
 if sys.argv[1] == "hook":
     atexit.register(lambda: os.write(2, b"hook ran\\n"))
 sys.argv = ["kvdoctor", *sys.argv[2:]]
-from kvdoctor.cli import entry
+from kvdoctor.cli.main import entry
 entry()
 """
 

@@ -84,7 +84,7 @@ def test_findings_carry_catalog_text_and_fixes(demo):
 
 
 def test_memory_bars_are_the_budget_documents_tokens(demo):
-    from kvdoctor.budget.report import tokens_fit
+    from kvdoctor.report.budget import tokens_fit
 
     healthy = _sections(demo["html"])[0]
     for row in demo["budget"]["engines"]:

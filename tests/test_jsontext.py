@@ -1,4 +1,4 @@
-"""kvdoctor.jsontext.indented writes what json.dumps(obj, indent=2) writes, byte for byte."""
+"""kvdoctor.report.jsontext.indented writes what json.dumps(obj, indent=2) writes, byte for byte."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdoctor.jsontext import indented
+from kvdoctor.report.jsontext import indented
 
 scalars = (st.none() | st.booleans() | st.integers(min_value=-(10**40), max_value=10**40)
            | st.floats(allow_nan=True, allow_infinity=True) | st.text())
@@ -43,7 +43,7 @@ def test_reports_are_not_written_by_the_pure_python_encoder(tmp_path, monkeypatc
 
     from helpers import make_model
 
-    from kvdoctor.cli import main
+    from kvdoctor.cli.main import main
 
     d = make_model(tmp_path, "kimi-linear", shards=2, edit=lambda c: c.update(auto_map={"AutoModel": "m.M"}))
 

@@ -9,9 +9,9 @@ import pytest
 
 from helpers import check_json, codes, make_model, real_config
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target
-from kvdoctor.deploy import load_deploy
-from kvdoctor.selection import Selection
+from kvdoctor.pipeline.check import Options, check_target
+from kvdoctor.engines.deploy import load_deploy
+from kvdoctor.checks.selection import Selection
 
 SEED_MESSAGE = "`g_cache` must have shape [slots, HV, L, K]."
 DEFAULT_RECIPE = """name: {name}

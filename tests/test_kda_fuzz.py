@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target
-from kvdoctor.deploy import load_deploy
-from kvdoctor.selection import Selection
+from kvdoctor.pipeline.check import Options, check_target
+from kvdoctor.engines.deploy import load_deploy
+from kvdoctor.checks.selection import Selection
 from test_kda_cli import make_model, small_kimi
 
 SYMBOLS = ["H", "HV", "K", "V", "L", "W", "B"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.kda import gpu
+from kvdoctor.engines.sglang.kda import gpu
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu_kda.py"
 REASON = gpu.unavailable_reason()

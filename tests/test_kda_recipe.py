@@ -6,9 +6,9 @@ import pytest
 
 from helpers import make_model, run
 from kvdoctor.errors import InputError
-from kvdoctor.kda.caches import per_slot_report
-from kvdoctor.kda.dims import Geometry
-from kvdoctor.kda.recipe import CURSOR_SYMBOLS, SHAPE_SYMBOLS, Expr, builtin_names, load_recipe
+from kvdoctor.engines.sglang.kda.caches import per_slot_report
+from kvdoctor.engines.sglang.kda.dims import Geometry
+from kvdoctor.engines.sglang.kda.recipe import CURSOR_SYMBOLS, SHAPE_SYMBOLS, Expr, builtin_names, load_recipe
 
 RECIPE = """name: {name}
 summary: test recipe

@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from kvdoctor.checks.kda_caches import CODE_OF_CHECK
-from kvdoctor.kda.caches import build_caches
-from kvdoctor.kda.dims import PROBE, Geometry
-from kvdoctor.kda.recipe import load_recipe
-from kvdoctor.kda.replay import FP32_TOLERANCE, kernel_run, naive_step, random_step, reconstruct, replay_step
+from kvdoctor.engines.sglang.kda.caches import build_caches
+from kvdoctor.engines.sglang.kda.dims import PROBE, Geometry
+from kvdoctor.engines.sglang.kda.recipe import load_recipe
+from kvdoctor.engines.sglang.kda.replay import FP32_TOLERANCE, kernel_run, naive_step, random_step, reconstruct, replay_step
 
 
 def recipe(**changes):

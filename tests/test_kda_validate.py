@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from kvdoctor.checks.kda_caches import CODE_OF_CHECK
-from kvdoctor import kda
+from kvdoctor.engines.sglang import kda
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.kda.caches import build_caches, build_inputs
-from kvdoctor.kda.dims import PROBE, Geometry
-from kvdoctor.kda.recipe import load_recipe
-from kvdoctor.kda.validate import helion_wrapper, invariants, triton_wrapper
+from kvdoctor.engines.sglang.kda.caches import build_caches, build_inputs
+from kvdoctor.engines.sglang.kda.dims import PROBE, Geometry
+from kvdoctor.engines.sglang.kda.recipe import load_recipe
+from kvdoctor.engines.sglang.kda.validate import helion_wrapper, invariants, triton_wrapper
 
 GEOM = Geometry.consistent(**PROBE)  # H=2, HV=4, K=32, V=64, L=3: every symbol distinct
 

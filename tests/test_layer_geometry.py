@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "configs" / "real"
 

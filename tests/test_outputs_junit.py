@@ -24,7 +24,7 @@ def junit(tmp_path_factory):
 
 
 def static_codes():
-    from kvdoctor.check import Options, checked_codes
+    from kvdoctor.pipeline.check import Options, checked_codes
     from kvdoctor.catalog import builtin_catalog
 
     return checked_codes(Options(catalog=builtin_catalog(), static=True))

@@ -169,7 +169,7 @@ def test_extras_are_ranges_that_hold_the_versions_the_profiles_describe(dists):
 
     from packaging.requirements import Requirement
 
-    from kvdoctor.engines.sglang_mlx import MLX_LM_VERSION, SGLANG_VERSION
+    from kvdoctor.engines.sglang_mlx.profile import MLX_LM_VERSION, SGLANG_VERSION
 
     wheel = zipfile.ZipFile(next(dists.glob("*.whl")))
     metadata = wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))).decode()

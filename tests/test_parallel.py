@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REAL, REAL_NAMES, make_model, real_config, run
-from kvdoctor.runner import expand_targets
+from kvdoctor.fleet.runner import expand_targets
 
 
 @pytest.fixture(scope="module")
@@ -161,10 +161,10 @@ def test_the_json_parts_the_workers_render_join_to_the_parents_document(fleet, m
     from functools import partial
 
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.check import Options, checked_codes
-    from kvdoctor import runner
+    from kvdoctor.pipeline.check import Options, checked_codes
+    from kvdoctor.fleet import runner
     from kvdoctor.report import Report, render_json, result_part
-    from kvdoctor.runner import run_targets
+    from kvdoctor.fleet.runner import run_targets
 
     root, names = fleet
     monkeypatch.chdir(root)
@@ -198,13 +198,13 @@ def test_the_rich_panels_the_workers_render_are_the_parents_report(fleet, monkey
     from rich.console import Console
 
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.check import Options
+    from kvdoctor.pipeline.check import Options
     from kvdoctor.report.rich_report import panel_text, render
 
     def console() -> Console:
         return Console(file=io.StringIO(), width=100, force_terminal=True, color_system="truecolor")
 
-    from kvdoctor import runner
+    from kvdoctor.fleet import runner
 
     root, names = fleet
     monkeypatch.chdir(root)
@@ -240,9 +240,9 @@ def test_light_targets_are_checked_here_until_helpers_would_pay(fleet, monkeypat
     is the pid of the process that checked it."""
     import time
 
-    from kvdoctor import runner
+    from kvdoctor.fleet import runner
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.check import Options
+    from kvdoctor.pipeline.check import Options
     from kvdoctor.model import Result
 
     root, names = fleet
@@ -286,9 +286,9 @@ def _pid(result, opts):
 def test_light_targets_are_checked_here_until_a_spawned_pool_would_pay(fleet, monkeypatch):
     """Where workers are spawned (macOS, Windows: here through Linux's spawn context), light targets are
     checked in this process until the rest would repay starting the pool, which then checks the rest."""
-    from kvdoctor import runner
+    from kvdoctor.fleet import runner
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.check import Options
+    from kvdoctor.pipeline.check import Options
 
     root, names = fleet
     monkeypatch.chdir(root)
@@ -311,9 +311,9 @@ def test_a_worker_that_dies_loses_no_target(monkeypatch):
     import signal
     import time
 
-    from kvdoctor import runner
+    from kvdoctor.fleet import runner
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.check import Options
+    from kvdoctor.pipeline.check import Options
     from kvdoctor.model import Result
     from kvdoctor.report import exit_code
 
@@ -347,7 +347,7 @@ def test_the_work_queue_hands_out_every_batch_once_across_processes():
     import json
     import select
 
-    from kvdoctor.runner import _Queue
+    from kvdoctor.fleet.runner import _Queue
 
     count = 40_000  # 160 KB of numbers: more than a pipe's 64 KiB
     queue = _Queue(count)
@@ -386,9 +386,9 @@ def test_helpers_are_forked_once_however_early_they_finish(monkeypatch):
     own batch, it finishes that batch alone instead of forking helpers that would find nothing."""
     import time
 
-    from kvdoctor import runner
+    from kvdoctor.fleet import runner
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.check import Options
+    from kvdoctor.pipeline.check import Options
     from kvdoctor.model import Result
 
     parent = os.getpid()

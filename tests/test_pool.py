@@ -1,11 +1,11 @@
 """POOL001-POOL003: the full-attention pool index map under the fused RoPE + pool-scatter kernel, with
-real pool buffers and an emulated scatter (kvdoctor.mlx.pool)."""
+real pool buffers and an emulated scatter (kvdoctor.engines.sglang_mlx.pool)."""
 from __future__ import annotations
 
 import pytest
 
 from helpers import REAL, SHORT, check_json, codes, make_model
-from kvdoctor.mlx.pool import probe_pool
+from kvdoctor.engines.sglang_mlx.pool import probe_pool
 
 SEED_001 = ("BatchedDecodeContext requires full_kv_pool_index_by_layer when the fused AOT RoPE + pool-scatter "
             "kernel is active")

@@ -16,9 +16,9 @@ from pydantic import Field
 from helpers import REAL, SHORT, check_json, make_model, run
 from kvdoctor import engines
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target
+from kvdoctor.pipeline.check import Options, check_target
 from kvdoctor.checks import all_checks
-from kvdoctor.deploy import Section, deploy_from, load_deploy
+from kvdoctor.engines.deploy import Section, deploy_from, load_deploy
 from kvdoctor.engines.base import EngineProfile, LayerPlan, Plan, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.errors import InputError
@@ -45,7 +45,7 @@ def test_every_profile_reads_its_pins_and_declares_a_section():
 
 def test_the_plan_is_frozen():
     hf = engines.profile("hf")
-    from kvdoctor.loader import load_model
+    from kvdoctor.load.loader import load_model
 
     plan = hf.plan(load_model(str(REAL / SHORT["gpt-oss-20b"])), hf.Settings())
     with pytest.raises(AttributeError, match="immutable"):

@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from kvdoctor.catalog import load_entry
-from kvdoctor.checkpoint import DTYPE_BITS, INDEX_NAME, load_checkpoint
-from kvdoctor.deploy import load_deploy
+from kvdoctor.load.checkpoint import DTYPE_BITS, INDEX_NAME, load_checkpoint
+from kvdoctor.engines.deploy import load_deploy
 from kvdoctor.errors import InputError
-from kvdoctor.families import BY_MODEL_TYPE
+from kvdoctor.load.families import BY_MODEL_TYPE
 from kvdoctor.synth import layout_for, write_checkpoint, write_safetensors
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=False,
@@ -68,7 +68,7 @@ edits = st.lists(key_values, min_size=1, max_size=6)
 
 def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """`kvdoctor ARGS` through the real entry point, in this process."""
-    from kvdoctor.cli import main
+    from kvdoctor.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     saved = sys.argv

@@ -52,9 +52,9 @@ def test_ray_gives_the_local_json_in_input_order(head, fleet):
 
 def test_a_killed_worker_is_retried_once_then_its_target_is_an_error(head, fleet, tmp_path):
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.check import Options
-    from kvdoctor.executors.ray_executor import run_on_ray
-    from kvdoctor.runner import check_one
+    from kvdoctor.pipeline.check import Options
+    from kvdoctor.fleet.ray_executor import run_on_ray
+    from kvdoctor.fleet.runner import check_one
 
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -86,7 +86,7 @@ def test_a_killed_worker_is_retried_once_then_its_target_is_an_error(head, fleet
 
 def test_without_ray_the_executor_says_which_extra_to_install(fleet):
     code = ("import sys; sys.modules['ray'] = None; sys.argv = ['kvdoctor', 'check', 'models', '--executor', 'ray']; "
-            "from kvdoctor.cli import main; main()")
+            "from kvdoctor.cli.main import main; main()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=fleet,
                           env={**os.environ, "COLUMNS": "120"})
     assert proc.returncode == 2

@@ -15,7 +15,7 @@ from badinput_base import tree_state
 from helpers import REAL, REAL_NAMES, codes, make_model
 
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target
+from kvdoctor.pipeline.check import Options, check_target
 from kvdoctor.engines import check_engines
 from kvdoctor.synth import layout_for, write_checkpoint
 

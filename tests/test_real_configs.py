@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, check_json
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 from kvdoctor.model import (ATTN_MAMBA, CHUNKED, COMPRESSED, CONV, FULL, GDN, KDA, LINEAR, MAMBA, MLA,
                             NO_ATTENTION, SLIDING, SPARSE_MLA)
 
@@ -172,7 +172,7 @@ TABLE_CASES = {
 
 @pytest.mark.parametrize("model_type", sorted(TABLE_CASES))
 def test_table_families_agree_with_transformers(tmp_path, model_type):
-    from kvdoctor.families import family_for
+    from kvdoctor.load.families import family_for
 
     assert family_for(model_type) is not None and family_for(model_type).semantics == "table"
     cfg = {"model_type": model_type, "num_hidden_layers": 8, "hidden_size": 256, "num_attention_heads": 4,
@@ -196,7 +196,7 @@ def test_the_hidden_size_validators_kvdoctor_quotes_are_transformers_own():
     from transformers import CONFIG_MAPPING
 
     from kvdoctor.checks.cfg_semantics import VALIDATES_HIDDEN
-    from kvdoctor.families import FAMILIES
+    from kvdoctor.load.families import FAMILIES
 
     for model_type in sorted({mt for fam in FAMILIES for mt in fam.model_types} & set(CONFIG_MAPPING)):
         with warnings.catch_warnings():
@@ -213,7 +213,7 @@ def test_the_layer_type_strings_kvdoctor_accepts_are_transformers_own():
     pytest.importorskip("transformers")
     from transformers import configuration_utils
 
-    from kvdoctor.families import TRANSFORMERS_LAYER_TYPES
+    from kvdoctor.load.families import TRANSFORMERS_LAYER_TYPES
 
     installed = set(configuration_utils.ALLOWED_ATTN_LAYER_TYPES) | set(configuration_utils._LEGACY_LAYER_TYPE_REMAP)
     assert TRANSFORMERS_LAYER_TYPES == installed

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import make_model, run
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.deploy import load_deploy
+from kvdoctor.engines.deploy import load_deploy
 from kvdoctor.model import Finding, Result
 from kvdoctor.report import Report
 from kvdoctor.report.sarif import FINGERPRINT_KEY, document

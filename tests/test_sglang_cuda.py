@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.engines.sglang_cuda import plan_layers
-from kvdoctor.engines.sglang_cuda.settings import Settings
-from kvdoctor.loader import load_model
+from kvdoctor.engines.sglang.layout import plan_layers
+from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.load.loader import load_model
 from kvdoctor.model import GDN, MAMBA
 
 # Real configs whose kvdoctor side (loader, budget model) still differs from SGLang: each reason was checked

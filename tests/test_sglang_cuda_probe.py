@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.engines.base import LayerPlan
-from kvdoctor.engines.sglang_cuda import plan_layers, probe
-from kvdoctor.engines.sglang_cuda.settings import Settings
-from kvdoctor.loader import load_model
+from kvdoctor.engines.sglang import probe
+from kvdoctor.engines.sglang.layout import plan_layers
+from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.load.loader import load_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 

@@ -14,9 +14,9 @@ import pytest
 
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.engines import profile
-from kvdoctor.engines.sglang import SglangSettings
-from kvdoctor.engines.sglang_cuda import dryrun
-from kvdoctor.loader import load_model
+from kvdoctor.engines.sglang.profile import SglangSettings
+from kvdoctor.engines.sglang import dryrun
+from kvdoctor.load.loader import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS, REAL = ROOT / "fixtures" / "models", ROOT / "fixtures" / "configs" / "real"
@@ -55,14 +55,14 @@ def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeyp
     monkeypatch.delenv(dryrun.ENV_PYTHON, raising=False)
     monkeypatch.setattr(dryrun, "REPO", tmp_path)  # no goldens/.venv/sglang there
     spec = spec_of(MODELS / "openai__gpt-oss-20b")
-    from kvdoctor.deploy import Deploy
+    from kvdoctor.engines.deploy import Deploy
 
     seen = dryrun.SglangDryRunner().run(spec, Deploy(),
                                         profile("sglang").plan(spec, SglangSettings()),
                                         {"engine_python": str(tmp_path / "missing-python")})
     assert seen == {"unavailable": True}
     from kvdoctor.checks import dryrun as rule
-    from kvdoctor.context import Context
+    from kvdoctor.checks.context import Context
 
     ctx = Context(spec=spec, engine="sglang", deploy=Deploy(), plan=profile("sglang").plan(spec, SglangSettings()),
                   observations={"dry_run": seen})

@@ -12,9 +12,9 @@ import pytest
 
 from helpers import masked
 from kvdoctor.engines import profile, warm
-from kvdoctor.engines.sglang import SglangSettings
-from kvdoctor.engines.sglang_cuda import dryrun
-from kvdoctor.loader import load_model
+from kvdoctor.engines.sglang.profile import SglangSettings
+from kvdoctor.engines.sglang import dryrun
+from kvdoctor.load.loader import load_model
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 PYTHON = dryrun.find_python()

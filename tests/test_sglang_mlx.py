@@ -126,7 +126,7 @@ def test_compressed_tensors_formats_are_read_as_mlx_lm_reads_them(fmt):
     exactly where that function raises, with its text."""
     from mlx_lm.utils import _compressed_tensors_quantization
 
-    from kvdoctor.mlx.mlxlm import quantization_refusal
+    from kvdoctor.engines.sglang_mlx.mlxlm import quantization_refusal
 
     settings = {"quant_method": "compressed-tensors", "format": fmt}
     try:

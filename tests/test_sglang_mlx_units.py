@@ -8,13 +8,13 @@ import sys
 import pytest
 
 from helpers import REAL, SHORT
-from kvdoctor.context import Context
-from kvdoctor.deploy import Deploy
+from kvdoctor.checks.context import Context
+from kvdoctor.engines.deploy import Deploy
 from kvdoctor.engines.base import Plan
-from kvdoctor.engines.sglang_mlx import (KvConfig, MlxFacts, build_layout, explained, kv_config, mlx_config,
+from kvdoctor.engines.sglang_mlx.profile import (KvConfig, MlxFacts, build_layout, explained, kv_config, mlx_config,
                                          startup_refusals, table_view)
-from kvdoctor.loader import load_model
-from kvdoctor.mlx.mlxlm import LayerView, ModelView, build_skeleton, module_name_for, read_view
+from kvdoctor.load.loader import load_model
+from kvdoctor.engines.sglang_mlx.mlxlm import LayerView, ModelView, build_skeleton, module_name_for, read_view
 from kvdoctor.model import Source
 
 
@@ -118,7 +118,7 @@ def test_mistral_is_remapped_to_llama():
 
 
 def test_cheap_import_still_completes_the_package_on_demand():
-    code = ("import sys; from kvdoctor.mlx.mlxlm import use_cheap_import; use_cheap_import(); "
+    code = ("import sys; from kvdoctor.engines.sglang_mlx.mlxlm import use_cheap_import; use_cheap_import(); "
             "import mlx_lm.models.cache; before = 'mlx_lm.utils' in sys.modules; "
             "from mlx_lm import load; print(before, callable(load))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -103,12 +103,12 @@ def test_pool_probe_on_sglangs_own_pools(tmp_path):
 
 def _pool_context(tmp_path: Path, seen: dict, refusals: tuple = ()):
     """A Context whose pool-probe observation is what `seen` (the probe child's record) gives against the plan."""
-    from kvdoctor.context import Context
-    from kvdoctor.deploy import Deploy
+    from kvdoctor.checks.context import Context
+    from kvdoctor.engines.deploy import Deploy
     from kvdoctor.engines import profile
-    from kvdoctor.engines.sglang import PoolsRun
-    from kvdoctor.engines.sglang_cuda import probe
-    from kvdoctor.loader import load_model
+    from kvdoctor.engines.sglang.profile import PoolsRun
+    from kvdoctor.engines.sglang import probe
+    from kvdoctor.load.loader import load_model
 
     spec = load_model(str(make_model(tmp_path, "gpt-oss-20b", checkpoint=False)))
     deploy = Deploy()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REAL_NAMES, make_model, real_config, run
-from kvdoctor.runner import in_shard
+from kvdoctor.fleet.runner import in_shard
 
 FORMATS = ("json", "sarif", "junit", "github", "gitlab", "concise", "json-lines", "rich")
 
@@ -35,7 +35,7 @@ def test_shard_membership_depends_on_the_identity_alone():
     sizes = [sum(1 for ks in shards.values() if ks == [k]) for k in (1, 2, 3, 4)]
     assert min(sizes) >= 30  # a hash spreads them, not one shard taking all
     # the same in another process with another string-hash seed: CI jobs on other machines agree
-    code = ("import json, sys; from kvdoctor.runner import in_shard; "
+    code = ("import json, sys; from kvdoctor.fleet.runner import in_shard; "
             "print(json.dumps({n: [k for k in (1, 2, 3, 4) if in_shard(n, (k, 4))] for n in json.loads(sys.argv[1])}))")
     other = subprocess.run([sys.executable, "-c", code, json.dumps(names)], capture_output=True, text=True,
                            env={**os.environ, "PYTHONHASHSEED": "12345"}, check=True)

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from helpers import REAL, REAL_NAMES, ROOT, check_json, make_model, real_config
-from kvdoctor.families import FAMILIES
-from kvdoctor.loader import load_model
+from kvdoctor.load.families import FAMILIES
+from kvdoctor.load.loader import load_model
 from kvdoctor.model import FULL, KDA, MLA, SLIDING, GDN, MAMBA, ATTN_MAMBA, NO_ATTENTION
 
 ROOT_REAL = ROOT / "fixtures" / "configs" / "real"

@@ -1,14 +1,14 @@
-"""Strict values (kvdoctor/strict.py), YAML 1.2 reading (kvdoctor/yamlfile.py) and the one-line
+"""Strict values (kvdoctor/load/strict.py), YAML 1.2 reading (kvdoctor/load/yamlfile.py) and the one-line
 usage errors of the command line, checked value by value."""
 from __future__ import annotations
 
 import pytest
 from helpers import REAL, SHORT, run
 
-from kvdoctor.deploy import load_deploy
+from kvdoctor.engines.deploy import load_deploy
 from kvdoctor.errors import InputError
-from kvdoctor.strict import parse_size
-from kvdoctor.yamlfile import load_yaml
+from kvdoctor.load.strict import parse_size
+from kvdoctor.load.yamlfile import load_yaml
 
 GiB = 1 << 30
 

@@ -11,15 +11,15 @@ import pytest
 
 from helpers import REAL, SHORT
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, finalize
-from kvdoctor.context import Context
-from kvdoctor.deploy import Deploy, deploy_from
-from kvdoctor.engines.sglang_mlx import mlx_config, plan_from
-from kvdoctor.loader import load_model
-from kvdoctor.mlx.caches import (FULL_MASK_FROM_WINDOW, ContiguousKVCache, OffsetShim, WindowedKVCache, attention_mask,
+from kvdoctor.pipeline.check import Options, finalize
+from kvdoctor.checks.context import Context
+from kvdoctor.engines.deploy import Deploy, deploy_from
+from kvdoctor.engines.sglang_mlx.profile import mlx_config, plan_from
+from kvdoctor.load.loader import load_model
+from kvdoctor.engines.sglang_mlx.caches import (FULL_MASK_FROM_WINDOW, ContiguousKVCache, OffsetShim, WindowedKVCache, attention_mask,
                                  canary, positions_of)
-from kvdoctor.mlx.mlxlm import Skeleton, shrunk_config, use_cheap_import
-from kvdoctor.mlx.probes import _allowed_by_kernel, _allowed_from_mask
+from kvdoctor.engines.sglang_mlx.mlxlm import Skeleton, shrunk_config, use_cheap_import
+from kvdoctor.engines.sglang_mlx.probes import _allowed_by_kernel, _allowed_from_mask
 
 use_cheap_import()
 from mlx_lm.models import gpt_oss  # noqa: E402
@@ -91,7 +91,7 @@ def model_with(container_class=None, block_class=None):
 
 def probe_findings(spec, model, deploy: Deploy | None = None) -> tuple[list, dict]:
     """The mask-routing rule's findings for this model object, and the profile's report (`info`)."""
-    from kvdoctor.check import run_probes
+    from kvdoctor.pipeline.check import run_probes
     from kvdoctor.checks import swa
     from kvdoctor.engines import profile
 
@@ -243,7 +243,7 @@ def test_mask_reading_agrees_with_the_sdpa_kernel(n, offset, window):
 
 
 def test_cheap_import_loads_model_modules_without_transformers_or_torch():
-    code = ("import sys; from kvdoctor.mlx.mlxlm import use_cheap_import; use_cheap_import(); "
+    code = ("import sys; from kvdoctor.engines.sglang_mlx.mlxlm import use_cheap_import; use_cheap_import(); "
             "import mlx_lm.models.gpt_oss, mlx_lm.models.llama; "
             "print(sorted(m for m in ('transformers', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

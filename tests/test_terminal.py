@@ -50,7 +50,7 @@ def _budget(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_budget_is_one_compact_table_and_a_bar_chart_at_80_columns():
-    from kvdoctor.budget.report import mode_labels, tokens_fit
+    from kvdoctor.report.budget import mode_labels, tokens_fit
 
     out = _budget().stdout
     lines = out.splitlines()

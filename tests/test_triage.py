@@ -13,7 +13,7 @@ import pytest
 
 from helpers import run
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.triage import read_lines, triage_lines
+from kvdoctor.pipeline.triage import read_lines, triage_lines
 
 CATALOG = builtin_catalog()
 WITH_ERROR = [e for e in CATALOG.entries.values() if e.error is not None]
@@ -65,7 +65,7 @@ def source_of(entry) -> tuple[str, int]:
 
 def context_for(entry) -> str:
     """A log line holding a sample of each of the entry's context regexes (generic GPU errors)."""
-    from kvdoctor.triage import _longest_literal, _split_top
+    from kvdoctor.pipeline.triage import _longest_literal, _split_top
 
     samples = [_longest_literal(_split_top(regex)[0]) for regex in entry.error.context]
     assert all(re.search(r, " ".join(samples)) for r in entry.error.context), entry.code
@@ -305,14 +305,14 @@ def test_cli_bad_input_is_exit_2(tmp_path):
     (r"abcd\s?efgh", ["abcd"]),               # an optional white space breaks the literal
 ])
 def test_required_literals_are_in_every_match(pattern, literals):
-    from kvdoctor.triage import required_literals
+    from kvdoctor.pipeline.triage import required_literals
 
     assert required_literals(pattern) == literals
 
 
 @pytest.mark.parametrize("entry", WITH_ERROR, ids=lambda e: e.code)
 def test_the_prefilter_keeps_every_catalog_message(entry):
-    from kvdoctor.triage import required_literals
+    from kvdoctor.pipeline.triage import required_literals
 
     literals = required_literals(entry.error.pattern)
     assert literals is None or any(lit in " ".join(fill(entry).split()) for lit in literals)
@@ -321,7 +321,7 @@ def test_the_prefilter_keeps_every_catalog_message(entry):
 # ---- real-log shapes: prefixes, bare assertions, generic GPU errors, unknown logs ----------------------
 
 def report_of(text: str):
-    from kvdoctor.triage import triage_report
+    from kvdoctor.pipeline.triage import triage_report
 
     return triage_report(read_lines(io.BytesIO(text.encode())), CATALOG)
 
@@ -334,7 +334,7 @@ def test_worker_and_engine_prefixes_are_removed():
                 f"[rank0]: ValueError: {message}\n")
     report = report_of(prefixed)
     assert [h.entry.code for h in report.hits] == ["MEM002"] and report.hits[0].lines == [1, 2, 3, 4]
-    from kvdoctor.triage import strip_prefixes
+    from kvdoctor.pipeline.triage import strip_prefixes
     assert strip_prefixes("(Worker_TP0 pid=123) ERROR 06-15 08:40:03 [x.py:9] AssertionError") == "AssertionError"
     assert strip_prefixes("[2026-05-02 10:11:14 TP0] Scheduler hit an exception") == "Scheduler hit an exception"
 

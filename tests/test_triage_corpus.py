@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.triage import triage_file
+from kvdoctor.pipeline.triage import triage_file
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 ROW = re.compile(r"^\| (\S+\.log) \| ([\w.-]+/[\w.-]+#\d+) \| ([^|]+) \| (\S+) \|$")

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from helpers import run
-from kvdoctor.budget.facts import facts_from_spec
-from kvdoctor.budget.run import plan_engine
+from kvdoctor.engines.budget.facts import facts_from_spec
+from kvdoctor.engines.budget.run import plan_engine
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.check import Options, check_target
-from kvdoctor.deploy import deploy_from
-from kvdoctor.loader import load_model
+from kvdoctor.pipeline.check import Options, check_target
+from kvdoctor.engines.deploy import deploy_from
+from kvdoctor.load.loader import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "fixtures" / "models"

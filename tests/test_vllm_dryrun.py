@@ -15,7 +15,7 @@ from kvdoctor.catalog import builtin_catalog
 from kvdoctor.engines.vllm import dryrun
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 from test_vllm_findings import MODELS, spec_of
 
 PYTHON = dryrun.find_python()

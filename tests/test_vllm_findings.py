@@ -18,7 +18,7 @@ from kvdoctor.engines.vllm.differences import differences
 from kvdoctor.engines.vllm.profile import VllmProfile, facts_json, plan
 from kvdoctor.engines.vllm.refusals import CODES
 from kvdoctor.engines.vllm.settings import VllmSettings
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "fixtures" / "models"
@@ -422,7 +422,7 @@ def test_a_config_class_shipped_as_code_needs_trust_remote_code(tmp_path):
     """Nemotron-Super-49B: `nemotron-nas` is in neither transformers 5.20.2 nor vLLM's registry and
     auto_map names configuration_decilm.DeciLMConfig, so AutoConfig refuses while vLLM's
     trust_remote_code is false (set 5: every point, before the max_model_len check of len2x)."""
-    from kvdoctor.deploy import deploy_from
+    from kvdoctor.engines.deploy import deploy_from
     from kvdoctor.engines.vllm.dryrun import VllmDryRunner, engine_args
 
     spec = spec_of(tmp_path, config("nvidia__Llama-3_3-Nemotron-Super-49B-v1"), "super")

@@ -9,7 +9,7 @@ import pytest
 from kvdoctor.engines.vllm import probe
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 REAL_CONFIGS = MODELS.parent / "configs" / "real"

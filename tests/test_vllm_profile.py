@@ -19,7 +19,7 @@ import pytest
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.engines.vllm.specs import NOT_PLANNED
-from kvdoctor.loader import load_model
+from kvdoctor.load.loader import load_model
 
 GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "goldens" / "vllm_check.json").read_text())
 POINTS = [p for p in GOLDEN["points"] if p["outcome"]["start"] or not p["outcome"].get("cpu_only")]

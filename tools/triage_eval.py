@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.triage import triage_file
+from kvdoctor.pipeline.triage import triage_file
 
 ROW = re.compile(r"^\| (\S+\.log) \| ([\w.-]+/[\w.-]+#\d+) \| ([^|]+) \| (\S+) \|$")
 

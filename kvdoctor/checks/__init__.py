@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 import msgspec
 
 if TYPE_CHECKING:
-    from kvdoctor.context import Context
+    from kvdoctor.checks.context import Context
     from kvdoctor.model import Finding
 
 DRY_RUN = "dry_run"

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from kvdoctor.budget.common import Budget, GiB, MiB
+from kvdoctor.engines.budget.common import Budget, GiB, MiB
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.engines import section_name
 from kvdoctor.model import Finding, Source
 
 if TYPE_CHECKING:
-    from kvdoctor.budget.facts import ModelFacts
-    from kvdoctor.engines.sglang_cuda.budget import Mode as SglangMode
-    from kvdoctor.deploy import Deploy
+    from kvdoctor.engines.budget.facts import ModelFacts
+    from kvdoctor.engines.sglang.budget import Mode as SglangMode
+    from kvdoctor.engines.deploy import Deploy
 
 RULE = Rule(codes=tuple(f"MEM{n:03d}" for n in range(1, 15)))  # runs when the deploy sets budget:
 
@@ -131,7 +131,7 @@ def _vllm_mode_args(b: Budget) -> dict[str, Any]:
 
 
 def _sglang(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
-    from kvdoctor.engines.sglang_cuda import budget as sglang
+    from kvdoctor.engines.sglang import budget as sglang
 
     name, m, err = label(b), b.mode, b.error
     if err and err.message.startswith("SWA pool (") and "cannot hold even one request" in err.message:
@@ -174,7 +174,7 @@ def _sglang(facts: ModelFacts, b: Budget, where) -> Iterable[Finding]:
 
 
 def _sg_mode(b: Budget) -> SglangMode:
-    from kvdoctor.engines.sglang_cuda import budget as sglang
+    from kvdoctor.engines.sglang import budget as sglang
 
     m = b.mode
     return sglang.Mode(context_length=m["context_length"], kv_budget_bytes=m_budget(b), page_size=m["page_size"],
@@ -202,7 +202,7 @@ def run(ctx: Context) -> Iterable[Finding]:
     settings = ctx.deploy.budget
     if settings is None:
         return []
-    from kvdoctor.budget.run import plan_engine
+    from kvdoctor.engines.budget.run import plan_engine
     from kvdoctor.engines import profile
     from kvdoctor.errors import InputError
 

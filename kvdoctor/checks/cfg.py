@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
-from kvdoctor.families import TRANSFORMERS_LAYER_TYPES, TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
+from kvdoctor.checks.context import Context
+from kvdoctor.load.families import TRANSFORMERS_LAYER_TYPES, TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
 from kvdoctor.model import SLIDING, Finding
 
 # Strings transformers accepts are not CFG002 even where kvdoctor cannot size them (CFG011 says so).

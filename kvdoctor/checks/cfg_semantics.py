@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, Iterable, TypeGuard
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
-from kvdoctor.families import TRANSFORMERS_LAYER_TYPES, family_for
-from kvdoctor.jsonfile import non_finite
+from kvdoctor.checks.context import Context
+from kvdoctor.load.families import TRANSFORMERS_LAYER_TYPES, family_for
+from kvdoctor.load.jsonfile import non_finite
 from kvdoctor.model import FULL, MLA, SLIDING, SPARSE_MLA, UNKNOWN, Finding, ModelSpec
 
 # Model types whose transformers configuration class validates hidden_size % num_attention_heads

@@ -5,11 +5,11 @@ import re
 from collections import Counter
 from typing import Iterable
 
-from kvdoctor import kda_dims
-from kvdoctor.checkpoint import FLOAT_DTYPES
+from kvdoctor.engines.sglang.kda import checkpoint_dims as kda_dims
+from kvdoctor.load.checkpoint import FLOAT_DTYPES
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
-from kvdoctor.loader import layer_tensor
+from kvdoctor.checks.context import Context
+from kvdoctor.load.loader import layer_tensor
 from kvdoctor.model import FULL, KDA, MLA, SLIDING, CHUNKED, ATTN_MAMBA, Finding, LayerSpec, ModelSpec, Source, TensorInfo
 
 LAYER_RE = re.compile(r"^(?:model\.|model\.language_model\.|language_model\.model\.|backbone\.|transformer\.)(?:layers|h)\.(\d+)\.")

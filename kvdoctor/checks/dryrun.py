@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator, Mapping
 
 from kvdoctor.checks import DRY_RUN, Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.engines import dry_run_engines, is_check_engine, profile
 from kvdoctor.model import Finding
 
@@ -41,7 +41,7 @@ def run(ctx: Context) -> Iterable[Finding]:
     if ctx.engine == "sglang":
         return _sglang(ctx)
     from kvdoctor.checks.dryrun_findings import Interpreter
-    from kvdoctor.dryrun.run import ChildOutcome
+    from kvdoctor.engines.sglang_mlx.dryrun.run import ChildOutcome
 
     outcome = ctx.observations.get(DRY_RUN)
     if not isinstance(outcome, ChildOutcome):
@@ -52,7 +52,7 @@ def run(ctx: Context) -> Iterable[Finding]:
 
 def _foreseen(ctx: Context) -> frozenset[tuple[str, str, str]]:
     """The errors the mask-routing probe saw the backend's attention wrapper cause (ENG012's)."""
-    from kvdoctor.engines.sglang_mlx import MaskRouting, MaskRoutingProbe
+    from kvdoctor.engines.sglang_mlx.profile import MaskRouting, MaskRoutingProbe
 
     seen = ctx.observations.get(MaskRoutingProbe.name)
     if not isinstance(seen, MaskRouting) or seen.report is None:
@@ -75,7 +75,7 @@ def _vllm(ctx: Context) -> list[Finding]:
 
 def _sglang(ctx: Context) -> list[Finding]:
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.engines.sglang_cuda import dryrun as sglang_dryrun
+    from kvdoctor.engines.sglang import dryrun as sglang_dryrun
 
     result = ctx.observations.get(DRY_RUN)
     if not isinstance(result, dict):

@@ -1,4 +1,4 @@
-"""Turn what a dry run reported (kvdoctor.dryrun's ChildOutcome) into findings, holding it against the plan.
+"""Turn what a dry run reported (kvdoctor.engines.sglang_mlx.dryrun's ChildOutcome) into findings, holding it against the plan.
 
 - An engine exception becomes a finding under the catalog code whose triage pattern names it, or
   ENG051 (unknown engine error) carrying the exact text and the engine frame that raised it.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvdoctor.dryrun.record import error_code, harness_failed, observed, predicted_refusal, record
+from kvdoctor.engines.sglang_mlx.dryrun.record import error_code, harness_failed, observed, predicted_refusal, record
 from kvdoctor.model import Finding, Source
 
 ENGINE = "sglang-mlx"  # the profile whose dry run this reads (the only one with a dry run today)
@@ -42,7 +42,7 @@ def _versions_text(versions: dict[str, str]) -> str:
 
 
 class Interpreter:
-    """Reads one ChildOutcome (kvdoctor.dryrun.run) for one model and one static plan."""
+    """Reads one ChildOutcome (kvdoctor.engines.sglang_mlx.dryrun.run) for one model and one static plan."""
 
     def __init__(self, outcome: Any, spec: Any, plan: Any, catalog: Any,
                  foreseen: frozenset[tuple[str, str, str]] = frozenset()):

@@ -6,17 +6,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import CHUNKED, SLIDING, Finding
 
 if TYPE_CHECKING:
-    from kvdoctor.engines.sglang_mlx import MlxFacts
+    from kvdoctor.engines.sglang_mlx.profile import MlxFacts
 
 RULE = Rule(codes=("ENG011", "SWA005"), engines=("sglang-mlx",))
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    from kvdoctor.engines.sglang_mlx import NO_LAYER_MAP_WARNING, mlx_facts
+    from kvdoctor.engines.sglang_mlx.profile import NO_LAYER_MAP_WARNING, mlx_facts
 
     facts = mlx_facts(ctx.plan)
     if not facts.serves:

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 import msgspec
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import Finding, Source
 
 if TYPE_CHECKING:
-    from kvdoctor.engines.sglang import GroupRun, KdaPlan
-    from kvdoctor.kda.dims import LayerDims
-    from kvdoctor.kda.validate import Failure
+    from kvdoctor.engines.sglang.profile import GroupRun, KdaPlan
+    from kvdoctor.engines.sglang.kda.dims import LayerDims
+    from kvdoctor.engines.sglang.kda.validate import Failure
 
-PROBE = "kda_caches"  # kvdoctor.engines.sglang.KdaCachesProbe (imported when the rule runs)
+PROBE = "kda_caches"  # kvdoctor.engines.sglang.profile.KdaCachesProbe (imported when the rule runs)
 
-# The probe names the check that failed (kvdoctor.kda.validate); each name is its catalog entry's name.
+# The probe names the check that failed (kvdoctor.engines.sglang.kda.validate); each name is its catalog entry's name.
 CODE_OF_CHECK = {
     "replayssm-g-cache-shape": "KDA001", "replayssm-d-cache-shape": "KDA002", "replayssm-k-cache-shape": "KDA003",
     "replayssm-g-cache-dtype": "KDA004", "replayssm-cache-length-zero": "KDA005",
@@ -51,7 +51,7 @@ RECIPE_KEYS = {"KDA001": "tensors.g_cache", "KDA002": "tensors.d_cache", "KDA003
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    from kvdoctor.engines.sglang import KdaCachesRun, kda_plan
+    from kvdoctor.engines.sglang.profile import KdaCachesRun, kda_plan
 
     kp, seen = kda_plan(ctx.plan), ctx.observations.get(PROBE)
     if kp is None or not isinstance(seen, KdaCachesRun):
@@ -61,7 +61,7 @@ def run(ctx: Context) -> Iterable[Finding]:
 
 
 def _group(kp: KdaPlan, run: GroupRun) -> Iterable[Finding]:
-    from kvdoctor.kda import latent as latent_probe
+    from kvdoctor.engines.sglang.kda import latent as latent_probe
 
     dims, layers = run.dims, run.layers
     for check, (failure, texts, shapes) in run.hits.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import Finding
 
 # The profile is imported when the rule runs (it brings pydantic); the probe's name and the setting
@@ -18,7 +18,7 @@ SETTING = "sglang_mlx.full_kv_pool_index_by_layer"
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    from kvdoctor.engines.sglang_mlx import SGLANG_VERSION, PoolProbe, PoolRun, mlx_facts
+    from kvdoctor.engines.sglang_mlx.profile import SGLANG_VERSION, PoolProbe, PoolRun, mlx_facts
 
     seen = ctx.observations.get(PoolProbe.name)
     if not isinstance(seen, PoolRun) or seen.readback is None or seen.map == "derived":

@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.engines import PROFILES, profile_class
 from kvdoctor.engines.base import Refusal
 from kvdoctor.model import Finding, Source

@@ -1,5 +1,5 @@
 """SGLang (CUDA) serves some layers otherwise than the config means: a different window (SGL004) or a
-different layer kind (SGL006). Both come from the static pool plan (`kvdoctor.engines.sglang_cuda`),
+different layer kind (SGL006). Both come from the static pool plan (`kvdoctor.engines.sglang.layout`),
 which reads the model classes' own window and layout rules. SGL004 fires only for classes whose window
 rule kvdoctor has read (`archs.WINDOW_RULES`, `archs.NO_WINDOW_ARCHS`); one finding per group of layers."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import CHUNKED, SLIDING, Finding
 
 RULE = Rule(codes=("SGL004", "SGL006"), engines=("sglang",))
@@ -22,9 +22,9 @@ def _layers(ids: list[int]) -> str:
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    from kvdoctor.engines.sglang import pool_facts
-    from kvdoctor.engines.sglang_cuda.archs import NO_WINDOW_ARCHS, WINDOW_RULES
-    from kvdoctor.engines.sglang_cuda.refusals import derived_context_length
+    from kvdoctor.engines.sglang.profile import pool_facts
+    from kvdoctor.engines.sglang.archs import NO_WINDOW_ARCHS, WINDOW_RULES
+    from kvdoctor.engines.sglang.refusals import derived_context_length
 
     facts = pool_facts(ctx.plan)
     if facts is None:

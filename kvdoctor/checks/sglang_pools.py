@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import Finding
 
 RULE = Rule(codes=("SGL007", "SGL008"), engines=("sglang",), needs=("probe:sglang_pools",))
@@ -17,7 +17,7 @@ WHAT = {"reach": "a layer's canary did not land (only) in the buffer the plan gi
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    from kvdoctor.engines.sglang import PoolsRun
+    from kvdoctor.engines.sglang.profile import PoolsRun
 
     seen = ctx.observations.get("sglang_pools")
     if not isinstance(seen, PoolsRun) or seen.skipped is not None:

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 import msgspec
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import CHUNKED, NO_ATTENTION, SLIDING, Finding
 
 RULE = Rule(codes=("SGL011",), engines=("sglang",))
@@ -22,7 +22,7 @@ def _bytes(buffer: dict[str, Any] | None) -> int:
     """Bytes one token costs in one layer of that per-token buffer description."""
     if not buffer:
         return 0
-    from kvdoctor.budget.facts import dtype_bytes
+    from kvdoctor.engines.budget.facts import dtype_bytes
 
     size = dtype_bytes(buffer["dtype"])
     rows = [buffer[k] for k in ("k_buffer", "v_buffer", "kv_buffer") if k in buffer]
@@ -32,7 +32,7 @@ def _bytes(buffer: dict[str, Any] | None) -> int:
 def _tokens_without_sliding(ctx: Context, settings: Any, why: str) -> tuple[int | None, str]:
     """Full-pool tokens at kv_budget if the sliding layers took no full-length slots: SGLang's own split with
     the flag off (exact, the sizing model), or the full layers alone (an upper bound: no SWA pool counted)."""
-    from kvdoctor.engines.sglang_cuda import plan_layers
+    from kvdoctor.engines.sglang.layout import plan_layers
 
     if why == "disabled-by-flag":
         _, refused, facts = plan_layers(ctx.spec, settings.model_copy(update={"disable_hybrid_swa_memory": False}))
@@ -46,8 +46,8 @@ def _tokens_without_sliding(ctx: Context, settings: Any, why: str) -> tuple[int 
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    from kvdoctor.engines.sglang import pool_facts
-    from kvdoctor.engines.sglang_cuda.refusals import derived_context_length
+    from kvdoctor.engines.sglang.profile import pool_facts
+    from kvdoctor.engines.sglang.refusals import derived_context_length
 
     facts = pool_facts(ctx.plan)
     if facts is None or facts.hybrid_swa or facts.hybrid_swa_why not in WHY or ctx.plan.refusals:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import Finding, Source
 
 if TYPE_CHECKING:
-    from kvdoctor.engines.sglang_mlx import MlxFacts, SglangMlxSettings
+    from kvdoctor.engines.sglang_mlx.profile import MlxFacts, SglangMlxSettings
 
 # The profile is imported when the rule runs (it brings pydantic); the probe's name is its
 # MaskRoutingProbe.name (a test holds the two equal).
@@ -17,13 +17,13 @@ RULE = Rule(codes=("SWA001", "SWA002", "SWA003", "SWA004", "ENG009", "ENG010", "
             needs=("probe:mask_routing",))
 
 
-# What each broken invariant the probe records means (kvdoctor.mlx.probes).
+# What each broken invariant the probe records means (kvdoctor.engines.sglang_mlx.probes).
 CODES = {"full_mask_from_window": "SWA001", "mask_width": "SWA002", "attended": "SWA003", "offsets": "SWA004",
          "shim_store": "ENG010", "wrapper_breaks_layer": "ENG012"}
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    from kvdoctor.engines.sglang_mlx import MaskRouting, MaskRoutingProbe, mlx_facts, routing_source
+    from kvdoctor.engines.sglang_mlx.profile import MaskRouting, MaskRoutingProbe, mlx_facts, routing_source
 
     seen = ctx.observations.get(MaskRoutingProbe.name)
     if not isinstance(seen, MaskRouting) or seen.report is None:
@@ -32,7 +32,7 @@ def run(ctx: Context) -> Iterable[Finding]:
 
 
 def _settings(ctx: Context) -> SglangMlxSettings:
-    from kvdoctor.engines.sglang_mlx import SglangMlxSettings
+    from kvdoctor.engines.sglang_mlx.profile import SglangMlxSettings
 
     assert isinstance(ctx.settings, SglangMlxSettings)
     return ctx.settings
@@ -41,7 +41,7 @@ def _settings(ctx: Context) -> SglangMlxSettings:
 def _reach(ctx: Context) -> str:
     """When requests meet SWA001 under the pinned sglang: a prompt is prefilled in chunks of chunked_prefill_size,
     and every chunk after the first extends the cache (batched decode never asks the windowed caches for masks)."""
-    from kvdoctor.engines.sglang_mlx import SGLANG_VERSION
+    from kvdoctor.engines.sglang_mlx.profile import SGLANG_VERSION
 
     chunk = _settings(ctx).chunked_prefill_size
     context = ctx.deploy.context_length
@@ -57,7 +57,7 @@ def _layers(layers: list[int], limit: int = 10) -> str:
 
 
 def _findings(ctx: Context, facts: MlxFacts, report: Any, where: Source) -> Iterable[Finding]:
-    from kvdoctor.mlx.caches import FULL_MASK_FROM_WINDOW, SHIM_STORES
+    from kvdoctor.engines.sglang_mlx.caches import FULL_MASK_FROM_WINDOW, SHIM_STORES
 
     groups: dict[tuple[Any, ...], list[Any]] = {}
     for problem in report.problems:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import Finding, Source
 
 RULE = Rule(codes=("VLM020", "VLM021", "VLM022", "VLM023", "VLM024"), engines=("vllm",))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from kvdoctor.checks import Rule
-from kvdoctor.context import Context
+from kvdoctor.checks.context import Context
 from kvdoctor.model import Finding
 
 RULE = Rule(codes=("VLM031",), engines=("vllm",), needs=("probe:vllm_paged",))

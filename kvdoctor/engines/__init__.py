@@ -14,8 +14,8 @@ from kvdoctor.errors import InputError
 PROFILES: dict[str, str] = {
     "hf": "kvdoctor.engines.hf:HfProfile",
     "vllm": "kvdoctor.engines.vllm.profile:VllmProfile",
-    "sglang": "kvdoctor.engines.sglang:SglangProfile",
-    "sglang-mlx": "kvdoctor.engines.sglang_mlx:SglangMlxProfile",
+    "sglang": "kvdoctor.engines.sglang.profile:SglangProfile",
+    "sglang-mlx": "kvdoctor.engines.sglang_mlx.profile:SglangMlxProfile",
     "mlx-lm": "kvdoctor.engines.mlx_lm.profile:MlxLmProfile",
 }
 

@@ -27,10 +27,10 @@ import msgspec
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from kvdoctor.budget.common import Budget
-    from kvdoctor.budget.facts import ModelFacts
-    from kvdoctor.budget.settings import BudgetSettings
-    from kvdoctor.deploy import Deploy
+    from kvdoctor.engines.budget.common import Budget
+    from kvdoctor.engines.budget.facts import ModelFacts
+    from kvdoctor.engines.budget.settings import BudgetSettings
+    from kvdoctor.engines.deploy import Deploy
     from kvdoctor.model import ModelSpec, Source
 
 STAGES = ("load", "startup", "prefill", "decode")
@@ -146,7 +146,7 @@ class EngineProfile(ABC):
         """The layers as this engine sizes them (InputError for a layer kind its budget cannot price).
         By default the config's own layer kinds; an engine that builds some layers differently (vLLM's
         Mamba-2 and short-convolution state) says so here."""
-        from kvdoctor.budget.facts import facts_from_spec
+        from kvdoctor.engines.budget.facts import facts_from_spec
 
         return facts_from_spec(spec)
 

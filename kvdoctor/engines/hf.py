@@ -23,7 +23,7 @@ def cache_kind(kind: str) -> str:
 def settings_class() -> type[BaseModel]:
     """HfSettings, defined on first use: the reference reads no setting, so a static check of it
     without a deploy file never imports pydantic (deploy.Section is a pydantic model)."""
-    from kvdoctor.deploy import Section
+    from kvdoctor.engines.deploy import Section
 
     class HfSettings(Section):
         """Nothing to set: the reference has no start-up options."""

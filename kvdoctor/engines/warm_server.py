@@ -3,7 +3,7 @@
 Standard library only: it also runs as a script under an engine's own Python, which has no kvdoctor
 (`python -P warm_server.py SCRIPT --answer-fd N --key JSON`, for a child script that defines
 `preload(key)` and `main()`; see kvdoctor/engines/child.py). The sglang-mlx dry run uses `serve` from
-kvdoctor/dryrun/child.py.
+kvdoctor/engines/sglang_mlx/dryrun/child.py.
 
 Why a fork per request rather than running the requests one after another in the warm process: a dry
 run changes its process in ways that would show in the next model's result. Environment variables

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from kvdoctor import __version__
-from kvdoctor.jsontext import indented
+from kvdoctor.report.jsontext import indented
 from kvdoctor.model import SEVERITIES, Finding, Result
 
 if TYPE_CHECKING:
     from kvdoctor.catalog import Catalog
-    from kvdoctor.check import Options
+    from kvdoctor.pipeline.check import Options
 
 TEXT_FORMATS = {
     "concise": "kvdoctor.report.concise:render",
@@ -52,18 +52,18 @@ class Report(msgspec.Struct):
 
     def fingerprints(self, index: int) -> list[str]:
         """A unique, line-free fingerprint for each finding of results[index]."""
-        from kvdoctor.fingerprint import unique_fingerprints
+        from kvdoctor.report.fingerprint import unique_fingerprints
 
         return unique_fingerprints(self.results[index], self.root)
 
     def identity(self, result: Result) -> str:
-        from kvdoctor.fingerprint import model_identity
+        from kvdoctor.report.fingerprint import model_identity
 
         return model_identity(result.target, self.root)
 
     def relative(self, path: Path) -> str:
         """A path as the repository sees it: relative to the project root, posix; absolute when outside."""
-        from kvdoctor.fingerprint import project_path
+        from kvdoctor.report.fingerprint import project_path
 
         return project_path(path, self.root)
 
@@ -133,7 +133,7 @@ def summary(results: list[Result]) -> dict[str, int]:
 
 def result_entry(r: Result, root: Path, checked: list[str]) -> dict[str, Any]:
     """A result as the report's JSON document lists it: findings with their fingerprints, the codes checked."""
-    from kvdoctor.fingerprint import unique_fingerprints
+    from kvdoctor.report.fingerprint import unique_fingerprints
 
     out = result_json(r)
     for finding, fp in zip(out["findings"], unique_fingerprints(r, root)):
@@ -167,7 +167,7 @@ PART_INDENT = "\n    "  # an entry of "results" sits two levels deep in the docu
 def result_part(root: Path, result: Result, opts: Options) -> str:
     """A result's entry, as render_json writes it inside the document: a -j worker renders its own
     results, so the parent only joins them."""
-    from kvdoctor.check import checked_codes
+    from kvdoctor.pipeline.check import checked_codes
 
     return indented(result_entry(result, root, checked_codes(opts))).replace("\n", PART_INDENT)
 

@@ -5,8 +5,8 @@ and location {path, lines: {begin}}.
 """
 from __future__ import annotations
 
-from kvdoctor.fingerprint import sha256
-from kvdoctor.jsontext import indented
+from kvdoctor.report.fingerprint import sha256
+from kvdoctor.report.jsontext import indented
 from kvdoctor.report import Report
 
 SEVERITY = {"error": "major", "warning": "minor", "info": "info"}

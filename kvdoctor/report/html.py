@@ -296,7 +296,7 @@ def memory(result: Result, budget: dict[str, Any] | None, budget_error: str | No
         if budget_error:
             parts.append(f'<p class="note error-box">--kv-budget: {_e(budget_error)}</p>')
         return "".join(parts) if len(parts) > 1 else ""
-    from kvdoctor.budget.report import mode_labels, size, tokens_fit
+    from kvdoctor.report.budget import mode_labels, size, tokens_fit
 
     first: dict[str, dict[str, Any]] = {}  # each engine's default mode (its first row)
     for row in budget["engines"]:
@@ -414,7 +414,7 @@ def _budget(report: Report, result: Result) -> tuple[dict[str, Any] | None, str 
     """The budget document for this model (kvdoctor budget's own builder), when --kv-budget was given."""
     if not report.kv_budget or result.model_dir is None:
         return None, None
-    from kvdoctor.budget.command import build_document
+    from kvdoctor.pipeline.budget import build_document
     from kvdoctor.errors import InputError
 
     try:

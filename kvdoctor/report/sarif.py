@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from kvdoctor import __version__
 from kvdoctor.catalog import Description
-from kvdoctor.jsontext import indented
+from kvdoctor.report.jsontext import indented
 from kvdoctor.model import Finding, Result
 from kvdoctor.report import Report
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kvdoctor.jsontext import indented
+from kvdoctor.report.jsontext import indented
 from kvdoctor.model import Result
 
 

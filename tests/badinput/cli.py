@@ -3,7 +3,7 @@
 click (under typer) would print a usage line, a hint and a boxed message and exit 2; argparse-based
 engines print usage and one line. kvdoctor keeps the exit code and prints one line naming the option
 and the value, so a CI log shows what was wrong. Values are checked with the same strict types as the
-deploy file (kvdoctor/strict.py): no NaN or infinity, no zero or negative count, no empty path.
+deploy file (kvdoctor/load/strict.py): no NaN or infinity, no zero or negative count, no empty path.
 """
 from __future__ import annotations
 

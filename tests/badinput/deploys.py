@@ -3,7 +3,7 @@ aliases, depth, duplicate keys and the YAML 1.1 spellings that YAML 1.2 reads as
 
 The engines take these settings as command-line flags parsed by argparse (`type=int`, `type=float`,
 `store_true`): `int("true")`, `int("1.5")` and `float("abc")` raise, a flag is on or off, and each
-engine then range-checks some values itself (cited in kvdoctor/strict.py). A deploy file must be
+engine then range-checks some values itself (cited in kvdoctor/load/strict.py). A deploy file must be
 refused where the engine would refuse the flag, or where kvdoctor would otherwise guess: a boolean
 read as 1, NaN passing every comparison, `yes` read as true by YAML 1.1 but as a string by YAML 1.2.
 """

@@ -6,15 +6,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from pydantic import BaseModel
 
-from kvdoctor.strict import MlxGroupSize, MlxKvBits, NonNegative, Tokens
-from kvdoctor.deploy import Section
+from kvdoctor.load.strict import MlxGroupSize, MlxKvBits, NonNegative, Tokens
+from kvdoctor.engines.deploy import Section
 from kvdoctor.engines.base import EngineProfile
 from kvdoctor.engines.pins import PINS
 
 if TYPE_CHECKING:
-    from kvdoctor.budget.common import Budget
-    from kvdoctor.budget.facts import ModelFacts
-    from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.engines.budget.common import Budget
+    from kvdoctor.engines.budget.facts import ModelFacts
+    from kvdoctor.engines.budget.settings import BudgetSettings
 
 
 class MlxLmSettings(Section):

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec.structs import replace
 
-from kvdoctor.budget.common import Budget, EngineRefusal, GiB, cdiv
-from kvdoctor.budget.facts import ModelFacts, dtype_bytes
-from kvdoctor.budget.run import default_context, kv_memory, with_memory
+from kvdoctor.engines.budget.common import Budget, EngineRefusal, GiB, cdiv
+from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
 
 if TYPE_CHECKING:
-    from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.engines.budget.settings import BudgetSettings
     from kvdoctor.engines.vllm.settings import VllmSettings
 
 VERSION = PINS["vllm"]

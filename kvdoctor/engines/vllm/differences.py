@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.budget.common import GiB, cdiv
+from kvdoctor.engines.budget.common import GiB, cdiv
 from kvdoctor.engines.base import Plan
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.model import CHUNKED, SLIDING, Finding, ModelSpec, Source

@@ -107,7 +107,7 @@ def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog) 
 
 
 def triage_code(catalog, error_class: str, message: str) -> str | None:
-    from kvdoctor.triage import Matcher
+    from kvdoctor.pipeline.triage import Matcher
 
     matches = [entry for entry, _, _ in Matcher(catalog).spans(message)
                if entry.error is not None and entry.error.class_ == error_class

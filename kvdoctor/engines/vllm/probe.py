@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from kvdoctor.budget.common import cdiv
+from kvdoctor.engines.budget.common import cdiv
 from kvdoctor.engines.base import Cost, Plan, Probe
 from kvdoctor.engines.vllm import specs as S
 

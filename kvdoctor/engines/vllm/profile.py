@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import msgspec
 from pydantic import BaseModel
 
-from kvdoctor.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec
+from kvdoctor.engines.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import registry
@@ -25,14 +25,14 @@ from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_clas
                                             unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
-from kvdoctor.families import family_for
+from kvdoctor.load.families import family_for
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 if TYPE_CHECKING:
-    from kvdoctor.budget.common import Budget
+    from kvdoctor.engines.budget.common import Budget
     from kvdoctor.engines.vllm import budget as budget_vllm
-    from kvdoctor.budget.facts import ModelFacts
-    from kvdoctor.budget.settings import BudgetSettings
+    from kvdoctor.engines.budget.facts import ModelFacts
+    from kvdoctor.engines.budget.settings import BudgetSettings
 
 PLATFORM = "cuda (H200, FlashAttention / FlashAttention-MLA backends, block 16 unless block_size is set)"
 UNBOUNDED = 1 << 60  # no kv_budget: vLLM's admission check runs against memory it profiles on the GPU
@@ -234,7 +234,7 @@ def length_values(spec: ModelSpec) -> dict[str, Any]:
     given = {name: value for name, value in values.items() if _number(value)}
     if given:
         return given
-    from kvdoctor import hf_config
+    from kvdoctor.load import hf_config
 
     try:
         view = hf_config.read(spec.model_type, spec.config, attrs=LENGTH_KEYS)
@@ -336,7 +336,7 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
 
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
-    """kvdoctor.budget's facts with the layers as vLLM builds them (not as the model means them)."""
+    """kvdoctor.engines.budget's facts with the layers as vLLM builds them (not as the model means them)."""
     state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}

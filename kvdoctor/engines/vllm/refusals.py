@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from kvdoctor.budget.common import EngineRefusal
+from kvdoctor.engines.budget.common import EngineRefusal
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm.settings import VllmSettings
@@ -121,7 +121,7 @@ def unsupported_architecture(names: list[str], registered: list[str], dropped: d
 
 def config_class_rejects(rejected) -> Startup:
     """A model type outside kvdoctor's table whose transformers configuration class refuses the config
-    (kvdoctor.hf_config.Rejected): vLLM builds that class while reading config.json and stops with its
+    (kvdoctor.load.hf_config.Rejected): vLLM builds that class while reading config.json and stops with its
     error, as raised (strict-dataclass validators wrap the validator's own error)."""
     key = "layer_types" if "layer_types" in rejected.message else (
         "sliding_window" if "sliding_window" in rejected.message else None)

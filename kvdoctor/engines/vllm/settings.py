@@ -2,7 +2,7 @@
 
 Names and meanings are vLLM 0.33.0's `EngineArgs` (`--tensor-parallel-size`, `--max-model-len`, ...);
 None means "not given", i.e. vLLM's own default or derivation. Strict types: `tensor_parallel_size: "8"`
-is refused, as vLLM's CLI would not guess either. Imports only pydantic and kvdoctor.deploy.
+is refused, as vLLM's CLI would not guess either. Imports only pydantic and kvdoctor.engines.deploy.
 """
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvdoctor.budget.settings import parse_size
-from kvdoctor.deploy import Section
+from kvdoctor.engines.budget.settings import parse_size
+from kvdoctor.engines.deploy import Section
 from kvdoctor.errors import InputError
-from kvdoctor.strict import VllmBlockSize, VllmSeqs, VllmTensorParallel, VllmTokens
+from kvdoctor.load.strict import VllmBlockSize, VllmSeqs, VllmTensorParallel, VllmTokens
 
 # vllm/config/cache.py CacheDType @ v0.33.0
 CacheDType = Literal[

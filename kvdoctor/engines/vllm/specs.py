@@ -182,7 +182,7 @@ def interpret(spec: ModelSpec) -> Interpretation:
 def _config_class_check(spec: ModelSpec) -> None:
     """NemotronHConfig reads `layer_types` as its block types and refuses entries other than its own
     (kvdoctor's table reads the pattern): run the configuration class itself, as vLLM does."""
-    from kvdoctor import hf_config
+    from kvdoctor.load import hf_config
 
     try:
         hf_config.read(CONFIG_CLASS_TYPE.get(spec.model_type, spec.model_type), spec.config)

@@ -1,0 +1,41 @@
+"""Command-line value types of strict.py, for `typer.Option(click_type=...)`, built on first use.
+
+strict.py validates with pydantic; importing it for every command would put pydantic on the static
+path, which without a deploy file, config file or baseline needs none.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# Ranges of the integer types that a plain decimal spelling may bypass pydantic for; strict.py
+# builds the same types from them, so the two cannot drift.
+PLAIN_INT_RANGES = {"Jobs": (1, 1024)}
+
+
+def strict_type(type_name: str, kind: type = str, metavar: str | None = None):
+    """strict.command_line_type(strict.TYPE_NAME, ...), built when a value is first given: strict.py
+    imports pydantic (about 0.3 s), which a static check without deploy file, config file or baseline
+    never needs. What strict's type would accept unchanged goes through without it: a printable,
+    non-blank name (strict.Name), and a plain decimal integer within its range (`-j 2`)."""
+    from typer._click.types import ParamType  # typer 0.28 carries its own copy of click
+
+    class LazyValue(ParamType):
+        name = metavar or {int: "INTEGER", float: "NUMBER"}.get(kind, "TEXT")
+        real: Any = None
+
+        def convert(self, value: Any, param, ctx) -> Any:
+            if not isinstance(value, str):
+                return value  # a default
+            if type_name == "Name" and value.strip() and value.isprintable():
+                return value
+            if type_name in PLAIN_INT_RANGES and value.isascii() and value.isdigit() and value[0] != "0":
+                low, high = PLAIN_INT_RANGES[type_name]
+                if low <= int(value) <= high:
+                    return int(value)
+            if self.real is None:
+                from kvdoctor.load import strict
+
+                self.real = strict.command_line_type(getattr(strict, type_name), kind, metavar)
+            return self.real.convert(value, param, ctx)
+
+    return LazyValue()

@@ -1,0 +1,52 @@
+"""The `budget:` section of a deploy file, and size strings such as "40GiB".
+
+```yaml
+budget:
+  kv_budget: 40GiB          # memory left for KV caches after weights (the engines profile it on the GPU)
+  # gpu_memory: 141GiB      # or: the GPU size; kvdoctor then estimates the rest from checkpoint headers
+  context: 131072
+  engines: [vllm, sglang, mlx-lm]
+vllm: {hma: true, kv_cache_dtype: auto, tp: 1, max_num_seqs: 1024}   # each engine's own section,
+sglang: {page_size: 1, swa_full_tokens_ratio: 0.8, tp_size: 2}       # shared with `check`
+mlx_lm: {max_kv_size: null, kv_bits: null}
+```
+The engine knobs are the profiles' deploy sections (kvdoctor.engines.deploy). Only pydantic here: the CLI
+imports it for static checks.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from kvdoctor.load.strict import Size, Tokens, parse_size
+
+__all__ = ["BudgetSettings", "parse_size"]
+
+
+def budget_engines() -> list[str]:
+    from kvdoctor.engines import budget_engines as registered
+
+    return registered()
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BudgetSettings(_Section):
+    kv_budget: Optional[Size] = Field(None, description="memory left for KV after weights, e.g. 40GiB")
+    gpu_memory: Optional[Size] = Field(None, description="GPU size, e.g. 141GiB: KV memory is estimated")
+    context: Optional[Tokens] = None
+    engines: list[str] = Field(default_factory=lambda: budget_engines())
+
+    @field_validator("engines")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        known = budget_engines()
+        for name in value:
+            if name not in known:
+                quoted = [repr(k) for k in known]
+                raise PydanticCustomError("literal_error", f"Input should be {', '.join(quoted[:-1])} or {quoted[-1]}")
+        return value

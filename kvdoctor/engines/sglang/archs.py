@@ -1,0 +1,103 @@
+"""Per-architecture facts of SGLang 0.5.23 that decide pools and windows, with where each is written.
+
+A cache of SGLang's own tables; tests/test_sglang_cuda.py checks the decisions they lead to against
+goldens/sglang_check.json (SGLang's code run on its CUDA path). Paths are in the v0.5.23 tree under
+python/sglang/srt/.
+"""
+from __future__ import annotations
+
+from kvdoctor.engines.sglang.budget import EXTRA_BUFFER_ARCHS, HYBRID_SWA_ARCHS  # noqa: F401  (one copy of each list)
+
+TAG = "v0.5.23"
+BLOB = f"https://github.com/sgl-project/sglang/blob/{TAG}/python/sglang/srt"
+
+
+def ref(path_line: str) -> str:
+    """`configs/model_config.py#L2651` -> a pinned URL."""
+    return f"{BLOB}/{path_line}"
+
+
+# configs/model_config.py:88 SWA_SINK_ARCHS: their SWA / full layer ids come from `layer_types`.
+LAYER_TYPES_SPLIT_ARCHS = frozenset({
+    "GptOssForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM", "IQuestQ1ForCausalLM", "IQuestQ1MTP",
+    "Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN", "BeamForCausalLM", "Gemma4ForCausalLM",
+    "Gemma4ForConditionalGeneration", "EmbeddingGemma2Model", "Gemma4UnifiedForConditionalGeneration",
+    "DiffusionGemmaForBlockDiffusion", "LagunaForCausalLM", "MellumForCausalLM", "MuseGlimmerForCausalLM",
+    "MuseGlimmerForConditionalGeneration", "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration",
+})
+
+# Config-time overrides that set disable_hybrid_swa_memory (arg_groups/model_overrides/*.py), with the
+# warning SGLang logs. These families are not on the allow-list either, so the override changes nothing
+# about the pools; it is the reason SGLang prints.
+OVERRIDE_DISABLES = {
+    "Gemma2ForCausalLM": ("Disable hybrid SWA memory for {arch} as it is not yet supported.",
+                          "arg_groups/model_overrides/gemma2_gemma3.py#L24"),
+    "Gemma3ForCausalLM": ("Disable hybrid SWA memory for {arch} as it is not yet supported.",
+                          "arg_groups/model_overrides/gemma2_gemma3.py#L24"),
+    "Gemma3ForConditionalGeneration": ("Disable hybrid SWA memory for {arch} as it is not yet supported.",
+                                       "arg_groups/model_overrides/gemma2_gemma3.py#L24"),
+    "Olmo2ForCausalLM": ("Disabling hybrid SWA memory for {arch} as it is not yet supported.",
+                         "arg_groups/model_overrides/olmo2.py#L21"),
+}
+
+# SGLang's own config classes rename some architectures (configs/olmo3.py:59: Olmo3 runs as Olmo2).
+RENAMED = {"Olmo3ForCausalLM": "Olmo2ForCausalLM"}
+
+# How each model class gives its attention layers a window (RadixAttention's sliding_window_size, which
+# is SGLang's window_left: keys before the query). `alternate`: every even layer id, whatever
+# layer_types says; `layer_types`: the layers typed sliding_attention; absent: no window at all.
+# Every class here passes sliding_window - 1, i.e. kvdoctor's `window` = sliding_window.
+WINDOW_RULES = {
+    "Gemma2ForCausalLM": ("alternate", "models/gemma2.py#L173"),
+    "Gemma3ForCausalLM": ("layer_types", "models/gemma3_causal.py#L185"),
+    "Gemma3ForConditionalGeneration": ("layer_types", "models/gemma3_causal.py#L185"),
+    "Olmo2ForCausalLM": ("layer_types", "models/olmo2.py#L127"),
+    "GptOssForCausalLM": ("layer_types", "models/gpt_oss.py#L453"),
+    "Gemma4ForCausalLM": ("layer_types", "models/gemma4_causal.py#L325"),
+    "Gemma4ForConditionalGeneration": ("layer_types", "models/gemma4_causal.py#L325"),
+    # MiMo-V2 passes `sliding_window_size` itself as window_left on hybrid_layer_pattern == 1 layers.
+    "MiMoV2FlashForCausalLM": ("pattern", "models/mimo_v2.py#L891"),
+    # Llama-4: chunked attention (iRoPE) on every layer but each fourth, chunk = attention_chunk_size.
+    "Llama4ForConditionalGeneration": ("irope", "models/llama4.py#L218"),
+}
+# Classes read to pass no window to their attention at all (a config's sliding_window is not masked):
+# LlamaAttention builds RadixAttention without sliding_window_size, and Phi-3 / Mistral derive from it.
+NO_WINDOW_ARCHS = {
+    "LlamaForCausalLM": "models/llama.py",
+    "Phi3ForCausalLM": "models/llama.py#L956",
+    "MistralForCausalLM": "models/mistral.py",
+    "Qwen2ForCausalLM": "models/qwen2.py",
+}
+# Classes whose window function is `config.sliding_window - 1`: a null window fails at model load.
+WINDOW_MINUS_ONE_SOURCES = {
+    "Gemma2ForCausalLM": "models/gemma2.py#L53",
+    "Gemma3ForCausalLM": "models/gemma3_causal.py#L65",
+    "Gemma3ForConditionalGeneration": "models/gemma3_causal.py#L65",
+    "Olmo2ForCausalLM": "models/olmo2.py#L60",
+    "GptOssForCausalLM": "models/gpt_oss.py#L132",
+    "Gemma4ForCausalLM": "models/gemma4_causal.py#L84",
+    "Gemma4ForConditionalGeneration": "models/gemma4_causal.py#L84",
+}
+
+
+def serving_arch(raw_config: dict) -> str:
+    """The architecture SGLang serves the model as (the first listed, after its own renames)."""
+    archs = raw_config.get("architectures") or [""]
+    return RENAMED.get(archs[0], archs[0])
+
+
+# SGLang's own config classes for these lay out the hybrid from `full_attention_interval` alone (attention on
+# every interval-th layer, gated DeltaNet elsewhere) and never read `layer_types` (configs/qwen3_next.py:260;
+# Qwen3.5's text config subclasses it).
+INTERVAL_ARCHS = {
+    "Qwen3NextForCausalLM": "configs/qwen3_next.py#L260",
+    "Qwen3_5ForConditionalGeneration": "configs/qwen3_5.py#L15",
+    "Qwen3_5MoeForConditionalGeneration": "configs/qwen3_5.py#L119",
+    "Qwen3_5ForCausalLM": "configs/qwen3_5.py#L15",
+    "Qwen3_5MoeForCausalLM": "configs/qwen3_5.py#L119",
+}
+
+# Config classes that declare `sliding_window: int` strictly (transformers' strict dataclasses): a null is
+# refused while the config loads, before the model class is reached.
+STRICT_WINDOW_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "MiMoV2FlashForCausalLM",
+                                 "LagunaForCausalLM"})

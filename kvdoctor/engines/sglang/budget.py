@@ -1,0 +1,443 @@
+"""SGLang 0.5.23 (CUDA path): how the memory left after weights becomes token pools and state slots.
+
+The CUDA path matters for hybrid state models: there `auto` resolves the Mamba radix-cache strategy to
+`extra_buffer`, so a request holds 5 state slots (3 + 2 ping-pong tracking slots), not the 3 of the
+CPU path (goldens/sglang.json is generated on the CUDA platform path).
+
+Order as in `KVCacheConfigurator`: Mamba/linear state slots come first (`_handle_max_mamba_cache`,
+in GB floats), the rest becomes the token pool (default, hybrid SWA, or SWA sized from a request
+cap), the user's token cap applies, then `resolve_max_num_reqs`. File:line references are to the
+sglang 0.5.23 wheel (`srt/`).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from msgspec.structs import replace
+
+from kvdoctor.engines.budget.common import Budget, EngineRefusal, GiB, MiB
+from kvdoctor.engines.budget.facts import Layer, ModelFacts, dtype_bytes
+from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
+from kvdoctor.engines.pins import PINS
+
+if TYPE_CHECKING:
+    from kvdoctor.engines.budget.settings import BudgetSettings
+    from kvdoctor.engines.sglang.profile import SglangSettings
+
+VERSION = PINS["sglang"]
+MAMBA_SLOTS_PER_REQUEST = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO with the radix cache on
+# With the `extra_buffer` Mamba radix-cache strategy each request also holds ping-pong tracking slots:
+# 2 with the overlap scheduler, 1 without (mem_cache/allocation_sizing.py:11 get_mamba_tracking_slots).
+EXTRA_BUFFER_SLOTS = {True: 2, False: 1}
+# arg_groups/overrides.py:403 `_MAMBA_EXTRA_BUFFER_ARCHS`: with the radix cache on, the overlap
+# scheduler (or a page size > 1) and the triton linear-attention backend (the CUDA default),
+# `--mamba-radix-cache-strategy auto` resolves to `extra_buffer` for these; on other archs to
+# `no_buffer`, which also turns the overlap scheduler off (overrides.py:477-486).
+EXTRA_BUFFER_ARCHS = frozenset({
+    "KimiLinearForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3NextForCausalLM", "Qwen4ExpForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
+    "MiniCPMV4_7ForConditionalGeneration", "BailingMoeV2_5ForCausalLM", "BailingMoeV3ForCausalLM",
+    "BailingMoeV3VLForConditionalGeneration", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM",
+    "Glm5NextForConditionalGeneration", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "NemotronH_Omni_Reasoning_V3", "KimiK3ForConditionalGeneration", "InklingForConditionalGeneration",
+    "InklingForConditionalGenerationMTP",
+})
+SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL default
+FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+# configs/model_config.py:2651 `is_hybrid_swa_model`: architectures that get separate SWA pools.
+HYBRID_SWA_ARCHS = frozenset({
+    "BeamForCausalLM", "Llama4ForConditionalGeneration", "DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN",
+    "DeepseekV4ForCausalLMDSpark", "GptOssForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM",
+    "IQuestQ1ForCausalLM", "IQuestQ1MTP", "MiMoV2FlashForCausalLM", "MiMoV2MTP", "Step3p5ForCausalLM",
+    "Step3p5MTP", "Step3p7ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+    "EmbeddingGemma2Model", "Gemma4UnifiedForConditionalGeneration", "DiffusionGemmaForBlockDiffusion",
+    "LagunaForCausalLM", "MellumForCausalLM", "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration",
+    "InklingForConditionalGeneration", "InklingForConditionalGenerationMTP", "UnlimitedOCRForCausalLM",
+})
+# Model classes whose get_attention_sliding_window_size reports sliding_window - 1 (models/*.py);
+# SGLang's SWA floor and request cap use that value.
+WINDOW_MINUS_ONE = frozenset({"GptOssForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+                              "Gemma3ForConditionalGeneration"})
+REFS = {
+    "mamba": "srt/mem_cache/kv_cache_configurator.py:3229-3409",
+    "state_bytes": "srt/configs/mamba_utils.py:116",
+    "ssm_dtype": "srt/configs/mamba_utils.py:46-100",
+    "default_pool": "srt/model_executor/pool_configurator.py:219-653",
+    "hybrid_swa": "srt/model_executor/pool_configurator.py:656-921",
+    "swa_floor": "srt/model_executor/pool_configurator.py:198-216",
+    "request_cap": "srt/model_executor/pool_configurator.py:924-1046",
+    "max_running": "srt/mem_cache/kv_cache_configurator.py:3119-3172",
+    "mamba_ratio": "srt/mem_cache/kv_cache_configurator.py:3062-3088",
+    "mamba_strategy": "srt/arg_groups/overrides.py:403-486",
+    "allow_list": "srt/configs/model_config.py:2651",
+    "window": "srt/model_executor/model_runner_components/load_model_utils.py:144-157",
+}
+
+
+class Mode(msgspec.Struct, frozen=True):
+    """The server arguments SGLang's pool sizing reads, with its defaults."""
+
+    context_length: int
+    kv_budget_bytes: int
+    page_size: int = 1  # no static default: the attention backend resolves it (FA3: 1, FlashMLA: 64)
+    swa_full_tokens_ratio: float = 0.8
+    disable_hybrid_swa_memory: bool = False
+    kv_cache_dtype: str = "auto"
+    tp: int = 1
+    max_mamba_cache_size: int | None = None
+    mamba_full_memory_ratio: float = 0.9
+    mamba_ssm_dtype: str | None = None  # None: the config's mamba_ssm_dtype, else float32
+    radix_cache: bool = True
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int = 8192
+    overlap_schedule: bool = True
+
+
+def kv_bytes(facts: ModelFacts, mode: Mode) -> int:
+    if mode.kv_cache_dtype == "auto":
+        return dtype_bytes(facts.serving_dtype)
+    if mode.kv_cache_dtype in FP8_NAMES:
+        return 1
+    return dtype_bytes(mode.kv_cache_dtype)
+
+
+def hybrid_swa(facts: ModelFacts, mode: Mode) -> bool:
+    return bool(set(facts.architectures) & HYBRID_SWA_ARCHS) and not mode.disable_hybrid_swa_memory
+
+
+def ssm_dtype(facts: ModelFacts, mode: Mode) -> str:
+    """--mamba-ssm-dtype, else the config's mamba_ssm_dtype (GDN models only), else float32."""
+    if mode.mamba_ssm_dtype:
+        return mode.mamba_ssm_dtype
+    if facts.gdn and facts.config_ssm_dtype in ("float32", "bfloat16", "float16"):
+        return facts.config_ssm_dtype
+    return "float32"
+
+
+def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]]]:
+    """Bytes of one request's state over all linear layers: conv in bf16, SSM in the SSM dtype."""
+    conv_b, ssm_b = 2, dtype_bytes(ssm_dtype(facts, mode))
+    if facts.gdn:
+        g = facts.gdn
+        groups = g.key_heads
+        if groups % mode.tp:
+            groups += mode.tp - groups  # replicate groups so every head shard has its own
+        conv = ((g.value_dim * g.value_heads + 2 * groups * g.key_dim) // mode.tp, g.conv_kernel - 1)
+        ssm = (g.value_heads // mode.tp, g.value_dim, g.key_dim)
+        layers = facts.count("gdn")
+    elif facts.mamba:
+        m = facts.mamba
+        groups = m.n_groups
+        if groups % mode.tp:
+            groups += mode.tp - groups  # as for GDN: groups replicated up to the TP size
+        conv = ((m.heads * m.head_dim + 2 * groups * m.state_size) // mode.tp, m.conv_kernel - 1)
+        ssm = (m.heads // mode.tp, m.head_dim, m.state_size)
+        layers = facts.count("mamba")
+    else:
+        k = facts.kda
+        conv = (k.conv_kernel - 1, 3 * (k.heads * k.head_dim // mode.tp))
+        ssm = (k.heads // mode.tp, k.head_dim, k.head_dim)
+        layers = facts.count("kda")
+    conv_numel, ssm_numel = conv[0] * conv[1], ssm[0] * ssm[1] * ssm[2]
+    per_layer = conv_numel * conv_b + ssm_numel * ssm_b
+    tensors = [{"tensor": "conv", "shape": list(conv), "dtype_bytes": conv_b, "bytes": conv_numel * conv_b},
+               {"tensor": "ssm", "shape": list(ssm), "dtype_bytes": ssm_b, "bytes": ssm_numel * ssm_b}]
+    return per_layer * layers, tensors
+
+
+def mamba_strategy(facts: ModelFacts, mode: Mode) -> str | None:
+    """The Mamba radix-cache strategy `auto` resolves to on CUDA (None: the radix cache is off)."""
+    if not mode.radix_cache:
+        return None
+    wants = mode.overlap_schedule or mode.page_size > 1
+    return "extra_buffer" if wants and set(facts.architectures[:1]) & EXTRA_BUFFER_ARCHS else "no_buffer"
+
+
+def overlap_schedule(facts: ModelFacts, mode: Mode) -> bool:
+    """`no_buffer` turns the overlap scheduler off for hybrid state models."""
+    return mode.overlap_schedule and not (facts.state_kind and mamba_strategy(facts, mode) == "no_buffer")
+
+
+def slots_per_request(facts: ModelFacts, mode: Mode) -> int:
+    """State slots one running request holds (`_calculate_mamba_ratio`, kv_cache_configurator.py:3062)."""
+    strategy = mamba_strategy(facts, mode)
+    if strategy is None:
+        return 1
+    extra = EXTRA_BUFFER_SLOTS[overlap_schedule(facts, mode)] if strategy == "extra_buffer" else 0
+    return MAMBA_SLOTS_PER_REQUEST + extra
+
+
+def mamba_slots(rest_gib: float, per_req: int, mode: Mode) -> tuple[int, float]:
+    """(K state slots, GB left for the token pool), in the engine's float arithmetic."""
+    if mode.max_mamba_cache_size is not None:
+        slots = mode.max_mamba_cache_size
+    elif not mode.radix_cache and mode.max_running_requests is not None:
+        slots = max(1, mode.max_running_requests)
+    else:
+        share = rest_gib * mode.mamba_full_memory_ratio / (1 + mode.mamba_full_memory_ratio)
+        slots = int((share * (1 << 30) - per_req) // per_req)
+    if slots <= 0:
+        raise EngineRefusal(
+            "RuntimeError",
+            f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+            f"max_mamba_cache_size={slots} (total_rest_memory={rest_gib:.2f} GB, "
+            f"mamba_cache_per_req={per_req / MiB:.2f} MB). Try: (1) reduce --max-running-requests, "
+            f"(2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
+            f"(4) use GPUs with more memory.")
+    return slots, rest_gib - (slots + 1) * per_req / (1 << 30)
+
+
+def attention_cell(facts: ModelFacts, mode: Mode, layer: Layer | None = None) -> int:
+    """Bytes one token costs in one attention layer of one rank (the model-wide geometry, or `layer`'s own:
+    each layer's buffers are sized with its own heads and key / value widths)."""
+    size = kv_bytes(facts, mode)
+    if facts.mla_latent and facts.dsa_index_head_dim:
+        return dsa_cell(facts, size)
+    if facts.mla_latent:
+        return sum(facts.mla_latent) * size
+    heads = (layer.kv_heads if layer else None) or facts.kv_heads
+    key = (layer.head_dim if layer else None) or facts.head_dim
+    value = (layer.v_head_dim if layer else None) or key
+    return max(1, heads // mode.tp) * (key + value) * size
+
+
+DSA_QUANT_BLOCK = 128  # DSATokenToKVPool.quant_block_size: one float32 scale per 128 fp8 values
+
+
+def dsa_cell(facts: ModelFacts, size: int) -> int:
+    """A DSA layer's bytes per token: its MLA row and its indexer key (fp8 with block scales). In fp8 the
+    row is stored scaled with a bf16 rope part (kv_cache_configurator.py:3412 calculate_mla_kv_cache_dim,
+    the CUDA default DSA backends); the indexer row is pool_configurator.py:567."""
+    rank, rope = facts.mla_latent or (0, 0)
+    row = rank + rank // DSA_QUANT_BLOCK * 4 + rope * 2 if size == 1 else (rank + rope) * size
+    index = facts.dsa_index_head_dim or 0
+    return row + index + index // DSA_QUANT_BLOCK * 4
+
+
+def pool_bytes(facts: ModelFacts, mode: Mode, kinds: tuple[str, ...]) -> int:
+    """Bytes one token costs over every layer of the given kinds on one rank (a pool's per-token size)."""
+    return sum(attention_cell(facts, mode, layer) for layer in facts.layers if layer.kind in kinds)
+
+
+def sglang_window(facts: ModelFacts) -> int | None:
+    """The sliding window SGLang's runner works with (some model classes report window - 1)."""
+    if not facts.windows:
+        return None
+    window = min(facts.windows)
+    return window - 1 if set(facts.architectures) & WINDOW_MINUS_ONE else window
+
+
+def swa_floor(swa_tokens: int, window: int, page: int) -> None:
+    if window + page >= swa_tokens:
+        raise EngineRefusal(
+            "ValueError",
+            f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor is "
+            f"sliding_window_size ({window}) + page_size ({page}). Increase --swa-full-tokens-ratio or the "
+            f"total KV budget.")
+
+
+def not_enough_memory() -> EngineRefusal:
+    return EngineRefusal("RuntimeError", "Not enough memory. Please try to increase --mem-fraction-static.")
+
+
+def swa_request_cap(facts: ModelFacts, window: int, mode: Mode) -> int:
+    """SWA slots the scheduler can hold live at max_running_requests (no spec decoding)."""
+    per_request = window + SWA_EVICTION_INTERVAL + mode.page_size + mode.page_size
+    chunks = 2 if overlap_schedule(facts, mode) else 1
+    return per_request * max(1, mode.max_running_requests) + chunks * mode.chunked_prefill_size + mode.page_size
+
+
+def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int | None]:
+    """(configurator, full-pool tokens (max_total_num_tokens), SWA-pool tokens or None)."""
+    page = mode.page_size
+    window = sglang_window(facts)
+    if hybrid_swa(facts, mode):
+        full_b, swa_b = pool_bytes(facts, mode, ("full", "mla", "dsa")), pool_bytes(facts, mode, ("sliding",))
+        if not swa_b:
+            raise EngineRefusal("AssertionError", "Hybrid SWA model must have at least one SWA layer")
+        if mode.max_running_requests is not None and not mode.radix_cache and full_b:
+            swa = -(-swa_request_cap(facts, window, mode) // page) * page
+            full = int((available - swa * swa_b) // full_b) // page * page
+            if full <= 0:
+                raise EngineRefusal(
+                    "RuntimeError",
+                    f"SWA pool cap ({swa} tokens, {swa * swa_b / GiB:.2f} GiB) leaves no room for "
+                    f"the full KV pool within the available {available / GiB:.2f} GiB. Reduce "
+                    f"--max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, or increase "
+                    f"--mem-fraction-static.")
+            full, swa = _cap_total(full, swa, mode, capped_swa=True)
+            return "SWARequestCapPoolConfigurator", full, swa
+        if not full_b:
+            tokens = int(available // swa_b) // page * page
+            tokens = _cap_total(tokens, None, mode)[0]
+            if tokens <= 0:
+                raise not_enough_memory()
+            return "HybridSWAPoolConfigurator", 0, tokens
+        ratio = mode.swa_full_tokens_ratio
+        cell_size = full_b + ratio * swa_b
+        full = int(available // cell_size) // page * page
+        if mode.max_total_tokens is not None and mode.max_total_tokens < full:
+            full = mode.max_total_tokens // page * page
+        swa = int(full * ratio) // page * page
+        swa_floor(swa, window, page)
+        if full <= 0:
+            raise not_enough_memory()
+        return "HybridSWAPoolConfigurator", full, swa
+    tokens = available // pool_bytes(facts, mode, ("full", "sliding", "mla", "dsa")) // page * page
+    tokens = _cap_total(tokens, None, mode)[0]
+    if tokens <= 0:
+        raise not_enough_memory()
+    return "DefaultPoolConfigurator", tokens, None
+
+
+def _cap_total(full: int, swa: int | None, mode: Mode, capped_swa: bool = False) -> tuple[int, int | None]:
+    """--max-total-tokens caps the pool the profile gave (page-aligned again)."""
+    cap = mode.max_total_tokens
+    if cap is None or cap >= full:
+        return full, swa
+    full = cap // mode.page_size * mode.page_size
+    return full, (min(swa, cap) if capped_swa and swa is not None else swa)
+
+
+def max_running(facts: ModelFacts, tokens: int, mode: Mode, slots: int | None, notes: list[str]) -> int:
+    estimate = max(min(int(tokens / mode.context_length * 512), 4096), 2048)
+    if mode.max_running_requests is not None:
+        value = min(max(1, mode.max_running_requests), tokens // 2)
+    else:
+        value = min(estimate, tokens // 2)
+    if slots is not None:
+        ratio = slots_per_request(facts, mode)
+        cap = slots // ratio
+        if cap < value:
+            notes.append(f"max_running_requests is capped to {cap} by the mamba state cache "
+                         f"(max_mamba_cache_size={slots}, {ratio} state slots per request). To raise it: increase "
+                         "--mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state size with "
+                         "--mamba-ssm-dtype bfloat16.")
+        value = min(value, cap)
+        if value <= 0:
+            raise EngineRefusal(
+                "RuntimeError",
+                f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+                f"max_mamba_cache_size={slots}, mamba_ratio={ratio}, resulting max_num_reqs={value}. Try: (1) "
+                f"reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more "
+                f"memory.")
+    return value
+
+
+def describe_mode(facts: ModelFacts, mode: Mode) -> dict[str, Any]:
+    out: dict[str, Any] = {"context_length": mode.context_length, "page_size": mode.page_size,
+                           "kv_cache_dtype": mode.kv_cache_dtype, "tp": mode.tp,
+                           "hybrid_swa": hybrid_swa(facts, mode) and bool(facts.count("sliding")),
+                           "radix_cache": mode.radix_cache, "max_running_requests": mode.max_running_requests,
+                           "max_total_tokens": mode.max_total_tokens}
+    if facts.count("sliding"):
+        out["swa_full_tokens_ratio"] = mode.swa_full_tokens_ratio
+        out["disable_hybrid_swa_memory"] = mode.disable_hybrid_swa_memory
+    if facts.state_kind:
+        out.update(mamba_ssm_dtype=ssm_dtype(facts, mode), mamba_full_memory_ratio=mode.mamba_full_memory_ratio,
+                   max_mamba_cache_size=mode.max_mamba_cache_size)
+    return out
+
+
+def plan(facts: ModelFacts, mode: Mode) -> Budget:
+    budget = Budget("sglang", VERSION, describe_mode(facts, mode),
+                    provenance={"formula": "kvdoctor.engines.sglang.budget", "checked_against": "goldens/sglang.json",
+                                "refs": [f"sglang/{r}" for r in REFS.values()]})
+    budget.capacity = {"unit": "pool_tokens", "context_length": mode.context_length}
+    kinds = facts.kinds()
+    swa_pool = hybrid_swa(facts, mode) and kinds["sliding"]
+    for kind in ("full", "sliding", "mla", "dsa"):
+        if kinds[kind]:
+            cells = {attention_cell(facts, mode, l) for l in facts.layers if l.kind == kind}
+            budget.layer_kinds.append({"kind": kind, "layers": kinds[kind],
+                                       "bytes_per_token_per_layer": cells.pop() if len(cells) == 1 else sorted(cells),
+                                       "pool": ("swa" if kind == "sliding" and swa_pool else "full")})
+    if kinds["sliding"] and not swa_pool:
+        budget.notes.append(f"hybrid SWA memory is off for {', '.join(facts.architectures) or facts.model_type}: "
+                            "sliding layers get full-length slots in the one token pool")
+    try:
+        rest = mode.kv_budget_bytes / (1 << 30)
+        slots = None
+        if facts.state_kind:
+            per_req, tensors = state_per_request(facts, mode)
+            budget.state = {"kind": facts.state_kind, "slots": None, "bytes_per_slot": per_req,
+                            "slots_per_request": slots_per_request(facts, mode), "bytes": None,
+                            "mamba_radix_cache_strategy": mamba_strategy(facts, mode),
+                            "ssm_dtype": ssm_dtype(facts, mode), "tensors": tensors}
+            budget.layer_kinds.append({"kind": facts.state_kind, "layers": kinds[facts.state_kind],
+                                       "bytes_per_token_per_layer": 0, "pool": "state",
+                                       "bytes_per_request_per_layer": per_req // kinds[facts.state_kind]})
+            slots, rest = mamba_slots(rest, per_req, mode)
+            budget.state.update(slots=slots, bytes=(slots + 1) * per_req)
+        available = int(rest * (1 << 30))
+        configurator, full, swa = pools(facts, mode, available)
+        budget.mode["configurator"] = configurator
+        budget.pools = [{"pool": "full", "tokens": full, "bytes_per_token": pool_bytes(facts, mode, _full_pool(facts, mode))}]
+        if swa is not None:
+            budget.pools.append({"pool": "swa", "tokens": swa,
+                                 "bytes_per_token": pool_bytes(facts, mode, ("sliding",))})
+        tokens = full if full else swa
+        budget.facts.update(available=available, tokens=tokens, full=full, swa=swa, slots=slots)
+        running = max_running(facts, tokens, mode, slots, budget.notes)
+    except EngineRefusal as refusal:
+        budget.error = refusal
+        return budget
+    budget.capacity.update(max_running_requests=running, max_total_num_tokens=tokens,
+                           concurrency_at_L=tokens / mode.context_length)
+    return budget
+
+
+def _full_pool(facts: ModelFacts, mode: Mode) -> tuple[str, ...]:
+    """The layer kinds whose tokens the full pool holds."""
+    if hybrid_swa(facts, mode) and facts.count("sliding"):
+        return ("full", "mla", "dsa")
+    return ("full", "sliding", "mla", "dsa")
+
+
+# --- the budget half of the SGLang profile: the `sglang:` section's modes, the memory, one Budget per mode
+
+MIN_RESERVE = 10 * GiB  # arg_groups/memory_hook.py: reserve floor on GPUs over 60 GiB
+
+
+def usable_memory(gpu: int, weights: int, chunked_prefill_size: int = 0) -> tuple[int, str]:
+    """What SGLang leaves for KV caches and state on a GPU of `gpu` bytes (mem_fraction_static)."""
+    reserve = max(MIN_RESERVE, (512 + int(1.5 * max(chunked_prefill_size, 2048))) << 20)
+    return gpu - reserve - weights, (f"GPU {gpu} B - reserved {reserve} B (mem_fraction_static) - "
+                                     f"weights {weights} B per rank")
+
+
+def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_modes: bool) -> list[Mode]:
+    base = Mode(context_length=context, kv_budget_bytes=memory, page_size=s.page_size,
+                swa_full_tokens_ratio=s.swa_full_tokens_ratio, disable_hybrid_swa_memory=s.disable_hybrid_swa_memory,
+                kv_cache_dtype=s.kv_cache_dtype, tp=s.tp_size or 1, max_mamba_cache_size=s.max_mamba_cache_size,
+                mamba_full_memory_ratio=s.mamba_full_memory_ratio, mamba_ssm_dtype=s.mamba_ssm_dtype,
+                radix_cache=s.radix_cache, max_running_requests=s.max_running_requests,
+                max_total_tokens=s.max_total_tokens, chunked_prefill_size=s.chunked_prefill_size)
+    if not all_modes:
+        return [base]
+    out = [base]
+    if hybrid_swa(facts, base) and facts.windows:
+        out += [replace(base, swa_full_tokens_ratio=r) for r in (0.5, 0.2) if r != base.swa_full_tokens_ratio]
+        out.append(replace(base, disable_hybrid_swa_memory=True))
+    if facts.state_kind:
+        other = "bfloat16" if ssm_dtype(facts, base) == "float32" else "float32"
+        out += [replace(base, mamba_ssm_dtype=other), replace(base, radix_cache=not base.radix_cache)]
+    if base.kv_cache_dtype == "auto":
+        out.append(replace(base, kv_cache_dtype="fp8_e4m3"))
+    return out
+
+
+def budgets(facts: ModelFacts, s: SglangSettings, inputs: BudgetSettings,
+            all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+    usable = partial(usable_memory, chunked_prefill_size=s.chunked_prefill_size)
+    memory, how = kv_memory("sglang", facts, inputs, usable, tp=s.tp_size or 1)
+    context = default_context(facts, inputs)
+    out = with_memory([plan(facts, m) for m in modes(facts, s, context, memory, all_modes)], memory)
+    for b in out:
+        if b.error is None:
+            b.capacity["max_context_fit"] = b.capacity["max_total_num_tokens"]
+    return out, how

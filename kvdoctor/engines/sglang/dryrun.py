@@ -1,0 +1,327 @@
+"""`--engine sglang --dry-run`: SGLang's own CUDA start-up (startup.py) in a child process, and what it tells us.
+
+kvdoctor's process never imports SGLang. The child runs in a Python that has SGLang 0.5.23
+(`--engine-python`, else $KVDOCTOR_SGLANG_PYTHON, else this checkout's goldens/.venv/sglang), bounded in
+time (its process group is killed) and in address space, on a temporary directory holding only the
+model's config.json (no weights; the model's own directory is never written). Nothing is shrunk: SGLang
+reads the layer count and head geometry to decide pools and maps, the pools are built at a few hundred
+token rows, and no weight is ever allocated.
+
+Its outcome becomes findings: a start-up exception the plan did not predict under the catalog code whose
+SGLang pattern matches it (ENG051 when none does); SGL050 where the static plan and SGLang's own answer
+disagree (start-up outcome, hybrid-SWA decision, SWA / full layer ids, runner window, pool classes, each
+layer's pool and buffer index, buffer and state shapes and dtypes, pool tokens and max running requests
+at the deploy's `kv_budget`, the keys a layer's attention reads); ENG050 without an SGLang Python.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from kvdoctor.engines.base import DryRunner, Plan
+from kvdoctor.engines.child import STUBS, run_child
+from kvdoctor.engines.pins import PINS
+from kvdoctor.model import Finding, ModelSpec
+
+CHILD = Path(__file__).resolve().parent / "startup.py"
+REPO = Path(__file__).resolve().parents[3]
+ENV_PYTHON = "KVDOCTOR_SGLANG_PYTHON"
+DEFAULT_TIMEOUT = 300.0
+DEFAULT_BUDGET = 40 << 30  # sizing needs a number; the deploy's kv_budget when given (and only then compared)
+IMPORT_SECONDS, IMPORT_BYTES = 15.0, 600 << 20  # SGLang + torch import on one core, measured (docs/sglang.md)
+MAX_LISTED = 6
+
+
+def find_python(explicit: str | None = None) -> Path | None:
+    """--engine-python, else $KVDOCTOR_SGLANG_PYTHON, else the oracle venv of this checkout."""
+    for candidate in (explicit, os.environ.get(ENV_PYTHON), REPO / "goldens" / ".venv" / "sglang" / "bin" / "python"):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    return None
+
+
+def server_args(settings: Any) -> dict[str, Any]:
+    """The deploy section as ServerArgs keyword arguments (only the ones set)."""
+    cuda = settings.cuda()
+    return {k: v for k, v in cuda.model_dump(exclude={"kv_budget"}).items() if v is not None}
+
+
+def estimate(spec: ModelSpec, plan: Plan[Any]) -> dict[str, Any]:
+    """What the child will cost, before it runs: the import, the tiny pools and the window-read scores."""
+    pools = getattr(plan.facts, "pools", None)
+    window = getattr(pools, "runner_sliding_window", None)
+    length = window + 1 + 64 if window is not None and window >= 0 else 128  # startup.window_request
+    tokens = max(256, length + 2 + 64)  # startup.run: the request and an earlier one
+    per_token = 0
+    for layer in spec.layers:
+        heads, dim = layer.n_kv_heads or 1, (layer.head_dim or 0) + (layer.v_head_dim or layer.head_dim or 0)
+        per_token += heads * dim * 2
+    scores = 4 * (tokens ** 2) * max((l.n_kv_heads or 1) for l in spec.layers) if spec.layers else 0
+    return {"seconds": IMPORT_SECONDS, "bytes": IMPORT_BYTES + per_token * tokens + 2 * scores,
+            "pool_tokens": tokens}
+
+
+def planned_sliding(plan: Plan[Any]) -> list[int]:
+    """The layers the static plan gives a window: the child reads one of them when SGLang lists no SWA ids
+    (hybrid-SWA memory off)."""
+    return [l.index for l in plan.layers if l.engine_window is not None]
+
+
+def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path, timeout: float = DEFAULT_TIMEOUT,
+           planned_sliding: list[int] | None = None) -> dict[str, Any]:
+    """Run the child; returns its result with `timed_out`, `returncode`, `seconds` and `stderr_tail`."""
+    with tempfile.TemporaryDirectory(prefix="kvdoctor-sglang-dryrun-") as tmp:
+        model_dir = Path(tmp) / "model"
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps(spec.raw_config))
+        request = {"model_dir": str(model_dir), "server_args": args, "kv_budget_bytes": budget,
+                   "planned_sliding_layers": planned_sliding or []}
+        env = {"TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(STUBS)}
+        # one warm child per tp size: the shims make torch report that many devices before SGLang imports
+        return run_child(python, CHILD, Path(tmp), request, env, timeout, warm_key={"tp_size": args.get("tp_size") or 1})
+
+
+class SglangDryRunner(DryRunner):
+    """`--dry-run` for `--engine sglang`: the child's result with the estimate made before it ran, or
+    `{"unavailable": True}` without an SGLang Python (the rule reports ENG050 then)."""
+
+    def run(self, spec: ModelSpec, deploy: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
+        python = find_python(options.get("engine_python"))
+        if python is None:
+            return {"unavailable": True}
+        settings = deploy.settings("sglang")
+        cost = estimate(spec, plan)
+        result = launch(spec, server_args(settings), settings.kv_budget or DEFAULT_BUDGET, python,
+                        timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT,
+                        planned_sliding=planned_sliding(plan))
+        return {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None}
+
+
+def record(plan: Plan[Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The dry run as `info.sglang.dry_run` shows it: what SGLang decided, the cost, and the differences."""
+    if result.get("unavailable"):
+        return {"skipped": f"no Python with SGLang {PINS['sglang']}"}
+    keep = ("versions", "outcome", "stages", "server_args", "model", "kv_cache_dtype", "state", "sizing",
+            "window_reads", "window_reads_skipped", "pools_error", "seconds", "timed_out", "estimate")
+    out = {k: result[k] for k in keep if k in result}
+    pools = result.get("pools")
+    if pools:
+        out["pools"] = {k: pools[k] for k in ("tokens", "req_to_token_pool", "allocator", "token_to_kv_pool",
+                                              "mamba_pool", "placements") if k in pools}
+    if "outcome" in result:
+        out["differences"] = disagreements(plan, result)
+    return out
+
+
+# ---- findings ------------------------------------------------------------------------------------
+
+def unavailable(spec: ModelSpec) -> Finding:
+    return Finding.at("ENG050", f"dry run skipped: no Python with SGLang {PINS['sglang']} found (give "
+                      f"--engine-python, or set {ENV_PYTHON}); the static SGLang checks still ran",
+                      spec.key_source("model_type"))
+
+
+def triage_code(catalog: Any, error_class: str, message: str) -> str | None:
+    from kvdoctor.engines.sglang_mlx.dryrun.record import triage_code as triage
+
+    return triage(error_class, message, "sglang", catalog)
+
+
+def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: Any, deploy: Any = None
+             ) -> list[Finding]:
+    version = (result.get("versions") or {}).get("sglang", "?")
+    where = spec.key_source("model_type")
+    outcome = result.get("outcome")
+    if outcome is None:
+        why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
+        return [Finding.at("ENG051", f"dry run (sglang {version}): the child {why} before SGLang finished "
+                           f"start-up: {result.get('stderr_tail', '')[-300:]}", where,
+                           evidence={"seconds": result.get("seconds")})]
+    out: list[Finding] = []
+    if not outcome["start"] and not _sizing_at_default(outcome, result):
+        code = triage_code(catalog, outcome["class"], outcome["message"]) or "ENG051"
+        predicted = next(iter(_startup_refusals(plan)), None)
+        if predicted is None or predicted.code != code:
+            frame = outcome.get("raised_at_sglang") or outcome.get("raised_at")
+            out.append(Finding.at(code, f"dry run (sglang {version}): SGLang refused to start during "
+                                  f"{outcome['step']}: {outcome['class']}: {outcome['message']} (raised in {frame})",
+                                  where, engine_error={"class": outcome["class"], "message": outcome["message"],
+                                                       "stage": "startup", "frame": frame},
+                                  evidence={"step": outcome["step"]}))
+    out += torch_native_reads(spec, result, deploy.source("sglang.attention_backend") if deploy else None)
+    differences = disagreements(plan, result)
+    if differences:
+        listed = "; ".join(differences[:MAX_LISTED]) + (f"; ... ({len(differences)} in all)"
+                                                         if len(differences) > MAX_LISTED else "")
+        out.append(Finding.at("SGL050", f"the static SGLang plan and SGLang {version}'s own start-up disagree: "
+                              f"{listed}", where, evidence={"differences": differences}))
+    return out
+
+
+TORCH_NATIVE = "torch_native"
+TORCH_NATIVE_READS = ("https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/layers/attention/"
+                      "torch_native_backend.py#L140")
+
+
+def torch_native_reads(spec: ModelSpec, result: dict[str, Any], where: Any = None) -> list[Finding]:
+    """SGL051: the deploy runs TorchNativeAttnBackend and a sliding layer, once its SWA slots no longer
+    match its full-pool slots, read other keys than its window's (or failed) on SGLang's own pools."""
+    args = result.get("server_args") or {}
+    backends = {args.get(k) for k in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")}
+    if TORCH_NATIVE not in backends:
+        return []
+    out = []
+    for run in result.get("window_reads") or []:
+        if not run.get("after_swa_release") or not (run.get("error") or run.get("off_window_count")):
+            continue
+        if run.get("error"):
+            error = run["error"]
+            seen = f"raised {error['class']}: {error['message']} (in {error['raised_at_sglang']})"
+        else:
+            first = run["off_window"][0]
+            seen = (f"read other keys than its last {run['window_left'] + 1} for {run['off_window_count']} of "
+                    f"{run['queries']} queries (query {first['query']} read {first['count']} keys, "
+                    f"{first['first']}..{first['last']})")
+        out.append(Finding.at(
+            "SGL051", f"layer {run['layer']} (sliding, SWA pool): SGLang's torch_native attention backend, run on "
+                      f"SGLang's own pools after an earlier request's out-of-window SWA slots were released, {seen}: "
+                      "it reads the SWA buffer at full-pool slot numbers", where or spec.key_source("model_type"),
+            layer=run["layer"], engine_error=None if not run.get("error") else {
+                "class": run["error"]["class"], "message": run["error"]["message"], "stage": "prefill"},
+            evidence={"read": run, "source": TORCH_NATIVE_READS}))
+        break
+    return out
+
+
+def _startup_refusals(plan: Plan[Any]) -> list[Any]:
+    """The refusals the child can meet: the CUDA plan's own (the KDA ReplaySSM flags are not passed)."""
+    return [r for r in plan.refusals if r.code.startswith("SGL") and not r.latent and r.stage == "startup"]
+
+
+def _sizing_at_default(outcome: dict[str, Any], result: dict[str, Any]) -> bool:
+    """A sizing refusal at kvdoctor's own default budget says nothing about the deploy."""
+    return outcome.get("step") == "sizing" and not result.get("budget_from_deploy")
+
+
+def _ids(value: Any) -> list[int] | None:
+    return None if value is None else [int(i) for i in value]
+
+
+def disagreements(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
+    """What the static plan got wrong, by SGLang's own answer; empty when they agree."""
+    outcome = result["outcome"]
+    predicted = _startup_refusals(plan)
+    if _sizing_at_default(outcome, result):
+        outcome = {"start": True}
+    if outcome["start"] == bool(predicted):
+        said = "start" if not predicted else f"{predicted[0].error_class}: {predicted[0].message[:120]}"
+        did = "started" if outcome["start"] else f"{outcome['class']}: {outcome['message'][:120]}"
+        return [f"start-up: plan {said}; SGLang {did}"]
+    if not outcome["start"]:
+        mine = (predicted[0].error_class, predicted[0].message)
+        theirs = (outcome["class"], outcome["message"])
+        return [] if mine == theirs else [f"start-up refusal: plan {mine[0]}: {mine[1][:120]}; SGLang "
+                                          f"{theirs[0]}: {theirs[1][:120]}"]
+    facts = getattr(plan.facts, "pools", None)
+    if facts is None or "model" not in result:
+        return []
+    out: list[str] = []
+    model = result["model"]
+
+    def differ(what: str, mine: Any, theirs: Any) -> None:
+        if mine != theirs:
+            out.append(f"{what}: plan {mine}, SGLang {theirs}")
+
+    differ("attention arch", facts.attention_arch, model["attention_arch"])
+    differ("hybrid-SWA memory", facts.hybrid_swa, model["is_hybrid_swa"])
+    differ("SWA layer ids", _ids(facts.swa_layer_ids), _ids(model["swa_attention_layer_ids"]))
+    differ("full layer ids", _ids(facts.full_layer_ids), _ids(model["full_attention_layer_ids"]))
+    differ("runner window (window_left)", facts.runner_sliding_window, model["runner_sliding_window_size"])
+    differ("KV dtype", facts.kv_cache_dtype, result.get("kv_cache_dtype"))
+    pools = result.get("pools")
+    if pools:
+        out += _pool_differences(plan, facts, pools)
+    out += _budget_differences(facts, result)
+    out += _read_differences(plan, result)
+    return out
+
+
+def _pool_differences(plan: Plan[Any], facts: Any, pools: dict[str, Any]) -> list[str]:
+    out = []
+    kv = pools["token_to_kv_pool"]
+    if facts.pools.get("token_to_kv_pool") != kv["class"]:
+        out.append(f"token-to-KV pool: plan {facts.pools.get('token_to_kv_pool')}, SGLang {kv['class']}")
+    if facts.pools.get("req_to_token_pool") != pools["req_to_token_pool"]:
+        out.append(f"request pool: plan {facts.pools.get('req_to_token_pool')}, SGLang {pools['req_to_token_pool']}")
+    theirs = {int(k): tuple(v) for k, v in pools["placements"].items()}
+    mine = {l.index: (l.extra["pool"], l.extra["pool_index"]) for l in plan.layers if "pool" in l.extra}
+    wrong = [i for i in sorted(set(mine) | set(theirs)) if mine.get(i) != theirs.get(i)]
+    if wrong:
+        i = wrong[0]
+        out.append(f"layer -> pool buffer for {len(wrong)} layer(s), first layer {i}: plan {mine.get(i)}, "
+                   f"SGLang {theirs.get(i)}")
+    for sub, label in (("full_kv_pool", "attention_buffer_per_token"), ("swa_kv_pool", "swa_buffer_per_token")):
+        pool = kv.get(sub) or (kv if sub == "full_kv_pool" else None)
+        buffer = facts.pools.get(label)
+        if pool is None or buffer is None:
+            continue
+        for name in ("k_buffer", "v_buffer", "kv_buffer"):
+            if name in pool and (buffer.get(name), buffer.get("dtype")) != (pool[name][0]["shape"][1:],
+                                                                             pool[name][0]["dtype"]):
+                out.append(f"{sub} {name} per token: plan {buffer.get(name)} {buffer.get('dtype')}, SGLang "
+                           f"{pool[name][0]['shape'][1:]} {pool[name][0]['dtype']}")
+    mamba = pools.get("mamba_pool")
+    state = next((l.state for l in plan.layers if l.state and "conv" in next(iter(l.state.values()), {})), None)
+    if mamba and state:
+        tp = str(facts.pools.get("tp_size", 1))
+        for name in ("conv", "temporal"):
+            want = state.get(tp, {}).get(name)
+            if want and mamba.get(name) and (want["shape"], want["dtype"]) != (mamba[name][0]["shape"][2:],
+                                                                               mamba[name][0]["dtype"]):
+                out.append(f"{name} state per slot: plan {want['shape']} {want['dtype']}, SGLang "
+                           f"{mamba[name][0]['shape'][2:]} {mamba[name][0]['dtype']}")
+    return out
+
+
+def _budget_differences(facts: Any, result: dict[str, Any]) -> list[str]:
+    """Sizes are compared only at the deploy's own kv_budget, and only where the plan priced them."""
+    mine, theirs = facts.budget, result.get("sizing")
+    if not result.get("budget_from_deploy") or not mine or theirs is None or "error" in mine or "not_priced" in mine:
+        return []
+    out = []
+    if mine["max_running_requests"] != theirs["max_running_requests"]:
+        out.append(f"max running requests at the kv budget: plan {mine['max_running_requests']}, SGLang "
+                   f"{theirs['max_running_requests']}")
+    pools = ({"full": theirs["full_max_total_num_tokens"], "swa": theirs["swa_max_total_num_tokens"]}
+             if theirs["swa_max_total_num_tokens"] is not None else {"full": theirs["max_total_num_tokens"]})
+    if mine["pools"] != pools:
+        out.append(f"pool tokens at the kv budget: plan {mine['pools']}, SGLang {pools}")
+    if "max_mamba_cache_size" in theirs and mine.get("state") and \
+            mine["state"]["slots"] != theirs["max_mamba_cache_size"]:
+        out.append(f"state slots at the kv budget: plan {mine['state']['slots']}, SGLang "
+                   f"{theirs['max_mamba_cache_size']}")
+    return out
+
+
+def _read_differences(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
+    """The keys each query of a checked layer read, against the plan's window for that layer."""
+    out = []
+    layers = {l.index: l for l in plan.layers}
+    for run in result.get("window_reads") or []:
+        layer = layers.get(run["layer"])
+        if layer is None or "error" in run or run.get("after_swa_release"):
+            continue
+        window = layer.engine_window
+        if run["off_window_count"]:
+            first = run["off_window"][0]
+            out.append(f"layer {run['layer']} attention ({run['backend']}): {run['off_window_count']} of "
+                       f"{run['queries']} queries read other keys than their last {run['window_left'] + 1} "
+                       f"(query {first['query']} read {first['count']} keys, {first['first']}..{first['last']})")
+        elif (window or None) != (run["window_left"] + 1 if run["window_left"] >= 0 else None):
+            out.append(f"layer {run['layer']} attention ({run['backend']}): reads a window of "
+                       f"{run['keys_read_max'] if run['window_left'] >= 0 else 'every'} keys, plan's engine_window "
+                       f"{window}")
+    return out

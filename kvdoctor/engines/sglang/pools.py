@@ -1,0 +1,226 @@
+"""Which SGLang 0.5.23 pool each layer lives in, its buffer index there, and the per-rank buffer shapes.
+
+The pool classes and maps are the ones `KVCacheConfigurator._init_pools` builds on CUDA
+(mem_cache/kv_cache_configurator.py): `MHATokenToKVPool` / `MLATokenToKVPool` indexed by layer id;
+`SWAKVPool` whose `layers_mapping` gives each layer (index in its sub-pool, is_swa); `HybridLinearKVPool`
+whose `full_attention_layer_id_mapping` numbers the attention layers of a Mamba / GDN / KDA hybrid, with
+the state layers in a `MambaPool` numbered by `mamba_map`.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import msgspec
+
+from kvdoctor.engines.sglang import archs
+from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.engines.sglang.swa import SwaDecision
+from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
+
+ATTENTION = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA)
+STATE = (GDN, KDA, MAMBA)
+KV_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "mxfp8": "float8_e4m3fn",
+             "bf16": "bfloat16", "bfloat16": "bfloat16"}
+MODEL_DTYPES = {"float32": "bfloat16", "bfloat16": "bfloat16", "float16": "float16"}  # ModelConfig: fp32 -> bf16
+TP_SIZES = (1, 2, 4, 8)
+
+
+class Placement(msgspec.Struct, frozen=True):
+    layer: int
+    pool: str  # full | swa | mla | mamba
+    index: int
+
+
+def model_dtype(spec: ModelSpec) -> str:
+    return MODEL_DTYPES.get(spec.dtype or "bfloat16", "bfloat16")
+
+
+def kv_dtype(spec: ModelSpec, settings: Settings) -> str:
+    return model_dtype(spec) if settings.kv_cache_dtype == "auto" else KV_DTYPES.get(settings.kv_cache_dtype,
+                                                                                       settings.kv_cache_dtype)
+
+
+def store_dtype(dtype: str) -> str:
+    """fp8 KV is stored as uint8 (`KVCache.__init__`, mem_cache/memory_pool.py:2029): index_put has no fp8."""
+    return "uint8" if dtype.startswith("float8") else dtype
+
+
+def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
+    """The spec with each layer's kind replaced by the kind SGLang builds there."""
+    kinds = sglang_kinds(spec)
+    if all(kinds[l.index] == l.kind for l in spec.layers):
+        return spec
+    return msgspec.structs.replace(spec, layers=[l if kinds[l.index] == l.kind else _rebuilt(spec, l, kinds[l.index])
+                                             for l in spec.layers])
+
+
+def _rebuilt(spec: ModelSpec, layer, kind: str):
+    """A layer SGLang builds as another kind: the attention geometry comes from the config's own keys."""
+    cfg = spec.config
+    if kind not in ATTENTION:
+        return msgspec.structs.replace(layer, kind=kind)
+    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
+    head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
+    return msgspec.structs.replace(layer, kind=kind, window=None, n_kv_heads=heads, head_dim=head_dim,
+                               v_head_dim=head_dim, n_heads=cfg.get("num_attention_heads"))
+
+
+def resolved_page_size(spec: ModelSpec) -> int:
+    """SGLang's page size when --page-size is not given, on an H200."""
+    return default_page_size(SPARSE_MLA in spec.kinds(), spec.config)
+
+
+def default_page_size(sparse_mla: bool, config: Mapping[str, Any]) -> int:
+    """64 per pooled index group for DSA (arg_groups/model_overrides/deepseek_v2.py:171), else 1
+    (FlashAttention-3)."""
+    if sparse_mla:
+        kpool = config.get("index_kpool")
+        return 64 * (kpool if isinstance(kpool, int) and kpool > 0 else 1)
+    return 1
+
+
+def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
+    kinds = set(sglang_kinds(spec).values())
+    mla = bool(kinds & {MLA, SPARSE_MLA})
+    attention = "DSATokenToKVPool" if SPARSE_MLA in kinds else "MLATokenToKVPool" if mla else "MHATokenToKVPool"
+    if kinds & set(STATE):
+        return {"token_to_kv_pool": "HybridLinearKVPool", "full_kv_pool": attention,
+                "req_to_token_pool": "HybridReqToTokenPool", "state_pool": "MambaPool"}
+    if swa.on:
+        return {"token_to_kv_pool": "SWAKVPool", "full_kv_pool": attention, "swa_kv_pool": attention,
+                "req_to_token_pool": "ReqToTokenPool", "allocator": "SWATokenToKVPoolAllocator"}
+    return {"token_to_kv_pool": attention, "req_to_token_pool": "ReqToTokenPool"}
+
+
+def sglang_kinds(spec: ModelSpec) -> dict[int, str]:
+    """Layer id -> the kind SGLang builds there: the model's own, except for the families whose SGLang
+    config class derives the layout itself (`archs.INTERVAL_ARCHS`)."""
+    kinds = {layer.index: layer.kind for layer in spec.layers}
+    if archs.serving_arch(spec.raw_config) in archs.INTERVAL_ARCHS:
+        interval = spec.config.get("full_attention_interval") or 4
+        kinds = {i: (FULL if (i + 1) % interval == 0 else GDN) for i in kinds}
+    return kinds
+
+
+def placements(spec: ModelSpec, swa: SwaDecision) -> dict[int, Placement]:
+    by_layer = sglang_kinds(spec)
+    kinds = set(by_layer.values())
+    hybrid_state = bool(kinds & set(STATE))
+    attn_label = "mla" if kinds & {MLA, SPARSE_MLA} else "full"
+    out: dict[int, Placement] = {}
+    counters = {"full": 0, "swa": 0, "mamba": 0}
+    swa_ids = set(swa.swa_layer_ids or ()) if swa.on else set()
+    for index, kind in sorted(by_layer.items()):
+        layer = spec.layers[index]
+        if kind in STATE:
+            out[layer.index] = Placement(layer.index, "mamba", counters["mamba"])
+            counters["mamba"] += 1
+        elif kind in ATTENTION:
+            if hybrid_state:
+                out[layer.index] = Placement(layer.index, attn_label, counters["full"])
+                counters["full"] += 1
+            elif swa.on:
+                pool = "swa" if layer.index in swa_ids else "full"
+                out[layer.index] = Placement(layer.index, pool, counters[pool])
+                counters[pool] += 1
+            else:
+                out[layer.index] = Placement(layer.index, attn_label, layer.index)
+    return out
+
+
+def pool_geometry(spec: ModelSpec, pool: str) -> tuple[int, int, int]:
+    """(kv heads, key width, value width) of every layer of an MHA pool. SGLang sizes a pool with one shape
+    (ModelConfig: `head_dim` / `num_key_value_heads` / `v_head_dim` for the full pool, their `swa_*` values
+    for the SWA pool; utils/hf_transformers/config.py:116 flattens Gemma-4's per-layer table so), which is
+    the full-attention layers' shape, and the sliding layers' for the SWA pool."""
+    cfg = spec.config
+    layers = as_sglang_builds(spec).layers
+    full = next((l for l in layers if l.kind == FULL), None)
+    shape: tuple[int, int, int]
+    if full is not None and full.n_kv_heads and full.head_dim:
+        shape = (full.n_kv_heads, full.head_dim, full.v_head_dim or full.head_dim)
+    else:  # no layer typed full: the config's own (non-sliding) keys
+        heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or 1
+        key = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
+        value = cfg.get("v_head_dim")
+        shape = (heads, key, value if isinstance(value, int) and value else key)
+    if pool != "swa":
+        return shape
+    for layer in layers:
+        if layer.kind == SLIDING and layer.n_kv_heads and layer.head_dim:
+            return layer.n_kv_heads, layer.head_dim, layer.v_head_dim or layer.head_dim
+    return shape
+
+
+def attention_buffers(spec: ModelSpec, settings: Settings, tp: int, pool_layers: set[int] | None = None,
+                      pool: str = "full") -> dict[str, Any] | None:
+    """Per-token buffer shape of one layer of a pool on one rank (rows are tokens, plus page padding); None
+    when the pool has no attention layer."""
+    layer = next((l for l in as_sglang_builds(spec).layers if l.kind in ATTENTION
+                  and (pool_layers is None or l.index in pool_layers)), None)
+    if layer is None:
+        return None
+    dtype = store_dtype(kv_dtype(spec, settings))
+    if layer.kind in (MLA, SPARSE_MLA):
+        rank = layer.kv_lora_rank or spec.config.get("kv_lora_rank") or 0
+        rope = layer.qk_rope_head_dim or spec.config.get("qk_rope_head_dim") or 0
+        width = rank + rope
+        if layer.kind == SPARSE_MLA and dtype == "uint8":  # DSA's scaled fp8 row: block scales, bf16 rope
+            width = rank + rank // 128 * 4 + rope * 2
+        return {"kv_buffer": [1, width], "dtype": dtype}
+    heads, head_dim, v_dim = pool_geometry(spec, pool)
+    return {"k_buffer": [max(1, heads // tp), head_dim], "v_buffer": [max(1, heads // tp), v_dim], "dtype": dtype}
+
+
+def ssm_dtype(spec: ModelSpec, settings: Settings) -> str:
+    """--mamba-ssm-dtype, else the GDN config's mamba_ssm_dtype, else float32 (configs/mamba_utils.py)."""
+    if settings.mamba_ssm_dtype:
+        return settings.mamba_ssm_dtype
+    configured = spec.config.get("mamba_ssm_dtype")
+    if GDN in spec.kinds() and configured in ("float32", "bfloat16", "float16"):
+        return configured
+    return "float32"
+
+
+def gdn_state(spec: ModelSpec, settings: Settings, tp: int) -> dict[str, Any]:
+    """One GDN layer's state on one rank: conv (channels, kernel - 1) in the model dtype, SSM (heads, v, k)."""
+    cfg = spec.config
+    key_heads, value_heads = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    key_dim, value_dim = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    groups = key_heads + (tp - key_heads if key_heads % tp else 0)  # groups are replicated up to the TP size
+    conv = [(value_dim * value_heads + 2 * groups * key_dim) // tp, cfg["linear_conv_kernel_dim"] - 1]
+    ssm = [value_heads // tp, value_dim, key_dim]
+    return {"conv": {"shape": conv, "dtype": model_dtype(spec)}, "temporal": {"shape": ssm,
+                                                                             "dtype": ssm_dtype(spec, settings)}}
+
+
+MAMBA2_KEYS = {  # Nemotron-H spelling, Falcon-H1 spelling
+    "heads": ("mamba_num_heads", "mamba_n_heads"), "head_dim": ("mamba_head_dim", "mamba_d_head"),
+    "state": ("ssm_state_size", "mamba_d_state"), "groups": ("n_groups", "mamba_n_groups"),
+    "kernel": ("conv_kernel", "mamba_d_conv"),
+}
+
+
+def _first(cfg: dict, keys: tuple[str, ...]) -> int:
+    return next(cfg[k] for k in keys if isinstance(cfg.get(k), int))
+
+
+def mamba2_state(spec: ModelSpec, settings: Settings, tp: int) -> dict[str, Any]:
+    """One Mamba2 layer's state on one rank (configs/mamba_utils.py Mamba2StateShape): conv
+    (intermediate + 2 * groups * state, kernel - 1), SSM (heads, head_dim, state)."""
+    cfg = spec.config
+    heads, head_dim, state, groups, kernel = (_first(cfg, MAMBA2_KEYS[k]) for k in
+                                              ("heads", "head_dim", "state", "groups", "kernel"))
+    groups = groups + (tp - groups if groups % tp else 0)
+    conv = [(heads * head_dim + 2 * groups * state) // tp, kernel - 1]
+    return {"conv": {"shape": conv, "dtype": model_dtype(spec)},
+            "temporal": {"shape": [heads // tp, head_dim, state], "dtype": ssm_dtype(spec, settings)}}
+
+
+def state_by_tp(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
+    kinds = spec.kinds()
+    build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds else None
+    if build is None:
+        return None
+    tps = (settings.tp_size,) if settings.tp_size else TP_SIZES
+    return {str(tp): build(spec, settings, tp) for tp in tps}

@@ -1,0 +1,138 @@
+"""Start-up refusals SGLang 0.5.23 raises for a config and settings, predicted without running it.
+
+Each carries the exception class and the exact text SGLang (or the transformers config class it loads
+the config with) prints, with the numbers filled in, and the pinned source line that raises it.
+"""
+from __future__ import annotations
+
+from kvdoctor.engines.base import Refusal
+from kvdoctor.engines.sglang import archs, pools, swa
+from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.model import ModelSpec
+
+CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.20.2/src/transformers/"
+TRANSFORMERS_LAYER_TYPES = TRANSFORMERS + "configuration_utils.py#L694"
+# Config classes that check the per-layer lists themselves in their `validate_architecture` (before
+# transformers' generic layer_types validator): list key -> the line raising for it.
+OWN_LENGTH_VALIDATORS = {
+    "LagunaForCausalLM": (("num_attention_heads_per_layer", "models/laguna/configuration_laguna.py#L161"),
+                          ("layer_types", "models/laguna/configuration_laguna.py#L166")),
+}
+# Config classes that build `per_layer_config` from the layer_types entries typed full_attention
+# (Gemma-4's global layers, models/gemma4/configuration_gemma4.py:219) and then check its keys.
+PER_LAYER_CONFIG_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"})
+
+
+def derived_context_length(spec: ModelSpec) -> int:
+    """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context key, times the
+    rope-scaling factor unless the scaling states its original length or is llama3-style."""
+    cfg = spec.config
+    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
+    factor = 1
+    if scaling:
+        factor = scaling.get("factor", 1)
+        if "original_max_position_embeddings" in scaling or scaling.get("rope_type") == "llama3":
+            factor = 1
+    for key in CONTEXT_KEYS:
+        if cfg.get(key) is not None:
+            return int(factor * cfg[key])
+    return spec.defaults.get("max_position_embeddings") or 2048
+
+
+def context_too_long(spec: ModelSpec, settings: Settings) -> Refusal | None:
+    derived = derived_context_length(spec)
+    asked = settings.context_length
+    if asked is None or asked <= derived:
+        return None
+    message = (f"Warning: User-specified context_length ({asked}) is greater than the derived context_length "
+               f"({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the derived "
+               "context_length may differ from max_position_embeddings in the model's config. To allow overriding "
+               "this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+    return Refusal("SGL001", "ValueError", message, "startup", setting="sglang.context_length",
+                   source=archs.ref("configs/model_config.py#L1314"),
+                   evidence={"context_length": asked, "derived_context_length": derived})
+
+
+def own_length_validator(spec: ModelSpec) -> Refusal | None:
+    """A config class whose own validator checks the per-layer lists' lengths (Laguna)."""
+    n = spec.config.get("num_hidden_layers")
+    for key, where in OWN_LENGTH_VALIDATORS.get(archs.serving_arch(spec.raw_config), ()):
+        value = spec.config.get(key)
+        if isinstance(value, list) and isinstance(n, int) and len(value) != n:
+            message = ("Class validation error for validator 'validate_architecture':\n    ValueError: "
+                       f"{key} length ({len(value)}) must equal num_hidden_layers ({n}).")
+            return Refusal("SGL009", "StrictDataclassClassValidationError", message, "startup",
+                           key=spec.config_prefix + key, source=TRANSFORMERS + where,
+                           evidence={"num_hidden_layers": n, key: len(value)})
+    return None
+
+
+def per_layer_config_keys(spec: ModelSpec) -> Refusal | None:
+    """Gemma-4's config class keys its per-layer table by the full_attention entries of layer_types; an entry
+    past num_hidden_layers (an MTP layer appended) is refused before layer_types' own length check."""
+    types, n = spec.config.get("layer_types"), spec.config.get("num_hidden_layers")
+    if (archs.serving_arch(spec.raw_config) not in PER_LAYER_CONFIG_ARCHS or "per_layer_config" in spec.config
+            or not isinstance(types, list) or not isinstance(n, int)):
+        return None
+    beyond = [i for i, kind in enumerate(types) if kind == "full_attention" and i >= n]
+    if not beyond:
+        return None
+    message = f"`per_layer_config` keys must be integer layer indices in the range [0, {n}); got {beyond}."
+    return Refusal("SGL010", "ValueError", message, "startup", key=spec.config_prefix + "layer_types",
+                   source=TRANSFORMERS + "integrations/heterogeneity/configuration_utils.py#L73",
+                   evidence={"num_hidden_layers": n, "layer_types": len(types), "keys_out_of_range": beyond})
+
+
+def layer_types_length(spec: ModelSpec) -> Refusal | None:
+    types = spec.config.get("layer_types")
+    n = spec.config.get("num_hidden_layers")
+    if not isinstance(types, list) or not isinstance(n, int) or len(types) == n:
+        return None
+    message = ("Class validation error for validator 'validate_layer_type':\n    ValueError: `num_hidden_layers` "
+               f"({n}) must be equal to the number of `layer_types` ({len(types)})")
+    return Refusal("SGL002", "StrictDataclassClassValidationError", message, "startup",
+                   key=spec.config_prefix + "layer_types", source=TRANSFORMERS_LAYER_TYPES,
+                   evidence={"num_hidden_layers": n, "layer_types": len(types)})
+
+
+def strict_null_window(spec: ModelSpec) -> Refusal | None:
+    arch = archs.serving_arch(spec.raw_config)
+    if arch in archs.STRICT_WINDOW_ARCHS and "sliding_window" in spec.config and spec.config["sliding_window"] is None:
+        message = ("Validation error for field 'sliding_window':\n    TypeError: Field 'sliding_window' expected "
+                   "int, got NoneType (value: None)")
+        return Refusal("SGL005", "StrictDataclassFieldValidationError", message, "startup",
+                       key=spec.config_prefix + "sliding_window",
+                       source=archs.ref("utils/hf_transformers/config.py#L228"), evidence={"architecture": arch})
+    return None
+
+
+def null_window(spec: ModelSpec) -> Refusal | None:
+    arch = archs.serving_arch(spec.raw_config)
+    where = archs.WINDOW_MINUS_ONE_SOURCES.get(arch)
+    if where is None or "sliding_window" not in spec.config or spec.config["sliding_window"] is not None:
+        return None
+    return Refusal("SGL003", "TypeError", "unsupported operand type(s) for -: 'NoneType' and 'int'", "startup",
+                   key=spec.config_prefix + "sliding_window", source=archs.ref(where),
+                   evidence={"architecture": arch})
+
+
+def no_swa_layer(spec: ModelSpec, settings: Settings) -> Refusal | None:
+    """Hybrid-SWA memory on, but SGLang finds no SWA layer id: its hybrid-SWA pool configurator asserts."""
+    decision = swa.decide(spec, settings)
+    if not decision.on or decision.swa_layer_ids or set(pools.sglang_kinds(spec).values()) & set(pools.STATE):
+        return None
+    return Refusal("SGL012", "AssertionError", "Hybrid SWA model must have at least one SWA layer", "startup",
+                   key=spec.config_prefix + ("layer_types" if "layer_types" in spec.config else "sliding_window"),
+                   source=archs.ref("model_executor/pool_configurator.py#L668"),
+                   evidence={"architecture": archs.serving_arch(spec.raw_config), "swa_layer_ids": []})
+
+
+def predict(spec: ModelSpec, settings: Settings) -> tuple[Refusal, ...]:
+    """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
+    found = [per_layer_config_keys(spec), strict_null_window(spec), own_length_validator(spec),
+             layer_types_length(spec), context_too_long(spec, settings), null_window(spec)]
+    first = next((r for r in found if r is not None), None)  # start-up stops at the first
+    if first is None:
+        first = no_swa_layer(spec, settings)
+    return (first,) if first else ()

@@ -1,0 +1,70 @@
+"""Tokens per pool and max running requests for a KV budget, through kvdoctor's SGLang budget calculator
+(kvdoctor.engines.sglang.budget, itself checked against SGLang's own sizing in goldens/sglang.json)."""
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from kvdoctor.engines.sglang import budget
+from kvdoctor.engines.budget.facts import facts_from_spec
+from kvdoctor.engines.sglang import pools, swa
+from kvdoctor.engines.sglang.pools import as_sglang_builds
+from kvdoctor.engines.sglang.refusals import derived_context_length
+from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.errors import InputError
+from kvdoctor.model import CHUNKED, FULL, MAMBA, SLIDING, SPARSE_MLA, ModelSpec
+
+
+def mode(spec: ModelSpec, settings: Settings, kv_budget: int) -> budget.Mode:
+    return budget.Mode(
+        context_length=settings.context_length or derived_context_length(spec), kv_budget_bytes=kv_budget,
+        page_size=settings.page_size or pools.resolved_page_size(spec), swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
+        disable_hybrid_swa_memory=settings.disable_hybrid_swa_memory, kv_cache_dtype=settings.kv_cache_dtype,
+        tp=settings.tp, max_mamba_cache_size=settings.max_mamba_cache_size, mamba_ssm_dtype=settings.mamba_ssm_dtype,
+        radix_cache=not settings.disable_radix_cache, max_running_requests=settings.max_running_requests,
+        overlap_schedule=not settings.disable_overlap_schedule)
+
+
+def as_sized(spec: ModelSpec, settings: Settings) -> tuple[ModelSpec, bool]:
+    """The layers as SGLang sizes them, and whether hybrid-SWA memory is on. With it on, each attention
+    layer is in the SWA or the full pool by SGLang's own SWA layer ids (a chunked layer is an SWA layer,
+    configs/model_config.py `get_hybrid_layer_ids`); every layer of a pool has the pool's one shape."""
+    built = as_sglang_builds(spec)
+    decision = swa.decide(spec, settings)
+    swa_ids = set(decision.swa_layer_ids or ()) if decision.on else set()
+    shapes = {pool: pools.pool_geometry(spec, pool) for pool in ("full", "swa")}
+    layers = []
+    for layer in built.layers:
+        if layer.kind in (FULL, SLIDING, CHUNKED):
+            pool = "swa" if layer.index in swa_ids else "full"
+            heads, key, value = shapes[pool]
+            kind = SLIDING if pool == "swa" else (FULL if decision.on else layer.kind)
+            window = layer.window if layer.kind != FULL else spec.config.get("sliding_window")
+            layer = msgspec.structs.replace(layer, kind=SLIDING if kind == CHUNKED else kind, n_kv_heads=heads,
+                                        head_dim=key, v_head_dim=value,
+                                        window=window if kind == SLIDING else None)
+        layers.append(layer)
+    return msgspec.structs.replace(built, layers=layers), decision.on
+
+
+def size(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
+    """None without `kv_budget`; else the pools' tokens, state slots and max_running_requests, or the refusal."""
+    if settings.kv_budget is None:
+        return None
+    try:
+        sized, hybrid_swa = as_sized(spec, settings)
+        facts = facts_from_spec(sized, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
+    except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
+        return {"not_priced": str(exc)}
+    result = budget.plan(facts, msgspec.structs.replace(mode(spec, settings, settings.kv_budget),
+                                                    disable_hybrid_swa_memory=not hybrid_swa))
+    if result.error is not None:
+        return {"error": {"class": result.error.cls, "message": result.error.message}}
+    out: dict[str, Any] = {"kv_budget": settings.kv_budget, "configurator": result.mode.get("configurator"),
+                           "pools": {p["pool"]: p["tokens"] for p in result.pools or ()},
+                           "max_running_requests": result.capacity["max_running_requests"]}
+    if result.state:
+        out["state"] = {k: result.state[k] for k in ("slots", "slots_per_request", "mamba_radix_cache_strategy",
+                                                     "bytes_per_slot", "ssm_dtype")}
+    return out
