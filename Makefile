@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m kvdoctor.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b 3
-	$(PY) -m kvdoctor.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b-broken 3
+	$(PY) -m kvdoctor.load.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b 3
+	$(PY) -m kvdoctor.load.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b-broken 3
 	cp fixtures/demo/gpt-oss-20b-broken/config.json build/demo/gpt-oss-20b-broken/config.json
 	$(VENV)/bin/kvdoctor check build/demo/gpt-oss-20b build/demo/gpt-oss-20b-broken --engine $(DEMO_ENGINE) \
 	  --kv-budget 40GiB --html-output build/demo/report.html; \

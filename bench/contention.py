@@ -23,7 +23,7 @@ from kvdoctor.cli import collector  # noqa: E402
 collector.pause()
 from kvdoctor.catalog import builtin_catalog  # noqa: E402
 from kvdoctor.pipeline.check import Options  # noqa: E402
-from kvdoctor.report import result_part  # noqa: E402
+from kvdoctor.cli.check import json_part  # noqa: E402
 from kvdoctor.fleet.runner import _checked, expand_targets, warm_imports  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main() -> None:
     cpu_of(work[:1], None)  # anything loaded on first use is loaded before the fork
     collector.resume()
     gc.freeze()
-    render = partial(result_part, ROOT)
+    render = partial(json_part, ROOT)
     rows: dict[str, list[float]] = {"this process": [], "one forked child": [], "two children at once": []}
     for _ in range(rounds):
         rows["this process"].append(cpu_of(work, render))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvdoctor.synth import add_kda, add_mla
+from kvdoctor.load.synth import add_kda, add_mla
 
 ROOT = Path(__file__).resolve().parent.parent
 KIMI_CONFIG = ROOT / "fixtures" / "models" / "moonshotai__Kimi-Linear-48B-A3B-Instruct" / "config.json"

@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 from layouts import LAYOUTS  # noqa: E402
 
-from kvdoctor.synth import write_checkpoint  # noqa: E402
+from kvdoctor.load.synth import write_checkpoint  # noqa: E402
 
 OUT = HERE / "out"
 PY = sys.executable
@@ -326,7 +326,7 @@ FLEET_MAX_TENSORS = 5000  # leaves out Kimi-Linear-48B (21k tensors) and Qwen3-N
 def fleet(size: int) -> Path:
     """`size` model dirs: the fixture configs of at most FLEET_MAX_TENSORS tensors (eight: dense models
     and gpt-oss-20b) with real-layout sparse checkpoints in two shards, as hard-linked copies."""
-    from kvdoctor.synth import layout_for
+    from kvdoctor.load.synth import layout_for
 
     base = OUT / "fleet-base"
     names = []

@@ -1,23 +1,10 @@
 """Fixed bounds on what any input can make kvdoctor read, parse or build.
 
 Files are refused past a size bound before they are read; sizes in a config are refused past a
-sanity bound before any layer is built. Caches are sized before they are built, twice over:
-`run` (check LIM001) adds up the smallest caches any probe builds for the model, and when even
-those pass the probe budget no probe runs at all; and each probe lists what it will build
-(`kvdoctor.engines.base.Cost`) before it builds anything, the pipeline turning the first entry past
-the budget into LIM001 (`ProbeOverBudget.finding`) while the other checks go on.
+sanity bound before any layer is built. Caches are sized against the probe budget before they are
+built (the rule LIM001, `kvdoctor.checks.lim`).
 """
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Iterable
-
-from kvdoctor.checks import Rule
-from kvdoctor.model import ATTENTION_KINDS, STATE_KINDS, Finding, LayerSpec, ModelSpec, Source
-
-RULE = Rule(codes=("LIM001",))  # sizes the smallest probe caches up front; the probe stage also reports it
-
-if TYPE_CHECKING:
-    from kvdoctor.checks.context import Context
 
 MiB = 1024 * 1024
 
@@ -40,6 +27,10 @@ MAX_HEAD_DIM = 16_384
 MAX_HIDDEN = 1 << 20
 MAX_CONV_KERNEL = 4096
 MAX_TOKENS = 1 << 40  # windows, chunk sizes, context lengths
+
+# Ranges of the command line's integer types that a plain decimal spelling may bypass pydantic for
+# (cli/types.py); strict.py builds the same types from them, so the two cannot drift.
+PLAIN_INT_RANGES = {"Jobs": (1, 1024)}
 
 # Caches one probe may build for one model, all of them together.
 PROBE_BUDGET_BYTES = 1024 * MiB
@@ -75,48 +66,3 @@ def tensor_nbytes(shape: tuple[int, ...] | list[int], dtype: str) -> int:
     for d in shape:
         n *= int(d)
     return n
-
-
-class ProbeOverBudget(Exception):
-    """A probe was about to build caches larger than the budget; it builds nothing."""
-
-    def __init__(self, what: str, nbytes: int, budget: int, source: Source | None = None,
-                 layer: int | None = None):
-        super().__init__(f"{what} would need {human_bytes(nbytes)}, more than the {human_bytes(budget)} probe "
-                         "budget, so they were not built and the checks that need them did not run")
-        self.what, self.nbytes, self.budget, self.source, self.layer = what, nbytes, budget, source, layer
-
-    def finding(self) -> Finding:
-        return Finding.at("LIM001", str(self), self.source, layer=self.layer,
-                          evidence={"what": self.what, "bytes": self.nbytes, "budget_bytes": self.budget})
-
-
-def _smallest_cache_bytes(layer: LayerSpec) -> int:
-    heads = layer.n_kv_heads or layer.n_heads or 0
-    k = layer.head_dim or 0
-    v = layer.v_head_dim or k
-    if layer.kind in STATE_KINDS:
-        return heads * k * v * STATE_BYTES
-    if layer.kind in ATTENTION_KINDS:
-        return PROBE_MIN_TOKENS * heads * (k + v) * DTYPE_BYTES.get(layer.dtype or "", 4)
-    return 0
-
-
-def smallest_probe_bytes(spec: ModelSpec) -> tuple[int, LayerSpec | None]:
-    """(bytes of the smallest caches any probe builds for this model, the layer that needs most)."""
-    sizes = [(_smallest_cache_bytes(layer), layer) for layer in spec.layers]
-    total = sum(n for n, _ in sizes)
-    return total, max(sizes, key=lambda s: s[0])[1] if sizes else None
-
-
-def probes_fit(spec: ModelSpec) -> bool:
-    return smallest_probe_bytes(spec)[0] <= PROBE_BUDGET_BYTES
-
-
-def run(ctx: Context) -> Iterable[Finding]:
-    """LIM001 when even the smallest probe caches pass the budget (no probe runs then)."""
-    total, layer = smallest_probe_bytes(ctx.spec)
-    if total > PROBE_BUDGET_BYTES and layer is not None:
-        source = layer.sources.get("n_kv_heads") or layer.sources.get("n_heads")
-        yield ProbeOverBudget(f"the smallest probe caches for {len(ctx.spec.layers)} layers", total,
-                              PROBE_BUDGET_BYTES, source, layer.index).finding()

@@ -6,7 +6,7 @@ Nothing here imports torch, mlx or any engine.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -29,7 +29,8 @@ UNKNOWN = "unknown"
 ATTENTION_KINDS = frozenset({FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, COMPRESSED, ATTN_MAMBA})
 STATE_KINDS = frozenset({KDA, GDN, MAMBA, LINEAR, CONV, ATTN_MAMBA})
 
-SEVERITIES = ("error", "warning", "info")
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
 
 
 class Source(msgspec.Struct, frozen=True):
@@ -172,3 +173,7 @@ class Result(msgspec.Struct):
     error: str | None = None  # an input error for this target (exit 2), reported without a traceback
     model_dir: Path | None = None  # where the model's files were read (a Hugging Face id's snapshot)
     info: dict[str, Any] = msgspec.field(default_factory=dict)
+    # The model's KV budget document (`kvdoctor budget`'s, for the same deploy file), when the check was
+    # asked for it; else why it could not be sized. Reports show it; the JSON result does not carry it.
+    budget: dict[str, Any] | None = None
+    budget_error: str | None = None

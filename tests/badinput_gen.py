@@ -17,7 +17,7 @@ from typing import Any, Callable
 from badinput_base import (INDEX, ONE, Built, base_model, case, config_case, deploy_case, hf_repo, st_bytes,
                            tiny_config)
 
-from kvdoctor.synth import layout_for, write_safetensors
+from kvdoctor.load.synth import layout_for, write_safetensors
 
 
 # --- config.json ------------------------------------------------------------------------------------

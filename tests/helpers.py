@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from kvdoctor.synth import layout_for, write_checkpoint
+from kvdoctor.load.synth import layout_for, write_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "fixtures" / "models"

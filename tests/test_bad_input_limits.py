@@ -11,8 +11,8 @@ from kvdoctor.pipeline.check import Options, check_target, run_probes
 from kvdoctor.checks import Check, Rule, all_checks
 from kvdoctor.engines import profile
 from kvdoctor.engines.base import Cost, Probe
-from kvdoctor.limits import (PROBE_BUDGET_BYTES, PROBE_MIN_TOKENS, ProbeOverBudget, human_bytes,
-                             smallest_probe_bytes, tensor_nbytes)
+from kvdoctor.checks.lim import ProbeOverBudget, smallest_probe_bytes
+from kvdoctor.limits import PROBE_BUDGET_BYTES, PROBE_MIN_TOKENS, human_bytes, tensor_nbytes
 from kvdoctor.load.loader import load_model
 from kvdoctor.model import ATTENTION_KINDS
 from kvdoctor.report import exit_code

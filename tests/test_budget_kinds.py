@@ -91,13 +91,16 @@ def test_sglang_budget_matches_sglangs_own_sizing_at_40GiB(tmp_path, point):
     (goldens/sglang_check.json): pool tokens, max running requests, Mamba state slots. The Mamba-2
     (Nemotron-H) and DSA (GLM-5, DeepSeek-V3.2 style) models and Llama-4's chunked layers (SWA
     layers to SGLang) included."""
-    from kvdoctor.pipeline.budget import build_document
+    from kvdoctor.engines.deploy import Deploy
+    from kvdoctor.load.loader import load_model
+    from kvdoctor.pipeline.budget import budget_document, budget_inputs
 
     d = tmp_path / point["model"]
     d.mkdir()
     (d / "config.json").write_text(json.dumps(point["config"]))
     want = point["result"]["sizing_40GiB"]
-    row = build_document(str(d), engine="sglang", kv_budget="40GiB")["engines"][0]
+    deploy = Deploy()
+    row = budget_document(load_model(str(d)), deploy, budget_inputs(deploy, kv_budget="40GiB"), "sglang")["engines"][0]
     assert row["capacity"]["max_running_requests"] == want["max_running_requests"]
     pools = {p["pool"]: p["tokens"] for p in row["pools"]}
     if want["swa_max_total_num_tokens"] is not None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvdoctor.catalog import CODE_RE, load_catalog, load_entry
+from kvdoctor.catalog import load_catalog, load_entry
+from kvdoctor.catalog.codes import CODE_RE
 from kvdoctor.checks import RULE_MODULES, all_checks
 from kvdoctor.errors import InputError
 

@@ -490,7 +490,7 @@ def test_a_tensor_in_two_shards_and_one_mapped_elsewhere_are_named_with_their_fi
     """The shard-level checks that run in C on the usual path still name the tensor and both files."""
     from helpers import make_model
 
-    from kvdoctor.synth import layout_for, write_safetensors
+    from kvdoctor.load.synth import layout_for, write_safetensors
 
     d = make_model(tmp_path, "llama-3.1-8b", shards=2)
     index_path = d / checkpoint.INDEX_NAME

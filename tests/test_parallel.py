@@ -163,14 +163,15 @@ def test_the_json_parts_the_workers_render_join_to_the_parents_document(fleet, m
     from kvdoctor.catalog import builtin_catalog
     from kvdoctor.pipeline.check import Options, checked_codes
     from kvdoctor.fleet import runner
-    from kvdoctor.report import Report, render_json, result_part
+    from kvdoctor.cli.check import json_part
+    from kvdoctor.report import Report, render_json
     from kvdoctor.fleet.runner import run_targets
 
     root, names = fleet
     monkeypatch.chdir(root)
     opts = Options(catalog=builtin_catalog())
     work = [(target, opts) for target in [*names, "some-org/not-cached"]]
-    results, _, parts = run_targets(work, jobs=2, render=partial(result_part, root))
+    results, _, parts = run_targets(work, jobs=2, render=partial(json_part, root))
     assert parts is not None and len(parts) == len(work)
     report = Report(results, opts.catalog, root, checked=[checked_codes(o) for _, o in work], deploy_path="d.yaml")
     assert render_json(replace(report, json_parts=parts)) == render_json(report)
@@ -180,7 +181,7 @@ def test_the_json_parts_the_workers_render_join_to_the_parents_document(fleet, m
     assert none is None  # one result without its part: the parent renders them all
     monkeypatch.setattr(runner, "FORKS", False)  # the spawned pool of macOS and Windows gives the same
     monkeypatch.setattr(runner, "SPAWNED_POOL_COST_S", 0.0)  # two targets here, the third in the pool
-    spawned, _, spawned_parts = run_targets(work[:3], jobs=2, render=partial(result_part, root))
+    spawned, _, spawned_parts = run_targets(work[:3], jobs=2, render=partial(json_part, root))
     assert (spawned, spawned_parts) == (results[:3], parts[:3])
 
 

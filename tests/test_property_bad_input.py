@@ -31,7 +31,7 @@ from kvdoctor.load.checkpoint import DTYPE_BITS, INDEX_NAME, load_checkpoint
 from kvdoctor.engines.deploy import load_deploy
 from kvdoctor.errors import InputError
 from kvdoctor.load.families import BY_MODEL_TYPE
-from kvdoctor.synth import layout_for, write_checkpoint, write_safetensors
+from kvdoctor.load.synth import layout_for, write_checkpoint, write_safetensors
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

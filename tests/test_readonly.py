@@ -17,7 +17,7 @@ from helpers import REAL, REAL_NAMES, codes, make_model
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.pipeline.check import Options, check_target
 from kvdoctor.engines import check_engines
-from kvdoctor.synth import layout_for, write_checkpoint
+from kvdoctor.load.synth import layout_for, write_checkpoint
 
 ENGINE_NAMES = sorted(check_engines())
 CONSOLE_SCRIPT = Path(sys.executable).with_name("kvdoctor")

@@ -14,7 +14,7 @@ import pytest
 
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.engines import profile
-from kvdoctor.engines.sglang.profile import SglangSettings
+from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang import dryrun
 from kvdoctor.load.loader import load_model
 
@@ -55,14 +55,13 @@ def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeyp
     monkeypatch.delenv(dryrun.ENV_PYTHON, raising=False)
     monkeypatch.setattr(dryrun, "REPO", tmp_path)  # no goldens/.venv/sglang there
     spec = spec_of(MODELS / "openai__gpt-oss-20b")
-    from kvdoctor.engines.deploy import Deploy
-
-    seen = dryrun.SglangDryRunner().run(spec, Deploy(),
+    seen = dryrun.SglangDryRunner().run(spec, SglangSettings(),
                                         profile("sglang").plan(spec, SglangSettings()),
                                         {"engine_python": str(tmp_path / "missing-python")})
     assert seen == {"unavailable": True}
     from kvdoctor.checks import dryrun as rule
     from kvdoctor.checks.context import Context
+    from kvdoctor.engines.deploy import Deploy
 
     ctx = Context(spec=spec, engine="sglang", deploy=Deploy(), plan=profile("sglang").plan(spec, SglangSettings()),
                   observations={"dry_run": seen})

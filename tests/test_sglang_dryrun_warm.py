@@ -12,7 +12,7 @@ import pytest
 
 from helpers import masked
 from kvdoctor.engines import profile, warm
-from kvdoctor.engines.sglang.profile import SglangSettings
+from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang import dryrun
 from kvdoctor.load.loader import load_model
 

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import REAL, SHORT
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.pipeline.check import Options, finalize
+from kvdoctor.pipeline.check import Options
 from kvdoctor.checks.context import Context
 from kvdoctor.engines.deploy import Deploy, deploy_from
 from kvdoctor.engines.sglang_mlx.profile import mlx_config, plan_from
@@ -103,7 +103,7 @@ def probe_findings(spec, model, deploy: Deploy | None = None) -> tuple[list, dic
     assert over == []
     ctx = Context(spec=spec, engine="sglang-mlx", deploy=deploy, plan=plan, observations=observations)
     opts = Options(catalog=builtin_catalog(), engine="sglang-mlx")
-    return [finalize(f, opts) for f in swa.run(ctx)], sglang_mlx.report(plan, observations)
+    return [opts.catalog.complete(f, opts.severity_overrides) for f in swa.run(ctx)], sglang_mlx.report(plan, observations)
 
 
 def by_code(findings: list) -> dict:

@@ -65,7 +65,7 @@ def source_of(entry) -> tuple[str, int]:
 
 def context_for(entry) -> str:
     """A log line holding a sample of each of the entry's context regexes (generic GPU errors)."""
-    from kvdoctor.pipeline.triage import _longest_literal, _split_top
+    from kvdoctor.catalog.matcher import _longest_literal, _split_top
 
     samples = [_longest_literal(_split_top(regex)[0]) for regex in entry.error.context]
     assert all(re.search(r, " ".join(samples)) for r in entry.error.context), entry.code
@@ -305,14 +305,14 @@ def test_cli_bad_input_is_exit_2(tmp_path):
     (r"abcd\s?efgh", ["abcd"]),               # an optional white space breaks the literal
 ])
 def test_required_literals_are_in_every_match(pattern, literals):
-    from kvdoctor.pipeline.triage import required_literals
+    from kvdoctor.catalog.matcher import required_literals
 
     assert required_literals(pattern) == literals
 
 
 @pytest.mark.parametrize("entry", WITH_ERROR, ids=lambda e: e.code)
 def test_the_prefilter_keeps_every_catalog_message(entry):
-    from kvdoctor.pipeline.triage import required_literals
+    from kvdoctor.catalog.matcher import required_literals
 
     literals = required_literals(entry.error.pattern)
     assert literals is None or any(lit in " ".join(fill(entry).split()) for lit in literals)

@@ -6,15 +6,18 @@ for byte.
 
 Each tree runs from a git worktree (the working tree itself for `.`) with this venv's Python and
 the tree first on PYTHONPATH, in one scratch folder holding the model folders, so the outputs name
-the same relative paths. One exception is expected and checked instead of compared: the HTML
-report of a run with a deploy file shows the budget `kvdoctor budget` gives for that file (before
-the renovation it re-ran the budget without it). Exit 0 when everything else is identical.
+the same relative paths. Before comparing, timings of the dry run are masked and the module names
+a budget's provenance gives are read under their new names (RENAMED). One output is checked instead
+of compared: the HTML report of a run with a deploy file must show, per model, the tokens
+`kvdoctor budget` gives for that file (before the renovation it re-ran the budget without it).
+Exit 0 when everything else is identical and every such HTML report agrees with `budget`.
 """
 from __future__ import annotations
 
 import argparse
-import filecmp
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINES = ("hf", "vllm", "sglang", "sglang-mlx")
 EXTRA_FORMATS = ("concise", "json-lines", "github")  # the ones --*-output cannot write beside the main one
 DRY_RUN_MODELS = ("openai__gpt-oss-20b", "google__gemma-3-1b-it", "Qwen__Qwen2.5-7B-Instruct")
+# Modules the renovation moved, as a budget's `provenance.formula` names them.
+RENAMED = {"kvdoctor.engines.sglang_cuda.budget": "kvdoctor.engines.sglang.budget"}
+TIMING = re.compile(r'("(?:seconds|estimated_seconds|rss_bytes|rss)": )[0-9.]+|( in )[0-9.]+( s\b)')
 DEPLOY = "budget:\n  kv_budget: 40GiB\nvllm:\n  kv_cache_dtype: fp8\n  tp: 4\nsglang:\n  tp_size: 4\n"
 
 
@@ -76,6 +82,34 @@ def outputs(tree: Path, work: Path, out: Path) -> None:
             out / f"budget-deploy.{model}.json")
 
 
+def normalized(path: Path) -> bytes:
+    text = path.read_text(errors="replace")
+    for old, new in RENAMED.items():
+        text = text.replace(old, new)
+    if "dry-run" in path.name:
+        text = TIMING.sub(lambda m: (m.group(1) or m.group(2)) + "<t>" + (m.group(3) or ""), text)
+    return text.encode()
+
+
+def html_agrees_with_budget(tree: Path, out: Path, engine: str) -> list[str]:
+    """Models whose section of deploy-ENGINE.html shows other tokens than `budget --deploy` gives."""
+    sys.path.insert(0, str(tree))
+    from kvdoctor.report.budget import tokens_fit
+
+    page = (out / f"deploy-{engine}.html").read_text()
+    wrong = []
+    for section in page.split('<section class="model" data-target="models/')[1:]:
+        model = section.partition('"')[0]
+        text = (out / f"budget-deploy.{model}.json").read_text()
+        if "{" not in text:  # `budget` refused the model (one line); the page says why instead
+            continue
+        shown = {int(n.replace(",", "")) for n in re.findall(r"([\d,]+) tokens", section)}
+        expected = {tokens_fit(row) for row in json.loads(text[text.index("{"):])["engines"]} - {None}
+        if not expected <= shown:
+            wrong.append(f"{engine} {model}: html {sorted(shown)} budget {sorted(expected)}")
+    return wrong
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True)
@@ -101,12 +135,17 @@ def main() -> int:
         done.write_text(rev)
     names = sorted(p.name for p in sides["before"].iterdir() if p.name != ".complete")
     differ = [n for n in names if not n.startswith("deploy-")
-              and not filecmp.cmp(sides["before"] / n, sides["after"] / n, shallow=False)]
+              and normalized(sides["before"] / n) != normalized(sides["after"] / n)]
     missing = sorted(set(names) ^ {p.name for p in sides["after"].iterdir() if p.name != ".complete"})
     print(f"{len(names)} outputs compared under {scratch}: {len(differ)} differ, {len(missing)} on one side only")
     for name in differ + missing:
         print(f"  differs: {name}")
-    return 1 if differ or missing else 0
+    wrong = [line for engine in ENGINES
+             for line in html_agrees_with_budget(tree_for(args.after, scratch), sides["after"], engine)]
+    print(f"HTML reports with a deploy file: {len(wrong)} model sections disagree with `kvdoctor budget`")
+    for line in wrong:
+        print(f"  {line}")
+    return 1 if differ or missing or wrong else 0
 
 
 if __name__ == "__main__":

@@ -3,20 +3,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import msgspec
 
+from kvdoctor.catalog.codes import CODE_RE
 from kvdoctor.errors import InputError
 
 if TYPE_CHECKING:
+    from kvdoctor.model import Finding
     from kvdoctor.catalog.schema import Entry
 
-CODE_RE = re.compile(r"^[A-Z]{2,5}[0-9]{3}$")
-NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_ENTRY_BYTES = 256 * 1024
 # Beside the built-in entries: each one's (name, severity, fix summaries), what a finding carries, so
 # that a check with findings parses no YAML. Written by `make briefs`; a test holds it to the entries.
@@ -24,23 +23,6 @@ BRIEFS_NAME = "briefs.json"
 # And each one's Description, what the SARIF, JUnit and HTML reports say of a rule, so that they too
 # parse no YAML and import no pydantic (350 entries through both took 0.35 s of a SARIF report).
 DESCRIPTIONS_NAME = "descriptions.json"
-
-# A reference is public: an engine source link pinned to a release tag or a commit, an issue or pull
-# request as owner/repo#N, or one of kvdoctor's own docs. Free text may follow the first word.
-PINNED_URL_RE = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(?:blob|tree)/(?:v?\d[\w.+-]*|[0-9a-f]{7,40})/\S+$")
-THREAD_RE = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")
-DOCS_RE = re.compile(r"^docs/[\w./-]+\.md(?:#[\w-]+)?$")
-
-
-def reference_problem(reference: str) -> str | None:
-    """Why `reference` is not a public reference, or None when it is one."""
-    head = reference.split()[0] if reference.strip() else ""
-    if PINNED_URL_RE.match(head) or THREAD_RE.match(head) or DOCS_RE.match(head):
-        return None
-    if head.startswith("https://github.com/"):
-        return f"{head}: a source link must be pinned to a release tag or a commit, not a branch"
-    return (f"{reference!r} is not a public reference: use a pinned source URL, owner/repo#N or docs/...")
-
 
 def default_catalog_dir() -> Path:
     """The built-in catalog: shipped in the package, or `rules/` at the root of a checkout."""
@@ -126,6 +108,19 @@ class Catalog:
                 return None
             self._loaded[code] = load_entry(path)
         return self._loaded[code]
+
+    def complete(self, finding: Finding, severity_overrides: Mapping[str, str] | None = None) -> Finding:
+        """Attach the entry's name, severity and fixes to a finding a rule produced (a --severity
+        override, then the rule's own severity, beat the entry's)."""
+        brief = self.brief(finding.code)
+        if brief is None:
+            raise RuntimeError(f"rule emitted {finding.code}, which has no catalog entry")
+        name, severity, fixes = brief
+        finding.name = name
+        finding.severity = (severity_overrides or {}).get(finding.code) or finding.severity or severity
+        if not finding.fixes:
+            finding.fixes = fixes
+        return finding
 
     def brief(self, code: str) -> tuple[str, str, list[str]] | None:
         """(name, severity, fix summaries): what a finding carries. A built-in entry not yet parsed

@@ -6,12 +6,13 @@ nothing never imports pydantic.
 from __future__ import annotations
 
 import re
-from typing import Literal, Optional
+from typing import Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kvdoctor.catalog import CODE_RE, NAME_RE, reference_problem
+from kvdoctor.catalog.codes import CODE_RE, NAME_RE, reference_problem
+from kvdoctor.model import Severity
 
 SITE_RE = re.compile(r"^[\w./-]+\.py:\d+ @ [\w.+-]+$")
 
@@ -100,7 +101,7 @@ class Fix(_Strict):
 class Entry(_Strict):
     code: str
     name: str
-    severity: Literal["error", "warning", "info"]
+    severity: Severity
     summary: str
     engines: list[EngineRange] = Field(min_length=1)
     error: Optional[EngineErrorFact] = None

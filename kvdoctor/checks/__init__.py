@@ -40,7 +40,7 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.sglang_layout",
     "kvdoctor.checks.sglang_pools",
     "kvdoctor.checks.sglang_swa_memory",
-    "kvdoctor.limits",
+    "kvdoctor.checks.lim",
     "kvdoctor.checks.budget",
 )
 

@@ -203,11 +203,11 @@ def run(ctx: Context) -> Iterable[Finding]:
     if settings is None:
         return []
     from kvdoctor.engines.budget.run import plan_engine
-    from kvdoctor.engines import profile
+    from kvdoctor.engines import budget_engines, profile
     from kvdoctor.errors import InputError
 
     out: list[Finding] = []
-    for engine in settings.engines:
+    for engine in settings.engines or budget_engines():
         try:  # the layers as this engine sizes them; `kvdoctor budget` says why an engine cannot
             facts = profile(engine).budget_facts(ctx.spec)
         except InputError:

@@ -257,7 +257,7 @@ def explain(code: str = typer.Argument(..., help="A rule code, e.g. SWA001."),
     render_entry(entry)
 
 
-from kvdoctor.pipeline.budget import budget_command  # noqa: E402  (light: typer only)
+from kvdoctor.cli.budget import budget_command  # noqa: E402  (light: typer only)
 
 app.command("budget")(budget_command)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from kvdoctor.cli.check import CheckRequest
-from kvdoctor.cli.types import PLAIN_INT_RANGES
+from kvdoctor.limits import PLAIN_INT_RANGES
 
 FLAG, VALUE, VALUES = "flag", "value", "values"
 # What a value may be for the fast reading: any text, a strict.Name (printable, not blank), a plain

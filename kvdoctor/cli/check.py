@@ -10,7 +10,7 @@ import os
 import sys
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import msgspec
 
@@ -152,12 +152,13 @@ def run_check(req: CheckRequest) -> int:
     extra = {"dry_run": req.dry_run, "trust_remote_code": req.trust_remote_code,
              "dry_run_timeout": req.dry_run_timeout, "dry_run_budget": req.dry_run_budget,
              "engine_python": req.engine_python}
+    budget = _budget_inputs(req, settings.deploy)
     chosen = expand_targets(targets)
     if part is not None:
         chosen = [target for target in chosen if in_shard(model_identity(target, settings.root), part)]
     work = [(target, Options(catalog=rules, engine=settings.engine, deploy=settings.deploy, static=req.static,
                              selection=_selection(settings, target), severity_overrides=settings.severity,
-                             extra=extra))
+                             extra=extra, budget=budget))
             for target in chosen]
     from kvdoctor import progress
 
@@ -178,7 +179,7 @@ def run_check(req: CheckRequest) -> int:
     by_selection = {opts.selection: opts for _, opts in work}
     codes = {selection: checked_codes(opts) for selection, opts in by_selection.items()}
     report = Report(results, rules, settings.root, settings.fail_on, deploy_path=settings.deploy.path,
-                    checked=[codes[opts.selection] for _, opts in work], kv_budget=req.kv_budget,
+                    checked=[codes[opts.selection] for _, opts in work],
                     json_parts=rendered.get("json"), rich_parts=rendered.get("rich"))
     apply_baselines(report, req.baseline, req.write_baseline)
     emit(report, req.output_format, req.output_file, req.statistics,
@@ -192,18 +193,28 @@ def run_check(req: CheckRequest) -> int:
     return exit_code(results, settings.fail_on, req.exit_zero or req.write_baseline is not None)
 
 
+def _budget_inputs(req: CheckRequest, deploy: Any) -> Any:
+    """What the HTML report sizes each model's KV budget for: the deploy file's `budget:` section under
+    --kv-budget, as `kvdoctor budget` reads them; None when there is no HTML report or no memory to size."""
+    if not (req.html_output or req.output_format == "html"):
+        return None
+    from kvdoctor.pipeline.budget import budget_inputs
+
+    inputs = budget_inputs(deploy, kv_budget=req.kv_budget)
+    return inputs if inputs.kv_budget is not None or inputs.gpu_memory is not None else None
+
+
 def _part_renderers(req: CheckRequest, root: Path, console) -> dict[str, Callable[[Result, Options], str]]:
     """What each worker renders of its own results, by format: the entries of the JSON report and, where
     the workers are forked from this process and so share its console, the terminal report's panels.
     Nothing where a baseline will change the results after the check."""
-    from kvdoctor.report import result_part
     from kvdoctor.fleet.runner import FORKS
 
     if req.baseline is not None:
         return {}
     renderers: dict[str, Callable[[Result, Options], str]] = {}
     if req.json_output is not None or (req.output_format == "json" and not req.statistics):
-        renderers["json"] = partial(result_part, root)
+        renderers["json"] = partial(json_part, root)
     if console is not None and FORKS:
         from rich.panel import Panel
 
@@ -213,6 +224,13 @@ def _part_renderers(req: CheckRequest, root: Path, console) -> dict[str, Callabl
             console.print(Panel("", title="kvdoctor"))
         renderers["rich"] = lambda result, opts: panel_text(console, result)
     return renderers
+
+
+def json_part(root: Path, result: Result, opts: Options) -> str:
+    from kvdoctor.pipeline.check import checked_codes
+    from kvdoctor.report import result_part
+
+    return result_part(root, result, checked_codes(opts))
 
 
 def _parts(renderers: dict[str, Callable[[Result, Options], str]], result: Result, opts: Options) -> dict[str, str]:

@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -28,7 +28,6 @@ CONFIG_NAMES = ("kvdoctor.toml", "pyproject.toml")
 MAX_CONFIG_BYTES = 1024 * 1024
 DEFAULT_ENGINE = "hf"
 DEFAULT_FAIL_ON = "error"
-Severity = Literal["error", "warning", "info"]
 COMMAND_LINE = "command line"
 DEFAULT = "default"
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvdoctor.cli.settings import Severity
+from kvdoctor.model import Severity
 from kvdoctor.load.strict import Name
 
 

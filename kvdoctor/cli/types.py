@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Ranges of the integer types that a plain decimal spelling may bypass pydantic for; strict.py
-# builds the same types from them, so the two cannot drift.
-PLAIN_INT_RANGES = {"Jobs": (1, 1024)}
+from kvdoctor.limits import PLAIN_INT_RANGES
 
 
 def strict_type(type_name: str, kind: type = str, metavar: str | None = None):

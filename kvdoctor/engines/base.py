@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from kvdoctor.engines.budget.common import Budget
     from kvdoctor.engines.budget.facts import ModelFacts
     from kvdoctor.engines.budget.settings import BudgetSettings
-    from kvdoctor.engines.deploy import Deploy
     from kvdoctor.model import ModelSpec, Source
 
 STAGES = ("load", "startup", "prefill", "decode")
@@ -109,7 +108,7 @@ class DryRunner(ABC):
     """Runs the engine's own code on a weightless copy of the model, in a child process."""
 
     @abstractmethod
-    def run(self, spec: ModelSpec, deploy: Deploy, plan: Plan[object], options: Mapping[str, Any]) -> object:
+    def run(self, spec: ModelSpec, settings: BaseModel, plan: Plan[object], options: Mapping[str, Any]) -> object:
         """What the engine did (an observation record for the dry-run rule and the report)."""
 
 

@@ -74,7 +74,7 @@ def load_deploy(path: str | None) -> Deploy:
 
 def deploy_from(data: dict[str, Any], path: str | None = None, lines: dict[str, int] | None = None) -> Deploy:
     """Validate a deploy mapping (already parsed): the top level, then each profile's section."""
-    from kvdoctor.engines import PROFILES, profile_class, section_name
+    from kvdoctor.engines import PROFILES, budget_engines, profile_class, section_name
 
     lines = dict(lines or {})
     aliases: dict[str, str] = {}
@@ -85,7 +85,7 @@ def deploy_from(data: dict[str, Any], path: str | None = None, lines: dict[str, 
     top = {k: v for k, v in data.items() if k not in sections}
     where_dir = str(Path(path).parent) if path else None
     try:
-        deploy = Deploy.model_validate(top)
+        deploy = Deploy.model_validate(top, context={"budget_engines": budget_engines()})
         found: dict[str, BaseModel] = {}
         for key, value in data.items():
             if key in sections:

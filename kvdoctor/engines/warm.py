@@ -188,7 +188,7 @@ def _register_close() -> None:
     # hooks, a spawned one (multiprocessing) its finalizers.
     from multiprocessing import util
 
-    from kvdoctor.fleet.runner import at_worker_exit
+    from kvdoctor.worker_exit import at_worker_exit
 
     at_worker_exit(close_all)
     util.Finalize(None, close_all, exitpriority=10)

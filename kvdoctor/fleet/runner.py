@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kvdoctor.pipeline.check import Options, check_target
+from kvdoctor import worker_exit
 from kvdoctor.model import Result
 
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
@@ -174,13 +175,6 @@ def batches(targets: int, workers: int) -> list[range]:
 
 
 FORKS = sys.platform == "linux"  # elsewhere fork is unsafe (macOS) or missing (Windows): workers are spawned
-_AT_EXIT: list[Callable[[], None]] = []
-
-
-def at_worker_exit(close: Callable[[], None]) -> None:
-    """Have this process call `close` when it ends as a forked -j worker: it leaves through os._exit,
-    where atexit does not run (a worker's warm dry-run children are closed so)."""
-    _AT_EXIT.append(close)
 
 Done = Callable[[range, list[Outcome]], None]
 
@@ -457,7 +451,7 @@ def _serve(queue: int, answers: int, others: list[int], work: list[tuple[str, Op
     """A forked helper's life: take a batch from the queue, say so, answer with its outcomes, until the
     queue ends; then its exit hooks, and it never returns into the parent's code."""
     code = 0
-    _AT_EXIT.clear()  # the parent's are not this helper's
+    worker_exit.forget_parents_hooks()
     try:
         import pickle
 
@@ -476,8 +470,7 @@ def _serve(queue: int, answers: int, others: list[int], work: list[tuple[str, Op
         code = 1
     finally:
         try:
-            for close in _AT_EXIT:
-                close()
+            worker_exit.run_hooks()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Union
 from pydantic import AfterValidator, AllowInfNan, Field, Strict, TypeAdapter, ValidationError
 
 from kvdoctor.errors import InputError
-from kvdoctor.cli.types import PLAIN_INT_RANGES
+from kvdoctor.limits import PLAIN_INT_RANGES
 
 # --- the basic kinds ---------------------------------------------------------------------------------
 

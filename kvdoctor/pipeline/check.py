@@ -16,7 +16,8 @@ from kvdoctor.checks.cfg_semantics import guess_guard
 from kvdoctor.checks.context import Context
 from kvdoctor.engines import check_profile
 from kvdoctor.errors import InputError
-from kvdoctor.limits import PROBE_BUDGET_BYTES, ProbeOverBudget, probes_fit
+from kvdoctor.checks.lim import ProbeOverBudget, probes_fit
+from kvdoctor.limits import PROBE_BUDGET_BYTES
 from kvdoctor.load.loader import load_model
 from kvdoctor.model import SEVERITIES, Finding, ModelSpec, Result
 from kvdoctor.engines.nodeploy import NoDeployFile
@@ -38,19 +39,7 @@ class Options(msgspec.Struct):
     static: bool = False
     severity_overrides: dict[str, str] = msgspec.field(default_factory=dict)
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-def finalize(finding: Finding, opts: Options) -> Finding:
-    """Attach the catalog's name, severity and fixes to a finding a rule produced."""
-    brief = opts.catalog.brief(finding.code)
-    if brief is None:
-        raise RuntimeError(f"rule emitted {finding.code}, which has no catalog entry")
-    name, severity, fixes = brief
-    finding.name = name
-    finding.severity = opts.severity_overrides.get(finding.code) or finding.severity or severity
-    if not finding.fixes:
-        finding.fixes = fixes
-    return finding
+    budget: Any = None  # a BudgetSettings: also size the model's KV budget per engine (the HTML report shows it)
 
 
 def layer_rows(spec: ModelSpec, plan: Plan[object]) -> list[dict[str, Any]]:
@@ -127,13 +116,14 @@ def check_target(target: str, opts: Options) -> Result:
         observations, findings = run_probes(profile, wanted, spec, plan, opts.deploy, settings, name)
         runner = profile.dry_run()
         if opts.extra.get(DRY_RUN) and runner is not None and any(DRY_RUN in c.rule.needs for c in checks):
-            observations[DRY_RUN] = runner.run(spec, opts.deploy, plan, opts.extra)
+            observations[DRY_RUN] = runner.run(spec, settings, plan, opts.extra)
         ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, settings=settings,
                       observations=observations, options=opts.extra)
         for check in checks:
             progress(f"{name}: {check.module.rpartition('.')[2]} rules" + ("" if check.rule.static else " (probes)"))
             findings.extend(check.run(ctx))
-        findings = [guess_guard(finalize(f, opts), spec) for f in findings if opts.selection.enabled(f.code)]
+        findings = [guess_guard(opts.catalog.complete(f, opts.severity_overrides), spec)
+                    for f in findings if opts.selection.enabled(f.code)]
     except InputError as exc:
         return Result(target=target, model_type=None, engine=opts.engine, engine_versions={}, layers=[],
                       findings=[], error=str(exc))
@@ -145,5 +135,19 @@ def check_target(target: str, opts: Options) -> Result:
             "files": len(spec.checkpoint.files), "tensors": len(spec.checkpoint.tensors),
             "bytes": spec.checkpoint.total_bytes}}
     info.update(profile.report(plan, observations))
+    budget, budget_error = _budget(spec, opts)
     return Result(target=target, model_type=spec.model_type, engine=plan.engine, engine_versions=dict(plan.versions),
-                  layers=layer_rows(spec, plan), findings=findings, model_dir=spec.model_dir, info=info)
+                  layers=layer_rows(spec, plan), findings=findings, model_dir=spec.model_dir, info=info,
+                  budget=budget, budget_error=budget_error)
+
+
+def _budget(spec: ModelSpec, opts: Options) -> tuple[dict[str, Any] | None, str | None]:
+    """The budget document `kvdoctor budget` gives for this model and deploy file, when asked for."""
+    if opts.budget is None:
+        return None, None
+    from kvdoctor.pipeline.budget import budget_document
+
+    try:
+        return budget_document(spec, opts.deploy, opts.budget), None
+    except InputError as exc:
+        return None, str(exc)

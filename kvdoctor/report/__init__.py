@@ -16,7 +16,6 @@ from kvdoctor.model import SEVERITIES, Finding, Result
 
 if TYPE_CHECKING:
     from kvdoctor.catalog import Catalog
-    from kvdoctor.pipeline.check import Options
 
 TEXT_FORMATS = {
     "concise": "kvdoctor.report.concise:render",
@@ -43,7 +42,6 @@ class Report(msgspec.Struct):
     deploy_path: str | None = None
     baseline: str | None = None  # the baseline file, when one was applied
     suppressed: int = 0  # findings the baseline hid
-    kv_budget: str | None = None  # --kv-budget: the HTML report shows the tokens that fit
     # Each result's entry of the JSON document (result_part) and its panel of the terminal report
     # (rich_report.panel_text), rendered by the worker that checked it; None when not rendered, or when
     # the results changed after the check (a baseline).
@@ -164,12 +162,10 @@ def _document(results: list[Result], entries: list[Any], report: Report | None) 
 PART_INDENT = "\n    "  # an entry of "results" sits two levels deep in the document, two spaces a level
 
 
-def result_part(root: Path, result: Result, opts: Options) -> str:
+def result_part(root: Path, result: Result, checked: list[str]) -> str:
     """A result's entry, as render_json writes it inside the document: a -j worker renders its own
     results, so the parent only joins them."""
-    from kvdoctor.pipeline.check import checked_codes
-
-    return indented(result_entry(result, root, checked_codes(opts))).replace("\n", PART_INDENT)
+    return indented(result_entry(result, root, checked)).replace("\n", PART_INDENT)
 
 
 def render_json(report: Report) -> str:

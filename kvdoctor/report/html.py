@@ -410,28 +410,14 @@ def _most(values: Any) -> int:
 
 # ---- the page ------------------------------------------------------------------------------------
 
-def _budget(report: Report, result: Result) -> tuple[dict[str, Any] | None, str | None]:
-    """The budget document for this model (kvdoctor budget's own builder), when --kv-budget was given."""
-    if not report.kv_budget or result.model_dir is None:
-        return None, None
-    from kvdoctor.pipeline.budget import build_document
-    from kvdoctor.errors import InputError
-
-    try:
-        return build_document(result.target, kv_budget=report.kv_budget), None
-    except InputError as exc:
-        return None, str(exc)
-
-
 def model_section(report: Report, result: Result) -> str:
     title = f'<h2>{_e(result.target)}</h2>'
     if result.error:
         return f'<section class="model" data-target="{_e(result.target)}">{title}' \
                f'<p class="error-box">cannot check: {_e(result.error)}</p></section>'
-    budget, budget_error = _budget(report, result)
     findings = "".join(_finding(report, result, f) for f in result.findings) or '<p class="note">no findings</p>'
     return (f'<section class="model" data-target="{_e(result.target)}">{title}{_badges(result)}{_summary(result)}'
-            f"<h3>Layer map</h3>{layer_map(result)}{state_table(result)}{memory(result, budget, budget_error)}"
+            f"<h3>Layer map</h3>{layer_map(result)}{state_table(result)}{memory(result, result.budget, result.budget_error)}"
             f"{dry_run(result)}<h3>Findings</h3>{findings}</section>")
 
 

@@ -17,18 +17,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from kvdoctor.load.strict import Size, Tokens, parse_size
 
 __all__ = ["BudgetSettings", "parse_size"]
-
-
-def budget_engines() -> list[str]:
-    from kvdoctor.engines import budget_engines as registered
-
-    return registered()
 
 
 class _Section(BaseModel):
@@ -39,13 +33,15 @@ class BudgetSettings(_Section):
     kv_budget: Optional[Size] = Field(None, description="memory left for KV after weights, e.g. 40GiB")
     gpu_memory: Optional[Size] = Field(None, description="GPU size, e.g. 141GiB: KV memory is estimated")
     context: Optional[Tokens] = None
-    engines: list[str] = Field(default_factory=lambda: budget_engines())
+    # None: every engine with a budget model. The names a file may give come from the registry, in the
+    # validation context (kvdoctor.engines.deploy passes them), so this module needs no registry.
+    engines: Optional[list[str]] = None
 
     @field_validator("engines")
     @classmethod
-    def _known(cls, value: list[str]) -> list[str]:
-        known = budget_engines()
-        for name in value:
+    def _known(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        known: list[str] = (info.context or {}).get("budget_engines") or []
+        for name in value if known and value else ():
             if name not in known:
                 quoted = [repr(k) for k in known]
                 raise PydanticCustomError("literal_error", f"Input should be {', '.join(quoted[:-1])} or {quoted[-1]}")

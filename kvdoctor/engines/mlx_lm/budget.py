@@ -22,7 +22,7 @@ from kvdoctor.engines.pins import PINS
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.settings import BudgetSettings
-    from kvdoctor.engines.mlx_lm.profile import MlxLmSettings
+    from kvdoctor.engines.mlx_lm.settings import MlxLmSettings
 
 VERSION = PINS["mlx-lm"]
 STEP = 256  # KVCache / RotatingKVCache / QuantizedKVCache growth step

@@ -6,8 +6,6 @@ python/sglang/srt/.
 """
 from __future__ import annotations
 
-from kvdoctor.engines.sglang.budget import EXTRA_BUFFER_ARCHS, HYBRID_SWA_ARCHS  # noqa: F401  (one copy of each list)
-
 TAG = "v0.5.23"
 BLOB = f"https://github.com/sgl-project/sglang/blob/{TAG}/python/sglang/srt"
 
@@ -16,6 +14,31 @@ def ref(path_line: str) -> str:
     """`configs/model_config.py#L2651` -> a pinned URL."""
     return f"{BLOB}/{path_line}"
 
+
+# arg_groups/overrides.py:403 `_MAMBA_EXTRA_BUFFER_ARCHS`: with the radix cache on, the overlap
+# scheduler (or a page size > 1) and the triton linear-attention backend (the CUDA default),
+# `--mamba-radix-cache-strategy auto` resolves to `extra_buffer` for these; on other archs to
+# `no_buffer`, which also turns the overlap scheduler off (overrides.py:477-486).
+EXTRA_BUFFER_ARCHS = frozenset({
+    "KimiLinearForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3NextForCausalLM", "Qwen4ExpForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
+    "MiniCPMV4_7ForConditionalGeneration", "BailingMoeV2_5ForCausalLM", "BailingMoeV3ForCausalLM",
+    "BailingMoeV3VLForConditionalGeneration", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM",
+    "Glm5NextForConditionalGeneration", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "NemotronH_Omni_Reasoning_V3", "KimiK3ForConditionalGeneration", "InklingForConditionalGeneration",
+    "InklingForConditionalGenerationMTP",
+})
+# configs/model_config.py:2651 `is_hybrid_swa_model`: architectures that get separate SWA pools.
+HYBRID_SWA_ARCHS = frozenset({
+    "BeamForCausalLM", "Llama4ForConditionalGeneration", "DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN",
+    "DeepseekV4ForCausalLMDSpark", "GptOssForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM",
+    "IQuestQ1ForCausalLM", "IQuestQ1MTP", "MiMoV2FlashForCausalLM", "MiMoV2MTP", "Step3p5ForCausalLM",
+    "Step3p5MTP", "Step3p7ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+    "EmbeddingGemma2Model", "Gemma4UnifiedForConditionalGeneration", "DiffusionGemmaForBlockDiffusion",
+    "LagunaForCausalLM", "MellumForCausalLM", "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration",
+    "InklingForConditionalGeneration", "InklingForConditionalGenerationMTP", "UnlimitedOCRForCausalLM",
+})
 
 # configs/model_config.py:88 SWA_SINK_ARCHS: their SWA / full layer ids come from `layer_types`.
 LAYER_TYPES_SPLIT_ARCHS = frozenset({

@@ -21,42 +21,19 @@ from kvdoctor.engines.budget.common import Budget, EngineRefusal, GiB, MiB
 from kvdoctor.engines.budget.facts import Layer, ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.sglang.archs import EXTRA_BUFFER_ARCHS, HYBRID_SWA_ARCHS
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.settings import BudgetSettings
-    from kvdoctor.engines.sglang.profile import SglangSettings
+    from kvdoctor.engines.sglang.settings import SglangSettings
 
 VERSION = PINS["sglang"]
 MAMBA_SLOTS_PER_REQUEST = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO with the radix cache on
 # With the `extra_buffer` Mamba radix-cache strategy each request also holds ping-pong tracking slots:
 # 2 with the overlap scheduler, 1 without (mem_cache/allocation_sizing.py:11 get_mamba_tracking_slots).
 EXTRA_BUFFER_SLOTS = {True: 2, False: 1}
-# arg_groups/overrides.py:403 `_MAMBA_EXTRA_BUFFER_ARCHS`: with the radix cache on, the overlap
-# scheduler (or a page size > 1) and the triton linear-attention backend (the CUDA default),
-# `--mamba-radix-cache-strategy auto` resolves to `extra_buffer` for these; on other archs to
-# `no_buffer`, which also turns the overlap scheduler off (overrides.py:477-486).
-EXTRA_BUFFER_ARCHS = frozenset({
-    "KimiLinearForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-    "Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3NextForCausalLM", "Qwen4ExpForConditionalGeneration",
-    "InternS2PreviewForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
-    "MiniCPMV4_7ForConditionalGeneration", "BailingMoeV2_5ForCausalLM", "BailingMoeV3ForCausalLM",
-    "BailingMoeV3VLForConditionalGeneration", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM",
-    "Glm5NextForConditionalGeneration", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
-    "NemotronH_Omni_Reasoning_V3", "KimiK3ForConditionalGeneration", "InklingForConditionalGeneration",
-    "InklingForConditionalGenerationMTP",
-})
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL default
 FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")
-# configs/model_config.py:2651 `is_hybrid_swa_model`: architectures that get separate SWA pools.
-HYBRID_SWA_ARCHS = frozenset({
-    "BeamForCausalLM", "Llama4ForConditionalGeneration", "DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN",
-    "DeepseekV4ForCausalLMDSpark", "GptOssForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM",
-    "IQuestQ1ForCausalLM", "IQuestQ1MTP", "MiMoV2FlashForCausalLM", "MiMoV2MTP", "Step3p5ForCausalLM",
-    "Step3p5MTP", "Step3p7ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-    "EmbeddingGemma2Model", "Gemma4UnifiedForConditionalGeneration", "DiffusionGemmaForBlockDiffusion",
-    "LagunaForCausalLM", "MellumForCausalLM", "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration",
-    "InklingForConditionalGeneration", "InklingForConditionalGenerationMTP", "UnlimitedOCRForCausalLM",
-})
 # Model classes whose get_attention_sliding_window_size reports sliding_window - 1 (models/*.py);
 # SGLang's SWA floor and request cap use that value.
 WINDOW_MINUS_ONE = frozenset({"GptOssForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",

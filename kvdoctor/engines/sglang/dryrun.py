@@ -88,11 +88,10 @@ class SglangDryRunner(DryRunner):
     """`--dry-run` for `--engine sglang`: the child's result with the estimate made before it ran, or
     `{"unavailable": True}` without an SGLang Python (the rule reports ENG050 then)."""
 
-    def run(self, spec: ModelSpec, deploy: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
+    def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
         python = find_python(options.get("engine_python"))
         if python is None:
             return {"unavailable": True}
-        settings = deploy.settings("sglang")
         cost = estimate(spec, plan)
         result = launch(spec, server_args(settings), settings.kv_budget or DEFAULT_BUDGET, python,
                         timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT,

@@ -10,17 +10,15 @@ budget (`kvdoctor.engines.sglang.budget`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import msgspec
 from msgspec.structs import replace
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel
 
-from kvdoctor.load.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
-                              SglangSwaRatio, TensorParallel, Tokens)
-from kvdoctor.engines.deploy import Section
 from kvdoctor.engines.base import Cost, DryRunner, EngineProfile, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
@@ -29,7 +27,6 @@ if TYPE_CHECKING:
     from kvdoctor.engines.budget.facts import ModelFacts
     from kvdoctor.engines.budget.settings import BudgetSettings
     from kvdoctor.engines.sglang.layout import SglangCudaFacts
-    from kvdoctor.engines.sglang.settings import Settings as CudaSettings
     from kvdoctor.engines.sglang.kda.dims import Geometry, LayerDims
     from kvdoctor.engines.sglang.kda.recipe import Recipe
     from kvdoctor.engines.sglang.kda.latent import Latent
@@ -39,73 +36,6 @@ if TYPE_CHECKING:
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 REPLAYSSM_BACKENDS = ("triton", "helion")
 # MLA keeps its compressed latent for the whole context: a full cache, as the report's legend reads it.
-KDA_RECIPE_DEFAULT = "sglang-" + PINS["sglang"]
-
-
-class SglangSettings(Section):
-    """sglang on CUDA (server defaults): the KDA / ReplaySSM state caches and the memory pools."""
-
-    tp_size: Optional[TensorParallel] = Field(None, description="--tp-size; None: sglang's 1 for the budget, "
-                                                                    "and the KDA checks try 1, 2, 4 and 8")
-    enable_linear_replayssm: Bool = False
-    linear_replayssm_cache_len: SglangReplayCacheLen = Field(16, description="--linear-replayssm-cache-len")
-    linear_attn_decode_backend: Literal["triton", "helion", "flashinfer", "cutedsl"] = "triton"
-    max_mamba_cache_size: Optional[NonNegative] = None
-    mamba_ssm_dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(
-        None, description="--mamba-ssm-dtype; None: the config's (GDN models), else float32")
-    kda_recipe: Name = Field(KDA_RECIPE_DEFAULT, description="a built-in recipe name or a recipe YAML path")
-    page_size: Positive = Field(1, description="whatever the attention backend resolves to")
-    swa_full_tokens_ratio: SglangSwaRatio = 0.8
-    disable_hybrid_swa_memory: Bool = False
-    kv_cache_dtype: Name = "auto"
-    mamba_full_memory_ratio: PositiveFloat = 0.9
-    radix_cache: Bool = True
-    max_running_requests: Optional[Positive] = None
-    max_total_tokens: Optional[Positive] = None
-    chunked_prefill_size: Tokens = 8192
-    # The CUDA pool plan's knobs (kvdoctor.engines.sglang.layout), named as ServerArgs names them.
-    context_length: Optional[Tokens] = Field(None, description="--context-length; None: the config's derived one")
-    attention_backend: Optional[Name] = None
-    disable_overlap_schedule: Bool = False
-    speculative_algorithm: Optional[Name] = None
-    speculative_num_draft_tokens: Optional[Positive] = None
-    kv_budget: Optional[Union[Positive, Name]] = Field(
-        None, description="the KV memory SGLang gets after profiling (e.g. 40GiB): sizes info.sglang.budget")
-
-    @field_validator("kv_budget")
-    @classmethod
-    def _kv_bytes(cls, value: int | str | None) -> int | None:
-        from kvdoctor.engines.sglang.settings import parse_bytes
-
-        return None if value is None else parse_bytes(value)
-
-    @field_validator("kda_recipe")
-    @classmethod
-    def _relative_to_deploy_file(cls, value: str, info: ValidationInfo) -> str:
-        """A recipe path in a deploy file is relative to that file's directory."""
-        base = (info.context or {}).get("deploy_dir")
-        is_path = "/" in value or value.endswith((".yaml", ".yml"))
-        if base is not None and is_path and not Path(value).is_absolute():
-            return str(Path(base) / value)
-        return value
-
-    def cuda(self) -> CudaSettings:
-        """The keys the CUDA pool plan reads (`radix_cache` is ServerArgs' `disable_radix_cache`, negated)."""
-        from kvdoctor.engines.sglang.settings import Settings as CudaSettings
-
-        fields = set(CudaSettings.model_fields) - {"disable_radix_cache"}
-        values = {k: v for k, v in self.model_dump().items() if k in fields}
-        try:
-            return CudaSettings(**values, disable_radix_cache=not self.radix_cache)
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(part) for part in error["loc"])
-            raise InputError(f"setting 'sglang.{where}': {error['msg']} (got {error.get('input')!r})") from None
-
-    @property
-    def ssm_dtype(self) -> str:
-        """The KDA state dtype: sglang keeps KDA state in float32 unless --mamba-ssm-dtype says otherwise."""
-        return self.mamba_ssm_dtype or "float32"
 
 
 class KdaPlan(msgspec.Struct, frozen=True):

@@ -7,9 +7,16 @@ gets after profiling (e.g. `40GiB`); `budget` reads the same section.
 from __future__ import annotations
 
 import re
-from typing import Literal, Optional
+from pathlib import Path
+from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from kvdoctor.engines.deploy import Section
+from kvdoctor.engines.pins import PINS
+from kvdoctor.errors import InputError
+from kvdoctor.load.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
+                                  SglangSwaRatio, TensorParallel, Tokens)
 
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16", "mxfp8", "nvfp4", "fp4_mx_block16")
 SSM_DTYPES = ("float32", "bfloat16", "float16")
@@ -57,3 +64,69 @@ class Settings(BaseModel):
     @property
     def tp(self) -> int:
         return self.tp_size or 1
+
+
+# The profile's deploy section, with kvdoctor's strict types; `cuda()` gives the CUDA plan's `Settings`.
+KDA_RECIPE_DEFAULT = "sglang-" + PINS["sglang"]
+
+
+class SglangSettings(Section):
+    """sglang on CUDA (server defaults): the KDA / ReplaySSM state caches and the memory pools."""
+
+    tp_size: Optional[TensorParallel] = Field(None, description="--tp-size; None: sglang's 1 for the budget, "
+                                                                    "and the KDA checks try 1, 2, 4 and 8")
+    enable_linear_replayssm: Bool = False
+    linear_replayssm_cache_len: SglangReplayCacheLen = Field(16, description="--linear-replayssm-cache-len")
+    linear_attn_decode_backend: Literal["triton", "helion", "flashinfer", "cutedsl"] = "triton"
+    max_mamba_cache_size: Optional[NonNegative] = None
+    mamba_ssm_dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(
+        None, description="--mamba-ssm-dtype; None: the config's (GDN models), else float32")
+    kda_recipe: Name = Field(KDA_RECIPE_DEFAULT, description="a built-in recipe name or a recipe YAML path")
+    page_size: Positive = Field(1, description="whatever the attention backend resolves to")
+    swa_full_tokens_ratio: SglangSwaRatio = 0.8
+    disable_hybrid_swa_memory: Bool = False
+    kv_cache_dtype: Name = "auto"
+    mamba_full_memory_ratio: PositiveFloat = 0.9
+    radix_cache: Bool = True
+    max_running_requests: Optional[Positive] = None
+    max_total_tokens: Optional[Positive] = None
+    chunked_prefill_size: Tokens = 8192
+    # The CUDA pool plan's knobs (kvdoctor.engines.sglang.layout), named as ServerArgs names them.
+    context_length: Optional[Tokens] = Field(None, description="--context-length; None: the config's derived one")
+    attention_backend: Optional[Name] = None
+    disable_overlap_schedule: Bool = False
+    speculative_algorithm: Optional[Name] = None
+    speculative_num_draft_tokens: Optional[Positive] = None
+    kv_budget: Optional[Union[Positive, Name]] = Field(
+        None, description="the KV memory SGLang gets after profiling (e.g. 40GiB): sizes info.sglang.budget")
+
+    @field_validator("kv_budget")
+    @classmethod
+    def _kv_bytes(cls, value: int | str | None) -> int | None:
+        return None if value is None else parse_bytes(value)
+
+    @field_validator("kda_recipe")
+    @classmethod
+    def _relative_to_deploy_file(cls, value: str, info: ValidationInfo) -> str:
+        """A recipe path in a deploy file is relative to that file's directory."""
+        base = (info.context or {}).get("deploy_dir")
+        is_path = "/" in value or value.endswith((".yaml", ".yml"))
+        if base is not None and is_path and not Path(value).is_absolute():
+            return str(Path(base) / value)
+        return value
+
+    def cuda(self) -> Settings:
+        """The keys the CUDA pool plan reads (`radix_cache` is ServerArgs' `disable_radix_cache`, negated)."""
+        fields = set(Settings.model_fields) - {"disable_radix_cache"}
+        values = {k: v for k, v in self.model_dump().items() if k in fields}
+        try:
+            return Settings(**values, disable_radix_cache=not self.radix_cache)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            raise InputError(f"setting 'sglang.{where}': {error['msg']} (got {error.get('input')!r})") from None
+
+    @property
+    def ssm_dtype(self) -> str:
+        """The KDA state dtype: sglang keeps KDA state in float32 unless --mamba-ssm-dtype says otherwise."""
+        return self.mamba_ssm_dtype or "float32"

@@ -18,7 +18,7 @@ from msgspec.structs import replace
 from pydantic import BaseModel, Field
 
 from kvdoctor.load.strict import Bool, NonNegative, Positive, Tokens
-from kvdoctor.engines.deploy import Deploy, Section
+from kvdoctor.engines.deploy import Section
 from kvdoctor.engines.base import Cost, DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.load.loader import layer_tensor
@@ -643,10 +643,10 @@ def _itemsize(dtype: str) -> int:
 
 
 class SglangMlxDryRun(DryRunner):
-    def run(self, spec: ModelSpec, deploy: Deploy, plan: Plan[object], options: Mapping[str, Any]) -> object:
+    def run(self, spec: ModelSpec, settings: BaseModel, plan: Plan[object], options: Mapping[str, Any]) -> object:
         from kvdoctor.engines.sglang_mlx.dryrun import observe
 
-        return observe(spec, deploy.settings(SglangMlxProfile.name), options)
+        return observe(spec, settings, options)
 
 
 # ---- the profile ---------------------------------------------------------------------------------

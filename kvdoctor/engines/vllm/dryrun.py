@@ -63,8 +63,7 @@ class VllmDryRunner(DryRunner):
     """`--dry-run` for `--engine vllm`: the child's result, or `{"unavailable": True}` without a vLLM
     Python (the rule reports ENG050 then)."""
 
-    def run(self, spec: ModelSpec, deploy: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
-        settings = deploy.settings("vllm")
+    def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
         assert isinstance(settings, VllmSettings)
         if settings.trust_remote_code and registry.needs_remote_code(spec.raw_config):
             return {"unavailable": True, "why": "the config's class is the checkpoint's own code (auto_map), "
@@ -107,7 +106,7 @@ def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog) 
 
 
 def triage_code(catalog, error_class: str, message: str) -> str | None:
-    from kvdoctor.pipeline.triage import Matcher
+    from kvdoctor.catalog.matcher import Matcher
 
     matches = [entry for entry, _, _ in Matcher(catalog).spans(message)
                if entry.error is not None and entry.error.class_ == error_class

@@ -26,7 +26,7 @@ def predicted_refusal(plan: Plan[object] | None) -> Refusal | None:
 def triage_code(error_class: str, message: str, engine: str, catalog: Any = None) -> str | None:
     """The catalog code whose error pattern for this engine matches this exception, if any."""
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.pipeline.triage import Matcher
+    from kvdoctor.catalog.matcher import Matcher
 
     matches = [entry for entry, _, _ in Matcher(catalog or builtin_catalog()).spans(message)
                if entry.error is not None and entry.error.class_ == error_class and any(e.name == engine for e in entry.engines)]

@@ -148,13 +148,13 @@ def write_checkpoint(model_dir: Path, tensors: Layout, shards: int = 1) -> list[
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m kvdoctor.synth CONFIG_DIR OUT_DIR [SHARDS]`: copy a config and write its sparse checkpoint."""
+    """`python -m kvdoctor.load.synth CONFIG_DIR OUT_DIR [SHARDS]`: copy a config and write its sparse checkpoint."""
     import shutil
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (2, 3):
-        raise SystemExit("usage: python -m kvdoctor.synth CONFIG_DIR OUT_DIR [SHARDS]")
+        raise SystemExit("usage: python -m kvdoctor.load.synth CONFIG_DIR OUT_DIR [SHARDS]")
     src, dst = Path(args[0]), Path(args[1])
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copy(src / "config.json", dst / "config.json")

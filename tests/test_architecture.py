@@ -1,0 +1,120 @@
+"""The package's shape, read from its own imports (lazy and TYPE_CHECKING ones included): folders that
+follow the flow, each importing only its own layer or those below it, and no import cycle.
+
+    cli -> fleet -> pipeline -> report -> checks -> engines -> catalog -> load -> the top-level modules
+
+docs/architecture.md draws the same picture.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "kvdoctor"
+# Highest first; the top-level modules (model, limits, errors, ...) are the ground floor.
+LAYERS = ("cli", "fleet", "pipeline", "report", "checks", "engines", "catalog", "load")
+GROUND = "top"
+MAX_TOP_MODULES = 10
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(name: str) -> set[str]:
+    """The kvdoctor modules `name` imports anywhere in its body: a submodule where one is named, else
+    the package or module the names come from."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            if base.split(".")[0] == "kvdoctor":
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "kvdoctor")
+    return found & set(MODULES)
+
+
+GRAPH = {name: imports(name) for name in MODULES}
+
+
+def layer(name: str) -> str:
+    """The folder right under kvdoctor/ a module lives in; `__main__` runs the command line."""
+    parts = name.split(".")
+    if parts[1:] == ["__main__"]:
+        return "cli"
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else GROUND
+
+
+def rank(name: str) -> int:
+    return len(LAYERS) if layer(name) == GROUND else LAYERS.index(layer(name))
+
+
+def cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(GRAPH[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(GRAPH):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def test_the_reader_sees_real_imports():
+    """The graph is read right: known edges of the pipeline are in it (so the other tests can fail)."""
+    assert "kvdoctor.engines" in GRAPH["kvdoctor.pipeline.check"]
+    assert "kvdoctor.load.loader" in GRAPH["kvdoctor.pipeline.check"]
+    assert "kvdoctor.engines.deploy" in GRAPH["kvdoctor.checks.context"]  # a TYPE_CHECKING import
+    assert len(MODULES) > 100
+
+
+def test_no_import_cycle():
+    assert cycles() == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    upward = sorted(f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets if rank(b) < rank(a))
+    assert upward == []
+
+
+@pytest.mark.parametrize("folder", LAYERS)
+def test_each_layer_is_a_folder(folder):
+    assert (PACKAGE / folder / "__init__.py").is_file()
+
+
+def test_few_modules_at_the_top():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(top) <= MAX_TOP_MODULES, top
