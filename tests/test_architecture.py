@@ -118,3 +118,17 @@ def test_each_layer_is_a_folder(folder):
 def test_few_modules_at_the_top():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
     assert len(top) <= MAX_TOP_MODULES, top
+
+
+def names_used(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} | \
+        {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
+def test_engines_produce_data_not_findings():
+    """Engines return plans, observations and budgets; the rules under checks/ make the findings."""
+    assert "Finding" in names_used(PACKAGE / "checks" / "vllm.py")  # the reader sees a rule's findings
+    builders = sorted(name for name, path in MODULES.items()
+                      if layer(name) == "engines" and "Finding" in names_used(path))
+    assert builders == []

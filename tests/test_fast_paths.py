@@ -163,9 +163,9 @@ def test_static_check_builds_no_pydantic_model_without_a_deploy_file(tmp_path, e
     d = make_model(tmp_path, "kimi-linear", shards=2, edit=lambda c: c.update(auto_map={"AutoModel": "m.M"}))
     (tmp_path / "deploy.yaml").write_text("context_length: 4096\n")
     run = probe(["check", str(d), "--static", "--format", "json", *extra],
-                ("pydantic", "rich", "numpy", "yaml", "typer", *SIZING), cwd=tmp_path)
+                ("pydantic", "rich", "numpy", "yaml", *SIZING), cwd=tmp_path)
     assert "CFG010" in run.stdout  # a finding was reported, its catalog entry read without pydantic or YAML
-    assert run.loaded == loaded  # nor any engine's budget model, nor typer (argv.py read the line)
+    assert run.loaded == loaded  # nor any engine's budget model
 
 
 @pytest.mark.parametrize("output_format", ["sarif", "junit", "gitlab", "github"])
@@ -409,14 +409,13 @@ def test_the_collector_runs_only_once_the_commands_modules_are_loaded(tmp_path, 
 
 
 def test_a_healthy_models_static_check_loads_no_hash_traceback_or_copy_module(tmp_path):
-    """hashlib (OpenSSL), traceback and copy are loaded only where used: for a finding's fingerprint,
-    a crashed check and building a transformers class; typing_extensions (and with it inspect) not
-    at all, as msgspec is imported without it (cli._import_msgspec)."""
+    """hashlib (OpenSSL) is loaded only where used: for a finding's fingerprint (traceback, copy,
+    inspect and typing_extensions come with typer, which reads every command line)."""
     from helpers import make_model
     from import_probe import probe
 
     d = make_model(tmp_path, "llama-3.1-8b", shards=2)
-    watched = ("hashlib", "traceback", "copy", "typing_extensions", "inspect")
+    watched = ("hashlib",)
     run = probe(["check", str(d), "--static", "--format", "json"], watched, cwd=tmp_path)
     assert json.loads(run.stdout)["results"][0]["findings"] == []
     assert run.loaded == set()
@@ -466,24 +465,6 @@ def _decoded(header: bytes) -> str:
         return repr(checkpoint._HEADER.decode(header))
     except msgspec.ValidationError as exc:
         return f"ValidationError: {exc}"
-
-
-def test_headers_decode_alike_with_msgspec_imported_without_typing_extensions():
-    """The CLI imports msgspec with typing_extensions marked unimportable, so msgspec reads the
-    header types with typing's get_type_hints: every entry and every refusal is the same as with
-    typing_extensions' (this process imported msgspec as usual)."""
-    import subprocess
-    import sys
-
-    assert "typing_extensions" in sys.modules  # this process: msgspec as a library user gets it
-    script = ("import sys, json; from kvdoctor.cli.main import _import_msgspec; _import_msgspec()\n"
-              "assert 'typing_extensions' not in sys.modules\n"
-              "from test_fast_paths import HEADERS, _decoded\n"
-              "print(json.dumps([_decoded(h) for h in HEADERS]))")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).parent, check=True)
-    assert json.loads(proc.stdout) == [_decoded(h) for h in HEADERS]
-    assert sum(text.startswith("ValidationError") for text in json.loads(proc.stdout)) == len(HEADERS) - 1
 
 
 def test_a_tensor_in_two_shards_and_one_mapped_elsewhere_are_named_with_their_files(tmp_path):

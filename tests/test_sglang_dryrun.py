@@ -12,6 +12,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from kvdoctor.engines import child
+from kvdoctor.checks import dryrun_sglang
+from kvdoctor.catalog.matcher import code_for
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.engines import profile
 from kvdoctor.engines.sglang.settings import SglangSettings
@@ -20,7 +23,7 @@ from kvdoctor.load.loader import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS, REAL = ROOT / "fixtures" / "models", ROOT / "fixtures" / "configs" / "real"
-PYTHON = dryrun.find_python()
+PYTHON = child.find_python(None, dryrun.ENV_PYTHON, "sglang")
 needs_sglang = pytest.mark.skipif(PYTHON is None, reason="no Python with SGLang 0.5.23 (goldens/.venv/sglang "
                                                          "absent; set KVDOCTOR_SGLANG_PYTHON)")
 
@@ -40,7 +43,7 @@ def dry(spec, **settings):
 
 
 def codes(spec, plan, result) -> list[str]:
-    return [f.code for f in dryrun.findings(spec, plan, result, builtin_catalog())]
+    return [f.code for f in dryrun_sglang.findings(spec, plan, result, builtin_catalog())]
 
 
 def test_server_args_carry_only_what_is_set():
@@ -53,7 +56,7 @@ def test_server_args_carry_only_what_is_set():
 
 def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeypatch):
     monkeypatch.delenv(dryrun.ENV_PYTHON, raising=False)
-    monkeypatch.setattr(dryrun, "REPO", tmp_path)  # no goldens/.venv/sglang there
+    monkeypatch.setattr(child, "REPO", tmp_path)  # no goldens/.venv/sglang there
     spec = spec_of(MODELS / "openai__gpt-oss-20b")
     seen = dryrun.SglangDryRunner().run(spec, SglangSettings(),
                                         profile("sglang").plan(spec, SglangSettings()),
@@ -106,7 +109,7 @@ def test_gpt_oss_starts_as_planned_and_its_sliding_layer_reads_its_window(gpt_os
     # the deploy runs fa3 (which translates), so that is recorded, not reported
     assert released["after_swa_release"] and released["error"]["class"] == "IndexError"
     assert "torch_native_backend.py" in released["error"]["raised_at_sglang"]
-    assert result["server_args"]["attention_backend"] == "fa3" and dryrun.torch_native_reads(spec, result) == []
+    assert result["server_args"]["attention_backend"] == "fa3" and dryrun_sglang.torch_native_reads(spec, result) == []
     assert dryrun.disagreements(plan, result) == []
     assert codes(spec, plan, result) == []
 
@@ -117,7 +120,7 @@ def test_a_plan_for_another_window_is_stale(gpt_oss):
     spec, plan, result = gpt_oss
     layers = tuple(msgspec.structs.replace(l, engine_window=256) if l.engine_window == 128 else l for l in plan.layers)
     stale = msgspec.structs.replace(plan, layers=layers)
-    found = dryrun.findings(spec, stale, result, builtin_catalog())
+    found = dryrun_sglang.findings(spec, stale, result, builtin_catalog())
     assert [f.code for f in found] == ["SGL050"]
     assert "layer 0 attention (TorchNativeAttnBackend): reads a window of 128 keys" in found[0].message
     swapped = msgspec.structs.replace(plan, facts=msgspec.structs.replace(
@@ -146,10 +149,10 @@ def test_a_predicted_refusal_is_confirmed_without_a_second_finding():
     outcome = result["outcome"]
     assert not outcome["start"] and outcome["class"] == "ValueError" and outcome["step"] == "server_args"
     assert (outcome["class"], outcome["message"]) == (plan.refusals[0].error_class, plan.refusals[0].message)
-    assert dryrun.triage_code(builtin_catalog(), outcome["class"], outcome["message"]) == "SGL001"
+    assert code_for(builtin_catalog(), "sglang", outcome["class"], outcome["message"]) == "SGL001"
     assert codes(spec, plan, result) == []  # the refusal rule reports SGL001 from the plan
     started = profile("sglang").plan(spec, SglangSettings())  # a plan that expects a start: stale
-    found = dryrun.findings(spec, started, result, builtin_catalog())
+    found = dryrun_sglang.findings(spec, started, result, builtin_catalog())
     assert [f.code for f in found] == ["SGL001", "SGL050"]  # the engine's error as observed, and the stale plan
     assert found[0].engine_error["message"] == outcome["message"] and found[0].engine_error["stage"] == "startup"
 
@@ -171,7 +174,7 @@ def test_a_plan_that_disagrees_with_sglangs_start_up_is_reported_as_stale(mimo):
     assert result["outcome"] == {"start": True}
     assert "SGL050" not in codes(spec, plan, result)
     fp8 = profile("sglang").plan(spec, SglangSettings(attention_backend="torch_native", kv_cache_dtype="fp8_e4m3"))
-    found = {f.code: f for f in dryrun.findings(spec, fp8, result, builtin_catalog())}
+    found = {f.code: f for f in dryrun_sglang.findings(spec, fp8, result, builtin_catalog())}
     assert found["SGL050"].severity is None  # the catalog's (warning), filled in by the pipeline
     differences = found["SGL050"].evidence["differences"]
     assert "KV dtype: plan float8_e4m3fn, SGLang bfloat16" in differences  # fp8 buffers are stored as uint8
@@ -185,7 +188,7 @@ def test_torch_native_reads_the_swa_buffer_at_full_pool_slots(mimo):
     assert result["server_args"]["attention_backend"] == "torch_native"
     aligned = next(r for r in result["window_reads"] if r["window_left"] >= 0 and not r["after_swa_release"])
     assert (aligned["keys_read_max"], aligned["off_window_count"]) == (129, 0)  # the mask itself is right
-    found = [f for f in dryrun.findings(spec, plan, result, builtin_catalog()) if f.code == "SGL051"]
+    found = [f for f in dryrun_sglang.findings(spec, plan, result, builtin_catalog()) if f.code == "SGL051"]
     assert len(found) == 1 and found[0].layer == aligned["layer"]
     assert found[0].engine_error["class"] == "IndexError" and "full-pool slot numbers" in found[0].message
 

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from helpers import masked
+from kvdoctor.engines import child
 from kvdoctor.engines import profile, warm
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang import dryrun
 from kvdoctor.load.loader import load_model
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
-PYTHON = dryrun.find_python()
+PYTHON = child.find_python(None, dryrun.ENV_PYTHON, "sglang")
 pytestmark = [pytest.mark.skipif(PYTHON is None, reason="no Python with SGLang 0.5.23"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm child forks (Linux only)")]
 TIMING = {"seconds", "seconds_in_sglang", "stderr_tail"}

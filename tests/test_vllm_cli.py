@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run
+
 from kvdoctor.engines.budget.facts import facts_from_spec
 from kvdoctor.engines.budget.run import plan_engine
 from kvdoctor.catalog import builtin_catalog
@@ -121,10 +122,11 @@ def test_budget_reads_the_same_section():
 
 
 def test_dry_run_without_a_vllm_python_is_one_eng050_and_the_static_checks_still_run(tmp_path, monkeypatch):
+    from kvdoctor.engines import child
     from kvdoctor.engines.vllm import dryrun
 
     monkeypatch.delenv(dryrun.ENV_PYTHON, raising=False)
-    monkeypatch.setattr(dryrun, "REPO", tmp_path)  # no goldens/.venv/vllm there
+    monkeypatch.setattr(child, "REPO", tmp_path)  # no goldens/.venv/vllm there
     deploy = deploy_from({"vllm": {"max_model_len": 262144}})
     result = check_target(str(MODELS / "meta-llama__Llama-3.1-8B"),
                           Options(catalog=builtin_catalog(), engine="vllm", deploy=deploy,

@@ -1,7 +1,7 @@
 """Each VLM catalog entry the vLLM profile produces: a fixture makes it fire, a healthy one keeps it quiet.
 
 Refusals come from the profile's plan (their texts are checked against vLLM's own in
-test_vllm_profile.py); silent differences from kvdoctor.engines.vllm.differences.
+test_vllm_profile.py); silent differences from kvdoctor.checks.vllm_differences.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.engines.vllm.differences import differences
+from kvdoctor.checks.vllm_differences import differences
 from kvdoctor.engines.vllm.profile import VllmProfile, facts_json, plan
 from kvdoctor.engines.vllm.refusals import CODES
 from kvdoctor.engines.vllm.settings import VllmSettings

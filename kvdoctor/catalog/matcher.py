@@ -51,6 +51,15 @@ class Matcher:
                 if not any(b[1] <= a[1] and a[2] <= b[2] and b[2] - b[1] > a[2] - a[1] for b in spans)]
 
 
+def code_for(catalog: Catalog, engine: str, error_class: str, message: str) -> str | None:
+    """The catalog code whose error, as this engine raises it, is this exception (its class, and a
+    pattern matching its message); the lowest code when several are."""
+    matches = [entry for entry, _, _ in Matcher(catalog).spans(message)
+               if entry.error is not None and entry.error.class_ == error_class
+               and any(e.name == engine for e in entry.engines)]
+    return min(matches, key=lambda e: e.code).code if matches else None
+
+
 def quotes_statement(entry: Entry) -> bool:
     """An entry for a bare `assert` or `raise X()` quotes the statement: it is named from the frame
     that raised it (file and line, or the statement under that file), never from text alone."""

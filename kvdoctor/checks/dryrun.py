@@ -63,24 +63,24 @@ def _foreseen(ctx: Context) -> frozenset[tuple[str, str, str]]:
 
 def _vllm(ctx: Context) -> list[Finding]:
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.engines.vllm import dryrun
+    from kvdoctor.checks import dryrun_vllm
 
     result = ctx.observations.get(DRY_RUN)
     if not isinstance(result, dict):
         return []
     if result.get("unavailable"):
-        return [dryrun.unavailable(ctx.spec, result.get("why"))]
-    return dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
+        return [dryrun_vllm.unavailable(ctx.spec, result.get("why"))]
+    return dryrun_vllm.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
 
 
 def _sglang(ctx: Context) -> list[Finding]:
     from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.engines.sglang import dryrun as sglang_dryrun
+    from kvdoctor.checks import dryrun_sglang
 
     result = ctx.observations.get(DRY_RUN)
     if not isinstance(result, dict):
         return []
     if result.get("unavailable"):
-        return [sglang_dryrun.unavailable(ctx.spec)]
-    return sglang_dryrun.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(),
+        return [dryrun_sglang.unavailable(ctx.spec)]
+    return dryrun_sglang.findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(),
                                   ctx.deploy)

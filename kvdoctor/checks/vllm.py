@@ -1,7 +1,7 @@
 """VLM020-VLM024: where vLLM silently does something other than what config.json means (windows it
 drops or applies differently, HMA off reserving full length, a window applied to every layer, MTP
 modules without a cache), and where the static profile does not model the layers at all (VLM024).
-The logic is kvdoctor.engines.vllm.differences; this module only wires it."""
+The logic is kvdoctor.checks.vllm_differences; this module only wires it."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -14,7 +14,7 @@ RULE = Rule(codes=("VLM020", "VLM021", "VLM022", "VLM023", "VLM024"), engines=("
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    from kvdoctor.engines.vllm.differences import differences
+    from kvdoctor.checks.vllm_differences import differences
 
     unmodeled = getattr(ctx.plan.facts, "unmodeled", None)
     if unmodeled:

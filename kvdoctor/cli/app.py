@@ -1,8 +1,7 @@
 """The typer application: `kvdoctor check | merge | config | triage | rules | explain | budget`.
 
 Each command only parses its options and hands over to a module; heavy imports (torch, mlx) happen
-only inside the checks that need them. `cli.main` is the entry point; a plain `check` command line
-skips this module (argv.py).
+only inside the checks that need them. `cli.main` is the entry point.
 """
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ import typer
 from typer._click import exceptions as click_exc  # typer 0.28 carries its own copy of click
 
 from kvdoctor import __version__
+from kvdoctor.cli import collector
 from kvdoctor.cli.check import (RUN, CheckRequest, apply_baselines, check_format, emit, resolve_settings,
                                     run_catalog, run_check)
 from kvdoctor.errors import InputError
@@ -61,7 +61,8 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+def _root(ctx: typer.Context,
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit."),
           debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
           catalog: Optional[List[str]] = typer.Option(None, "--catalog", click_type=PATH,
@@ -70,6 +71,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """kvdoctor."""
     RUN["debug"] = debug
     RUN["catalog_dirs"] = tuple(catalog or ())
+    if ctx.invoked_subcommand != "check":  # `check` turns the collector back on once its own modules load
+        collector.resume()
 
 
 @app.command()

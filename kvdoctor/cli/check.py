@@ -1,8 +1,8 @@
 """What `kvdoctor check` does once its options are read, and the pieces other commands share.
 
-Nothing here imports typer: the command line of a plain check is read by `argv.py` without it, and
-every other command line by typer (`commands.py`); both hand a `CheckRequest` to `run_check`. Errors
-of the request are InputErrors: one line and exit 2, as the entry point prints them.
+typer reads the command line (app.py) and hands a `CheckRequest` to `run_check`, which a test or a
+benchmark may also build directly. Errors of the request are InputErrors: one line and exit 2, as the
+entry point prints them.
 """
 from __future__ import annotations
 

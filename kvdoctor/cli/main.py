@@ -1,13 +1,9 @@
 """The entry point: `kvdoctor ARGS`.
 
-A plain `check` command line (what a fleet, a CI gate or a pre-deploy hook runs) is read by argv.py
-and run without importing typer, whose import and command tree cost about what a static check of a
-large checkpoint does; every other command line, and any `check` line argv.py does not read with
-certainty, goes to the typer application (commands.py). Input errors exit 2 with one line, never a
-traceback.
+Every command line goes to the typer application (app.py). Input errors exit 2 with one line, never
+a traceback.
 
-The modules load after the collector is paused (collector.py), and msgspec without typing_extensions
-(`_import_msgspec`), so they are imported inside main.
+The modules load after the collector is paused (collector.py), so they are imported inside main.
 """
 from __future__ import annotations
 
@@ -54,7 +50,6 @@ def _nothing_left_at_exit() -> bool:
 
 def main() -> None:
     collector.pause()
-    _import_msgspec()
     from kvdoctor.cli.check import RUN, echo
     from kvdoctor.errors import InputError
 
@@ -84,32 +79,6 @@ def main() -> None:
 
 
 def _run(args: list[str]) -> int:
-    from kvdoctor.cli.argv import read_check
-    from kvdoctor.cli.check import RUN, run_check
+    from kvdoctor.cli.app import run
 
-    line = read_check(args)
-    if line is None:
-        from kvdoctor.cli.app import run
-
-        collector.resume()  # typer's command tree is loaded
-        return run(args)
-    RUN.update(line.root)
-    return run_check(line.request)
-
-
-def _import_msgspec() -> None:
-    """Import msgspec, where nothing has loaded it yet, without typing_extensions.
-
-    When it can, msgspec takes `get_type_hints` from typing_extensions, whose import loads `inspect`
-    (with ast, dis and tokenize): 31 M of the 231 M instructions a static check of a 7B model's
-    layout ran. msgspec falls back to typing's own function when typing_extensions cannot be
-    imported, and for kvdoctor's records, which use no typing_extensions construct, both give the
-    same hints. So typing_extensions is marked unimportable for this one import; whatever imports it
-    later (pydantic for a deploy file, torch) loads it as usual."""
-    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
-        return
-    sys.modules["typing_extensions"] = None  # type: ignore[assignment]  # None: "cannot be imported"
-    try:
-        import msgspec  # noqa: F401
-    finally:
-        del sys.modules["typing_extensions"]
+    return run(args)

@@ -21,6 +21,14 @@ STDERR_TAIL = 2000
 WARM_RSS_BOUND = 2 << 30  # a warm child (its requests run in forks) that grew past this after one retires
 
 
+def find_python(explicit: str | None, env_var: str, venv: str) -> Path | None:
+    """The engine's Python: --engine-python, else $ENV_VAR, else this checkout's goldens/.venv/VENV."""
+    for candidate in (explicit, os.environ.get(env_var), REPO / "goldens" / ".venv" / venv / "bin" / "python"):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    return None
+
+
 def _limit_memory() -> None:
     import resource
 

@@ -7,40 +7,29 @@ model's config.json (no weights; the model's own directory is never written). No
 reads the layer count and head geometry to decide pools and maps, the pools are built at a few hundred
 token rows, and no weight is ever allocated.
 
-Its outcome becomes findings: a start-up exception the plan did not predict under the catalog code whose
-SGLang pattern matches it (ENG051 when none does); SGL050 where the static plan and SGLang's own answer
-disagree (start-up outcome, hybrid-SWA decision, SWA / full layer ids, runner window, pool classes, each
-layer's pool and buffer index, buffer and state shapes and dtypes, pool tokens and max running requests
-at the deploy's `kv_budget`, the keys a layer's attention reads); ENG050 without an SGLang Python.
+Its outcome is an observation, held against the plan here (`disagreements`: start-up outcome, hybrid-SWA
+decision, SWA / full layer ids, runner window, pool classes, each layer's pool and buffer index, buffer
+and state shapes and dtypes, pool tokens and max running requests at the deploy's `kv_budget`, the keys a
+layer's attention reads); kvdoctor.checks.dryrun_sglang turns it into findings.
 """
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 from kvdoctor.engines.base import DryRunner, Plan
-from kvdoctor.engines.child import STUBS, run_child
+from kvdoctor.engines.child import STUBS, find_python, run_child
 from kvdoctor.engines.pins import PINS
-from kvdoctor.model import Finding, ModelSpec
+from kvdoctor.model import ModelSpec
 
 CHILD = Path(__file__).resolve().parent / "startup.py"
-REPO = Path(__file__).resolve().parents[3]
 ENV_PYTHON = "KVDOCTOR_SGLANG_PYTHON"
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_BUDGET = 40 << 30  # sizing needs a number; the deploy's kv_budget when given (and only then compared)
 IMPORT_SECONDS, IMPORT_BYTES = 15.0, 600 << 20  # SGLang + torch import on one core, measured (docs/sglang.md)
 MAX_LISTED = 6
-
-
-def find_python(explicit: str | None = None) -> Path | None:
-    """--engine-python, else $KVDOCTOR_SGLANG_PYTHON, else the oracle venv of this checkout."""
-    for candidate in (explicit, os.environ.get(ENV_PYTHON), REPO / "goldens" / ".venv" / "sglang" / "bin" / "python"):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
 
 
 def server_args(settings: Any) -> dict[str, Any]:
@@ -89,7 +78,7 @@ class SglangDryRunner(DryRunner):
     `{"unavailable": True}` without an SGLang Python (the rule reports ENG050 then)."""
 
     def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
-        python = find_python(options.get("engine_python"))
+        python = find_python(options.get("engine_python"), ENV_PYTHON, "sglang")
         if python is None:
             return {"unavailable": True}
         cost = estimate(spec, plan)
@@ -115,92 +104,12 @@ def record(plan: Plan[Any], result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# ---- findings ------------------------------------------------------------------------------------
-
-def unavailable(spec: ModelSpec) -> Finding:
-    return Finding.at("ENG050", f"dry run skipped: no Python with SGLang {PINS['sglang']} found (give "
-                      f"--engine-python, or set {ENV_PYTHON}); the static SGLang checks still ran",
-                      spec.key_source("model_type"))
-
-
-def triage_code(catalog: Any, error_class: str, message: str) -> str | None:
-    from kvdoctor.engines.sglang_mlx.dryrun.record import triage_code as triage
-
-    return triage(error_class, message, "sglang", catalog)
-
-
-def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: Any, deploy: Any = None
-             ) -> list[Finding]:
-    version = (result.get("versions") or {}).get("sglang", "?")
-    where = spec.key_source("model_type")
-    outcome = result.get("outcome")
-    if outcome is None:
-        why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
-        return [Finding.at("ENG051", f"dry run (sglang {version}): the child {why} before SGLang finished "
-                           f"start-up: {result.get('stderr_tail', '')[-300:]}", where,
-                           evidence={"seconds": result.get("seconds")})]
-    out: list[Finding] = []
-    if not outcome["start"] and not _sizing_at_default(outcome, result):
-        code = triage_code(catalog, outcome["class"], outcome["message"]) or "ENG051"
-        predicted = next(iter(_startup_refusals(plan)), None)
-        if predicted is None or predicted.code != code:
-            frame = outcome.get("raised_at_sglang") or outcome.get("raised_at")
-            out.append(Finding.at(code, f"dry run (sglang {version}): SGLang refused to start during "
-                                  f"{outcome['step']}: {outcome['class']}: {outcome['message']} (raised in {frame})",
-                                  where, engine_error={"class": outcome["class"], "message": outcome["message"],
-                                                       "stage": "startup", "frame": frame},
-                                  evidence={"step": outcome["step"]}))
-    out += torch_native_reads(spec, result, deploy.source("sglang.attention_backend") if deploy else None)
-    differences = disagreements(plan, result)
-    if differences:
-        listed = "; ".join(differences[:MAX_LISTED]) + (f"; ... ({len(differences)} in all)"
-                                                         if len(differences) > MAX_LISTED else "")
-        out.append(Finding.at("SGL050", f"the static SGLang plan and SGLang {version}'s own start-up disagree: "
-                              f"{listed}", where, evidence={"differences": differences}))
-    return out
-
-
-TORCH_NATIVE = "torch_native"
-TORCH_NATIVE_READS = ("https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/layers/attention/"
-                      "torch_native_backend.py#L140")
-
-
-def torch_native_reads(spec: ModelSpec, result: dict[str, Any], where: Any = None) -> list[Finding]:
-    """SGL051: the deploy runs TorchNativeAttnBackend and a sliding layer, once its SWA slots no longer
-    match its full-pool slots, read other keys than its window's (or failed) on SGLang's own pools."""
-    args = result.get("server_args") or {}
-    backends = {args.get(k) for k in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")}
-    if TORCH_NATIVE not in backends:
-        return []
-    out = []
-    for run in result.get("window_reads") or []:
-        if not run.get("after_swa_release") or not (run.get("error") or run.get("off_window_count")):
-            continue
-        if run.get("error"):
-            error = run["error"]
-            seen = f"raised {error['class']}: {error['message']} (in {error['raised_at_sglang']})"
-        else:
-            first = run["off_window"][0]
-            seen = (f"read other keys than its last {run['window_left'] + 1} for {run['off_window_count']} of "
-                    f"{run['queries']} queries (query {first['query']} read {first['count']} keys, "
-                    f"{first['first']}..{first['last']})")
-        out.append(Finding.at(
-            "SGL051", f"layer {run['layer']} (sliding, SWA pool): SGLang's torch_native attention backend, run on "
-                      f"SGLang's own pools after an earlier request's out-of-window SWA slots were released, {seen}: "
-                      "it reads the SWA buffer at full-pool slot numbers", where or spec.key_source("model_type"),
-            layer=run["layer"], engine_error=None if not run.get("error") else {
-                "class": run["error"]["class"], "message": run["error"]["message"], "stage": "prefill"},
-            evidence={"read": run, "source": TORCH_NATIVE_READS}))
-        break
-    return out
-
-
-def _startup_refusals(plan: Plan[Any]) -> list[Any]:
+def startup_refusals(plan: Plan[Any]) -> list[Any]:
     """The refusals the child can meet: the CUDA plan's own (the KDA ReplaySSM flags are not passed)."""
     return [r for r in plan.refusals if r.code.startswith("SGL") and not r.latent and r.stage == "startup"]
 
 
-def _sizing_at_default(outcome: dict[str, Any], result: dict[str, Any]) -> bool:
+def sizing_at_default(outcome: dict[str, Any], result: dict[str, Any]) -> bool:
     """A sizing refusal at kvdoctor's own default budget says nothing about the deploy."""
     return outcome.get("step") == "sizing" and not result.get("budget_from_deploy")
 
@@ -212,8 +121,8 @@ def _ids(value: Any) -> list[int] | None:
 def disagreements(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
     """What the static plan got wrong, by SGLang's own answer; empty when they agree."""
     outcome = result["outcome"]
-    predicted = _startup_refusals(plan)
-    if _sizing_at_default(outcome, result):
+    predicted = startup_refusals(plan)
+    if sizing_at_default(outcome, result):
         outcome = {"start": True}
     if outcome["start"] == bool(predicted):
         said = "start" if not predicted else f"{predicted[0].error_class}: {predicted[0].message[:120]}"

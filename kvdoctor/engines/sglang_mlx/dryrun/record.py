@@ -23,22 +23,15 @@ def predicted_refusal(plan: Plan[object] | None) -> Refusal | None:
     return plan.refusals[0] if plan is not None and plan.refusals else None
 
 
-def triage_code(error_class: str, message: str, engine: str, catalog: Any = None) -> str | None:
-    """The catalog code whose error pattern for this engine matches this exception, if any."""
-    from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.catalog.matcher import Matcher
-
-    matches = [entry for entry, _, _ in Matcher(catalog or builtin_catalog()).spans(message)
-               if entry.error is not None and entry.error.class_ == error_class and any(e.name == engine for e in entry.engines)]
-    return min(matches, key=lambda e: e.code).code if matches else None
-
-
 def error_code(error: dict[str, Any], plan: Plan[object] | None, engine: str, catalog: Any = None) -> str | None:
     """The code an engine error stands for: the catalog entry whose pattern matches it, else the plan's
     predicted refusal where the engine raised exactly that exception (same class, text and stage):
     a model class that cannot be built raises a text of its own, which no catalog pattern names in
     advance, and the plan read it off the same class."""
-    code = triage_code(error["class"], error["message"], engine, catalog)
+    from kvdoctor.catalog import builtin_catalog
+    from kvdoctor.catalog.matcher import code_for
+
+    code = code_for(catalog or builtin_catalog(), engine, error["class"], error["message"])
     predicted = predicted_refusal(plan)
     if code is None and predicted is not None and \
             (predicted.error_class, predicted.message, predicted.stage) == (error["class"], error["message"],

@@ -1,7 +1,8 @@
-"""Where vLLM 0.33.0 silently does something other than what the config means (findings, not refusals).
+"""VLM020-VLM023, the logic of kvdoctor.checks.vllm (imported when a vLLM check runs): where vLLM 0.33.0
+silently does something other than what the config means (findings, not refusals).
 
 The model's meaning is kvdoctor's `ModelSpec` (transformers semantics); what vLLM does is the profile's
-`Plan`. Both are read only; each function returns findings for the rule that wires this module in.
+`Plan`. Both are read only; each function returns findings for the rule.
 """
 from __future__ import annotations
 
