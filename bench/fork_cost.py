@@ -27,14 +27,11 @@ def prepared_work(fleet: str) -> tuple[list, object]:
     """The work list and renderer a `check FLEET --static --format json -j 2` run hands its workers,
     taken where run_check passes them to the runner, after the runner's warm-up imports."""
     sys.path.insert(0, ROOT)
-    from kvdoctor.cli import main as cli
     from kvdoctor.cli import collector
 
     collector.pause()
-    cli._import_msgspec()
     import kvdoctor.fleet.runner as runner
-    from kvdoctor.cli.argv import read_check
-    from kvdoctor.cli.check import run_check
+    from kvdoctor.cli.check import CheckRequest, run_check
 
     taken: dict = {}
 
@@ -43,8 +40,7 @@ def prepared_work(fleet: str) -> tuple[list, object]:
         return [], [], None
 
     runner.run_targets = take
-    line = read_check(["check", fleet, "--static", "--format", "json", "-q", "-o", os.devnull])
-    run_check(line.request)
+    run_check(CheckRequest(targets=[fleet], static=True, output_format="json", quiet=True, output_file=os.devnull))
     runner.warm_imports(taken["work"])
     collector.resume()  # freezes what is loaded, as the -j parent has by its fork
     return taken["work"], taken["render"]

@@ -16,13 +16,6 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "mlx": ("mlx", "mlx_lm"),
     "sglang": ("sglang", "mlx", "mlx_lm", "torch", "msgspec", "psutil"),
 }
-# engine -> (extra its probes need, what they build); the static path needs none.
-PROBE_EXTRAS: dict[str, tuple[str, str]] = {
-    "sglang-mlx": ("mlx", "its probes build MLX caches"),
-    "sglang": ("torch", "its probes build torch state caches"),
-}
-
-
 class MissingExtra(InputError):
     """Work that needs an optional dependency which is not installed."""
 
@@ -40,15 +33,6 @@ def require(extra: str, what: str, hint: str = "") -> None:
     missing = missing_modules(extra)
     if missing:
         raise MissingExtra(extra, what, missing, hint)
-
-
-def require_for_check(engine: str, static: bool, dry_run: bool) -> None:
-    """Raise MissingExtra when `kvdoctor check` with these options needs a package that is absent."""
-    if dry_run and engine == "sglang-mlx":  # the vLLM and SGLang-CUDA dry runs run in the engine's own Python
-        require("sglang", "--dry-run")
-    if not static and engine in PROBE_EXTRAS:
-        extra, what = PROBE_EXTRAS[engine]
-        require(extra, f"--engine {engine} ({what})", hint=", or pass --static")
 
 
 def extra_for_module(name: str | None) -> str | None:

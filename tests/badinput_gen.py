@@ -500,7 +500,6 @@ meaning: A rule from a user's own catalog.
 triggers: [something]
 fixes:
   - summary: Fix it.
-check: none yet
 """
 CATALOG_CASES: list[tuple[str, str, bytes | str]] = [
     ("not-yaml", "USR001.yaml", "code: [USR001\n"),

@@ -132,3 +132,30 @@ def test_engines_produce_data_not_findings():
     builders = sorted(name for name, path in MODULES.items()
                       if layer(name) == "engines" and "Finding" in names_used(path))
     assert builders == []
+
+
+def engine_name_comparisons(source: str) -> list[int]:
+    """Lines of `x == "vllm"`, `"hf" != y`, `engine in ("sglang", ...)`: a comparison with a profile's name."""
+    from kvdoctor.engines import PROFILES
+
+    def names(node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value} & set(PROFILES)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return set().union(*(names(e) for e in node.elts)) if node.elts else set()
+        return set()
+
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Compare) and any(names(side) for side in (node.left, *node.comparators))]
+
+
+def test_the_name_scan_sees_comparisons():
+    assert engine_name_comparisons('a == "vllm"\nb = "vllm"\nif "hf" != c: pass\nd in ("x", "sglang-mlx")') == [1, 3, 4]
+
+
+def test_only_the_engines_compare_engine_names():
+    """Outside engines/, what an engine does is asked of its profile (the registry and each profile's
+    declared capabilities decide), never read off its name."""
+    outside = [f"{name}:{line}" for name, path in MODULES.items() if layer(name) != "engines"
+               for line in engine_name_comparisons(path.read_text())]
+    assert outside == []

@@ -1,7 +1,6 @@
 """The catalog lints itself: every entry loads, codes are unique, patterns compile, checks exist."""
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from pathlib import Path
@@ -11,7 +10,7 @@ import yaml
 
 from kvdoctor.catalog import load_catalog, load_entry
 from kvdoctor.catalog.codes import CODE_RE
-from kvdoctor.checks import RULE_MODULES, all_checks
+from kvdoctor.checks import all_checks, rule_modules_by_code
 from kvdoctor.errors import InputError
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
@@ -35,11 +34,6 @@ def test_entry_is_complete(path):
         example = re.sub(r"\{[^}]*\}", "7", entry.error.message)
         assert pattern.search(example), "the triage pattern must match the engine's own message"
         assert "@" in entry.error.source and ":" in entry.error.source
-    if entry.implemented:
-        assert entry.check in RULE_MODULES, f"{entry.check} is not a registered rule module"
-        module = importlib.import_module(entry.check)
-        assert entry.code in module.RULE.codes, f"{entry.check} does not declare {entry.code} in its RULE"
-        assert callable(module.run)
 
 
 def test_every_declared_code_has_an_entry():
@@ -48,7 +42,6 @@ def test_every_declared_code_has_an_entry():
         for code in check.codes:
             entry = catalog.get(code)
             assert entry is not None, f"{check.module} emits {code}, which has no catalog entry"
-            assert entry.check == check.module
 
 
 def test_seed_entries_are_verbatim():
@@ -137,7 +130,7 @@ def test_prevented_by_names_catalog_codes():
     for entry in catalog.entries.values():
         for code in entry.prevented_by:
             assert catalog.get(code) is not None, f"{entry.code}: prevented_by {code} has no entry"
-            assert catalog[code].implemented, f"{entry.code}: {code} is not a check kvdoctor runs"
+            assert code in rule_modules_by_code(), f"{entry.code}: {code} is not a check kvdoctor runs"
 
 
 @pytest.mark.parametrize("reference", [

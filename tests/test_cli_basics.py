@@ -106,3 +106,17 @@ def test_rich_report_lists_state_caches_per_tp(tmp_path):
     for per_slot in ("2,957,312", "1,478,656", "739,328", "369,664"):
         assert per_slot in out
     assert "0-2, 4-6, 8-10" in out  # the 20 KDA layers share one row; MLA layers 3, 7, ... are not in it
+
+
+def test_the_check_request_has_the_check_commands_parameters_and_defaults():
+    """typer's `check` hands its parameters to CheckRequest by name; a request built directly (tests,
+    benchmarks) gets the command line's defaults."""
+    import typer.main
+
+    from kvdoctor.cli import app
+    from kvdoctor.cli.check import CheckRequest
+
+    params = typer.main.get_command(app.app).commands["check"].params
+    assert [p.name for p in params] == list(CheckRequest.__struct_fields__)
+    for param in params:
+        assert getattr(CheckRequest(), param.name) == (None if param.multiple or param.nargs == -1 else param.default), param.name

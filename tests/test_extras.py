@@ -8,13 +8,14 @@ import pytest
 
 from helpers import make_model, run
 from kvdoctor import extras
+from kvdoctor.engines import require_extras
 from kvdoctor.errors import InputError
 from kvdoctor.report.versions import engine_line
 
 
 def test_everything_needed_is_installed_in_the_dev_environment():
     for engine in ("hf", "sglang-mlx", "sglang"):
-        extras.require_for_check(engine, static=False, dry_run=engine == "sglang-mlx")
+        require_extras(engine, static=False, dry_run=engine == "sglang-mlx")
 
 
 @pytest.mark.parametrize("engine, static, dry_run, extra", [
@@ -22,7 +23,7 @@ def test_everything_needed_is_installed_in_the_dev_environment():
 def test_a_missing_module_names_its_extra(monkeypatch, engine, static, dry_run, extra):
     monkeypatch.setitem(extras.EXTRAS, extra, (*extras.EXTRAS[extra], "kvdoctor_no_such_module"))
     with pytest.raises(InputError) as caught:
-        extras.require_for_check(engine, static, dry_run)
+        require_extras(engine, static, dry_run)
     assert f"pip install 'kvdoctor[{extra}]'" in str(caught.value) and "kvdoctor_no_such_module" in str(caught.value)
 
 
@@ -30,8 +31,8 @@ def test_the_static_path_needs_no_extra(monkeypatch):
     for extra in list(extras.EXTRAS):
         monkeypatch.setitem(extras.EXTRAS, extra, ("kvdoctor_no_such_module",))
     for engine in ("hf", "sglang-mlx", "sglang"):
-        extras.require_for_check(engine, static=True, dry_run=False)
-    extras.require_for_check("hf", static=False, dry_run=False)
+        require_extras(engine, static=True, dry_run=False)
+    require_extras("hf", static=False, dry_run=False)
 
 
 def test_module_to_extra():

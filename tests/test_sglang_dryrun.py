@@ -62,7 +62,7 @@ def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeyp
                                         profile("sglang").plan(spec, SglangSettings()),
                                         {"engine_python": str(tmp_path / "missing-python")})
     assert seen == {"unavailable": True}
-    from kvdoctor.checks import dryrun as rule
+    from kvdoctor.checks import dryrun_sglang as rule
     from kvdoctor.checks.context import Context
     from kvdoctor.engines.deploy import Deploy
 

@@ -157,7 +157,7 @@ def test_a_match_inside_a_longer_match_yields_to_it(tmp_path):
             "code": code, "name": f"test-{code.lower()}", "severity": "error", "summary": "s",
             "engines": [{"name": "vllm", "versions": ">=0.1"}],
             "error": {"class": "ValueError", "message": message, "pattern": re.escape(message), "source": "x.py:1"},
-            "meaning": "m", "triggers": [], "fixes": [{"summary": "f"}], "check": "none yet"}))
+            "meaning": "m", "triggers": [], "fixes": [{"summary": "f"}]}))
     catalog = load_catalog(tmp_path)
     hits, _ = triage_lines(read_lines(io.BytesIO(b"ValueError: pool index map missing for the fused RoPE kernel\n"
                                                  b"ValueError: pool index map missing\n")), catalog)

@@ -28,8 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINES = ("hf", "vllm", "sglang", "sglang-mlx")
 EXTRA_FORMATS = ("concise", "json-lines", "github")  # the ones --*-output cannot write beside the main one
 DRY_RUN_MODELS = ("openai__gpt-oss-20b", "google__gemma-3-1b-it", "Qwen__Qwen2.5-7B-Instruct")
-# Modules the renovation moved, as a budget's `provenance.formula` names them.
-RENAMED = {"kvdoctor.engines.sglang_cuda.budget": "kvdoctor.engines.sglang.budget"}
+# Modules the renovation moved, as a budget's `provenance.formula` and the catalog's `check` name them.
+RENAMED = {"kvdoctor.engines.sglang_cuda.budget": "kvdoctor.engines.sglang.budget",
+           "check: kvdoctor.limits": "check: kvdoctor.checks.lim",
+           '"check": "kvdoctor.limits"': '"check": "kvdoctor.checks.lim"'}
+# The catalog's own commands, and triage of the project's own logs.
+CATALOG_COMMANDS = {"rules.json": ["rules", "--format", "json"], "rules.txt": ["rules", "--verbose"],
+                    **{f"explain-{code}.txt": ["explain", code] for code in ("SWA001", "ENG050", "VLM002", "MEM004")}}
 TIMING = re.compile(r'("(?:seconds|estimated_seconds|rss_bytes|rss)": )[0-9.]+|( in )[0-9.]+( s\b)')
 DEPLOY = "budget:\n  kv_budget: 40GiB\nvllm:\n  kv_cache_dtype: fp8\n  tp: 4\nsglang:\n  tp_size: 4\n"
 
@@ -71,6 +76,10 @@ def outputs(tree: Path, work: Path, out: Path) -> None:
         run(tree, work, [*base, "--deploy", "deploy.yaml", "--format", "json", "--html-output",
                          f"rel/deploy-{engine}.html"], out / f"{engine}.deploy.json")
         shutil.move(str(work / "rel" / f"deploy-{engine}.html"), out / f"deploy-{engine}.html")
+    for name, args in CATALOG_COMMANDS.items():
+        run(tree, work, args, out / name)
+    for log in sorted((ROOT / "tests" / "data" / "logs").glob("*.log")):
+        run(tree, work, ["triage", str(log), "--format", "json"], out / f"triage.{log.stem}.json")
     dry = [f"models/{m}" for m in DRY_RUN_MODELS if m in models]
     run(tree, work, ["check", *dry, "--engine", "sglang-mlx", "--dry-run", "-q", "--isolated", "--format", "json"],
         out / "sglang-mlx.dry-run.json")

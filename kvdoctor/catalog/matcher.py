@@ -6,8 +6,10 @@ names what an engine raised with it.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from kvdoctor.catalog import Catalog, Entry
+if TYPE_CHECKING:
+    from kvdoctor.catalog import Catalog, Entry
 
 
 class Matcher:

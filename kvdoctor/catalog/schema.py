@@ -111,7 +111,6 @@ class Entry(_Strict):
     prevention: list[str] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
-    check: str = Field(description="the module that implements the check, or 'none yet'")
     prevented_by: list[str] = Field(default_factory=list, description="codes of `kvdoctor check` findings "
                                     "that catch the cause of this error before deploy")
 
@@ -147,16 +146,6 @@ class Entry(_Strict):
         return values
 
     @property
-    def preventers(self) -> list[str]:
-        """The check codes that catch this before deploy: the entry itself when a check implements it."""
-        own = [self.code] if self.implemented else []
-        return own + [c for c in self.prevented_by if c != self.code]
-
-    @property
     def family(self) -> str:
         return self.code.rstrip("0123456789")
-
-    @property
-    def implemented(self) -> bool:
-        return self.check != "none yet"
 

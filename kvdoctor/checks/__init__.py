@@ -3,11 +3,12 @@
     RULE = Rule(codes=("SWA001", ...), engines=("sglang-mlx",), needs=("probe:mask_routing",))
     def run(ctx: Context) -> Iterable[Finding]: ...
 
-`codes` are the catalog entries it emits (each entry's `check:` names the module; the catalog test
-holds the two together), `engines` the profiles it applies to (None: every one), `needs` what the
-pipeline must provide before it runs: "probe:<name>" (a probe of the engine profile, built under the
-memory budget) or "dry_run". A rule with needs builds caches or runs kernels, so `--static` skips it.
-Rule modules import nothing heavy at module level; torch and mlx load inside the probes.
+`codes` are the catalog entries it emits (the catalog test holds each to its entry; an entry no rule
+declares is an error kvdoctor names in logs but does not check for yet), `engines` the profiles it
+applies to (None: every one), `needs` what the pipeline must provide before it runs: "probe:<name>"
+(a probe of the engine profile, built under the memory budget) or "dry_run". A rule with needs
+builds caches or runs kernels, so `--static` skips it. Rule modules import nothing heavy at module
+level; torch and mlx load inside the probes.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 import msgspec
 
 if TYPE_CHECKING:
+    from kvdoctor.catalog import Entry
     from kvdoctor.checks.context import Context
     from kvdoctor.model import Finding
 
@@ -36,6 +38,8 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.vllm",
     "kvdoctor.checks.vllm_probe",
     "kvdoctor.checks.dryrun",
+    "kvdoctor.checks.dryrun_vllm",
+    "kvdoctor.checks.dryrun_sglang",
     "kvdoctor.checks.kda_caches",
     "kvdoctor.checks.sglang_layout",
     "kvdoctor.checks.sglang_pools",
@@ -89,3 +93,25 @@ def load_check(module: str) -> Check:
 @lru_cache(maxsize=1)
 def all_checks() -> tuple[Check, ...]:
     return tuple(load_check(module) for module in RULE_MODULES)
+
+
+@lru_cache(maxsize=1)
+def rule_modules_by_code() -> dict[str, tuple[str, ...]]:
+    """Each code a registered rule emits -> the rule modules that emit it, in the order they run."""
+    out: dict[str, tuple[str, ...]] = {}
+    for check in all_checks():
+        for code in check.codes:
+            out[code] = (*out.get(code, ()), check.module)
+    return out
+
+
+def checking_module(code: str) -> str:
+    """The first rule module that emits `code`, or "none yet"."""
+    return next(iter(rule_modules_by_code().get(code, ())), "none yet")
+
+
+def preventers(entry: Entry) -> list[str]:
+    """The check codes that catch this error before deploy: the entry's own code when a rule emits it,
+    then the codes its `prevented_by` names."""
+    own = [entry.code] if entry.code in rule_modules_by_code() else []
+    return own + [c for c in entry.prevented_by if c != entry.code]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from kvdoctor.engines.budget.common import Budget, GiB, MiB
 from kvdoctor.checks import Rule
 from kvdoctor.checks.context import Context
-from kvdoctor.engines import section_name
+from kvdoctor.engines import profile, profile_class, section_name
 from kvdoctor.model import Finding, Source
 
 if TYPE_CHECKING:
@@ -27,19 +27,8 @@ GEMMA_OVERRIDE_ARCHS = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForCond
 
 
 def label(budget: Budget) -> str:
-    m = budget.mode
-    if budget.engine == "vllm":
-        knobs = [f"hma {'on' if m['hma'] else 'off'}", f"kv {m['kv_cache_dtype']}", f"tp {m['tp']}"]
-        if m.get("mamba_cache_mode"):
-            knobs.append(f"mamba {m['mamba_cache_mode']}")
-    elif budget.engine == "sglang":
-        knobs = [f"page {m['page_size']}", f"kv {m['kv_cache_dtype']}", f"tp {m['tp']}"]
-        if "swa_full_tokens_ratio" in m and m["hybrid_swa"]:
-            knobs.append(f"swa ratio {m['swa_full_tokens_ratio']}")
-        if "mamba_ssm_dtype" in m:
-            knobs.append(f"ssm {m['mamba_ssm_dtype']}")
-    else:
-        knobs = [f"kv_bits {m['kv_bits']}", f"max_kv_size {m['max_kv_size']}"]
+    """The engine, its release and the knobs of the mode, as a finding names them."""
+    knobs = profile(budget.engine).budget_view(budget.to_json()).label
     return f"{budget.engine} {budget.version} ({', '.join(knobs)})"
 
 
@@ -203,7 +192,7 @@ def run(ctx: Context) -> Iterable[Finding]:
     if settings is None:
         return []
     from kvdoctor.engines.budget.run import plan_engine
-    from kvdoctor.engines import budget_engines, profile
+    from kvdoctor.engines import budget_engines
     from kvdoctor.errors import InputError
 
     out: list[Finding] = []
@@ -216,20 +205,10 @@ def run(ctx: Context) -> Iterable[Finding]:
                                  all_modes=False)
         where = deploy_sources(ctx.deploy, engine)
         # `check --engine vllm`: the plan already reports the start-up refusals it shares with the budget
-        planned = {r.code for r in ctx.plan.refusals} if engine == ctx.engine == "vllm" else set()
+        planned = {r.code for r in ctx.plan.refusals} if engine == ctx.engine else set()
         for budget in budgets:
             out.extend(f for f in findings_for(facts, budget, where) if f.code not in planned)
     return out
-
-
-# Per engine: the name a MEM finding asks for -> the setting in the engine's section (vLLM's own names).
-SETTING_KEYS: dict[str, Any] = {
-    "vllm": {"hma": "disable_hybrid_kv_cache_manager", "tp": "tensor_parallel_size", "block_size": "block_size",
-             "max_num_seqs": "max_num_seqs", "kv_cache_dtype": "kv_cache_dtype"},
-    "sglang": ("swa_full_tokens_ratio", "max_running_requests", "mamba_ssm_dtype", "disable_hybrid_swa_memory",
-               "page_size"),
-    "mlx-lm": ("kv_bits", "max_kv_size"),
-}
 
 
 def _setting(deploy: Deploy, section: str, key: str, name: str) -> Source:
@@ -242,11 +221,11 @@ def _setting(deploy: Deploy, section: str, key: str, name: str) -> Source:
 def deploy_sources(deploy: Deploy, engine: str) -> dict[str, Any]:
     """Where each setting a MEM finding may point at comes from (`_cudagraph_full`: vLLM's graph mode)."""
     section = section_name(engine)
-    keys = SETTING_KEYS[engine]
-    named = keys if isinstance(keys, dict) else {key: key for key in keys}
+    named = profile_class(engine).budget_setting_keys
     where: dict[str, Any] = {name: _setting(deploy, section, key, name) for name, key in named.items()}
     where["context"] = deploy.source("budget.context")
     where["kv_budget"] = deploy.source("budget.kv_budget")
-    if engine == "vllm":
-        where["_cudagraph_full"] = getattr(deploy.settings(engine), "cudagraph_full", True)
+    settings = deploy.settings(engine)
+    if hasattr(settings, "cudagraph_full"):  # vLLM's graph mode
+        where["_cudagraph_full"] = settings.cudagraph_full
     return where

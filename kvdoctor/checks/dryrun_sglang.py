@@ -4,17 +4,35 @@ start-up exception the plan did not predict under the catalog code whose SGLang 
 the torch_native backend read keys outside a sliding layer's window; ENG050 without an SGLang Python."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 
-from kvdoctor.catalog import Catalog
+from kvdoctor.catalog import builtin_catalog
 from kvdoctor.catalog.matcher import code_for
-from kvdoctor.engines.base import Plan
+from kvdoctor.checks import DRY_RUN, Rule
+from kvdoctor.checks.context import Context
 from kvdoctor.engines.pins import PINS
-from kvdoctor.engines.sglang import dryrun
 from kvdoctor.model import Finding, ModelSpec
+
+if TYPE_CHECKING:
+    from kvdoctor.catalog import Catalog
+    from kvdoctor.engines.base import Plan
+
+
+RULE = Rule(codes=("ENG050", "ENG051", "SGL050", "SGL051"), engines=("sglang",), needs=(DRY_RUN,))
+
+
+def run(ctx: Context) -> Iterable[Finding]:
+    result = ctx.observations.get(DRY_RUN)
+    if not isinstance(result, dict):
+        return []
+    if result.get("unavailable"):
+        return [unavailable(ctx.spec)]
+    return findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(), ctx.deploy)
 
 
 def unavailable(spec: ModelSpec) -> Finding:
+    from kvdoctor.engines.sglang import dryrun
+
     return Finding.at("ENG050", f"dry run skipped: no Python with SGLang {PINS['sglang']} found (give "
                       f"--engine-python, or set {dryrun.ENV_PYTHON}); the static SGLang checks still ran",
                       spec.key_source("model_type"))
@@ -22,6 +40,8 @@ def unavailable(spec: ModelSpec) -> Finding:
 
 def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: Catalog, deploy: Any = None
              ) -> list[Finding]:
+    from kvdoctor.engines.sglang import dryrun
+
     version = (result.get("versions") or {}).get("sglang", "?")
     where = spec.key_source("model_type")
     outcome = result.get("outcome")

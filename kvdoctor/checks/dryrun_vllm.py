@@ -3,16 +3,34 @@ under the catalog code whose vLLM pattern matches it (ENG051 when none does), VL
 plan and the engine disagree, ENG050 when no vLLM Python ran it."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 
-from kvdoctor.catalog import Catalog
+from kvdoctor.catalog import builtin_catalog
 from kvdoctor.catalog.matcher import code_for
-from kvdoctor.engines.base import Plan
-from kvdoctor.engines.vllm import dryrun
+from kvdoctor.checks import DRY_RUN, Rule
+from kvdoctor.checks.context import Context
 from kvdoctor.model import Finding, ModelSpec
+
+if TYPE_CHECKING:
+    from kvdoctor.catalog import Catalog
+    from kvdoctor.engines.base import Plan
+
+
+RULE = Rule(codes=("ENG050", "ENG051", "VLM030"), engines=("vllm",), needs=(DRY_RUN,))
+
+
+def run(ctx: Context) -> Iterable[Finding]:
+    result = ctx.observations.get(DRY_RUN)
+    if not isinstance(result, dict):
+        return []
+    if result.get("unavailable"):
+        return [unavailable(ctx.spec, result.get("why"))]
+    return findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
 
 
 def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: Catalog) -> list[Finding]:
+    from kvdoctor.engines.vllm import dryrun
+
     versions = result.get("versions") or {}
     where = spec.key_source("model_type")
     outcome = result.get("outcome")
@@ -44,6 +62,8 @@ def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: 
 
 
 def unavailable(spec: ModelSpec, why: str | None = None) -> Finding:
+    from kvdoctor.engines.vllm import dryrun
+
     why = why or f"no Python with vLLM 0.33.0 found (give --engine-python, or set {dryrun.ENV_PYTHON})"
     return Finding.at("ENG050", f"dry run skipped: {why}; the static vLLM checks still ran",
                       spec.key_source("model_type"))

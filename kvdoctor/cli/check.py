@@ -28,7 +28,7 @@ RUN: dict = {"debug": False, "catalog_dirs": ()}
 
 class CheckRequest(msgspec.Struct):
     """The options of `kvdoctor check`, named as its parameters; the defaults are the command line's
-    (tests/test_argv.py holds them to typer's)."""
+    (tests/test_cli_basics.py holds them to typer's)."""
 
     targets: Optional[list[str]] = None
     engine: Optional[str] = None
@@ -146,9 +146,9 @@ def run_check(req: CheckRequest) -> int:
         runnable = dry_run_engines()
         if req.static or settings.engine not in runnable:
             raise InputError(f"--dry-run needs --engine {' or '.join(runnable)} and cannot be combined with --static")
-    from kvdoctor.extras import require_for_check
+    from kvdoctor.engines import require_extras
 
-    require_for_check(settings.engine, req.static, req.dry_run)
+    require_extras(settings.engine, req.static, req.dry_run)
     extra = {"dry_run": req.dry_run, "trust_remote_code": req.trust_remote_code,
              "dry_run_timeout": req.dry_run_timeout, "dry_run_budget": req.dry_run_budget,
              "engine_python": req.engine_python}

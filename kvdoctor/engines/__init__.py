@@ -52,6 +52,26 @@ def budget_engines() -> list[str]:
     return [name for name in PROFILES if profile_class(name).can_budget()]
 
 
+def is_reference(name: str) -> bool:
+    """The profile is the model's own meaning (hf), not a serving engine: a report shows no engine row."""
+    return name in PROFILES and profile_class(name).reference
+
+
+def require_extras(engine: str, static: bool, dry_run: bool) -> None:
+    """MissingExtra (one line naming the pip extra) when `check --engine ENGINE` with these options needs
+    a package that is absent: what the profile declares its probes and its in-process dry run need."""
+    from kvdoctor.extras import require
+
+    declared = profile_class(engine) if engine in PROFILES else None
+    if declared is None:
+        return
+    if dry_run and declared.dry_run_extra is not None:
+        require(declared.dry_run_extra, "--dry-run")
+    if not static and declared.probe_extra is not None:
+        extra, what = declared.probe_extra
+        require(extra, f"--engine {engine} ({what})", hint=", or pass --static")
+
+
 def dry_run_engines() -> list[str]:
     return [name for name in check_engines() if profile(name).dry_run() is not None]
 

@@ -27,7 +27,7 @@ import msgspec
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from kvdoctor.engines.budget.common import Budget
+    from kvdoctor.engines.budget.common import Budget, BudgetView
     from kvdoctor.engines.budget.facts import ModelFacts
     from kvdoctor.engines.budget.settings import BudgetSettings
     from kvdoctor.model import ModelSpec, Source
@@ -119,6 +119,10 @@ class EngineProfile(ABC):
     pins: ClassVar[Mapping[str, str]]  # taken from kvdoctor.engines.pins.PINS
     Settings: ClassVar[type[BaseModel]]  # its deploy-file section (named `name` with - as _)
     reference: ClassVar[bool] = False  # True: the model's own meaning, not a serving engine (no engine row)
+    probe_extra: ClassVar[tuple[str, str] | None] = None  # (the pip extra its probes need, what they build)
+    dry_run_extra: ClassVar[str | None] = None  # the pip extra a dry run in kvdoctor's own Python needs
+    # With a budget: the names the MEM rules give a knob -> its key in the deploy section (they point at it)
+    budget_setting_keys: ClassVar[Mapping[str, str]] = {}
     refusal_codes: ClassVar[tuple[str, ...]] = ()  # the catalog codes `plan` may put in `Plan.refusals`
     # codes `plan` may also put there whose catalog entries another rule owns (vLLM's MEM002/MEM004/MEM014,
     # checks.budget's): the refusal rule reports them too, so `--select MEM004` keeps the plan's finding
@@ -139,6 +143,10 @@ class EngineProfile(ABC):
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
         """KV sizing the engine's way: (one budget per mode, how the memory figure was obtained)."""
+        raise NotImplementedError(f"{self.name} has no budget model")
+
+    def budget_view(self, row: Mapping[str, Any]) -> BudgetView:
+        """One row of the budget document (a `Budget.to_json`) in this engine's terms, for the reports."""
         raise NotImplementedError(f"{self.name} has no budget model")
 
     def budget_facts(self, spec: ModelSpec) -> ModelFacts:

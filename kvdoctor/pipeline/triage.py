@@ -27,6 +27,7 @@ import msgspec
 
 from kvdoctor.catalog import Catalog, Entry
 from kvdoctor.catalog.matcher import MIN_LITERAL, Matcher, quotes_statement
+from kvdoctor.checks import preventers
 from kvdoctor.errors import InputError
 
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -51,7 +52,7 @@ class Hit(msgspec.Struct):
             "error": {"class": e.error.class_, "message": e.error.message} if e.error else None,
             "matched_on": self.how,
             "lines": self.lines, "count": len(self.lines), "text": self.text,
-            "prevented_by": e.preventers,
+            "prevented_by": preventers(e),
             "meaning": e.meaning.strip(),
             "fixes": [fix.model_dump(exclude_none=True) for fix in e.fixes],
             "references": e.references,

@@ -10,6 +10,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from kvdoctor.engines import profile
+from kvdoctor.engines.budget.common import BudgetView, n, size
+
 UNITS = {
     "request_tokens_at_L": "concurrency x max_model_len (vLLM's 'GPU KV cache size')",
     "pool_tokens": "tokens in SGLang's pools, shared by all running requests",
@@ -18,36 +21,13 @@ UNITS = {
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 
 
-def n(value: Any) -> str:
-    return f"{value:,}" if isinstance(value, int) else str(value)
-
-
-def size(value: int | None) -> str:
-    if value is None:
-        return "-"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value} B"
+def view(row: dict[str, Any]) -> BudgetView:
+    """The row in its engine's own terms (the engine's profile reads its fields)."""
+    return profile(row["engine"]).budget_view(row)
 
 
 def mode_text(row: dict[str, Any]) -> str:
-    m = row["mode"]
-    if row["engine"] == "vllm":
-        parts = [f"hma {'on' if m['hma'] else 'off'}", f"kv {m['kv_cache_dtype']}", f"tp {m['tp']}",
-                 f"block {m['block_size']}", f"in-flight {n(m['in_flight_tokens'])}"]
-        if m.get("mamba_cache_mode"):
-            parts.append(f"mamba {m['mamba_cache_mode']}")
-    elif row["engine"] == "sglang":
-        parts = [f"page {m['page_size']}", f"kv {m['kv_cache_dtype']}", f"tp {m['tp']}"]
-        if "swa_full_tokens_ratio" in m:
-            parts.append(f"swa ratio {m['swa_full_tokens_ratio']}" if m["hybrid_swa"] else "no SWA pool")
-        if "mamba_ssm_dtype" in m:
-            parts.append(f"ssm {m['mamba_ssm_dtype']}")
-        parts.append(f"radix {'on' if m['radix_cache'] else 'off'}")
-    else:
-        parts = [f"kv_bits {m['kv_bits']}", f"max_kv_size {m['max_kv_size']}", m["dtype"]]
-    return "\n".join(parts)
+    return "\n".join(view(row).mode)
 
 
 def kinds_text(row: dict[str, Any]) -> str:
@@ -66,32 +46,11 @@ def kinds_text(row: dict[str, Any]) -> str:
 
 
 def layout_text(row: dict[str, Any]) -> str:
-    if row["engine"] == "vllm" and row.get("groups"):
-        pad = sum(g["padding_layers"] for g in row["groups"])
-        sizes = sorted({g["layers"] for g in row["groups"]})
-        count = len(row["groups"])
-        text = (f"{count} group{'s' if count > 1 else ''} of {'/'.join(map(str, sizes))} layers\n"
-                f"{n(row['pool']['bytes_per_block'])} B/block\n{n(row['pool']['num_blocks'])} blocks")
-        return text + (f"\n+{pad} padding layers" if pad else "")
-    if row["engine"] == "sglang" and row.get("pools"):
-        return "\n".join(f"{p['pool']}: {n(p['tokens'])} tok ({n(p['bytes_per_token'])} B/tok)" for p in row["pools"])
-    if row["engine"] == "mlx-lm":
-        return "\n".join(f"{k['cache']} x{k['layers']}" for k in row["layer_kinds"])
-    return "-"
+    return view(row).layout
 
 
 def state_text(row: dict[str, Any]) -> str:
-    s = row.get("state")
-    if not s:
-        return "-"
-    if row["engine"] == "vllm":
-        pad = f" (+{s['padding_pct']:.2f}%)" if s.get("padded_page_bytes") else ""
-        return (f"{s['kind']} {size(s['bytes_per_request_per_layer'])}/layer{pad}\n"
-                f"{s['blocks_per_request']} blocks/request")
-    if row["engine"] == "sglang":
-        slots = "?" if s["slots"] is None else n(s["slots"])
-        return f"{slots} slots x {size(s['bytes_per_slot'])}\n{s['slots_per_request']}/request, ssm {s['ssm_dtype']}"
-    return f"{s['kind']} {size(s['bytes_per_request_per_layer'])}/layer x{s['layers']}"
+    return view(row).state if row.get("state") else "-"
 
 
 def capacity_text(row: dict[str, Any]) -> Text:
@@ -99,27 +58,13 @@ def capacity_text(row: dict[str, Any]) -> Text:
         err = row["error"]
         message = err["message"] if len(err["message"]) < 160 else err["message"][:157] + "..."
         return Text(f"{err['class']}: {message}", style="bold red")
-    c = row["capacity"]
-    if row["engine"] == "vllm":
-        return Text(f"{c['max_concurrency']:.2f}x at {n(c['max_model_len'])}\n{n(c['tokens'])} tokens")
-    if row["engine"] == "sglang":
-        return Text(f"max running {n(c['max_running_requests'])}\npool {n(c['max_total_num_tokens'])} tokens\n"
-                    f"{c['concurrency_at_L']:.2f} contexts of {n(c['context_length'])}")
-    return Text(f"{size(c['per_request_bytes'])}/request at {n(c['context'])}\n"
-                f"peak {size(c['peak_prefill_bytes'])}\n{c['max_concurrency']:.2f} requests")
+    return Text(view(row).capacity)
 
 
 def tokens_fit(row: dict[str, Any]) -> int | None:
-    """Tokens of KV this engine and mode holds within the budget: vLLM's GPU KV cache size, SGLang's
-    pool, and for mlx-lm (no pool) the whole requests that fit times their length."""
-    if row.get("error"):
-        return None
-    c = row["capacity"]
-    if row["engine"] == "vllm":
-        return c["tokens"]
-    if row["engine"] == "sglang":
-        return c["max_total_num_tokens"]
-    return int(c["max_concurrency"] * c["context"])
+    """Tokens of KV this engine and mode holds within the budget (vLLM's GPU KV cache size, SGLang's
+    pool, mlx-lm's whole requests that fit times their length); None when the engine refuses."""
+    return None if row.get("error") else view(row).tokens
 
 
 SHORT_OMIT = ("block ", "in-flight ", "tp 1", "page 1", "kv_bits None", "max_kv_size None")
@@ -206,10 +151,8 @@ def bar_chart(doc: dict[str, Any], width: int) -> Table:
     table.add_column(no_wrap=True, width=label_width, overflow="ellipsis")
     table.add_column(no_wrap=True, width=bar_width)
     table.add_column(justify="right", no_wrap=True)
-    colours = {"vllm": "blue", "sglang": "dark_orange", "mlx-lm": "magenta"}
     for row, label, fit in zip(doc["engines"], labels, fits):
-        bar = Text("refused", style="red") if fit is None else \
-            Text(_bar(fit, top, bar_width), style=colours.get(row["engine"], ""))
+        bar = Text("refused", style="red") if fit is None else Text(_bar(fit, top, bar_width), style=view(row).colour)
         table.add_row(label, bar, "-" if fit is None else n(fit))
     return table
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvdoctor.catalog import Catalog, Entry
+from kvdoctor.checks import checking_module, preventers
 
 
 def reflow(text: str) -> list[str]:
@@ -41,7 +42,7 @@ def engines_text(entry: Entry) -> str:
 
 
 def prevention_text(entry: Entry) -> str:
-    codes = entry.preventers
+    codes = preventers(entry)
     if codes:
         return "kvdoctor check catches this before deploy: " + ", ".join(codes)
     return "no kvdoctor check catches this before deploy yet"
@@ -63,7 +64,8 @@ def _example(label: str, code: str) -> list:
 
 def render_entry(entry: Entry, console: Console | None = None) -> None:
     parts: list = [Text(entry.summary, style="bold"), Text("")]
-    parts.append(Text(f"severity: {entry.severity}   engines: {engines_text(entry)}   check: {entry.check}", style="dim"))
+    parts.append(Text(f"severity: {entry.severity}   engines: {engines_text(entry)}   "
+                      f"check: {checking_module(entry.code)}", style="dim"))
     parts.append(Text(prevention_text(entry), style="dim"))
     if entry.error:
         parts += [Text(""), Text("Engine error", style="bold underline"),
@@ -100,7 +102,7 @@ def rules_text(catalog: Catalog, verbose: bool = False, width: int = 80) -> str:
         out.append(f"{code:<8} {e.severity:<7} {e.name}")
         out += textwrap.wrap(e.summary, width=width, initial_indent=indent, subsequent_indent=indent)
         if verbose:
-            extra = f"engines: {engines_text(e)}; check: {e.check}"
+            extra = f"engines: {engines_text(e)}; check: {checking_module(e.code)}"
             if e.prevented_by:
                 extra += f"; prevented by: {', '.join(e.prevented_by)}"
             out += textwrap.wrap(extra, width=width, initial_indent=indent, subsequent_indent=indent)
@@ -117,7 +119,12 @@ def rules_markdown(catalog: Catalog) -> str:
 
 
 def rules_json(catalog: Catalog) -> list[dict]:
-    return [{**e.model_dump(by_alias=True), "prevented_by": e.preventers} for e in catalog.entries.values()]
+    out = []
+    for e in catalog.entries.values():
+        fields = e.model_dump(by_alias=True)
+        del fields["prevented_by"]
+        out.append({**fields, "check": checking_module(e.code), "prevented_by": preventers(e)})
+    return out
 
 
 def render_triage(report, source: str, console: Console | None = None) -> None:

@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from kvdoctor import __version__
+from kvdoctor.engines import is_reference
 from kvdoctor.model import CHUNKED, FULL, SLIDING, Result
 from kvdoctor.report import Report, summary, summary_line
 from kvdoctor.report.versions import engine_line
@@ -108,13 +109,6 @@ def _n(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else _e(value)
 
 
-def _size(value: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value} B"
-
-
 # ---- summary -------------------------------------------------------------------------------------
 
 def _summary(result: Result) -> str:
@@ -156,7 +150,7 @@ def _tip(result: Result, row: dict[str, Any], codes: list[str]) -> str:
     if row.get("heads") is not None:
         lines.append(f"heads   {row['heads']} q / {row.get('kv_heads')} kv x {row.get('head_dim')}"
                      + (f" ({row['dtype']})" if row.get("dtype") else ""))
-    if result.engine != "hf":
+    if not is_reference(result.engine):
         lines.append(f"{result.engine}: cache {row.get('cache') or 'none'}, "
                      f"window {row.get('engine_window') or 'full'}")
     if row.get("state"):
@@ -167,7 +161,7 @@ def _tip(result: Result, row: dict[str, Any], codes: list[str]) -> str:
 
 
 def _mismatch(row: dict[str, Any], engine: str) -> bool:
-    return engine != "hf" and row.get("cache") not in (None, "none") and row["window"] != row.get("engine_window")
+    return not is_reference(engine) and row.get("cache") not in (None, "none") and row["window"] != row.get("engine_window")
 
 
 def layer_map(result: Result) -> str:
@@ -181,12 +175,12 @@ def layer_map(result: Result) -> str:
         classes = ["cell"] + (["off"] if _mismatch(row, result.engine) else []) + \
             (["flag"] if row["index"] in by_layer else [])
         halves = f'<i style="background:{kind}"></i>'
-        if result.engine != "hf":
+        if not is_reference(result.engine):
             halves += f'<i style="background:{CACHE_COLOUR.get(row.get("cache") or "none", UNKNOWN)}"></i>'
         cells.append(f'<div class="{" ".join(classes)}" data-layer="{row["index"]}" data-kind="{_e(row["kind"])}" '
                      f'data-cache="{_e(row.get("cache") or "")}" '
                      f'data-tip="{_e(_tip(result, row, by_layer.get(row["index"], [])))}">{halves}</div>')
-    rows = "top: the model's layer kind" + ("" if result.engine == "hf" else
+    rows = "top: the model's layer kind" + ("" if is_reference(result.engine) else
                                              f"; bottom: the cache {_e(result.engine)} builds")
     legend = []
     kinds = dict.fromkeys(row["kind"] for row in result.layers)
@@ -194,7 +188,7 @@ def layer_map(result: Result) -> str:
         count = sum(1 for row in result.layers if row["kind"] == kind)
         legend.append(f'<span><b style="background:{KIND_COLOUR.get(kind, UNKNOWN)}"></b>{_e(kind)} &times;{count}'
                       "</span>")
-    if result.engine != "hf":
+    if not is_reference(result.engine):
         for cache in dict.fromkeys(row.get("cache") or "none" for row in result.layers):
             count = sum(1 for row in result.layers if (row.get("cache") or "none") == cache)
             legend.append(f'<span><b style="background:{CACHE_COLOUR.get(cache, UNKNOWN)}"></b>{_e(result.engine)} '
@@ -296,7 +290,8 @@ def memory(result: Result, budget: dict[str, Any] | None, budget_error: str | No
         if budget_error:
             parts.append(f'<p class="note error-box">--kv-budget: {_e(budget_error)}</p>')
         return "".join(parts) if len(parts) > 1 else ""
-    from kvdoctor.report.budget import mode_labels, size, tokens_fit
+    from kvdoctor.engines.budget.common import size
+    from kvdoctor.report.budget import mode_labels, tokens_fit
 
     first: dict[str, dict[str, Any]] = {}  # each engine's default mode (its first row)
     for row in budget["engines"]:

@@ -6,6 +6,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kvdoctor.engines import is_reference
 from kvdoctor.model import Finding, Result
 from kvdoctor.report import summary
 from kvdoctor.report.versions import engine_line
@@ -44,20 +45,13 @@ def _cells(values: list[tuple[str, str]], width: int = 48) -> Text:
     return text
 
 
-def _is_reference(engine: str) -> bool:
-    """The profile is the model's own meaning (hf): its cache row would only repeat the model row."""
-    from kvdoctor.engines import PROFILES, profile_class
-
-    return engine in PROFILES and profile_class(engine).reference
-
-
 def layout(result: Result) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", justify="right")
     grid.add_column()
     kinds = [KIND_STYLE.get(row["kind"], KIND_STYLE["unknown"]) for row in result.layers]
     grid.add_row("model", _cells(kinds))
-    serving = not _is_reference(result.engine)
+    serving = not is_reference(result.engine)
     if serving:
         caches = [CACHE_STYLE.get(row.get("cache") or "none", ("?", "white on red")) for row in result.layers]
         grid.add_row(result.engine, _cells(caches))

@@ -99,7 +99,6 @@ def entry_from(draft: dict, note: dict) -> dict:
     if note.get("versions"):
         entry["references"].append(note["versions"]["evidence"])
     entry["tags"] = note.get("tags", [])
-    entry["check"] = "none yet"
     if note.get("prevented_by"):
         entry["prevented_by"] = note["prevented_by"]
     return entry

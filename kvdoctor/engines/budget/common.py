@@ -1,5 +1,5 @@
-"""Pieces every engine calculator shares: a refusal the engine would raise, rounding helpers and
-the result shape of one (engine, mode) budget."""
+"""Pieces every engine calculator shares: a refusal the engine would raise, rounding helpers, the
+result shape of one (engine, mode) budget, and the view a report shows of it."""
 from __future__ import annotations
 
 from typing import Any
@@ -64,3 +64,31 @@ class Budget(msgspec.Struct):
         out["notes"] = self.notes
         out["provenance"] = self.provenance
         return out
+
+
+class BudgetView(msgspec.Struct, frozen=True):
+    """One row of a budget document (`Budget.to_json`) in its engine's own terms, for the reports: the
+    engine's profile makes it (`EngineProfile.budget_view`), so no report reads an engine's fields."""
+
+    mode: tuple[str, ...]  # every knob of the mode, one a line ("kv fp8", "tp 4", ...)
+    label: tuple[str, ...]  # the knobs a finding names the mode by
+    layout: str  # groups, pools or caches, one a line; "-" when there are none
+    state: str  # the recurrent state, one item a line
+    capacity: str  # what fits, one figure a line (a refused row shows its error instead)
+    tokens: int | None  # tokens of KV that fit within the budget; None when the engine refuses
+    colour: str  # the engine's colour in the terminal's bar chart
+
+
+def n(value: Any) -> str:
+    """An integer with thousands separators; anything else as it prints."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def size(value: int | None) -> str:
+    """Bytes in the largest binary unit up to GiB, two decimals; "-" for none."""
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value} B"

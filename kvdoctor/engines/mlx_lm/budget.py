@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import Budget, EngineRefusal
+from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, n, size
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
@@ -300,3 +300,18 @@ def max_context_fit(facts: ModelFacts, config: dict, mode: Mode, budget: Budget)
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
+
+
+def view(row: dict[str, Any]) -> BudgetView:
+    """A budget row as the reports show it: mlx-lm's knobs, each layer's cache class, and (no pool) the
+    whole requests that fit times their length as the tokens that fit."""
+    m, c, s = row["mode"], row["capacity"], row.get("state")
+    label = (f"kv_bits {m['kv_bits']}", f"max_kv_size {m['max_kv_size']}")
+    state = f"{s['kind']} {size(s['bytes_per_request_per_layer'])}/layer x{s['layers']}" if s else "-"
+    refused = bool(row.get("error"))
+    capacity = "" if refused else (f"{size(c['per_request_bytes'])}/request at {n(c['context'])}\n"
+                                   f"peak {size(c['peak_prefill_bytes'])}\n{c['max_concurrency']:.2f} requests")
+    return BudgetView(mode=(*label, m["dtype"]), label=label,
+                      layout="\n".join(f"{k['cache']} x{k['layers']}" for k in row["layer_kinds"]), state=state,
+                      capacity=capacity, tokens=None if refused else int(c["max_concurrency"] * c["context"]),
+                      colour="magenta")

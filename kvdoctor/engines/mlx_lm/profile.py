@@ -11,7 +11,7 @@ from kvdoctor.engines.mlx_lm.settings import MlxLmSettings
 from kvdoctor.engines.pins import PINS
 
 if TYPE_CHECKING:
-    from kvdoctor.engines.budget.common import Budget
+    from kvdoctor.engines.budget.common import Budget, BudgetView
     from kvdoctor.engines.budget.facts import ModelFacts
     from kvdoctor.engines.budget.settings import BudgetSettings
 
@@ -20,6 +20,13 @@ class MlxLmProfile(EngineProfile):
     name = "mlx-lm"
     pins = {"mlx-lm": PINS["mlx-lm"]}
     Settings = MlxLmSettings
+
+    budget_setting_keys = {"kv_bits": "kv_bits", "max_kv_size": "max_kv_size"}
+
+    def budget_view(self, row: Mapping[str, Any]) -> BudgetView:
+        from kvdoctor.engines.mlx_lm.budget import view
+
+        return view(dict(row))
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:

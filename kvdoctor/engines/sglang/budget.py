@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import Budget, EngineRefusal, GiB, MiB
+from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, GiB, MiB, n, size
 from kvdoctor.engines.budget.facts import Layer, ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
@@ -418,3 +418,30 @@ def budgets(facts: ModelFacts, s: SglangSettings, inputs: BudgetSettings,
         if b.error is None:
             b.capacity["max_context_fit"] = b.capacity["max_total_num_tokens"]
     return out, how
+
+
+def view(row: dict[str, Any]) -> BudgetView:
+    """A budget row as the reports show it: SGLang's knobs, its pools, and the pool's tokens as the
+    tokens that fit."""
+    m, c, s = row["mode"], row["capacity"], row.get("state")
+    knobs = [f"page {m['page_size']}", f"kv {m['kv_cache_dtype']}", f"tp {m['tp']}"]
+    mode, label = list(knobs), list(knobs)
+    if "swa_full_tokens_ratio" in m:
+        mode.append(f"swa ratio {m['swa_full_tokens_ratio']}" if m["hybrid_swa"] else "no SWA pool")
+        if m["hybrid_swa"]:
+            label.append(f"swa ratio {m['swa_full_tokens_ratio']}")
+    if "mamba_ssm_dtype" in m:
+        mode.append(f"ssm {m['mamba_ssm_dtype']}")
+        label.append(f"ssm {m['mamba_ssm_dtype']}")
+    mode.append(f"radix {'on' if m['radix_cache'] else 'off'}")
+    layout = "\n".join(f"{p['pool']}: {n(p['tokens'])} tok ({n(p['bytes_per_token'])} B/tok)"
+                       for p in row["pools"]) if row.get("pools") else "-"
+    state = "-"
+    if s:
+        slots = "?" if s["slots"] is None else n(s["slots"])
+        state = f"{slots} slots x {size(s['bytes_per_slot'])}\n{s['slots_per_request']}/request, ssm {s['ssm_dtype']}"
+    refused = bool(row.get("error"))
+    capacity = "" if refused else (f"max running {n(c['max_running_requests'])}\npool {n(c['max_total_num_tokens'])} "
+                                   f"tokens\n{c['concurrency_at_L']:.2f} contexts of {n(c['context_length'])}")
+    return BudgetView(mode=tuple(mode), label=tuple(label), layout=layout, state=state, capacity=capacity,
+                      tokens=None if refused else c["max_total_num_tokens"], colour="dark_orange")

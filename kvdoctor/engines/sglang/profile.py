@@ -23,7 +23,7 @@ from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
 if TYPE_CHECKING:
-    from kvdoctor.engines.budget.common import Budget
+    from kvdoctor.engines.budget.common import Budget, BudgetView
     from kvdoctor.engines.budget.facts import ModelFacts
     from kvdoctor.engines.budget.settings import BudgetSettings
     from kvdoctor.engines.sglang.layout import SglangCudaFacts
@@ -321,6 +321,7 @@ class SglangPoolsProbe(Probe):
 
 class SglangProfile(EngineProfile):
     name = "sglang"
+    probe_extra = ("torch", "its probes build torch state caches")
     pins = {"sglang": PINS["sglang"]}
     Settings = SglangSettings
     refusal_codes = ("KDA060", "KDA061", "KDA062", "SGL001", "SGL002", "SGL003", "SGL005", "SGL009", "SGL010",
@@ -405,6 +406,14 @@ class SglangProfile(EngineProfile):
                     info.setdefault("gpu_runs", []).append({"layer": g.dims.layer, **g.gpu})
         out["kda_replayssm"] = info
         return out
+
+    budget_setting_keys = {key: key for key in ("swa_full_tokens_ratio", "max_running_requests", "mamba_ssm_dtype",
+                                                "disable_hybrid_swa_memory", "page_size")}
+
+    def budget_view(self, row: Mapping[str, Any]) -> BudgetView:
+        from kvdoctor.engines.sglang.budget import view
+
+        return view(dict(row))
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:

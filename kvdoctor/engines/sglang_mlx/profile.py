@@ -653,6 +653,8 @@ class SglangMlxDryRun(DryRunner):
 
 class SglangMlxProfile(EngineProfile):
     name = "sglang-mlx"
+    probe_extra = ("mlx", "its probes build MLX caches")
+    dry_run_extra = "sglang"  # the vLLM and SGLang-CUDA dry runs run in the engine's own Python
     pins = {"sglang": PINS["sglang"], "mlx-lm": PINS["mlx-lm"]}
     Settings = SglangMlxSettings
     refusal_codes = ("ENG001", "ENG002", "ENG003", "ENG004", "ENG005", "ENG006", "ENG007", "ENG008", "ENG013",

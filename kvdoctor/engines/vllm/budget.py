@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import Budget, EngineRefusal, GiB, cdiv
+from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, GiB, cdiv, n, size
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
 from kvdoctor.engines.pins import PINS
@@ -152,12 +152,12 @@ def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]
                    ("recurrent", (_split(k.heads, mode.tp), k.head_dim, k.head_dim), 4)]  # KDA state: fp32
     total = 0
     rows = []
-    for name, shape, size in tensors:
+    for name, shape, width in tensors:
         numel = 1
         for d in shape:
             numel *= d
-        total += numel * size
-        rows.append({"tensor": name, "shape": list(shape), "dtype_bytes": size, "bytes": numel * size})
+        total += numel * width
+        rows.append({"tensor": name, "shape": list(shape), "dtype_bytes": width, "bytes": numel * width})
     return total, rows
 
 
@@ -490,3 +490,30 @@ def budgets(facts: ModelFacts, s: VllmSettings, inputs: BudgetSettings, all_mode
     memory, how = kv_memory("vllm", facts, inputs, usable_memory, tp=s.tensor_parallel_size)
     context = inputs.context or s.max_model_len or default_context(facts, inputs)
     return with_memory([plan(facts, m) for m in modes(facts, s, context, memory, all_modes, hma)], memory), how
+
+
+def view(row: dict[str, Any]) -> BudgetView:
+    """A budget row as the reports show it: vLLM's knobs, its KV cache groups, and the 'GPU KV cache
+    size' (concurrency x max_model_len) as the tokens that fit."""
+    m, c, s = row["mode"], row["capacity"], row.get("state")
+    label = [f"hma {'on' if m['hma'] else 'off'}", f"kv {m['kv_cache_dtype']}", f"tp {m['tp']}"]
+    extra = [f"mamba {m['mamba_cache_mode']}"] if m.get("mamba_cache_mode") else []
+    layout = "-"
+    if row.get("groups"):
+        pad = sum(g["padding_layers"] for g in row["groups"])
+        sizes = sorted({g["layers"] for g in row["groups"]})
+        count = len(row["groups"])
+        layout = (f"{count} group{'s' if count > 1 else ''} of {'/'.join(map(str, sizes))} layers\n"
+                  f"{n(row['pool']['bytes_per_block'])} B/block\n{n(row['pool']['num_blocks'])} blocks")
+        layout += f"\n+{pad} padding layers" if pad else ""
+    state = "-"
+    if s:
+        pad_pct = f" (+{s['padding_pct']:.2f}%)" if s.get("padded_page_bytes") else ""
+        state = (f"{s['kind']} {size(s['bytes_per_request_per_layer'])}/layer{pad_pct}\n"
+                 f"{s['blocks_per_request']} blocks/request")
+    refused = bool(row.get("error"))
+    return BudgetView(
+        mode=(*label, f"block {m['block_size']}", f"in-flight {n(m['in_flight_tokens'])}", *extra),
+        label=(*label, *extra), layout=layout, state=state,
+        capacity="" if refused else f"{c['max_concurrency']:.2f}x at {n(c['max_model_len'])}\n{n(c['tokens'])} tokens",
+        tokens=None if refused else c["tokens"], colour="blue")

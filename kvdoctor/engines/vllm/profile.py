@@ -29,7 +29,7 @@ from kvdoctor.load.families import family_for
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 if TYPE_CHECKING:
-    from kvdoctor.engines.budget.common import Budget
+    from kvdoctor.engines.budget.common import Budget, BudgetView
     from kvdoctor.engines.vllm import budget as budget_vllm
     from kvdoctor.engines.budget.facts import ModelFacts
     from kvdoctor.engines.budget.settings import BudgetSettings
@@ -81,6 +81,15 @@ class VllmProfile(EngineProfile):
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
         return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
+
+    budget_setting_keys = {"hma": "disable_hybrid_kv_cache_manager", "tp": "tensor_parallel_size",
+                           "block_size": "block_size", "max_num_seqs": "max_num_seqs",
+                           "kv_cache_dtype": "kv_cache_dtype"}
+
+    def budget_view(self, row: Mapping[str, Any]) -> BudgetView:
+        from kvdoctor.engines.vllm.budget import view
+
+        return view(dict(row))
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
