@@ -39,13 +39,14 @@ PROBE_BUDGET_BYTES = 1024 * MiB
 PROBE_MIN_TOKENS = 16
 STATE_BYTES = 4
 
-# Bytes per element, under the safetensors names and the torch / mlx names.
+# Bytes per element, under the safetensors names, the torch / mlx names and the engines' KV cache names:
+# the one table of element widths.
 DTYPE_BYTES = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
     "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
     "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
     "int16": 2, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4,
-    "int64": 8, "float64": 8,
+    "int64": 8, "float64": 8, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
 }
 
 

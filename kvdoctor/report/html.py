@@ -13,6 +13,7 @@ from typing import Any
 
 from kvdoctor import __version__
 from kvdoctor.engines import is_reference
+from kvdoctor.limits import DTYPE_BYTES
 from kvdoctor.model import CHUNKED, FULL, SLIDING, Result
 from kvdoctor.report import Report, summary, summary_line
 from kvdoctor.report.versions import engine_line
@@ -254,7 +255,8 @@ def _bars(items: list[tuple[str, float, str, str]], width: int = 640, unit: str 
 
 
 KV_KINDS = (FULL, SLIDING, CHUNKED)
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "F32": 4, "F16": 2, "BF16": 2, "fp8": 1, "F8_E4M3": 1}
+# The model dtypes whose K and V bytes the page shows without a budget (widths from limits.DTYPE_BYTES)
+SHOWN_DTYPES = ("float32", "float16", "bfloat16", "F32", "F16", "BF16", "fp8", "F8_E4M3")
 
 
 def _model_bytes(result: Result) -> list[tuple[str, int, int]]:
@@ -263,7 +265,8 @@ def _model_bytes(result: Result) -> list[tuple[str, int, int]]:
     the budget's own figures."""
     out: dict[tuple[str, int], int] = {}
     for row in result.layers:
-        width = DTYPE_BYTES.get(row.get("dtype") or result.info.get("dtype") or "")
+        dtype = row.get("dtype") or result.info.get("dtype") or ""
+        width = DTYPE_BYTES[dtype] if dtype in SHOWN_DTYPES else None
         if row["kind"] in KV_KINDS and row.get("kv_heads") and row.get("head_dim") and width:
             key = (row["kind"], 2 * row["kv_heads"] * row["head_dim"] * width)
             out[key] = out.get(key, 0) + 1

@@ -13,10 +13,12 @@ from typing import Any
 import msgspec
 
 from kvdoctor.errors import InputError
+from kvdoctor.limits import DTYPE_BYTES
 from kvdoctor.model import FULL, GDN, KDA, MLA, NO_ATTENTION, SLIDING, ModelSpec
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-               "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
+# The element types a budget prices (widths from kvdoctor.limits.DTYPE_BYTES).
+BUDGET_DTYPES = ("float32", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "float8_e4m3fn", "float8_e5m2",
+                 "uint8", "int8")
 # Keys an engine derives the longest context from, in the order vLLM tries them.
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                  "max_sequence_length")
@@ -125,10 +127,9 @@ class ModelFacts(msgspec.Struct):
 
 
 def dtype_bytes(name: str) -> int:
-    try:
-        return DTYPE_BYTES[name]
-    except KeyError:
-        raise InputError(f"unknown dtype {name!r}; expected one of {', '.join(sorted(DTYPE_BYTES))}") from None
+    if name not in BUDGET_DTYPES:
+        raise InputError(f"unknown dtype {name!r}; expected one of {', '.join(sorted(BUDGET_DTYPES))}")
+    return DTYPE_BYTES[name]
 
 
 def _positive(cfg: dict[str, Any], key: str, where: str) -> int:

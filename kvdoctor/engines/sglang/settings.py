@@ -6,7 +6,6 @@ gets after profiling (e.g. `40GiB`); `budget` reads the same section.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Literal, Optional, Union
 
@@ -16,23 +15,10 @@ from kvdoctor.engines.deploy import Section
 from kvdoctor.engines.pins import PINS
 from kvdoctor.errors import InputError
 from kvdoctor.load.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
-                                  SglangSwaRatio, TensorParallel, Tokens)
+                                  SglangSwaRatio, TensorParallel, Tokens, size_bytes)
 
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16", "mxfp8", "nvfp4", "fp4_mx_block16")
 SSM_DTYPES = ("float32", "bfloat16", "float16")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?\s*$")
-_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-
-
-def parse_bytes(value: int | str) -> int:
-    """`40GiB`, `512 MiB`, `1e9`-free plain integers: bytes. Raises ValueError on anything else."""
-    if isinstance(value, int):
-        return value
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"not a size: {value!r} (write e.g. 40GiB)")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
 class Settings(BaseModel):
@@ -59,7 +45,7 @@ class Settings(BaseModel):
     @field_validator("kv_budget", mode="before")
     @classmethod
     def _bytes(cls, value):
-        return None if value is None else parse_bytes(value)
+        return None if value is None else size_bytes(value)
 
     @property
     def tp(self) -> int:
@@ -103,7 +89,7 @@ class SglangSettings(Section):
     @field_validator("kv_budget")
     @classmethod
     def _kv_bytes(cls, value: int | str | None) -> int | None:
-        return None if value is None else parse_bytes(value)
+        return None if value is None else size_bytes(value)
 
     @field_validator("kda_recipe")
     @classmethod

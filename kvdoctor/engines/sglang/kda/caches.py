@@ -10,7 +10,8 @@ import msgspec
 from msgspec.structs import fields
 
 from kvdoctor.engines.sglang.kda.dims import Geometry
-from kvdoctor.engines.sglang.kda.recipe import ITEMSIZE, Recipe, per_slot_shape, resolve_dtype
+from kvdoctor.engines.sglang.kda.recipe import Recipe, per_slot_shape, resolve_dtype
+from kvdoctor.limits import DTYPE_BYTES
 
 POOL_SIZE = 3  # request slots in a build: the pool holds POOL_SIZE + 1 with sglang's padding slot 0
 BATCH_SLOTS = (1, POOL_SIZE, -1)  # decode rows: two occupied slots (the first and the last) and a padded row
@@ -82,7 +83,7 @@ def build_bytes(recipe: Recipe, geom: Geometry, ssm_dtype: str, batch: int = len
         numel = 1
         for d in shape:
             numel *= max(d, 0)
-        total += numel * ITEMSIZE[dtypes[name]]
+        total += numel * DTYPE_BYTES[dtypes[name]]
     return total
 
 
@@ -116,7 +117,7 @@ def per_slot_report(recipe: Recipe, geom: Geometry, ssm_dtype: str) -> dict[str,
         for d in shape:
             numel *= d
         entry[name] = list(shape)
-        total += numel * ITEMSIZE[dtypes[name]]
+        total += numel * DTYPE_BYTES[dtypes[name]]
     entry["bytes_per_slot"] = total
     return entry
 

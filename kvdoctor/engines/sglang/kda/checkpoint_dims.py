@@ -11,7 +11,7 @@ from kvdoctor.load.loader import layer_tensor
 from kvdoctor.model import ModelSpec, Source, TensorInfo
 
 
-class KdaDims(msgspec.Struct):
+class CheckpointDims(msgspec.Struct):
     layer: int
     HV: int | None = None
     K: int | None = None
@@ -34,13 +34,13 @@ TENSORS = {
 }
 
 
-def from_checkpoint(spec: ModelSpec, layer: int) -> KdaDims | None:
+def from_checkpoint(spec: ModelSpec, layer: int) -> CheckpointDims | None:
     """The dimensions one KDA layer's tensors imply, or None when the layer has no KDA tensors."""
     found = {key: layer_tensor(spec, layer, name) for key, name in TENSORS.items()}
     found = {k: v for k, v in found.items() if v is not None}
     if not found:
         return None
-    dims = KdaDims(layer=layer, tensors=found)
+    dims = CheckpointDims(layer=layer, tensors=found)
 
     def src(key: str) -> Source:
         info = found[key]

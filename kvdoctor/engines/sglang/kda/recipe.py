@@ -34,7 +34,6 @@ SLOT_SYMBOLS = frozenset({"size"})
 CURSOR_SYMBOLS = frozenset({"m", "L", "flushed"})
 # "ssm" is the deploy's state dtype (--mamba-ssm-dtype), "conv" the conv-state dtype (bf16 in sglang).
 DTYPES = ("ssm", "conv", "float32", "bfloat16", "float16", "int32", "int64", "bool")
-ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int32": 4, "int64": 8, "bool": 1}
 
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
            ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
