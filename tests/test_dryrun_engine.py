@@ -211,7 +211,8 @@ def test_trusted_model_code_runs_only_in_the_child(custom_model):
 
 def test_time_bound_kills_the_run_and_keeps_what_it_saw(tmp_path):
     close_warm()  # a cold child, so that the bound falls inside the engine's import
-    result = dry_check(make_model(tmp_path, "gpt-oss-20b", checkpoint=False), dry_run_timeout=0.5)
+    # a bound no machine can meet: the cold child is killed inside the engine's import, however fast it is
+    result = dry_check(make_model(tmp_path, "gpt-oss-20b", checkpoint=False), dry_run_timeout=0.001)
     run = result.info["dry_run"]
     codes = [f.code for f in result.findings]
     assert "ENG055" in codes
