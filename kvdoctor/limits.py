@@ -50,15 +50,19 @@ DTYPE_BYTES = {
 }
 
 
-def human_bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-    return f"{value / 1024:.1f} PiB"
+BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(n: float, digits: int = 1, unit: str | None = None, largest: str = "PiB") -> str:
+    """Bytes in binary units: the largest unit (up to `largest`) the value reaches, or the `unit` given,
+    with `digits` decimals; whole bytes below a KiB. The one byte formatter of kvdoctor's texts."""
+    if unit is None:
+        top = BYTE_UNITS.index(largest)
+        step = next((i for i in range(top, 0, -1) if n >= 1024 ** i), 0)
+        if step == 0:
+            return f"{n} B"
+        unit = BYTE_UNITS[step]
+    return f"{n / 1024 ** BYTE_UNITS.index(unit):.{digits}f} {unit}"
 
 
 def tensor_nbytes(shape: tuple[int, ...] | list[int], dtype: str) -> int:

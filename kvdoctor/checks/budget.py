@@ -11,6 +11,7 @@ from kvdoctor.engines.budget.common import Budget, GiB, MiB
 from kvdoctor.checks import Rule
 from kvdoctor.checks.context import Context
 from kvdoctor.engines import profile, profile_class, section_name
+from kvdoctor.limits import human_bytes
 from kvdoctor.model import Finding, Source
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def label(budget: Budget) -> str:
 
 
 def gib(value: float) -> str:
-    return f"{value / GiB:.2f} GiB"
+    return human_bytes(value, 2, unit="GiB")
 
 
 def _error(budget: Budget) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvdoctor.engines.sglang_mlx.dryrun.record import error_code, harness_failed, observed, predicted_refusal, record
+from kvdoctor.limits import human_bytes
 from kvdoctor.model import Finding, Source
 
 ENGINE = "sglang-mlx"  # the profile whose dry run this reads (the only one with a dry run today)
@@ -243,4 +244,4 @@ def _keys_as_planned(call: dict[str, Any], window: int | None) -> bool:
 
 
 def _gib(n: int) -> str:
-    return f"{n / 1024**3:.1f} GiB"
+    return human_bytes(n, 1, unit="GiB")

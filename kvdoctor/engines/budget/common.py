@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 
+from kvdoctor.limits import human_bytes
+
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -86,9 +88,4 @@ def n(value: Any) -> str:
 
 def size(value: int | None) -> str:
     """Bytes in the largest binary unit up to GiB, two decimals; "-" for none."""
-    if value is None:
-        return "-"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value} B"
+    return "-" if value is None else human_bytes(value, 2, largest="GiB")
