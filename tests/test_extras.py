@@ -14,12 +14,13 @@ from kvdoctor.report.versions import engine_line
 
 
 def test_everything_needed_is_installed_in_the_dev_environment():
-    for engine in ("hf", "sglang-mlx", "sglang"):
+    for engine in ("hf", "sglang-mlx", "sglang", "vllm"):
         require_extras(engine, static=False, dry_run=engine == "sglang-mlx")
 
 
 @pytest.mark.parametrize("engine, static, dry_run, extra", [
-    ("sglang-mlx", False, False, "mlx"), ("sglang", False, False, "torch"), ("sglang-mlx", False, True, "sglang")])
+    ("sglang-mlx", False, False, "mlx"), ("sglang", False, False, "torch"), ("vllm", False, False, "torch"),
+    ("sglang-mlx", False, True, "sglang")])
 def test_a_missing_module_names_its_extra(monkeypatch, engine, static, dry_run, extra):
     monkeypatch.setitem(extras.EXTRAS, extra, (*extras.EXTRAS[extra], "kvdoctor_no_such_module"))
     with pytest.raises(InputError) as caught:
@@ -30,7 +31,7 @@ def test_a_missing_module_names_its_extra(monkeypatch, engine, static, dry_run, 
 def test_the_static_path_needs_no_extra(monkeypatch):
     for extra in list(extras.EXTRAS):
         monkeypatch.setitem(extras.EXTRAS, extra, ("kvdoctor_no_such_module",))
-    for engine in ("hf", "sglang-mlx", "sglang"):
+    for engine in ("hf", "sglang-mlx", "sglang", "vllm"):
         require_extras(engine, static=True, dry_run=False)
     require_extras("hf", static=False, dry_run=False)
 

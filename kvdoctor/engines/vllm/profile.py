@@ -72,6 +72,7 @@ class VllmProfile(EngineProfile):
     reading the one `vllm:` section (VllmSettings, vLLM's own argument names)."""
 
     name = "vllm"
+    probe_extra = ("torch", "its probe builds torch paged KV caches")
     pins = {"vllm": PINS["vllm"]}
     Settings = VllmSettings
     # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
