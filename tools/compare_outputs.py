@@ -28,10 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINES = ("hf", "vllm", "sglang", "sglang-mlx")
 EXTRA_FORMATS = ("concise", "json-lines", "github")  # the ones --*-output cannot write beside the main one
 DRY_RUN_MODELS = ("openai__gpt-oss-20b", "google__gemma-3-1b-it", "Qwen__Qwen2.5-7B-Instruct")
-# Modules the renovation moved, as a budget's `provenance.formula` and the catalog's `check` name them.
-RENAMED = {"kvdoctor.engines.sglang_cuda.budget": "kvdoctor.engines.sglang.budget",
-           "check: kvdoctor.limits": "check: kvdoctor.checks.lim",
-           '"check": "kvdoctor.limits"': '"check": "kvdoctor.checks.lim"'}
+# Modules the renovation moved: as a budget's `provenance.formula` names one, and the rule modules of
+# the codes whose rule moved, as `rules` names them in its `check` field.
+RENAMED = {"kvdoctor.engines.sglang_cuda.budget": "kvdoctor.engines.sglang.budget"}
+MOVED_RULES = {"LIM001": "kvdoctor.checks.lim", "VLM030": "kvdoctor.checks.dryrun_vllm",
+               "SGL050": "kvdoctor.checks.dryrun_sglang", "SGL051": "kvdoctor.checks.dryrun_sglang"}
 # The catalog's own commands, and triage of the project's own logs.
 CATALOG_COMMANDS = {"rules.json": ["rules", "--format", "json"], "rules.txt": ["rules", "--verbose"],
                     **{f"explain-{code}.txt": ["explain", code] for code in ("SWA001", "ENG050", "VLM002", "MEM004")}}
@@ -97,6 +98,19 @@ def normalized(path: Path) -> bytes:
         text = text.replace(old, new)
     if "dry-run" in path.name:
         text = TIMING.sub(lambda m: (m.group(1) or m.group(2)) + "<t>" + (m.group(3) or ""), text)
+    if path.name == "rules.json":
+        entries = json.loads(text)
+        for entry in entries:
+            entry["check"] = MOVED_RULES.get(entry["code"], entry["check"])
+        text = json.dumps(entries)
+    if path.name == "rules.txt":
+        lines, code = [], None
+        for line in text.splitlines():
+            code = line.split()[0] if re.match(r"^[A-Z]+[0-9]{3} ", line) else code
+            if code in MOVED_RULES and "; check: " in line:
+                line = re.sub(r"; check: \S+", f"; check: {MOVED_RULES[code]}", line)
+            lines.append(line)
+        text = "\n".join(lines)
     return text.encode()
 
 
