@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers import REAL, SHORT, make_model, run
+from helpers import REAL, ROOT, SHORT, make_model, run
 
 HEAD = re.compile(r"^[A-Z]{2,5}[0-9]{3} (error|warning|info) ")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -135,3 +135,32 @@ def test_no_progress_with_quiet_or_a_machine_format(probed_model, extra):
 def test_no_progress_when_not_a_terminal(probed_model):
     proc = run("check", str(probed_model), "--engine", "sglang-mlx")
     assert "reading config" not in proc.stderr and "rules (probes)" not in proc.stderr
+
+
+def test_an_engine_error_worded_as_the_finding_is_not_printed_twice(tmp_path):
+    """The vLLM refusal of the demo: the finding quotes vLLM's message, so its engine-error line names the
+    class and points at the message instead of repeating 8 lines; a message in kvdoctor's own words
+    keeps the engine's text beside it (the HTML report does the same)."""
+    from rich.console import Console
+
+    from kvdoctor.model import Finding
+    from kvdoctor.report.rich_report import finding_block
+
+    model = ROOT / "fixtures" / "models" / "openai__gpt-oss-20b"
+    proc = run("check", str(model), "--engine", "vllm", "--deploy", str(ROOT / "fixtures/demo/vllm-too-long.yaml"),
+               "--select", "VLM002", "--html-output", str(tmp_path / "report.html"))
+    text = " ".join(proc.stdout.replace("│", " ").split())
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("User-specified max_model_len (262144)") == 1 and "ValidationError: the message above" in page
+    assert proc.returncode == 1 and text.count("User-specified max_model_len (262144)") == 1
+    assert "engine would raise at startup: ValidationError: the message above" in text
+
+    def shown(message: str) -> str:
+        finding = Finding(code="VLM002", message=message, name="n", severity="error",
+                          engine_error={"class": "ValidationError", "message": "vLLM's words", "stage": "startup"})
+        console = Console(width=200, record=True)
+        console.print(finding_block(finding))
+        return console.export_text()
+
+    assert "ValidationError: vLLM's words" in shown("kvdoctor's words")
+    assert "the message above" in shown("vLLM's words") and shown("vLLM's words").count("vLLM's words") == 1

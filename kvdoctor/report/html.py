@@ -338,8 +338,9 @@ def _finding(report: Report, result: Result, f) -> str:
            f'{_e(f.name)}<span class="where">{_e(where)}</span></div><p>{_e(f.message)}</p>']
     if f.engine_error:
         err = f.engine_error
+        said = "the message above" if err.get("message") == f.message else err.get("message")
         out.append(f'<p class="engine-error">engine would raise at {_e(err.get("stage"))}: {_e(err.get("class"))}: '
-                   f'{_e(err.get("message"))}</p>')
+                   f'{_e(said)}</p>')
     out.append("<ul>" + "".join(f"<li>fix: {_e(fix)}</li>" for fix in f.fixes) + "</ul>")
     entry = report.catalog.description(f.code)
     if entry is not None:

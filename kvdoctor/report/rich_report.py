@@ -169,8 +169,9 @@ def finding_block(f: Finding) -> Group:
     parts = [_hanging(Text(f"{f.code} ", style=SEVERITY_STYLE[f.severity]), head), _hanging("  ", f.message)]
     if f.engine_error:
         err = f.engine_error
-        parts.append(_hanging("  ", f"engine would raise at {err.get('stage')}: {err.get('class')}: "
-                                    f"{err.get('message')}", style="red"))
+        said = "the message above" if err.get("message") == f.message else err.get("message")
+        parts.append(_hanging("  ", f"engine would raise at {err.get('stage')}: {err.get('class')}: {said}",
+                              style="red"))
     for fix in f.fixes:
         parts.append(_hanging("  fix: ", fix, style="green"))
     return Group(*parts)
