@@ -164,3 +164,39 @@ def test_an_engine_error_worded_as_the_finding_is_not_printed_twice(tmp_path):
 
     assert "ValidationError: vLLM's words" in shown("kvdoctor's words")
     assert "the message above" in shown("vLLM's words") and shown("vLLM's words").count("vLLM's words") == 1
+
+
+# Cache labels that one letter stands for: the same cache under each engine's own name.
+SYNONYMS = ({"full", "contiguous"}, {"windowed", "swa"}, {"state", "mamba"})
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-mlx"])
+def test_every_cache_an_engine_plans_has_its_own_cell(engine, tmp_path):
+    """The engine row of the layer strip shows "?" (and the HTML map red) only for a cache the plan does
+    not know, never for a pool or cache class it named: every label the real configs get is in both
+    tables, and a letter stands for two labels only where they name the same cache."""
+    import shutil
+
+    from kvdoctor.engines import profile
+    from kvdoctor.errors import InputError
+    from kvdoctor.load.loader import load_model
+    from kvdoctor.report.html import CACHE_COLOUR
+    from kvdoctor.report.rich_report import CACHE_STYLE
+
+    labels = set()
+    for config in sorted((ROOT / "fixtures" / "configs" / "real").glob("*.json")):
+        folder = tmp_path / config.stem
+        folder.mkdir()
+        shutil.copyfile(config, folder / "config.json")
+        spec = load_model(str(folder), with_checkpoint=False, library_check=False)
+        try:
+            plan = profile(engine).plan(spec, profile(engine).Settings())
+        except InputError:  # a config this engine's plan cannot read has no cells
+            continue
+        labels |= {layer.cache or "none" for layer in plan.layers}
+    known = labels - {"unknown"}
+    assert len(known) > 2 and not known - set(CACHE_STYLE) and not known - set(CACHE_COLOUR)
+    by_letter: dict[str, set[str]] = {}
+    for label, (letter, _) in CACHE_STYLE.items():
+        by_letter.setdefault(letter, set()).add(label)
+    assert all(len(group) == 1 or group in SYNONYMS for group in by_letter.values()), by_letter

@@ -24,9 +24,10 @@ KIND_COLOUR = {
     "mamba": "#d6b02c", "linear_attention": "#7d4fb0", "attention+mamba": "#e8cf5f", "conv": "#c98a2a",
     "mlp": "#9aa0a6", "moe": "#b8bcc1", "none": "#d0d3d6",
 }
-CACHE_COLOUR = {
-    "full": "#2e9d5b", "contiguous": "#2e9d5b", "windowed": "#2aa7c9", "rotating": "#2aa7c9",
-    "kda-replayssm": "#b04fc0", "state": "#d6b02c", "native": "#d6b02c", "none": "#d0d3d6",
+CACHE_COLOUR = {  # every cache label an engine's plan gives (LayerPlan.cache); red only for "unknown"
+    "full": "#2e9d5b", "contiguous": "#2e9d5b", "windowed": "#2aa7c9", "swa": "#2aa7c9", "rotating": "#2aa7c9",
+    "chunked": "#7fd3e8", "mla": "#3f5fd1", "kda-replayssm": "#b04fc0", "state": "#d6b02c", "mamba": "#d6b02c",
+    "native": "#c98a2a", "none": "#d0d3d6",
 }
 UNKNOWN = "#d93f3f"
 SEVERITY_CLASS = {"error": "sev-error", "warning": "sev-warning", "info": "sev-info"}

@@ -27,11 +27,14 @@ KIND_STYLE = {
     "none": ("-", "black on grey50"),
     "unknown": ("?", "white on red"),
 }
+# What each engine builds for a layer (LayerPlan.cache). A letter means one thing in both rows where it
+# can (F full, L MLA, K KDA, M recurrent state); "?" only where the engine's plan does not know.
 CACHE_STYLE = {
     "full": ("F", "black on green"), "contiguous": ("F", "black on green"),
-    "windowed": ("W", "black on cyan"), "rotating": ("R", "black on cyan"),
-    "kda-replayssm": ("K", "white on magenta"), "state": ("S", "black on yellow"),
-    "native": ("N", "black on yellow"), "none": ("-", "black on grey50"),
+    "windowed": ("W", "black on cyan"), "swa": ("W", "black on cyan"), "rotating": ("R", "black on cyan"),
+    "chunked": ("C", "black on bright_cyan"), "mla": ("L", "white on blue"),
+    "kda-replayssm": ("K", "white on magenta"), "state": ("M", "black on yellow"), "mamba": ("M", "black on yellow"),
+    "native": ("A", "black on khaki1"), "none": ("-", "black on grey50"), "unknown": ("?", "white on red"),
 }
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
 
