@@ -62,9 +62,9 @@ def require_extras(engine: str, static: bool, dry_run: bool) -> None:
     a package that is absent: what the profile declares its probes and its in-process dry run need."""
     from kvdoctor.extras import require
 
-    declared = profile_class(engine) if engine in PROFILES else None
-    if declared is None:
+    if engine not in PROFILES:  # check_profile says so, after the other options are read
         return
+    declared = profile_class(engine)
     if dry_run and declared.dry_run_extra is not None:
         require(declared.dry_run_extra, "--dry-run")
     if not static and declared.probe_extra is not None:

@@ -20,8 +20,6 @@ def budget_inputs(deploy: Deploy, kv_budget: str | None = None, gpu_memory: str 
     """The deploy file's `budget:` section with the command line's values over it."""
     from kvdoctor.engines.budget.settings import BudgetSettings, parse_size
 
-    if context is not None and context <= 0:
-        raise InputError(f"--context {context}: expected a positive number of tokens")
     settings = (deploy.budget or BudgetSettings()).model_copy(deep=True)
     if kv_budget is not None:
         parse_size(kv_budget, "--kv-budget")
