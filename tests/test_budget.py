@@ -241,13 +241,13 @@ def test_vllm_28228_kimi_linear_block_960_at_tp2_with_the_older_64_alignment():
     state, _ = vllm.state_bytes(facts, mode)
     block, padded = vllm.align_hybrid(16, per_token, state, mla=True, mla_unit=64)
     assert block == 960 and f"{100 * (padded - state) / state:.2f}" == "1.89"  # what the issue's log printed
-    assert vllm.plan(facts, mode).mode["block_size"] == 1024  # 0.33.0 aligns MLA hybrids to 128
+    assert vllm.plan(facts, mode).mode.block_size == 1024  # 0.33.0 aligns MLA hybrids to 128
 
 
 def test_vllm_49064_max_num_seqs_1024_over_969_mamba_blocks():
     facts, _ = model("qwen3-next")
     probe = vllm.plan(facts, vllm.Mode(max_model_len=132000, kv_budget_bytes=40 * GiB))
-    stride = probe.pool["bytes_per_block"]
+    stride = probe.pool.bytes_per_block
     budget = vllm.plan(facts, vllm.Mode(max_model_len=132000, kv_budget_bytes=969 * stride + stride // 2))
     (finding,) = [f for f in findings_for(facts, budget, {}) if f.code == "MEM001"]
     assert finding.engine_error["message"].startswith(
@@ -258,8 +258,8 @@ def test_vllm_49064_max_num_seqs_1024_over_969_mamba_blocks():
 def test_vllm_40691_logged_tokens_are_concurrency_times_length_not_blocks_times_block_size():
     facts, _ = model("qwen3-next")
     b = vllm.plan(facts, vllm.Mode(max_model_len=131072, kv_budget_bytes=40 * GiB))
-    assert b.capacity["tokens"] == int(b.capacity["max_concurrency"] * 131072) == 1704466
-    assert b.pool["num_blocks"] * b.mode["block_size"] != b.capacity["tokens"]
+    assert b.capacity.tokens == int(b.capacity.max_concurrency * 131072) == 1704466
+    assert b.pool.num_blocks * b.mode.block_size != b.capacity.tokens
 
 
 def test_sglang_pr_37610_swa_pool_of_one_page_below_window_plus_page():
@@ -277,9 +277,9 @@ def test_reference_side_by_side_numbers():
     request, so 262 slots serve 52, not the 87 of the CPU path's 3 slots the memo measured."""
     facts, _ = model("qwen3-next")
     s = sglang.plan(facts, sglang.Mode(context_length=131072, kv_budget_bytes=40 * GiB))
-    assert (s.state["slots"], s.capacity["max_total_num_tokens"], s.capacity["max_running_requests"]) == \
+    assert (s.state.slots, s.capacity.max_total_num_tokens, s.capacity.max_running_requests) == \
         (262, 920754, 52)
-    assert (s.state["slots_per_request"], s.state["mamba_radix_cache_strategy"]) == (5, "extra_buffer")
-    assert s.state["bytes_per_slot"] / 1e6 == pytest.approx(77.3, abs=0.05)
+    assert (s.state.slots_per_request, s.state.mamba_radix_cache_strategy) == (5, "extra_buffer")
+    assert s.state.bytes_per_slot / 1e6 == pytest.approx(77.3, abs=0.05)
     off = vllm.plan(model("gpt-oss-20b")[0], vllm.Mode(max_model_len=131072, kv_budget_bytes=40 * GiB, hma=False))
-    assert (off.capacity["tokens"], round(off.capacity["max_concurrency"], 2)) == (873808, 6.67)
+    assert (off.capacity.tokens, round(off.capacity.max_concurrency, 2)) == (873808, 6.67)

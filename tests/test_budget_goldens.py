@@ -69,22 +69,22 @@ def test_vllm_matches_engine(point):
     if "error" in want and got.error is None:
         pytest.fail(f"vLLM refuses ({want['error']['message'][:120]}) but kvdoctor planned it")
     if "block_size" in want:
-        assert got.mode["block_size"] == want["block_size"]
+        assert got.mode.block_size == want["block_size"]
     if want.get("mamba_page_size_padded") is not None or got.state:
-        assert got.state["padded_page_bytes"] == want["mamba_page_size_padded"]
+        assert got.state.padded_page_bytes == want["mamba_page_size_padded"]
     if "error" in want:
         assert got.error.cls == want["error"]["class"]
         assert got.error.message == want["error"]["message"]
         return
     assert got.error is None, got.error.message
-    assert [(g["spec"], g["layers"], g["first_layer"], g["block_size"], g["page_bytes"], g["window"],
-             g["blocks_per_request"]) for g in got.groups] == \
+    assert [(g.spec, g.layers, g.first_layer, g.block_size, g.page_bytes, g.window,
+             g.blocks_per_request) for g in got.groups] == \
         [(g["spec"], g["layers"], g["first_layer"], g["block_size"], g["page_bytes"], g["window"],
           g["blocks_per_request"]) for g in want["groups"]]
-    assert got.pool["bytes_per_block"] == want["bytes_per_block"]
-    assert got.pool["num_blocks"] == want["num_blocks"]
-    assert got.capacity["tokens"] == want["tokens"]
-    assert got.capacity["max_concurrency"] == pytest.approx(want["max_concurrency"], abs=1e-3)
+    assert got.pool.bytes_per_block == want["bytes_per_block"]
+    assert got.pool.num_blocks == want["num_blocks"]
+    assert got.capacity.tokens == want["tokens"]
+    assert got.capacity.max_concurrency == pytest.approx(want["max_concurrency"], abs=1e-3)
 
 
 @pytest.mark.parametrize("point", SGLANG, ids=ids(SGLANG))
@@ -100,26 +100,26 @@ def test_sglang_matches_engine(point):
                        max_total_tokens=s["max_total_tokens"])
     model_facts = facts(point["model"], "sglang")[0]
     got = sglang.plan(model_facts, mode)
-    assert got.mode["hybrid_swa"] == (want.get("is_hybrid_swa", False) and model_facts.count("sliding") > 0)
+    assert got.mode.hybrid_swa == (want.get("is_hybrid_swa", False) and model_facts.count("sliding") > 0)
     if "mamba_cache_per_req" in want:
-        assert got.state is not None and got.state["bytes_per_slot"] == want["mamba_cache_per_req"]
-        assert got.state["ssm_dtype"] == want["ssm_dtype"]
+        assert got.state is not None and got.state.bytes_per_slot == want["mamba_cache_per_req"]
+        assert got.state.ssm_dtype == want["ssm_dtype"]
     if "error" in want:
         assert got.error is not None, f"SGLang refuses: {want['error']['message'][:120]}"
         assert (got.error.cls, got.error.message) == (want["error"]["class"], want["error"]["message"])
         return
     assert got.error is None, got.error.message
     if "max_mamba_cache_size" in want:
-        assert got.state["slots"] == want["max_mamba_cache_size"]
-        assert got.state["slots_per_request"] == want["mamba_ratio"]  # 5 on CUDA with extra_buffer, 1 without radix
-    pools = {p["pool"]: p["tokens"] for p in got.pools}
-    assert got.capacity["max_total_num_tokens"] == want["max_total_num_tokens"]
+        assert got.state.slots == want["max_mamba_cache_size"]
+        assert got.state.slots_per_request == want["mamba_ratio"]  # 5 on CUDA with extra_buffer, 1 without radix
+    pools = {p.pool: p.tokens for p in got.pools}
+    assert got.capacity.max_total_num_tokens == want["max_total_num_tokens"]
     if want["swa_max_total_num_tokens"] is not None:
         assert pools["full"] == want["full_max_total_num_tokens"]
         assert pools["swa"] == want["swa_max_total_num_tokens"]
     else:
         assert "swa" not in pools
-    assert got.capacity["max_running_requests"] == want["max_running_requests"]
+    assert got.capacity.max_running_requests == want["max_running_requests"]
 
 
 @pytest.mark.parametrize("point", MLX, ids=ids(MLX))
@@ -132,15 +132,15 @@ def test_mlx_matches_engine(point):
     got = mlxlm.plan(model_facts, mode, config)
     classes = {}
     for row in got.layer_kinds:
-        name = row["cache"] + (f"({row['max_size']},keep={4 if got.mode['max_kv_size_honored'] else 0})"
-                               if row["cache"] == "RotatingKVCache" else "")
-        classes[name] = classes.get(name, 0) + row["layers"]
+        name = row.cache + (f"({row.max_size},keep={4 if got.mode.max_kv_size_honored else 0})"
+                            if row.cache == "RotatingKVCache" else "")
+        classes[name] = classes.get(name, 0) + row.layers
     assert classes == want["caches"]
     if "error" in want:
         assert got.error is not None and (got.error.cls, got.error.message) == \
             (want["error"]["class"], want["error"]["message"])
         return
     assert got.error is None, got.error.message
-    assert got.facts["lengths"] == want["lengths"]
-    assert got.capacity["per_request_bytes"] == want["bytes"]
-    assert got.capacity["peak_prefill_bytes"] == want["peak_bytes"]
+    assert got.prefill.lengths == want["lengths"]
+    assert got.capacity.per_request_bytes == want["bytes"]
+    assert got.capacity.peak_prefill_bytes == want["peak_bytes"]

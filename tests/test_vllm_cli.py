@@ -118,7 +118,7 @@ def test_budget_reads_the_same_section():
                                                                                          "tensor_parallel_size": 2}
                               if "hma" not in section else {**section, "tp": 2}})
         (budget,), _ = plan_engine("vllm", facts, spec.config, deploy.budget, deploy.settings("vllm"), all_modes=False)
-        assert budget.mode["hma"] is hma and budget.mode["tp"] == 2
+        assert budget.mode.hma is hma and budget.mode.tp == 2
 
 
 def test_dry_run_without_a_vllm_python_is_one_eng050_and_the_static_checks_still_run(tmp_path, monkeypatch):

@@ -141,7 +141,7 @@ class EngineProfile(ABC):
         return None
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
-               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+               all_modes: bool) -> tuple[Sequence[Budget], dict[str, Any]]:
         """KV sizing the engine's way: (one budget per mode, how the memory figure was obtained)."""
         raise NotImplementedError(f"{self.name} has no budget model")
 

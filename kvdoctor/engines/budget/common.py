@@ -32,35 +32,50 @@ class EngineRefusal(Exception):
         return {"class": self.cls, "message": self.message, "stage": self.stage}
 
 
-class Budget(msgspec.Struct):
-    """One engine in one mode. `capacity.unit` says what its token counts mean, because vLLM's
-    'tokens' (concurrency x context) and SGLang's pool tokens are different quantities."""
+class Record(msgspec.Struct, kw_only=True):
+    """A typed part of a budget row (its mode, capacity, state, a layer kind, a group or pool). Fields
+    left UNSET are those the engine's plan did not reach (a refused mode has no capacity figures): the
+    JSON leaves them out, where a None is written as null."""
+
+    def to_json(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+class StateTensor(Record, kw_only=True):
+    """One tensor of a request's recurrent state in one layer."""
+
+    tensor: str  # conv | ssm | recurrent
+    shape: list[int]
+    dtype_bytes: int
+    bytes: int
+
+
+class Budget(msgspec.Struct, kw_only=True):
+    """One engine in one mode. Each engine subclasses it with its own typed records (`mode`,
+    `capacity`, `state`, `layer_kinds` and its layout); `capacity.unit` says what its token counts mean,
+    because vLLM's 'tokens' (concurrency x context) and SGLang's pool tokens are different quantities."""
 
     engine: str
     version: str
-    mode: dict[str, Any]
-    layer_kinds: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    groups: list[dict[str, Any]] | None = None
-    pools: list[dict[str, Any]] | None = None
-    pool: dict[str, Any] | None = None
-    state: dict[str, Any] | None = None
-    capacity: dict[str, Any] = msgspec.field(default_factory=dict)
     error: EngineRefusal | None = None
     notes: list[str] = msgspec.field(default_factory=list)  # what the engine logs about these choices
-    facts: dict[str, Any] = msgspec.field(default_factory=dict)  # numbers rules read (not printed)
     provenance: dict[str, Any] = msgspec.field(default_factory=dict)
 
+    def parts(self) -> tuple[Record, list[Any], Record | None, Record]:
+        """(mode, layer kinds, state, capacity): the records every engine has."""
+        raise NotImplementedError
+
+    def layout_json(self) -> dict[str, Any]:
+        """The engine's own layout between the layer kinds and the state (vLLM's groups and pool,
+        SGLang's pools); empty where the engine has none or the mode was refused before it."""
+        return {}
+
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"engine": self.engine, "version": self.version, "mode": self.mode,
-                               "layer_kinds": self.layer_kinds}
-        if self.groups is not None:
-            out["groups"] = self.groups
-        if self.pools is not None:
-            out["pools"] = self.pools
-        if self.pool is not None:
-            out["pool"] = self.pool
-        out["state"] = self.state
-        out["capacity"] = self.capacity
+        mode, kinds, state, capacity = self.parts()
+        out: dict[str, Any] = {"engine": self.engine, "version": self.version, "mode": mode.to_json(),
+                               "layer_kinds": [k.to_json() for k in kinds], **self.layout_json(),
+                               "state": state.to_json() if state is not None else None,
+                               "capacity": capacity.to_json()}
         if self.error is not None:
             out["error"] = self.error.to_json()
         out["notes"] = self.notes

@@ -9,7 +9,7 @@ estimate.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
@@ -55,22 +55,15 @@ def kv_memory(engine: str, facts: ModelFacts, settings: BudgetSettings, usable: 
                   "weights_bytes": weights, "how": how}
 
 
-def with_memory(budgets: list[Budget], memory: int) -> list[Budget]:
-    """Each budget's capacity names the memory it was sized for (unless the engine model did)."""
-    for b in budgets:
-        b.capacity.setdefault("kv_budget_bytes", memory)
-    return budgets
-
-
 def plan_engine(engine: str, facts: ModelFacts, config: dict[str, Any], inputs: BudgetSettings, settings: BaseModel,
-                all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+                all_modes: bool) -> tuple[Sequence[Budget], dict[str, Any]]:
     """One engine's budgets: its profile's model, with its deploy section."""
     from kvdoctor.engines import profile
 
     return profile(engine).budget(facts, config, settings, inputs, all_modes)
 
 
-def document(spec: ModelSpec, facts: ModelFacts, results: dict[str, tuple[list[Budget], dict]],
+def document(spec: ModelSpec, facts: ModelFacts, results: dict[str, tuple[Sequence[Budget], dict]],
              settings: BudgetSettings, findings: dict[str, list[list[dict]]],
              not_priced: dict[str, str] | None = None) -> dict[str, Any]:
     """The budget JSON; `not_priced`: the engines of `--engine all` that cannot size this model, and why."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, n, size
+from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, Record, n, size
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
-from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
+from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
 
 if TYPE_CHECKING:
@@ -55,6 +56,63 @@ class Mode(msgspec.Struct, frozen=True):
     kv_group_size: int = 64
     quantized_kv_start: int = 5000
     prefill_step_size: int = 2048
+
+
+class Prefill(msgspec.Struct):
+    """A prompt fed as generate_step does: the caches' bytes at the end and at their peak."""
+
+    bytes: int
+    peak_bytes: int
+    chunks: int
+    lengths: list[int | None]  # each layer's cache length at the end; None for a state layer
+
+
+class ModeRecord(Record, kw_only=True):
+    context: int
+    max_kv_size: int | None
+    max_kv_size_honored: bool | None  # None: no --max-kv-size given, or the mode failed before the caches
+    kv_bits: int | None
+    kv_group_size: int
+    quantized_kv_start: int
+    prefill_step_size: int
+    dtype: str
+
+
+class LayerKindRecord(Record, kw_only=True):
+    kind: str
+    cache: str  # the mlx-lm class: KVCache | RotatingKVCache | ArraysCache
+    max_size: int | None  # a RotatingKVCache's window
+    layers: int
+    bytes_per_token_per_layer: int
+
+
+class StateRecord(Record, kw_only=True):
+    kind: str
+    bytes_per_request_per_layer: int
+    layers: int
+
+
+class CapacityRecord(Record, kw_only=True):
+    """No shared pool: each request holds its own caches."""
+
+    unit: str = "requests"
+    context: int
+    per_request_bytes: int | UnsetType = UNSET
+    peak_prefill_bytes: int | UnsetType = UNSET
+    max_concurrency: float | None | UnsetType = UNSET
+    max_context_fit: int | None | UnsetType = UNSET
+    kv_budget_bytes: int
+
+
+class MlxBudget(Budget, kw_only=True):
+    mode: ModeRecord
+    capacity: CapacityRecord
+    layer_kinds: list[LayerKindRecord] = []
+    state: StateRecord | None = None
+    prefill: Prefill | None = None  # None: refused before the prompt was fed
+
+    def parts(self) -> tuple[ModeRecord, list[LayerKindRecord], StateRecord | None, CapacityRecord]:
+        return self.mode, self.layer_kinds, self.state, self.capacity
 
 
 class CacheSim(msgspec.Struct):
@@ -153,7 +211,7 @@ def state_bytes(facts: ModelFacts) -> int:
     return 3 * (k.conv_kernel - 1) * k.heads * k.head_dim * act + k.heads * k.head_dim * k.head_dim * 4
 
 
-def simulate(facts: ModelFacts, mode: Mode, kinds: list[str]) -> dict[str, Any]:
+def simulate(facts: ModelFacts, mode: Mode, kinds: list[str]) -> Prefill:
     """Feed a prompt of `mode.context` tokens as generate_step does; return bytes now and at peak."""
     sims: list[CacheSim | None] = []
     for kind in kinds:
@@ -177,8 +235,8 @@ def simulate(facts: ModelFacts, mode: Mode, kinds: list[str]) -> dict[str, Any]:
         _maybe_quantize(sims, mode)
         current = _held(facts, mode, sims, kinds)
         peak = max(peak, current)
-    return {"bytes": current, "peak_bytes": peak, "chunks": len(chunks),
-            "lengths": [None if s is None else s.length for s in sims]}
+    return Prefill(bytes=current, peak_bytes=peak, chunks=len(chunks),
+                   lengths=[None if s is None else s.length for s in sims])
 
 
 def _maybe_quantize(sims: list[CacheSim | None], mode: Mode) -> None:
@@ -203,44 +261,46 @@ def _held(facts: ModelFacts, mode: Mode, sims: list[CacheSim | None], kinds: lis
     return total
 
 
-def describe_mode(facts: ModelFacts, mode: Mode, honoured: bool | None) -> dict[str, Any]:
-    return {"context": mode.context, "max_kv_size": mode.max_kv_size, "max_kv_size_honored": honoured,
-            "kv_bits": mode.kv_bits, "kv_group_size": mode.kv_group_size,
-            "quantized_kv_start": mode.quantized_kv_start, "prefill_step_size": mode.prefill_step_size,
-            "dtype": facts.activation_dtype}
+def describe_mode(facts: ModelFacts, mode: Mode, honoured: bool | None) -> ModeRecord:
+    return ModeRecord(context=mode.context, max_kv_size=mode.max_kv_size, max_kv_size_honored=honoured,
+                      kv_bits=mode.kv_bits, kv_group_size=mode.kv_group_size,
+                      quantized_kv_start=mode.quantized_kv_start, prefill_step_size=mode.prefill_step_size,
+                      dtype=facts.activation_dtype)
 
 
-def plan(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> Budget:
-    budget = Budget("mlx-lm", VERSION, describe_mode(facts, mode, None),
-                    provenance={"formula": "kvdoctor.engines.mlx_lm.budget", "checked_against": "goldens/mlx.json",
-                                "refs": [f"mlx_lm/{r}" for r in REFS.values()]})
-    budget.capacity = {"unit": "requests", "context": mode.context}
+CACHE_CLASSES = {"kv": "KVCache", "rotating": "RotatingKVCache", "state": "ArraysCache"}
+
+
+def plan(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> MlxBudget:
+    budget = MlxBudget(engine="mlx-lm", version=VERSION, mode=describe_mode(facts, mode, None),
+                       capacity=CapacityRecord(context=mode.context, kv_budget_bytes=mode.kv_budget_bytes),
+                       provenance={"formula": "kvdoctor.engines.mlx_lm.budget", "checked_against": "goldens/mlx.json",
+                                   "refs": [f"mlx_lm/{r}" for r in REFS.values()]})
     try:
         kinds, honoured = layer_caches(facts, mode, config)
-        budget.mode["max_kv_size_honored"] = honoured if mode.max_kv_size is not None else None
+        budget.mode.max_kv_size_honored = honoured if mode.max_kv_size is not None else None
         if mode.max_kv_size is not None and not honoured:
             budget.notes.append(f"{facts.model_type} defines make_cache: --max-kv-size {mode.max_kv_size} is ignored")
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, LayerKindRecord] = {}
         for layer, kind in zip(facts.layers, kinds):
             label = kind.split(":")[0]
-            row = rows.setdefault(f"{layer.kind}/{kind}", {
-                "kind": layer.kind, "cache": {"kv": "KVCache", "rotating": "RotatingKVCache",
-                                              "state": "ArraysCache"}[label],
-                "max_size": int(kind.split(":")[1]) if label == "rotating" else None, "layers": 0,
-                "bytes_per_token_per_layer": 0 if label == "state" else kv_token_bytes(facts, layer.kind, None, 64)})
-            row["layers"] += 1
+            row = rows.setdefault(f"{layer.kind}/{kind}", LayerKindRecord(
+                kind=layer.kind, cache=CACHE_CLASSES[label],
+                max_size=int(kind.split(":")[1]) if label == "rotating" else None, layers=0,
+                bytes_per_token_per_layer=0 if label == "state" else kv_token_bytes(facts, layer.kind, None, 64)))
+            row.layers += 1
         budget.layer_kinds = list(rows.values())
         if facts.state_kind:
-            budget.state = {"kind": facts.state_kind, "bytes_per_request_per_layer": state_bytes(facts),
-                            "layers": facts.count(facts.state_kind)}
+            budget.state = StateRecord(kind=facts.state_kind, bytes_per_request_per_layer=state_bytes(facts),
+                                       layers=facts.count(facts.state_kind))
         sim = simulate(facts, mode, kinds)
     except EngineRefusal as refusal:
         budget.error = refusal
         return budget
-    budget.facts.update(sim)
-    per_request = sim["bytes"]
-    budget.capacity.update(per_request_bytes=per_request, peak_prefill_bytes=sim["peak_bytes"],
-                           max_concurrency=mode.kv_budget_bytes / per_request if per_request else None)
+    budget.prefill = sim
+    budget.capacity.per_request_bytes = sim.bytes
+    budget.capacity.peak_prefill_bytes = sim.peak_bytes
+    budget.capacity.max_concurrency = mode.kv_budget_bytes / sim.bytes if sim.bytes else None
     return budget
 
 
@@ -267,17 +327,17 @@ def modes(facts: ModelFacts, s: MlxLmSettings, context: int, memory: int, all_mo
 
 
 def budgets(facts: ModelFacts, config: dict[str, Any], s: MlxLmSettings, inputs: BudgetSettings,
-            all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+            all_modes: bool) -> tuple[list[MlxBudget], dict[str, Any]]:
     memory, how = kv_memory("mlx-lm", facts, inputs, usable_memory)
     context = default_context(facts, inputs)
     chosen = modes(facts, s, context, memory, all_modes)
     out = [plan(facts, m, config) for m in chosen]
     for m, b in zip(chosen, out):
-        b.capacity["max_context_fit"] = max_context_fit(facts, config, m, b)
-    return with_memory(out, memory), how
+        b.capacity.max_context_fit = max_context_fit(facts, config, m, b)
+    return out, how
 
 
-def max_context_fit(facts: ModelFacts, config: dict, mode: Mode, budget: Budget) -> int | None:
+def max_context_fit(facts: ModelFacts, config: dict, mode: Mode, budget: MlxBudget) -> int | None:
     """The longest prompt, up to the requested context, whose caches fit the budget at their
     prefill peak (as vLLM searches up to max_model_len); None when the mode fails."""
     if budget.error is not None:
@@ -286,7 +346,7 @@ def max_context_fit(facts: ModelFacts, config: dict, mode: Mode, budget: Budget)
 
     def fits(t: int) -> bool:
         try:
-            return simulate(facts, replace(mode, context=t), kinds)["peak_bytes"] <= mode.kv_budget_bytes
+            return simulate(facts, replace(mode, context=t), kinds).peak_bytes <= mode.kv_budget_bytes
         except EngineRefusal:
             return False
 

@@ -2,7 +2,7 @@
 per-request caches in kvdoctor.engines.mlx_lm.budget. (`sglang-mlx` is sglang's MLX backend over mlx-lm models.)"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
 
@@ -29,7 +29,7 @@ class MlxLmProfile(EngineProfile):
         return view(dict(row))
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
-               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+               all_modes: bool) -> tuple[Sequence[Budget], dict[str, Any]]:
         from kvdoctor.engines.mlx_lm.budget import budgets
 
         assert isinstance(settings, MlxLmSettings)

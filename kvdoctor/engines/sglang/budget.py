@@ -15,11 +15,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, GiB, MiB, n, size
+from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, GiB, MiB, Record, StateTensor, n,
+                                            size)
 from kvdoctor.engines.budget.facts import Layer, ModelFacts, dtype_bytes
-from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
+from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang.archs import EXTRA_BUFFER_ARCHS, HYBRID_SWA_ARCHS
 
@@ -74,6 +76,76 @@ class Mode(msgspec.Struct, frozen=True):
     overlap_schedule: bool = True
 
 
+class ModeRecord(Record, kw_only=True):
+    context_length: int
+    page_size: int
+    kv_cache_dtype: str
+    tp: int
+    hybrid_swa: bool  # a separate SWA pool
+    radix_cache: bool
+    max_running_requests: int | None
+    max_total_tokens: int | None
+    # the knobs of a model with sliding layers
+    swa_full_tokens_ratio: float | UnsetType = UNSET
+    disable_hybrid_swa_memory: bool | UnsetType = UNSET
+    # the knobs of a model with recurrent state
+    mamba_ssm_dtype: str | UnsetType = UNSET
+    mamba_full_memory_ratio: float | UnsetType = UNSET
+    max_mamba_cache_size: int | None | UnsetType = UNSET
+    configurator: str | UnsetType = UNSET  # the pool configurator that sized the pools
+
+
+class LayerKindRecord(Record, kw_only=True):
+    kind: str
+    layers: int
+    bytes_per_token_per_layer: int | list[int]  # a list where layers of the kind differ
+    pool: str  # full | swa | state
+    bytes_per_request_per_layer: int | UnsetType = UNSET  # state layers
+
+
+class PoolRecord(Record, kw_only=True):
+    pool: str  # full | swa
+    tokens: int
+    bytes_per_token: int
+
+
+class StateRecord(Record, kw_only=True):
+    kind: str
+    slots: int | None
+    bytes_per_slot: int
+    slots_per_request: int
+    bytes: int | None
+    mamba_radix_cache_strategy: str | None
+    ssm_dtype: str
+    tensors: list[StateTensor]
+
+
+class CapacityRecord(Record, kw_only=True):
+    """Tokens are the pool's (`max_total_num_tokens`), shared by all running requests."""
+
+    unit: str = "pool_tokens"
+    context_length: int
+    max_running_requests: int | UnsetType = UNSET
+    max_total_num_tokens: int | UnsetType = UNSET
+    concurrency_at_L: float | UnsetType = UNSET
+    kv_budget_bytes: int
+    max_context_fit: int | UnsetType = UNSET
+
+
+class SglangBudget(Budget, kw_only=True):
+    mode: ModeRecord
+    capacity: CapacityRecord
+    layer_kinds: list[LayerKindRecord] = []
+    state: StateRecord | None = None
+    pools: list[PoolRecord] | None = None
+
+    def parts(self) -> tuple[ModeRecord, list[LayerKindRecord], StateRecord | None, CapacityRecord]:
+        return self.mode, self.layer_kinds, self.state, self.capacity
+
+    def layout_json(self) -> dict[str, Any]:
+        return {} if self.pools is None else {"pools": [p.to_json() for p in self.pools]}
+
+
 def kv_bytes(facts: ModelFacts, mode: Mode) -> int:
     if mode.kv_cache_dtype == "auto":
         return dtype_bytes(facts.serving_dtype)
@@ -95,7 +167,7 @@ def ssm_dtype(facts: ModelFacts, mode: Mode) -> str:
     return "float32"
 
 
-def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]]]:
+def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[StateTensor]]:
     """Bytes of one request's state over all linear layers: conv in bf16, SSM in the SSM dtype."""
     conv_b, ssm_b = 2, dtype_bytes(ssm_dtype(facts, mode))
     if facts.gdn:
@@ -121,8 +193,8 @@ def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str
         layers = facts.count("kda")
     conv_numel, ssm_numel = conv[0] * conv[1], ssm[0] * ssm[1] * ssm[2]
     per_layer = conv_numel * conv_b + ssm_numel * ssm_b
-    tensors = [{"tensor": "conv", "shape": list(conv), "dtype_bytes": conv_b, "bytes": conv_numel * conv_b},
-               {"tensor": "ssm", "shape": list(ssm), "dtype_bytes": ssm_b, "bytes": ssm_numel * ssm_b}]
+    tensors = [StateTensor(tensor="conv", shape=list(conv), dtype_bytes=conv_b, bytes=conv_numel * conv_b),
+               StateTensor(tensor="ssm", shape=list(ssm), dtype_bytes=ssm_b, bytes=ssm_numel * ssm_b)]
     return per_layer * layers, tensors
 
 
@@ -305,34 +377,36 @@ def max_running(facts: ModelFacts, tokens: int, mode: Mode, slots: int | None, n
     return value
 
 
-def describe_mode(facts: ModelFacts, mode: Mode) -> dict[str, Any]:
-    out: dict[str, Any] = {"context_length": mode.context_length, "page_size": mode.page_size,
-                           "kv_cache_dtype": mode.kv_cache_dtype, "tp": mode.tp,
-                           "hybrid_swa": hybrid_swa(facts, mode) and bool(facts.count("sliding")),
-                           "radix_cache": mode.radix_cache, "max_running_requests": mode.max_running_requests,
-                           "max_total_tokens": mode.max_total_tokens}
+def describe_mode(facts: ModelFacts, mode: Mode) -> ModeRecord:
+    out = ModeRecord(context_length=mode.context_length, page_size=mode.page_size, kv_cache_dtype=mode.kv_cache_dtype,
+                     tp=mode.tp, hybrid_swa=hybrid_swa(facts, mode) and bool(facts.count("sliding")),
+                     radix_cache=mode.radix_cache, max_running_requests=mode.max_running_requests,
+                     max_total_tokens=mode.max_total_tokens)
     if facts.count("sliding"):
-        out["swa_full_tokens_ratio"] = mode.swa_full_tokens_ratio
-        out["disable_hybrid_swa_memory"] = mode.disable_hybrid_swa_memory
+        out.swa_full_tokens_ratio = mode.swa_full_tokens_ratio
+        out.disable_hybrid_swa_memory = mode.disable_hybrid_swa_memory
     if facts.state_kind:
-        out.update(mamba_ssm_dtype=ssm_dtype(facts, mode), mamba_full_memory_ratio=mode.mamba_full_memory_ratio,
-                   max_mamba_cache_size=mode.max_mamba_cache_size)
+        out.mamba_ssm_dtype = ssm_dtype(facts, mode)
+        out.mamba_full_memory_ratio = mode.mamba_full_memory_ratio
+        out.max_mamba_cache_size = mode.max_mamba_cache_size
     return out
 
 
-def plan(facts: ModelFacts, mode: Mode) -> Budget:
-    budget = Budget("sglang", VERSION, describe_mode(facts, mode),
-                    provenance={"formula": "kvdoctor.engines.sglang.budget", "checked_against": "goldens/sglang.json",
-                                "refs": [f"sglang/{r}" for r in REFS.values()]})
-    budget.capacity = {"unit": "pool_tokens", "context_length": mode.context_length}
+def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
+    budget = SglangBudget(engine="sglang", version=VERSION, mode=describe_mode(facts, mode),
+                          capacity=CapacityRecord(context_length=mode.context_length,
+                                                  kv_budget_bytes=mode.kv_budget_bytes),
+                          provenance={"formula": "kvdoctor.engines.sglang.budget",
+                                      "checked_against": "goldens/sglang.json",
+                                      "refs": [f"sglang/{r}" for r in REFS.values()]})
     kinds = facts.kinds()
     swa_pool = hybrid_swa(facts, mode) and kinds["sliding"]
     for kind in ("full", "sliding", "mla", "dsa"):
         if kinds[kind]:
             cells = {attention_cell(facts, mode, l) for l in facts.layers if l.kind == kind}
-            budget.layer_kinds.append({"kind": kind, "layers": kinds[kind],
-                                       "bytes_per_token_per_layer": cells.pop() if len(cells) == 1 else sorted(cells),
-                                       "pool": ("swa" if kind == "sliding" and swa_pool else "full")})
+            budget.layer_kinds.append(LayerKindRecord(
+                kind=kind, layers=kinds[kind], bytes_per_token_per_layer=cells.pop() if len(cells) == 1 else sorted(cells),
+                pool="swa" if kind == "sliding" and swa_pool else "full"))
     if kinds["sliding"] and not swa_pool:
         budget.notes.append(f"hybrid SWA memory is off for {', '.join(facts.architectures) or facts.model_type}: "
                             "sliding layers get full-length slots in the one token pool")
@@ -341,30 +415,30 @@ def plan(facts: ModelFacts, mode: Mode) -> Budget:
         slots = None
         if facts.state_kind:
             per_req, tensors = state_per_request(facts, mode)
-            budget.state = {"kind": facts.state_kind, "slots": None, "bytes_per_slot": per_req,
-                            "slots_per_request": slots_per_request(facts, mode), "bytes": None,
-                            "mamba_radix_cache_strategy": mamba_strategy(facts, mode),
-                            "ssm_dtype": ssm_dtype(facts, mode), "tensors": tensors}
-            budget.layer_kinds.append({"kind": facts.state_kind, "layers": kinds[facts.state_kind],
-                                       "bytes_per_token_per_layer": 0, "pool": "state",
-                                       "bytes_per_request_per_layer": per_req // kinds[facts.state_kind]})
+            budget.state = StateRecord(kind=facts.state_kind, slots=None, bytes_per_slot=per_req,
+                                       slots_per_request=slots_per_request(facts, mode), bytes=None,
+                                       mamba_radix_cache_strategy=mamba_strategy(facts, mode),
+                                       ssm_dtype=ssm_dtype(facts, mode), tensors=tensors)
+            budget.layer_kinds.append(LayerKindRecord(
+                kind=facts.state_kind, layers=kinds[facts.state_kind], bytes_per_token_per_layer=0, pool="state",
+                bytes_per_request_per_layer=per_req // kinds[facts.state_kind]))
             slots, rest = mamba_slots(rest, per_req, mode)
-            budget.state.update(slots=slots, bytes=(slots + 1) * per_req)
+            budget.state.slots, budget.state.bytes = slots, (slots + 1) * per_req
         available = int(rest * (1 << 30))
         configurator, full, swa = pools(facts, mode, available)
-        budget.mode["configurator"] = configurator
-        budget.pools = [{"pool": "full", "tokens": full, "bytes_per_token": pool_bytes(facts, mode, _full_pool(facts, mode))}]
+        budget.mode.configurator = configurator
+        budget.pools = [PoolRecord(pool="full", tokens=full,
+                                   bytes_per_token=pool_bytes(facts, mode, _full_pool(facts, mode)))]
         if swa is not None:
-            budget.pools.append({"pool": "swa", "tokens": swa,
-                                 "bytes_per_token": pool_bytes(facts, mode, ("sliding",))})
+            budget.pools.append(PoolRecord(pool="swa", tokens=swa, bytes_per_token=pool_bytes(facts, mode, ("sliding",))))
         tokens = full if full else swa
-        budget.facts.update(available=available, tokens=tokens, full=full, swa=swa, slots=slots)
         running = max_running(facts, tokens, mode, slots, budget.notes)
     except EngineRefusal as refusal:
         budget.error = refusal
         return budget
-    budget.capacity.update(max_running_requests=running, max_total_num_tokens=tokens,
-                           concurrency_at_L=tokens / mode.context_length)
+    budget.capacity.max_running_requests = running
+    budget.capacity.max_total_num_tokens = tokens
+    budget.capacity.concurrency_at_L = tokens / mode.context_length
     return budget
 
 
@@ -409,14 +483,14 @@ def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_m
 
 
 def budgets(facts: ModelFacts, s: SglangSettings, inputs: BudgetSettings,
-            all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+            all_modes: bool) -> tuple[list[SglangBudget], dict[str, Any]]:
     usable = partial(usable_memory, chunked_prefill_size=s.chunked_prefill_size)
     memory, how = kv_memory("sglang", facts, inputs, usable, tp=s.tp_size or 1)
     context = default_context(facts, inputs)
-    out = with_memory([plan(facts, m) for m in modes(facts, s, context, memory, all_modes)], memory)
+    out = [plan(facts, m) for m in modes(facts, s, context, memory, all_modes)]
     for b in out:
         if b.error is None:
-            b.capacity["max_context_fit"] = b.capacity["max_total_num_tokens"]
+            b.capacity.max_context_fit = b.capacity.max_total_num_tokens
     return out, how
 
 

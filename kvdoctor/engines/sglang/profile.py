@@ -416,7 +416,7 @@ class SglangProfile(EngineProfile):
         return view(dict(row))
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
-               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+               all_modes: bool) -> tuple[Sequence[Budget], dict[str, Any]]:
         from kvdoctor.engines.sglang.budget import budgets
 
         from kvdoctor.engines.sglang.pools import default_page_size

@@ -61,10 +61,12 @@ def size(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
                                                     disable_hybrid_swa_memory=not hybrid_swa))
     if result.error is not None:
         return {"error": {"class": result.error.cls, "message": result.error.message}}
-    out: dict[str, Any] = {"kv_budget": settings.kv_budget, "configurator": result.mode.get("configurator"),
-                           "pools": {p["pool"]: p["tokens"] for p in result.pools or ()},
-                           "max_running_requests": result.capacity["max_running_requests"]}
+    out: dict[str, Any] = {"kv_budget": settings.kv_budget, "configurator": result.mode.configurator,
+                           "pools": {p.pool: p.tokens for p in result.pools or ()},
+                           "max_running_requests": result.capacity.max_running_requests}
     if result.state:
-        out["state"] = {k: result.state[k] for k in ("slots", "slots_per_request", "mamba_radix_cache_strategy",
-                                                     "bytes_per_slot", "ssm_dtype")}
+        state = result.state
+        out["state"] = {"slots": state.slots, "slots_per_request": state.slots_per_request,
+                        "mamba_radix_cache_strategy": state.mamba_radix_cache_strategy,
+                        "bytes_per_slot": state.bytes_per_slot, "ssm_dtype": state.ssm_dtype}
     return out

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, GiB, cdiv, n, size
+from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, GiB, Record, StateTensor, cdiv, n,
+                                            size)
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
-from kvdoctor.engines.budget.run import default_context, kv_memory, with_memory
+from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
 
 if TYPE_CHECKING:
@@ -104,6 +106,112 @@ class Group(msgspec.Struct):
         return max(s.blocks_per_request(mode, length) for s in self.per_layer)
 
 
+class Sizing(msgspec.Struct, kw_only=True):
+    """What the plan works out on the way (not printed): the profile builds its layer plans from it and
+    the MEM rules read the request's bytes and the pool's blocks."""
+
+    kv_heads_per_rank: int
+    head_size: int  # K + V
+    bytes_per_token: int
+    block_size: int = 0
+    layer_geometry: dict[int, tuple[int, int]] = {}  # layer index -> (kv heads per rank, head size K+V), own ones
+    state_bytes: int = 0
+    state_tensors: list[StateTensor] = []
+    state_padded: int | None = None
+    state_padding_pct: float | None = None
+    groups: list[Group] = []
+    num_blocks: int | None = None
+    needed_bytes: int | None = None  # one request at max_model_len, in bytes of the pool
+
+
+class ModeRecord(Record, kw_only=True):
+    hma: bool
+    kv_cache_dtype: str
+    dtype: str
+    tp: int
+    max_model_len: int
+    prefix_caching: bool
+    mamba_cache_mode: str | None  # align | none, for a model with recurrent state
+    num_speculative_tokens: int
+    max_num_batched_tokens: int
+    async_scheduling: bool
+    in_flight_tokens: int
+    max_num_seqs: int
+    block_size: int
+    kv_heads_per_rank: int | UnsetType = UNSET
+
+
+class LayerKindRecord(Record, kw_only=True):
+    kind: str
+    spec: str
+    layers: int
+    window: int | None
+    bytes_per_token_per_layer: int
+    page_bytes: int
+    block_size: int
+    reserved_blocks_per_request: int
+
+
+class GroupRecord(Record, kw_only=True):
+    id: int
+    spec: str
+    layers: int
+    first_layer: int
+    block_size: int
+    page_bytes: int
+    window: int | None
+    padding_layers: int
+    blocks_per_request: int
+
+
+class PoolRecord(Record, kw_only=True):
+    bytes_per_block: int
+    num_blocks: int
+    padding_bytes_per_block: int
+
+
+class StateRecord(Record, kw_only=True):
+    kind: str
+    bytes_per_request_per_layer: int
+    padded_page_bytes: int | None
+    padding_pct: float
+    tensors: list[StateTensor]
+    blocks_per_request: int
+
+
+class CapacityRecord(Record, kw_only=True):
+    """'tokens' is vLLM's 'GPU KV cache size': concurrency x max_model_len."""
+
+    unit: str = "request_tokens_at_L"
+    max_model_len: int
+    max_model_len_fit: int | UnsetType = UNSET
+    blocks_per_request: int | UnsetType = UNSET
+    max_concurrency: float | UnsetType = UNSET
+    tokens: int | UnsetType = UNSET
+    kv_budget_bytes: int
+
+
+class VllmBudget(Budget, kw_only=True):
+    mode: ModeRecord
+    capacity: CapacityRecord
+    layer_kinds: list[LayerKindRecord] = []
+    state: StateRecord | None = None
+    groups: list[GroupRecord] | None = None
+    pool: PoolRecord | None = None
+    sizing: Sizing | None = None  # None: refused before the layers were sized
+
+    def parts(self) -> tuple[ModeRecord, list[LayerKindRecord], StateRecord | None, CapacityRecord]:
+        return self.mode, self.layer_kinds, self.state, self.capacity
+
+    def layout_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.groups is not None:
+            out["groups"] = [g.to_json() for g in self.groups]
+        if self.pool is not None:
+            out["pool"] = self.pool.to_json()
+        return out
+
+
 def kv_dtype_bytes(facts: ModelFacts, mode: Mode) -> int:
     if mode.kv_cache_dtype == "auto":
         return dtype_bytes(facts.serving_dtype)
@@ -122,7 +230,7 @@ def attention_per_token(facts: ModelFacts, mode: Mode) -> tuple[int, int, int]:
     return heads, 2 * facts.head_dim, heads * 2 * facts.head_dim * size
 
 
-def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]]]:
+def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[StateTensor]]:
     """One request's recurrent state in one linear layer (vLLM's MambaSpec page) and its tensors."""
     act = dtype_bytes(facts.serving_dtype)  # mamba_cache_dtype=auto: the model dtype
     conv_len = None
@@ -157,7 +265,7 @@ def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[dict[str, Any]
         for d in shape:
             numel *= d
         total += numel * width
-        rows.append({"tensor": name, "shape": list(shape), "dtype_bytes": width, "bytes": numel * width})
+        rows.append(StateTensor(tensor=name, shape=list(shape), dtype_bytes=width, bytes=numel * width))
     return total, rows
 
 
@@ -202,10 +310,10 @@ def own_geometry(facts: ModelFacts, mode: Mode, layer) -> tuple[int, int, int] |
     return heads, size, heads * size * kv_dtype_bytes(facts, mode)
 
 
-def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[Spec], dict[str, Any]]:
+def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[Spec], Sizing]:
     block = mode.block_size or DEFAULT_BLOCK
     heads, head_size, per_token = attention_per_token(facts, mode)
-    info: dict[str, Any] = {"kv_heads_per_rank": heads, "head_size": head_size, "bytes_per_token": per_token}
+    info = Sizing(kv_heads_per_rank=heads, head_size=head_size, bytes_per_token=per_token)
     padded = None
     state = 0
     align = mode.prefix_caching and facts.state_kind is not None
@@ -214,13 +322,13 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
         base = block
         if any(layer.kind not in STATE_LAYER_KINDS for layer in facts.layers):  # an attention page to align to
             block, padded = align_hybrid(block, per_token, state, bool(facts.mla_latent))
-        info.update(state_bytes=state, state_tensors=tensors, state_padded=padded)
+        info.state_bytes, info.state_tensors, info.state_padded = state, tensors, padded
         if block != base:
             notes.append(f"Setting attention block size to {block} tokens to ensure that attention page size "
                          "is >= mamba page size.")
         if padded is not None:
             pct = 100 * (padded - state) / state
-            info["state_padding_pct"] = pct
+            info.state_padding_pct = pct
             notes.append(f"Padding mamba page size by {pct:.2f}% to ensure that mamba page size and attention "
                          "page size are exactly equal.")
     state_block = block if align else mode.max_model_len
@@ -230,7 +338,7 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
         own = None if layer.kind in STATE_LAYER_KINDS else own_geometry(facts, mode, layer)
         if own is not None:
             geometry[layer.index] = own[:2]
-        per_token = own[2] if own is not None else info["bytes_per_token"]
+        per_token = own[2] if own is not None else info.bytes_per_token
         if layer.kind in STATE_LAYER_KINDS:
             specs.append(Spec("MambaSpec", state_block, state_bytes=state, padded=padded,
                               spec_blocks=mode.num_speculative_tokens, align_mode=align))
@@ -242,8 +350,7 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
             specs.append(Spec("ChunkedLocalAttentionSpec", block, per_token, window=layer.window))
         else:
             specs.append(Spec("FullAttentionSpec", block, per_token))
-    info["block_size"] = block
-    info["layer_geometry"] = geometry  # layer index -> (kv heads per rank, head size K+V) where it is its own
+    info.block_size, info.layer_geometry = block, geometry
     return specs, info
 
 
@@ -368,36 +475,35 @@ NO_MEMORY = ("No available memory for the cache blocks. Try increasing `gpu_memo
              "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
 
 
-def describe_mode(facts: ModelFacts, mode: Mode) -> dict[str, Any]:
-    return {"hma": mode.hma, "kv_cache_dtype": mode.kv_cache_dtype,
-            "dtype": facts.serving_dtype if mode.kv_cache_dtype == "auto" else mode.kv_cache_dtype,
-            "tp": mode.tp, "max_model_len": mode.max_model_len, "prefix_caching": mode.prefix_caching,
-            "mamba_cache_mode": ("align" if mode.prefix_caching else "none") if facts.state_kind else None,
-            "num_speculative_tokens": mode.num_speculative_tokens,
-            "max_num_batched_tokens": mode.max_num_batched_tokens, "async_scheduling": mode.async_scheduling,
-            "in_flight_tokens": mode.in_flight_tokens, "max_num_seqs": mode.max_num_seqs,
-            "block_size": mode.block_size or DEFAULT_BLOCK}
+def describe_mode(facts: ModelFacts, mode: Mode) -> ModeRecord:
+    return ModeRecord(hma=mode.hma, kv_cache_dtype=mode.kv_cache_dtype,
+                      dtype=facts.serving_dtype if mode.kv_cache_dtype == "auto" else mode.kv_cache_dtype,
+                      tp=mode.tp, max_model_len=mode.max_model_len, prefix_caching=mode.prefix_caching,
+                      mamba_cache_mode=("align" if mode.prefix_caching else "none") if facts.state_kind else None,
+                      num_speculative_tokens=mode.num_speculative_tokens,
+                      max_num_batched_tokens=mode.max_num_batched_tokens, async_scheduling=mode.async_scheduling,
+                      in_flight_tokens=mode.in_flight_tokens, max_num_seqs=mode.max_num_seqs,
+                      block_size=mode.block_size or DEFAULT_BLOCK)
 
 
-def plan(facts: ModelFacts, mode: Mode) -> Budget:
+def plan(facts: ModelFacts, mode: Mode) -> VllmBudget:
     """vLLM's plan for this model in this mode: groups, pool, capacity, or the error it raises."""
-    budget = Budget("vllm", VERSION, describe_mode(facts, mode),
-                    provenance={"formula": "kvdoctor.engines.vllm.budget", "checked_against": "goldens/vllm.json",
-                                "refs": [f"vllm/{r}" for r in REFS.values()]})
-    budget.capacity = {"unit": "request_tokens_at_L", "max_model_len": mode.max_model_len}
+    budget = VllmBudget(engine="vllm", version=VERSION, mode=describe_mode(facts, mode),
+                        capacity=CapacityRecord(max_model_len=mode.max_model_len, kv_budget_bytes=mode.kv_budget_bytes),
+                        provenance={"formula": "kvdoctor.engines.vllm.budget", "checked_against": "goldens/vllm.json",
+                                    "refs": [f"vllm/{r}" for r in REFS.values()]})
     try:
         check_tp(facts, mode)
         specs, info = layer_specs(facts, mode, budget.notes)
-        budget.mode["block_size"] = info["block_size"]
-        budget.mode["kv_heads_per_rank"] = info["kv_heads_per_rank"]
-        budget.facts.update(info)
+        budget.mode.block_size = info.block_size
+        budget.mode.kv_heads_per_rank = info.kv_heads_per_rank
+        budget.sizing = info
         if facts.state_kind:
-            budget.state = {"kind": facts.state_kind, "bytes_per_request_per_layer": info["state_bytes"],
-                            "padded_page_bytes": info["state_padded"],
-                            "padding_pct": info.get("state_padding_pct", 0.0),
-                            "tensors": info["state_tensors"],
-                            "blocks_per_request": (2 if budget.mode["mamba_cache_mode"] == "align" else 1)
-                            + mode.num_speculative_tokens}
+            budget.state = StateRecord(kind=facts.state_kind, bytes_per_request_per_layer=info.state_bytes,
+                                       padded_page_bytes=info.state_padded, padding_pct=info.state_padding_pct or 0.0,
+                                       tensors=info.state_tensors,
+                                       blocks_per_request=(2 if budget.mode.mamba_cache_mode == "align" else 1)
+                                       + mode.num_speculative_tokens)
         _fill_layer_kinds(budget, facts, mode, specs)
         if not mode.hma:
             specs = promote(specs, budget.notes)
@@ -408,19 +514,19 @@ def plan(facts: ModelFacts, mode: Mode) -> Budget:
         return budget
     stride = max(g.bytes_per_block() for g in groups)
     per_request = [g.blocks_per_request(mode, mode.max_model_len) for g in groups]
-    budget.groups = [{"id": i, "spec": g.spec.cls, "layers": len(g.layers), "first_layer": g.layers[0],
-                      "block_size": g.spec.block_size, "page_bytes": g.spec.page, "window": g.spec.window,
-                      "padding_layers": g.padding_layers, "blocks_per_request": n}
+    budget.groups = [GroupRecord(id=i, spec=g.spec.cls, layers=len(g.layers), first_layer=g.layers[0],
+                                 block_size=g.spec.block_size, page_bytes=g.spec.page, window=g.spec.window,
+                                 padding_layers=g.padding_layers, blocks_per_request=n)
                      for i, (g, n) in enumerate(zip(groups, per_request))]
     num_blocks = mode.kv_budget_bytes // stride
-    budget.pool = {"bytes_per_block": stride, "num_blocks": num_blocks,
-                   "padding_bytes_per_block": sum(g.padding_layers * g.spec.page for g in groups)}
+    budget.pool = PoolRecord(bytes_per_block=stride, num_blocks=num_blocks,
+                             padding_bytes_per_block=sum(g.padding_layers * g.spec.page for g in groups))
     check = mode.kv_budget_bytes - stride  # the null block the block pool holds back
     fit = largest_fitting_length(groups, mode, stride, check) if check > 0 else 0
-    budget.capacity["max_model_len_fit"] = fit
-    budget.capacity["blocks_per_request"] = sum(per_request)
+    budget.capacity.max_model_len_fit = fit
+    budget.capacity.blocks_per_request = sum(per_request)
     needed = stride * sum(per_request)
-    budget.facts.update(num_blocks=num_blocks, needed_bytes=needed, groups=groups)
+    info.num_blocks, info.needed_bytes, info.groups = num_blocks, needed, groups
     if check <= 0:
         budget.error = EngineRefusal("ValueError", NO_MEMORY)
         return budget
@@ -428,21 +534,22 @@ def plan(facts: ModelFacts, mode: Mode) -> Budget:
         budget.error = admission_refusal(needed, check, mode.max_model_len, fit)
         return budget
     concurrency = num_blocks / sum(per_request)
-    budget.capacity.update(max_concurrency=concurrency, tokens=int(concurrency * mode.max_model_len))
+    budget.capacity.max_concurrency = concurrency
+    budget.capacity.tokens = int(concurrency * mode.max_model_len)
     return budget
 
 
-def _fill_layer_kinds(budget: Budget, facts: ModelFacts, mode: Mode, specs: list[Spec]) -> None:
-    rows: dict[tuple, dict[str, Any]] = {}
+def _fill_layer_kinds(budget: VllmBudget, facts: ModelFacts, mode: Mode, specs: list[Spec]) -> None:
+    rows: dict[tuple, LayerKindRecord] = {}
     for layer, spec in zip(facts.layers, specs):
         key = (layer.kind, spec.window)
         row = rows.get(key)
         if row is None:
-            row = rows[key] = {"kind": layer.kind, "spec": spec.cls, "layers": 0, "window": spec.window,
-                               "bytes_per_token_per_layer": spec.per_token if spec.cls != "MambaSpec" else 0,
-                               "page_bytes": spec.page, "block_size": spec.block_size,
-                               "reserved_blocks_per_request": spec.blocks_per_request(mode, mode.max_model_len)}
-        row["layers"] += 1
+            row = rows[key] = LayerKindRecord(
+                kind=layer.kind, spec=spec.cls, layers=0, window=spec.window,
+                bytes_per_token_per_layer=spec.per_token if spec.cls != "MambaSpec" else 0, page_bytes=spec.page,
+                block_size=spec.block_size, reserved_blocks_per_request=spec.blocks_per_request(mode, mode.max_model_len))
+        row.layers += 1
     budget.layer_kinds = list(rows.values())
 
 
@@ -482,14 +589,14 @@ def modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, all_mod
 
 
 def budgets(facts: ModelFacts, s: VllmSettings, inputs: BudgetSettings, all_modes: bool,
-            hma: bool = True) -> tuple[list[Budget], dict[str, Any]]:
+            hma: bool = True) -> tuple[list[VllmBudget], dict[str, Any]]:
     """The `vllm:` section's max_model_len and kv_budget stand in for budget.context / budget.kv_budget
     when those are not given."""
     if inputs.kv_budget is None and s.kv_budget is not None:
         inputs = inputs.model_copy(update={"kv_budget": s.kv_budget})
     memory, how = kv_memory("vllm", facts, inputs, usable_memory, tp=s.tensor_parallel_size)
     context = inputs.context or s.max_model_len or default_context(facts, inputs)
-    return with_memory([plan(facts, m) for m in modes(facts, s, context, memory, all_modes, hma)], memory), how
+    return [plan(facts, m) for m in modes(facts, s, context, memory, all_modes, hma)], how
 
 
 def view(row: dict[str, Any]) -> BudgetView:

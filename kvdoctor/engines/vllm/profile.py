@@ -93,7 +93,7 @@ class VllmProfile(EngineProfile):
         return view(dict(row))
 
     def budget(self, facts: ModelFacts, config: Mapping[str, Any], settings: BaseModel, inputs: BudgetSettings,
-               all_modes: bool) -> tuple[list[Budget], dict[str, Any]]:
+               all_modes: bool) -> tuple[Sequence[Budget], dict[str, Any]]:
         settings = settings if isinstance(settings, VllmSettings) else VllmSettings()
         try:
             hma = hma_decision(config, settings)[0]
@@ -191,7 +191,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         budget = budget_vllm.plan(bfacts, mode)
         notes += budget.notes
         layers = layer_plans(interp, bfacts, budget, hma)
-        facts = msgspec.structs.replace(facts, block_size=budget.mode.get("block_size"),
+        facts = msgspec.structs.replace(facts, block_size=budget.mode.block_size,
                                     groups=groups_of(budget, interp))
         if budget.error is not None:
             raise from_budget(budget.error, is_hybrid)
@@ -407,21 +407,21 @@ def mamba2_dims(spec: ModelSpec) -> Mamba2Dims:
 
 
 def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[LayerPlan, ...]:
-    info = budget.facts
-    block = info.get("block_size")
-    dtype = _kv_dtype(facts, budget.mode["kv_cache_dtype"])
+    info = budget.sizing
+    assert info is not None  # sized: the start-up checks refused heads that TP does not divide before the plan
+    block = info.block_size
+    dtype = _kv_dtype(facts, budget.mode.kv_cache_dtype)
     by_index = {l.index: l for l in facts.layers}
     out = []
     for layer in interp.layers:
         extra: dict[str, Any] = {"engine_spec": layer.spec, "dtype": dtype}
         if layer.spec == S.MAMBA:
-            page = info.get("state_padded") or info.get("state_bytes")
+            page = info.state_padded or info.state_bytes or None
             extra.update(num_kv_heads=None, head_size=None, page_size_bytes=page,
-                         state_shapes=[t["shape"] for t in info.get("state_tensors", [])])
+                         state_shapes=[t.shape for t in info.state_tensors])
         else:
-            heads, head_size = info.get("layer_geometry", {}).get(layer.index) or (
-                info["kv_heads_per_rank"], info["head_size"])
-            per_token = info["bytes_per_token"] * heads * head_size // (info["kv_heads_per_rank"] * info["head_size"])
+            heads, head_size = info.layer_geometry.get(layer.index) or (info.kv_heads_per_rank, info.head_size)
+            per_token = info.bytes_per_token * heads * head_size // (info.kv_heads_per_rank * info.head_size)
             if layer.spec != S.MLA:  # engines.vllm.budget's head_size counts K and V; vLLM's spec names each
                 own = by_index.get(layer.index)
                 key = (own.head_dim if own is not None and own.head_dim else None) or facts.head_dim
@@ -456,7 +456,7 @@ def groups_of(budget, interp: S.Interpretation) -> tuple[Group, ...]:
     indices = [l.index for l in interp.layers]
     return tuple(Group(g.spec.cls, tuple(indices[p] for p in g.layers), g.spec.block_size, g.spec.page,
                        g.spec.window if g.spec.cls == "SlidingWindowSpec" else None)
-                 for g in budget.facts.get("groups", ()))
+                 for g in (budget.sizing.groups if budget.sizing else ()))
 
 
 def facts_json(facts: VllmFacts) -> dict[str, Any]:
