@@ -243,8 +243,8 @@ def test_runs_cut_short_say_why(spec):
     assert _codes(Interpreter(refused, spec, None, catalog).interpret()[0]) == ["ENG052"]
     missing = ChildOutcome(events=[{"event": "engine_unavailable", "reason": "not installed: sglang"}])
     findings, observed = Interpreter(missing, spec, None, catalog).interpret()
-    assert _codes(findings) == ["ENG050"] and observed == {"ran": False, "outcome": "unavailable",
-                                                          "reason": "not installed: sglang"}
+    assert _codes(findings) == ["ENG050"] and observed == {"engine": "sglang-mlx", "ran": False,
+                                                          "outcome": "unavailable", "reason": "not installed: sglang"}
 
 
 def test_a_short_schedule_on_a_windowed_model_is_reported(spec):

@@ -129,7 +129,7 @@ def test_gemma3_refusal_is_confirmed_not_duplicated(tmp_path):
     run = result.info["dry_run"]
     assert run["error"]["class"] == "NotImplementedError" and run["error"]["stage"] == "startup"
     assert run["error"]["message"].startswith("Attention layer 0 declares sliding-window attention")
-    assert run["error"]["frame"]["file"] == "sglang/srt/hardware_backend/mlx/model_runner.py"
+    assert run["error"]["frame"].startswith("sglang/srt/hardware_backend/mlx/model_runner.py:")
     assert run["confirms_plan_refusal"] == "ENG004"
     codes = [f.code for f in result.findings]
     assert codes.count("ENG004") == 1 and "ENG057" not in codes and "ENG051" not in codes
@@ -344,7 +344,7 @@ def test_an_error_in_the_first_requests_cache_list_belongs_to_prefill(tmp_path):
 
 
 def test_an_error_the_plan_did_not_read_keeps_no_code():
-    from kvdoctor.engines.sglang_mlx.dryrun.record import error_code
+    from kvdoctor.checks.dryrun_findings import error_code
     from kvdoctor.engines.base import Plan, Refusal
 
     plan = Plan(engine="sglang-mlx", versions={}, layers=(),
@@ -378,7 +378,7 @@ def test_missing_engine_is_one_finding_and_static_checks_still_run(tmp_path, mon
     result = dry_check(make_model(tmp_path, "gemma-3-1b-it", checkpoint=False))
     codes = [f.code for f in result.findings]
     assert "ENG050" in codes and "ENG004" in codes
-    assert result.info["dry_run"] == {"ran": False, "outcome": "unavailable",
+    assert result.info["dry_run"] == {"engine": "sglang-mlx", "ran": False, "outcome": "unavailable",
                                       "reason": "not installed: no-such-engine"}
 
 

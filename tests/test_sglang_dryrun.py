@@ -43,7 +43,7 @@ def dry(spec, **settings):
 
 
 def codes(spec, plan, result) -> list[str]:
-    return [f.code for f in dryrun_sglang.findings(spec, plan, result, builtin_catalog())]
+    return [f.code for f in dryrun_sglang.findings(spec, plan, dryrun.record(plan, result), builtin_catalog())]
 
 
 def test_server_args_carry_only_what_is_set():
@@ -61,7 +61,7 @@ def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeyp
     seen = dryrun.SglangDryRunner().run(spec, SglangSettings(),
                                         profile("sglang").plan(spec, SglangSettings()),
                                         {"engine_python": str(tmp_path / "missing-python")})
-    assert seen == {"unavailable": True}
+    assert (seen.ran, seen.outcome) == (False, "unavailable") and "no Python with SGLang 0.5.23" in seen.reason
     from kvdoctor.checks import dryrun_sglang as rule
     from kvdoctor.checks.context import Context
     from kvdoctor.engines.deploy import Deploy
@@ -120,7 +120,7 @@ def test_a_plan_for_another_window_is_stale(gpt_oss):
     spec, plan, result = gpt_oss
     layers = tuple(msgspec.structs.replace(l, engine_window=256) if l.engine_window == 128 else l for l in plan.layers)
     stale = msgspec.structs.replace(plan, layers=layers)
-    found = dryrun_sglang.findings(spec, stale, result, builtin_catalog())
+    found = dryrun_sglang.findings(spec, stale, dryrun.record(stale, result), builtin_catalog())
     assert [f.code for f in found] == ["SGL050"]
     assert "layer 0 attention (TorchNativeAttnBackend): reads a window of 128 keys" in found[0].message
     swapped = msgspec.structs.replace(plan, facts=msgspec.structs.replace(
@@ -152,7 +152,7 @@ def test_a_predicted_refusal_is_confirmed_without_a_second_finding():
     assert code_for(builtin_catalog(), "sglang", outcome["class"], outcome["message"]) == "SGL001"
     assert codes(spec, plan, result) == []  # the refusal rule reports SGL001 from the plan
     started = profile("sglang").plan(spec, SglangSettings())  # a plan that expects a start: stale
-    found = dryrun_sglang.findings(spec, started, result, builtin_catalog())
+    found = dryrun_sglang.findings(spec, started, dryrun.record(started, result), builtin_catalog())
     assert [f.code for f in found] == ["SGL001", "SGL050"]  # the engine's error as observed, and the stale plan
     assert found[0].engine_error["message"] == outcome["message"] and found[0].engine_error["stage"] == "startup"
 
@@ -174,7 +174,7 @@ def test_a_plan_that_disagrees_with_sglangs_start_up_is_reported_as_stale(mimo):
     assert result["outcome"] == {"start": True}
     assert "SGL050" not in codes(spec, plan, result)
     fp8 = profile("sglang").plan(spec, SglangSettings(attention_backend="torch_native", kv_cache_dtype="fp8_e4m3"))
-    found = {f.code: f for f in dryrun_sglang.findings(spec, fp8, result, builtin_catalog())}
+    found = {f.code: f for f in dryrun_sglang.findings(spec, fp8, dryrun.record(fp8, result), builtin_catalog())}
     assert found["SGL050"].severity is None  # the catalog's (warning), filled in by the pipeline
     differences = found["SGL050"].evidence["differences"]
     assert "KV dtype: plan float8_e4m3fn, SGLang bfloat16" in differences  # fp8 buffers are stored as uint8
@@ -188,7 +188,7 @@ def test_torch_native_reads_the_swa_buffer_at_full_pool_slots(mimo):
     assert result["server_args"]["attention_backend"] == "torch_native"
     aligned = next(r for r in result["window_reads"] if r["window_left"] >= 0 and not r["after_swa_release"])
     assert (aligned["keys_read_max"], aligned["off_window_count"]) == (129, 0)  # the mask itself is right
-    found = [f for f in dryrun_sglang.findings(spec, plan, result, builtin_catalog()) if f.code == "SGL051"]
+    found = [f for f in dryrun_sglang.findings(spec, plan, dryrun.record(plan, result), builtin_catalog()) if f.code == "SGL051"]
     assert len(found) == 1 and found[0].layer == aligned["layer"]
     assert found[0].engine_error["class"] == "IndexError" and "full-pool slot numbers" in found[0].message
 

@@ -35,8 +35,12 @@ def test_engine_args_carry_only_what_is_set():
 
 def test_without_vllm_one_finding_and_the_static_plan_stands(tmp_path):
     spec = load_model(str(MODELS / "google__gemma-3-1b-it"), library_check=False)
-    finding = dryrun_vllm.unavailable(spec)
-    assert finding.code == "ENG050" and "static vLLM checks still ran" in finding.message
+    record = dryrun.VllmDryRunner().run(spec, VllmSettings(), plan(spec, VllmSettings()),
+                                        {"engine_python": str(tmp_path / "missing-python")})
+    if PYTHON is None:
+        assert not record.ran and record.to_json()["reason"].startswith("no Python with vLLM 0.33.0 found")
+        (finding,) = dryrun_vllm.findings(spec, plan(spec, VllmSettings()), record, builtin_catalog())
+        assert finding.code == "ENG050" and "static vLLM checks still ran" in finding.message
     assert child.find_python(str(tmp_path / "missing-python"), dryrun.ENV_PYTHON, "vllm") in (None, PYTHON)
 
 
@@ -45,12 +49,14 @@ def test_dry_run_agrees_with_the_plan_and_confirms_a_predicted_refusal():
     spec = load_model(str(MODELS / "google__gemma-3-1b-it"), library_check=False)
     healthy = dryrun.launch(spec, VllmSettings(), PYTHON, timeout=600)
     assert healthy["outcome"]["start"] and dryrun.version_ok(healthy)
-    assert dryrun_vllm.findings(spec, plan(spec, VllmSettings()), healthy, builtin_catalog()) == []
+    assert dryrun_vllm.findings(spec, plan(spec, VllmSettings()), dryrun.record(plan(spec, VllmSettings()), healthy),
+                                builtin_catalog()) == []
     long = VllmSettings(max_model_len=65536)
     refused = dryrun.launch(spec, long, PYTHON, timeout=600)
     assert refused["outcome"]["class"] == "ValidationError"
     assert code_for(builtin_catalog(), "vllm", "ValidationError", refused["outcome"]["message"]) == "VLM002"
-    assert dryrun_vllm.findings(spec, plan(spec, long), refused, builtin_catalog()) == []  # predicted: no duplicate
+    # predicted: no duplicate
+    assert dryrun_vllm.findings(spec, plan(spec, long), dryrun.record(plan(spec, long), refused), builtin_catalog()) == []
 
 
 @needs_vllm
@@ -60,7 +66,7 @@ def test_a_stale_plan_is_reported(tmp_path):
     spec = spec_of(tmp_path, copy.deepcopy(cfg))
     result = dryrun.launch(spec, VllmSettings(), PYTHON, timeout=600)
     stale = plan(spec, VllmSettings(max_model_len=65536))  # refuses, where vLLM started
-    codes = [f.code for f in dryrun_vllm.findings(spec, stale, result, builtin_catalog())]
+    codes = [f.code for f in dryrun_vllm.findings(spec, stale, dryrun.record(stale, result), builtin_catalog())]
     assert codes == ["VLM030"]
 
 
@@ -98,6 +104,8 @@ def test_a_bare_assert_the_plan_predicted_is_not_reported_twice(tmp_path):
     result = dryrun.launch(spec, settings, PYTHON, timeout=600)
     assert (result["outcome"]["class"], result["outcome"]["message"]) == ("AssertionError", "")
     assert [r.code for r in plan(spec, settings).refusals] == ["VLM142"]
-    assert dryrun_vllm.findings(spec, plan(spec, settings), result, builtin_catalog()) == []
-    assert [f.code for f in dryrun_vllm.findings(spec, plan(spec, VllmSettings()), result, builtin_catalog())] == [
+    assert dryrun_vllm.findings(spec, plan(spec, settings), dryrun.record(plan(spec, settings), result),
+                                builtin_catalog()) == []
+    assert [f.code for f in dryrun_vllm.findings(
+        spec, plan(spec, VllmSettings()), dryrun.record(plan(spec, VllmSettings()), result), builtin_catalog())] == [
         "ENG051", "VLM030"]  # a plan made for TP 1 did not foresee it

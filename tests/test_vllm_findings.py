@@ -434,7 +434,7 @@ def test_a_config_class_shipped_as_code_needs_trust_remote_code(tmp_path):
     assert not trusted.refusals and "trust_remote_code" in trusted.facts.unmodeled  # DeciLM: left to the dry run
     # the dry run would need the checkpoint's code, which its child never has: skipped, and said so
     skipped = VllmDryRunner().run(spec, deploy_from({"vllm": {"trust_remote_code": True}}).settings("vllm"), trusted, {})
-    assert skipped["unavailable"] and "auto_map" in skipped["why"]
+    assert not skipped.ran and "auto_map" in skipped.reason
     assert engine_args(VllmSettings(trust_remote_code=True)) == {}
     # a model type transformers has: its own class is used, auto_map or not
     llama = {**config("meta-llama__Llama-3.1-8B"), "auto_map": {"AutoConfig": "configuration_x.XConfig"}}

@@ -17,12 +17,13 @@ RULE = Rule(codes=CHILD_CODES, engines=("sglang-mlx",), needs=(DRY_RUN,))
 
 def run(ctx: Context) -> Iterable[Finding]:
     from kvdoctor.checks.dryrun_findings import Interpreter
-    from kvdoctor.engines.sglang_mlx.dryrun.run import ChildOutcome
+    from kvdoctor.engines.base import DryRun
 
-    outcome = ctx.observations.get(DRY_RUN)
-    if not isinstance(outcome, ChildOutcome):
+    record = ctx.observations.get(DRY_RUN)
+    if not isinstance(record, DryRun):
         return []
-    findings, _ = Interpreter(outcome, ctx.spec, ctx.plan, ctx.options.get("catalog"), _foreseen(ctx)).interpret()
+    findings, _ = Interpreter(record.observation, ctx.spec, ctx.plan, ctx.options.get("catalog"),
+                              _foreseen(ctx)).interpret()
     return findings
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvdoctor.engines.sglang_mlx.dryrun.record import error_code, harness_failed, observed, predicted_refusal, record
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.catalog.matcher import code_for
+from kvdoctor.engines.sglang_mlx.dryrun.record import harness_failed, observed, predicted_refusal, record
 from kvdoctor.limits import human_bytes
 from kvdoctor.model import Finding, Source
 
@@ -40,6 +42,20 @@ def _layers_text(layers: list[int]) -> str:
 
 def _versions_text(versions: dict[str, str]) -> str:
     return ", ".join(f"{name} {versions[name]}" for name in ("sglang", "mlx-lm", "mlx") if name in versions)
+
+
+def error_code(error: dict[str, Any], plan: Any, engine: str, catalog: Any = None) -> str | None:
+    """The code an engine error stands for: the catalog entry whose pattern matches it, else the plan's
+    predicted refusal where the engine raised exactly that exception (same class, text and stage):
+    a model class that cannot be built raises a text of its own, which no catalog pattern names in
+    advance, and the plan read it off the same class."""
+    code = code_for(catalog or builtin_catalog(), engine, error["class"], error["message"])
+    predicted = predicted_refusal(plan)
+    if code is None and predicted is not None and \
+            (predicted.error_class, predicted.message, predicted.stage) == (error["class"], error["message"],
+                                                                             error["stage"]):
+        return predicted.code
+    return code
 
 
 class Interpreter:
@@ -68,7 +84,7 @@ class Interpreter:
         if unavailable is not None:
             self._add("ENG050", f"the sglang MLX backend could not be loaded, so the dry run did not run: "
                                 f"{unavailable['reason']}", evidence={"reason": unavailable["reason"]})
-            return self.findings, record(outcome, self.plan, self.catalog)
+            return self.findings, record(outcome).to_json()
         seen = observed(outcome)
         error = outcome.first("error")
         if error is not None:
@@ -91,7 +107,7 @@ class Interpreter:
                                 f"{seen['reached']} without reporting why: {last[0]}",
                       evidence={"returncode": outcome.returncode, "stderr_tail": outcome.stderr_tail})
         self._compare_with_plan(seen, error)
-        return self.findings, record(outcome, self.plan, self.catalog)
+        return self.findings, record(outcome).to_json()
 
     # -- helpers ----------------------------------------------------------------------------------
 

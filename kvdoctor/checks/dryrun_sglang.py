@@ -1,16 +1,15 @@
-"""What SGLang's own CUDA start-up said in a dry run (kvdoctor.engines.sglang.dryrun), as findings: a
-start-up exception the plan did not predict under the catalog code whose SGLang pattern matches it
-(ENG051 when none does); SGL050 where the static plan and SGLang's own answer disagree; SGL051 where
-the torch_native backend read keys outside a sliding layer's window; ENG050 without an SGLang Python."""
+"""What SGLang's own CUDA start-up said in a dry run (kvdoctor.engines.sglang.dryrun), as findings: the
+findings every dry run gives (kvdoctor.checks.dryrun_engine), with SGL050 where the static plan and
+SGLang's own answer disagree, and SGL051 where the torch_native backend read keys outside a sliding
+layer's window."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.catalog.matcher import code_for
-from kvdoctor.checks import DRY_RUN, Rule
+from kvdoctor.checks import DRY_RUN, Rule, dryrun_engine
 from kvdoctor.checks.context import Context
-from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.base import DryRun
 from kvdoctor.model import Finding, ModelSpec
 
 if TYPE_CHECKING:
@@ -22,52 +21,23 @@ RULE = Rule(codes=("ENG050", "ENG051", "SGL050", "SGL051"), engines=("sglang",),
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    result = ctx.observations.get(DRY_RUN)
-    if not isinstance(result, dict):
+    record = ctx.observations.get(DRY_RUN)
+    if not isinstance(record, DryRun):
         return []
-    if result.get("unavailable"):
-        return [unavailable(ctx.spec)]
-    return findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog(), ctx.deploy)
+    return findings(ctx.spec, ctx.plan, record, ctx.options.get("catalog") or builtin_catalog(), ctx.deploy)
 
 
-def unavailable(spec: ModelSpec) -> Finding:
-    from kvdoctor.engines.sglang import dryrun
-
-    return Finding.at("ENG050", f"dry run skipped: no Python with SGLang {PINS['sglang']} found (give "
-                      f"--engine-python, or set {dryrun.ENV_PYTHON}); the static SGLang checks still ran",
-                      spec.key_source("model_type"))
-
-
-def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: Catalog, deploy: Any = None
+def findings(spec: ModelSpec, plan: Plan[Any], record: DryRun, catalog: Catalog, deploy: Any = None
              ) -> list[Finding]:
     from kvdoctor.engines.sglang import dryrun
 
-    version = (result.get("versions") or {}).get("sglang", "?")
-    where = spec.key_source("model_type")
-    outcome = result.get("outcome")
-    if outcome is None:
-        why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
-        return [Finding.at("ENG051", f"dry run (sglang {version}): the child {why} before SGLang finished "
-                           f"start-up: {result.get('stderr_tail', '')[-300:]}", where,
-                           evidence={"seconds": result.get("seconds")})]
-    out: list[Finding] = []
-    if not outcome["start"] and not dryrun.sizing_at_default(outcome, result):
-        code = code_for(catalog, "sglang", outcome["class"], outcome["message"]) or "ENG051"
-        predicted = next(iter(dryrun.startup_refusals(plan)), None)
-        if predicted is None or predicted.code != code:
-            frame = outcome.get("raised_at_sglang") or outcome.get("raised_at")
-            out.append(Finding.at(code, f"dry run (sglang {version}): SGLang refused to start during "
-                                  f"{outcome['step']}: {outcome['class']}: {outcome['message']} (raised in {frame})",
-                                  where, engine_error={"class": outcome["class"], "message": outcome["message"],
-                                                       "stage": "startup", "frame": frame},
-                                  evidence={"step": outcome["step"]}))
-    out += torch_native_reads(spec, result, deploy.source("sglang.attention_backend") if deploy else None)
-    differences = dryrun.disagreements(plan, result)
-    if differences:
-        listed = "; ".join(differences[:dryrun.MAX_LISTED]) + (f"; ... ({len(differences)} in all)"
-                                                         if len(differences) > dryrun.MAX_LISTED else "")
-        out.append(Finding.at("SGL050", f"the static SGLang plan and SGLang {version}'s own start-up disagree: "
-                              f"{listed}", where, evidence={"differences": differences}))
+    result = record.observation or {}
+    outcome = result.get("outcome") or {}
+    predicted = next(iter(dryrun.startup_refusals(plan)), None)
+    out = dryrun_engine.findings(record, spec, catalog, label="SGLang", difference_code="SGL050", predicted=predicted,
+                                 judge_error=not dryrun.sizing_at_default(outcome, result))
+    if record.ran and record.outcome not in ("timeout", "crashed"):
+        out += torch_native_reads(spec, result, deploy.source("sglang.attention_backend") if deploy else None)
     return out
 
 

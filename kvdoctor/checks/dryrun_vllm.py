@@ -1,14 +1,13 @@
-"""What vLLM's own start-up said in a dry run (kvdoctor.engines.vllm.dryrun), as findings: an exception
-under the catalog code whose vLLM pattern matches it (ENG051 when none does), VLM030 where the static
-plan and the engine disagree, ENG050 when no vLLM Python ran it."""
+"""What vLLM's own start-up said in a dry run (kvdoctor.engines.vllm.dryrun), as findings: the findings
+every dry run gives (kvdoctor.checks.dryrun_engine), with VLM030 where the static plan and vLLM disagree."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.catalog.matcher import code_for
-from kvdoctor.checks import DRY_RUN, Rule
+from kvdoctor.checks import DRY_RUN, Rule, dryrun_engine
 from kvdoctor.checks.context import Context
+from kvdoctor.engines.base import DryRun
 from kvdoctor.model import Finding, ModelSpec
 
 if TYPE_CHECKING:
@@ -20,50 +19,12 @@ RULE = Rule(codes=("ENG050", "ENG051", "VLM030"), engines=("vllm",), needs=(DRY_
 
 
 def run(ctx: Context) -> Iterable[Finding]:
-    result = ctx.observations.get(DRY_RUN)
-    if not isinstance(result, dict):
+    record = ctx.observations.get(DRY_RUN)
+    if not isinstance(record, DryRun):
         return []
-    if result.get("unavailable"):
-        return [unavailable(ctx.spec, result.get("why"))]
-    return findings(ctx.spec, ctx.plan, result, ctx.options.get("catalog") or builtin_catalog())
+    return findings(ctx.spec, ctx.plan, record, ctx.options.get("catalog") or builtin_catalog())
 
 
-def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: Catalog) -> list[Finding]:
-    from kvdoctor.engines.vllm import dryrun
-
-    versions = result.get("versions") or {}
-    where = spec.key_source("model_type")
-    outcome = result.get("outcome")
-    if outcome is None:
-        why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
-        return [Finding.at("ENG051", f"dry run (vllm {versions.get('vllm', '?')}): the child {why} before vLLM "
-                           f"finished: {result.get('stderr_tail', '')[-300:]}", where,
-                           evidence={"seconds": result.get("seconds")})]
-    out: list[Finding] = []
-    if not outcome["start"]:
-        code = code_for(catalog, "vllm", outcome["class"], outcome["message"]) or "ENG051"
-        predicted = plan.refusals[0] if plan.refusals else None
-        # a bare assert has no text to match a pattern with: the plan predicted it if class and text agree
-        foreseen = predicted is not None and (predicted.code == code or (
-            predicted.error_class, predicted.message) == (outcome["class"], outcome["message"]))
-        if not foreseen:
-            frame = outcome.get("raised_at_vllm") or outcome.get("raised_at")
-            out.append(Finding.at(code, f"dry run (vllm {versions.get('vllm')}): vLLM refused to start during "
-                                  f"{outcome['stage']}: {outcome['class']}: {outcome['message']} (raised in {frame})",
-                                  where, engine_error={"class": outcome["class"], "message": outcome["message"],
-                                                       "stage": "startup", "frame": frame},
-                                  evidence={"cpu_only": outcome.get("cpu_only", False),
-                                            "workarounds": result.get("workarounds", [])}))
-    differences = dryrun.disagreements(plan, result)
-    if differences:
-        out.append(Finding.at("VLM030", f"the static vLLM plan and vLLM's own code disagree: {'; '.join(differences)}",
-                              where, evidence={"differences": differences}))
-    return out
-
-
-def unavailable(spec: ModelSpec, why: str | None = None) -> Finding:
-    from kvdoctor.engines.vllm import dryrun
-
-    why = why or f"no Python with vLLM 0.33.0 found (give --engine-python, or set {dryrun.ENV_PYTHON})"
-    return Finding.at("ENG050", f"dry run skipped: {why}; the static vLLM checks still ran",
-                      spec.key_source("model_type"))
+def findings(spec: ModelSpec, plan: Plan[Any], record: DryRun, catalog: Catalog) -> list[Finding]:
+    return dryrun_engine.findings(record, spec, catalog, label="vLLM", difference_code="VLM030",
+                                  predicted=plan.refusals[0] if plan.refusals else None)

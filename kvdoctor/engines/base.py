@@ -104,12 +104,82 @@ class Probe(ABC):
         """Run the first `fits` units listed by `costs` (the ones within the budget) and observe."""
 
 
+class DryRunError(msgspec.Struct, frozen=True, omit_defaults=True, rename={"cls": "class"}):
+    """The exception the engine's own code raised in a dry run, and where."""
+
+    cls: str
+    message: str
+    stage: str  # the engine's step (config, specs, sizing, ...) or one of STAGES
+    frame: str | None = None  # file:line (in function) in the engine's code, where it can tell
+    layer: int | None = None  # the layer running when it raised
+    copy: str | None = None  # the shrunk copy of the model it ran on, where the dry run shrinks
+
+
+# A dry run's outcome: the engine's code ran to the end (clean), raised (error), the dry run declined a
+# step it cannot run faithfully (refused), was stopped at its time bound (timeout), or its process ended
+# without saying why (crashed); or it never ran (unavailable).
+DRY_RUN_OUTCOMES = ("clean", "error", "refused", "timeout", "crashed", "unavailable")
+
+
+class DryRun(msgspec.Struct, kw_only=True):
+    """What one engine's own code did on a weightless copy of the model: the same record for every engine.
+    Data only: the dry-run rules judge it, the reports show it (`to_json`, `summary`)."""
+
+    engine: str
+    outcome: str  # one of DRY_RUN_OUTCOMES
+    reason: str | None = None  # why it did not run (unavailable) or did not finish (timeout, crashed)
+    versions: Mapping[str, str] = {}
+    stages: Mapping[str, str] = {}  # stage -> ok | error | stopped | not run, in the order they run
+    error: DryRunError | None = None
+    seconds: float | None = None
+    layers: Sequence[Mapping[str, Any]] = ()  # what the engine built or attended, per layer
+    compared: Sequence[str] = ()  # what the engine's answer was held against the plan on (empty: its rule does it)
+    differences: Sequence[str] = ()  # where the static plan and the engine's own answer disagree
+    stderr_tail: str = ""
+    extra: Mapping[str, Any] = {}  # the engine's further observations, as the JSON shows them
+    note: str = ""  # the engine's own detail for the summary line (what the layers attended)
+    observation: Any = None  # the engine's raw observation, for its own rules (not shown)
+
+    @property
+    def ran(self) -> bool:
+        return self.outcome != "unavailable"
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.ran:
+            return {"engine": self.engine, "ran": False, "outcome": self.outcome, "reason": self.reason}
+        return {"engine": self.engine, "ran": True, "outcome": self.outcome, "versions": dict(self.versions),
+                "stages": dict(self.stages), "seconds": self.seconds,
+                "error": None if self.error is None else msgspec.to_builtins(self.error),
+                "compared": list(self.compared), "differences": list(self.differences),
+                "layers": [dict(row) for row in self.layers], **self.extra}
+
+    def summary(self) -> str:
+        """One line for the human report: what ran, how it ended, and whether it agreed with the plan."""
+        if not self.ran:
+            return f"dry run ({self.engine}): not run: {self.reason}"
+        versions = ", ".join(f"{k} {v}" for k, v in self.versions.items()) or self.engine
+        how = self.outcome
+        if self.error is not None:
+            how = f"{self.error.cls} during {self.error.stage}" + (f" at {self.error.frame}" if self.error.frame else "")
+        seconds = "" if self.seconds is None else f" in {self.seconds:g} s"
+        done = [stage for stage, status in self.stages.items() if status == "ok"]
+        differences = f"; {len(self.differences)} difference(s) from the plan" if self.differences else (
+            f"; agrees with the plan on {', '.join(self.compared)}" if self.compared else "")
+        note = f"; {self.note}" if self.note else ""
+        return f"dry run ({versions}): {how}{seconds}; stages done: {', '.join(done) or 'none'}{differences}{note}"
+
+
+def stages_reached(order: Sequence[str], done: Sequence[str], failed: str | None = None) -> dict[str, str]:
+    """Each stage of `order`: ok when done, error where it `failed`, else not run."""
+    return {stage: "ok" if stage in done else "error" if stage == failed else "not run" for stage in order}
+
+
 class DryRunner(ABC):
     """Runs the engine's own code on a weightless copy of the model, in a child process."""
 
     @abstractmethod
-    def run(self, spec: ModelSpec, settings: BaseModel, plan: Plan[object], options: Mapping[str, Any]) -> object:
-        """What the engine did (an observation record for the dry-run rule and the report)."""
+    def run(self, spec: ModelSpec, settings: BaseModel, plan: Plan[object], options: Mapping[str, Any]) -> DryRun:
+        """What the engine did."""
 
 
 class EngineProfile(ABC):

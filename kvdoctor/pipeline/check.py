@@ -14,7 +14,9 @@ from kvdoctor.catalog import Catalog
 from kvdoctor.checks import DRY_RUN, Check, all_checks
 from kvdoctor.checks.cfg_semantics import guess_guard
 from kvdoctor.checks.context import Context
+from kvdoctor.checks.dryrun_engine import confirmed_refusal
 from kvdoctor.engines import check_profile
+from kvdoctor.engines.base import DryRun
 from kvdoctor.errors import InputError
 from kvdoctor.checks.lim import ProbeOverBudget, probes_fit
 from kvdoctor.limits import PROBE_BUDGET_BYTES
@@ -116,6 +118,7 @@ def check_target(target: str, opts: Options) -> Result:
         observations, findings = run_probes(profile, wanted, spec, plan, opts.deploy, settings, name)
         runner = profile.dry_run()
         if opts.extra.get(DRY_RUN) and runner is not None and any(DRY_RUN in c.rule.needs for c in checks):
+            progress(f"{name}: dry run of {plan.engine}'s own code (a child process)")
             observations[DRY_RUN] = runner.run(spec, settings, plan, opts.extra)
         ctx = Context(spec=spec, engine=opts.engine, deploy=opts.deploy, plan=plan, settings=settings,
                       observations=observations, options=opts.extra)
@@ -135,6 +138,13 @@ def check_target(target: str, opts: Options) -> Result:
             "files": len(spec.checkpoint.files), "tensors": len(spec.checkpoint.tensors),
             "bytes": spec.checkpoint.total_bytes}}
     info.update(profile.report(plan, observations))
+    dry = observations.get(DRY_RUN)
+    if isinstance(dry, DryRun):  # every engine's dry run leaves the same record, in every format
+        info["dry_run"] = dry.to_json()
+        confirms = confirmed_refusal(dry, plan, opts.catalog) if dry.ran else None
+        if dry.ran:
+            info["dry_run"]["confirms_plan_refusal"] = confirms
+        info.setdefault("engine_notes", []).append(dry.summary() + (f" (confirms {confirms})" if confirms else ""))
     budget, budget_error = _budget(spec, opts)
     return Result(target=target, model_type=spec.model_type, engine=plan.engine, engine_versions=dict(plan.versions),
                   layers=layer_rows(spec, plan), findings=findings, model_dir=spec.model_dir, info=info,

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from kvdoctor.engines.base import DryRunner, Plan
+from kvdoctor.engines.base import DryRun, DryRunError, DryRunner, Plan, stages_reached
 from kvdoctor.engines.child import STUBS, find_python, run_child
 from kvdoctor.engines.pins import PINS
 from kvdoctor.model import ModelSpec
@@ -29,7 +29,10 @@ ENV_PYTHON = "KVDOCTOR_SGLANG_PYTHON"
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_BUDGET = 40 << 30  # sizing needs a number; the deploy's kv_budget when given (and only then compared)
 IMPORT_SECONDS, IMPORT_BYTES = 15.0, 600 << 20  # SGLang + torch import on one core, measured (docs/sglang.md)
-MAX_LISTED = 6
+# The child's steps, in order (startup.py); pools and window reads run once SGLang has started.
+STAGES = ("server_args", "model_config", "model_window", "configurator", "sizing", "pools", "window_reads")
+COMPARED = ("start-up outcome", "hybrid-SWA decision", "SWA and full layer ids", "runner window", "KV dtype",
+            "pools and buffers", "state shapes", "sizes at the deploy's kv_budget", "keys each window read")
 
 
 def server_args(settings: Any) -> dict[str, Any]:
@@ -74,34 +77,47 @@ def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path, tim
 
 
 class SglangDryRunner(DryRunner):
-    """`--dry-run` for `--engine sglang`: the child's result with the estimate made before it ran, or
-    `{"unavailable": True}` without an SGLang Python (the rule reports ENG050 then)."""
+    """`--dry-run` for `--engine sglang`: the child's result as a record, with the estimate made before it
+    ran, or an unavailable one without an SGLang Python (the rule reports ENG050 then)."""
 
-    def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
+    def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> DryRun:
         python = find_python(options.get("engine_python"), ENV_PYTHON, "sglang")
         if python is None:
-            return {"unavailable": True}
+            return DryRun(engine="sglang", outcome="unavailable", reason=f"no Python with SGLang {PINS['sglang']} "
+                          f"found (give --engine-python, or set {ENV_PYTHON})")
         cost = estimate(spec, plan)
         result = launch(spec, server_args(settings), settings.kv_budget or DEFAULT_BUDGET, python,
                         timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT,
                         planned_sliding=planned_sliding(plan))
-        return {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None}
+        return record(plan, {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None})
 
 
-def record(plan: Plan[Any], result: dict[str, Any]) -> dict[str, Any]:
-    """The dry run as `info.sglang.dry_run` shows it: what SGLang decided, the cost, and the differences."""
-    if result.get("unavailable"):
-        return {"skipped": f"no Python with SGLang {PINS['sglang']}"}
-    keep = ("versions", "outcome", "stages", "server_args", "model", "kv_cache_dtype", "state", "sizing",
-            "window_reads", "window_reads_skipped", "pools_error", "seconds", "timed_out", "estimate")
-    out = {k: result[k] for k in keep if k in result}
+def record(plan: Plan[Any], result: dict[str, Any]) -> DryRun:
+    """The child's result as the dry-run record every engine gives: what SGLang decided, the cost, and the
+    differences from the plan."""
+    outcome = result.get("outcome")
+    common: dict[str, Any] = {"engine": "sglang", "versions": result.get("versions") or {},
+                              "seconds": result.get("seconds"), "stderr_tail": result.get("stderr_tail", ""),
+                              "observation": result}
+    done = result.get("stages") or []
+    if outcome is None:  # the child ended before SGLang's start-up did
+        why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
+        return DryRun(outcome="timeout" if result.get("timed_out") else "crashed", reason=why,
+                      stages=stages_reached(STAGES, done), **common)
+    error = None
+    if not outcome["start"]:
+        error = DryRunError(outcome["class"], outcome["message"], outcome["step"],
+                            outcome.get("raised_at_sglang") or outcome.get("raised_at"))
+    keep = ("server_args", "model", "kv_cache_dtype", "state", "sizing", "window_reads", "window_reads_skipped",
+            "pools_error", "estimate")
+    extra = {k: result[k] for k in keep if k in result}
     pools = result.get("pools")
     if pools:
-        out["pools"] = {k: pools[k] for k in ("tokens", "req_to_token_pool", "allocator", "token_to_kv_pool",
-                                              "mamba_pool", "placements") if k in pools}
-    if "outcome" in result:
-        out["differences"] = disagreements(plan, result)
-    return out
+        extra["pools"] = {k: pools[k] for k in ("tokens", "req_to_token_pool", "allocator", "token_to_kv_pool",
+                                                "mamba_pool", "placements") if k in pools}
+    return DryRun(outcome="clean" if error is None else "error", error=error,
+                  stages=stages_reached(STAGES, done, None if error is None else error.stage),
+                  compared=COMPARED, differences=disagreements(plan, result), extra=extra, **common)
 
 
 def startup_refusals(plan: Plan[Any]) -> list[Any]:

@@ -378,11 +378,6 @@ class SglangProfile(EngineProfile):
             seen = observations.get(SglangPoolsProbe.name)
             if isinstance(seen, PoolsRun):
                 out["sglang"]["pool_probe"] = seen.to_json()
-            dry = observations.get("dry_run")
-            if isinstance(dry, dict):
-                from kvdoctor.engines.sglang.dryrun import record
-
-                out["sglang"]["dry_run"] = record(plan, dry)
         kp = kda_plan(plan)
         if kp is None:
             return out

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from kvdoctor.load.strict import Bool, NonNegative, Positive, Tokens
 from kvdoctor.engines.deploy import Section
-from kvdoctor.engines.base import Cost, DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
+from kvdoctor.engines.base import Cost, DryRun, DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.load.loader import layer_tensor
 from kvdoctor.model import SLIDING, ModelSpec, Source
@@ -643,10 +643,11 @@ def _itemsize(dtype: str) -> int:
 
 
 class SglangMlxDryRun(DryRunner):
-    def run(self, spec: ModelSpec, settings: BaseModel, plan: Plan[object], options: Mapping[str, Any]) -> object:
+    def run(self, spec: ModelSpec, settings: BaseModel, plan: Plan[object], options: Mapping[str, Any]) -> DryRun:
         from kvdoctor.engines.sglang_mlx.dryrun import observe
+        from kvdoctor.engines.sglang_mlx.dryrun.record import record
 
-        return observe(spec, settings, options)
+        return record(observe(spec, settings, options))
 
 
 # ---- the profile ---------------------------------------------------------------------------------
@@ -686,17 +687,7 @@ class SglangMlxProfile(EngineProfile):
             notes.append(f"mask-routing probe stopped early: {routing.report.aborted}")
         if isinstance(pool, PoolRun) and pool.note:
             notes.append(pool.note)
-        dry = observations.get("dry_run")
-        if dry is not None:
-            from kvdoctor.engines.sglang_mlx.dryrun.record import record, summary_line
-            from kvdoctor.engines.sglang_mlx.dryrun.run import ChildOutcome
-
-            assert isinstance(dry, ChildOutcome)
-            outcome = record(dry, plan)
-            notes.append(summary_line(outcome))
         if facts.view is None:
-            if dry is not None:
-                out["dry_run"] = outcome
             return out
         view, layout = facts.view, facts.layout
         assert layout is not None
@@ -721,6 +712,4 @@ class SglangMlxProfile(EngineProfile):
             summary["pool_probe"] = {"map": POOL_MAP_LABELS[pool.map], "clean": pool.readback.clean,
                                      "slots": pool.readback.slots}
         out["sglang_mlx"] = summary
-        if dry is not None:
-            out["dry_run"] = outcome
         return out

@@ -3,8 +3,8 @@
 kvdoctor's process never imports vLLM. The child runs in a Python that has vLLM 0.33.0 (found by
 `find_python`, or given as `--engine-python`), bounded in time (its whole process group is killed)
 and in address space, on a directory holding only config.json (no weights: `load_format="dummy"`,
-the model built on the meta device). Its outcome is an observation: kvdoctor.checks.dryrun_vllm turns
-it into findings.
+the model built on the meta device). Its outcome is a `DryRun` record (`record`): kvdoctor.checks.dryrun_vllm
+turns it into findings.
 """
 from __future__ import annotations
 
@@ -13,15 +13,19 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from kvdoctor.engines.base import DryRunner, Plan
+from kvdoctor.engines.base import DryRun, DryRunError, DryRunner, Plan, stages_reached
 from kvdoctor.engines.child import STUBS, find_python, run_child
+from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import registry
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import ModelSpec
 
 CHILD = Path(__file__).resolve().parent / "startup.py"
+STAGES = ("config", "specs", "groups", "admission")  # the child's steps, in order (startup.py)
+COMPARED = ("start-up outcome", "per-layer specs and windows", "KV cache groups")  # by `disagreements`
 ENV_PYTHON = "KVDOCTOR_VLLM_PYTHON"
 DEFAULT_TIMEOUT = 600.0
+VERSION = PINS["vllm"]
 DEFAULT_BUDGET = 40 << 30  # the admission check needs a number; the deploy's kv_budget when given
 
 
@@ -49,18 +53,43 @@ def launch(spec: ModelSpec, settings: VllmSettings, python: Path, timeout: float
 
 
 class VllmDryRunner(DryRunner):
-    """`--dry-run` for `--engine vllm`: the child's result, or `{"unavailable": True}` without a vLLM
-    Python (the rule reports ENG050 then)."""
+    """`--dry-run` for `--engine vllm`: the child's result as a record, or an unavailable one without a
+    vLLM Python (the rule reports ENG050 then)."""
 
-    def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> dict[str, Any]:
+    def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> DryRun:
         assert isinstance(settings, VllmSettings)
         if settings.trust_remote_code and registry.needs_remote_code(spec.raw_config):
-            return {"unavailable": True, "why": "the config's class is the checkpoint's own code (auto_map), "
-                                                "which kvdoctor's vLLM dry run does not run"}
+            return DryRun(engine="vllm", outcome="unavailable",
+                          reason="the config's class is the checkpoint's own code (auto_map), which kvdoctor's "
+                                 "vLLM dry run does not run")
         python = find_python(options.get("engine_python"), ENV_PYTHON, "vllm")
         if python is None:
-            return {"unavailable": True}
-        return launch(spec, settings, python, timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
+            return DryRun(engine="vllm", outcome="unavailable",
+                          reason=f"no Python with vLLM {VERSION} found (give --engine-python, or set {ENV_PYTHON})")
+        result = launch(spec, settings, python, timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
+        return record(plan, result)
+
+
+def record(plan: Plan[Any], result: dict[str, Any]) -> DryRun:
+    """The child's result as the dry-run record every engine gives."""
+    outcome = result.get("outcome")
+    common: dict[str, Any] = {"engine": "vllm", "versions": result.get("versions") or {}, "seconds": result.get("seconds"),
+                              "stderr_tail": result.get("stderr_tail", ""), "observation": result}
+    if outcome is None:  # the child ended before vLLM's start-up did
+        why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
+        return DryRun(outcome="timeout" if result.get("timed_out") else "crashed", reason=why,
+                      stages=stages_reached(STAGES, ()), **common)
+    error = None
+    if not outcome["start"]:
+        error = DryRunError(outcome["class"], outcome["message"], outcome["stage"],
+                            outcome.get("raised_at_vllm") or outcome.get("raised_at"))
+    done = STAGES if error is None else STAGES[:STAGES.index(error.stage)] if error.stage in STAGES else ()
+    return DryRun(outcome="clean" if error is None else "error", error=error,
+                  stages=stages_reached(STAGES, done, None if error is None else error.stage),
+                  layers=result.get("layers") or [], compared=COMPARED, differences=disagreements(plan, result),
+                  extra={"groups": result.get("groups"), "num_blocks": result.get("num_blocks"),
+                         "workarounds": result.get("workarounds", []), "cpu_only": outcome.get("cpu_only", False)},
+                  **common)
 
 
 def disagreements(plan: Plan[Any], result: dict[str, Any]) -> list[str]:

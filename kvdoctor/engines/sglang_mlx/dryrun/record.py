@@ -1,21 +1,32 @@
-"""The dry run's record for the JSON `info`: what the engine built, attended and reached, and whether it
-raised the refusal the plan predicted. Data only; the rule kvdoctor.checks.dryrun judges it."""
+"""The dry run's record (`DryRun`, the one every engine gives): what the engine built, attended and
+reached. Data only; the rule kvdoctor.checks.dryrun judges it."""
 from __future__ import annotations
 
 from typing import Any
 
 from kvdoctor.engines.sglang_mlx.dryrun.run import ChildOutcome
-from kvdoctor.engines.base import STAGES, Plan, Refusal
+from kvdoctor.engines.base import STAGES, DryRun, DryRunError, Plan, Refusal
+
+ENGINE = "sglang-mlx"
 
 
-def record(outcome: ChildOutcome, plan: Plan[object] | None, catalog: Any = None) -> dict[str, Any]:
-    """The JSON record of one dry run."""
+def record(outcome: ChildOutcome) -> DryRun:
+    """The record of one dry run; `observation` keeps the child's events for the rule."""
     unavailable = outcome.first("engine_unavailable")
     if unavailable is not None:
-        return {"ran": False, "outcome": "unavailable", "reason": unavailable["reason"]}
-    out = observed(outcome)
-    out["confirms_plan_refusal"] = confirmed_refusal(outcome, plan, catalog)
-    return out
+        return DryRun(engine=ENGINE, outcome="unavailable", reason=unavailable["reason"], observation=outcome)
+    seen = observed(outcome)
+    note = _note(seen)
+    error = outcome.first("error")
+    frame = (error or {}).get("frame")
+    return DryRun(
+        engine=ENGINE, outcome=seen.pop("outcome"), versions=seen.pop("versions"), stages=seen.pop("stages"),
+        seconds=seen.pop("seconds"), layers=seen.pop("layers"), stderr_tail=outcome.stderr_tail,
+        error=None if error is None else DryRunError(
+            error["class"], error["message"], error["stage"], f"{frame['file']}:{frame['line']}" if frame else None,
+            layer=error.get("layer"), copy=error.get("copy")),
+        extra={**seen, "harness_failed": error is not None and harness_failed(error)}, note=note,
+        observation=outcome)
 
 
 def predicted_refusal(plan: Plan[object] | None) -> Refusal | None:
@@ -23,35 +34,9 @@ def predicted_refusal(plan: Plan[object] | None) -> Refusal | None:
     return plan.refusals[0] if plan is not None and plan.refusals else None
 
 
-def error_code(error: dict[str, Any], plan: Plan[object] | None, engine: str, catalog: Any = None) -> str | None:
-    """The code an engine error stands for: the catalog entry whose pattern matches it, else the plan's
-    predicted refusal where the engine raised exactly that exception (same class, text and stage):
-    a model class that cannot be built raises a text of its own, which no catalog pattern names in
-    advance, and the plan read it off the same class."""
-    from kvdoctor.catalog import builtin_catalog
-    from kvdoctor.catalog.matcher import code_for
-
-    code = code_for(catalog or builtin_catalog(), engine, error["class"], error["message"])
-    predicted = predicted_refusal(plan)
-    if code is None and predicted is not None and \
-            (predicted.error_class, predicted.message, predicted.stage) == (error["class"], error["message"],
-                                                                             error["stage"]):
-        return predicted.code
-    return code
-
-
 def harness_failed(error: dict[str, Any]) -> bool:
     """The exception came from kvdoctor's own dry-run code, not the engine's."""
     return error.get("frame") is None and "/kvdoctor/" in str((error.get("origin") or {}).get("file", ""))
-
-
-def confirmed_refusal(outcome: ChildOutcome, plan: Plan[object] | None, catalog: Any = None) -> str | None:
-    """The predicted refusal's code when the engine really raised it, at the predicted stage."""
-    error, predicted = outcome.first("error"), predicted_refusal(plan)
-    if plan is None or error is None or predicted is None or harness_failed(error):
-        return None
-    code = error_code(error, plan, plan.engine, catalog)
-    return code if code == predicted.code and predicted.stage == error["stage"] else None
 
 
 def observed(outcome: ChildOutcome) -> dict[str, Any]:
@@ -82,16 +67,12 @@ def observed(outcome: ChildOutcome) -> dict[str, Any]:
     code = outcome.first("engine_code") or {}
     versions = outcome.first("versions") or {}
     return {
-        "ran": True,
         "outcome": _outcome(outcome, error),
         "reached": reached,
         "stages": stages,
         "versions": versions.get("versions", {}),
         "pinned": versions.get("pinned"),
         "seconds": outcome.seconds,
-        "error": None if error is None else {
-            **{k: error.get(k) for k in ("class", "message", "stage", "frame", "layer")},
-            **({"copy": error["copy"]} if error.get("copy") else {})},
         "shrink": {k: shrink.get(k) for k in ("candidate", "layers", "changes")} if shrink else None,
         "schedule": None if chosen is None else {k: chosen[k] for k in ("unit", "crosses_windows", "windows", "steps",
                                                                       "estimated_seconds")},
@@ -128,27 +109,15 @@ def _outcome(outcome: Any, error: dict[str, Any] | None) -> str:
     return "clean"
 
 
-
-def summary_line(observations: dict[str, Any]) -> str:
-    """One line for the human report: what ran and what it found."""
-    if not observations.get("ran"):
-        return f"dry run: not run ({observations.get('reason', 'engine unavailable')})"
-    versions = ", ".join(f"{k} {v}" for k, v in observations.get("versions", {}).items())
-    outcome = observations["outcome"]
-    if observations.get("error"):
-        err = observations["error"]
-        frame = err.get("frame") or {}
-        confirmed = observations.get("confirms_plan_refusal")
-        return (f"dry run ({versions}): {err['class']} during {err['stage']}"
-                f"{' at ' + frame['file'] + ':' + str(frame['line']) if frame else ''}"
-                f"{' (confirms ' + confirmed + ')' if confirmed else ''}")
+def _note(seen: dict[str, Any]) -> str:
+    """How much of the model ran, and the keys each kind of layer attended at the last decode step."""
+    layers = (seen.get("shrink") or {}).get("layers") or {}
+    cut = f"on the first {layers['kept']} of {layers['of']} layers" if layers.get("kept", 0) < layers.get("of", 0) else ""
     windows: dict[str, set[int]] = {}
-    for row in observations.get("layers", []):
+    for row in seen.get("layers", []):
         if row.get("decode_keys"):
             kind = "sliding" if row.get("engine_window") else "full"
             windows.setdefault(kind, set()).update(max(step) for step in row["decode_keys"][-1:])
-    seen = "; ".join(f"{kind} layers attended {sorted(v)} keys in the last decode step"
-                     for kind, v in sorted(windows.items()))
-    layers = (observations.get("shrink") or {}).get("layers") or {}
-    cut = f" on the first {layers['kept']} of {layers['of']} layers" if layers.get("kept", 0) < layers.get("of", 0) else ""
-    return f"dry run ({versions}): {outcome}{cut} in {observations.get('seconds')} s" + (f"; {seen}" if seen else "")
+    attended = "; ".join(f"{kind} layers attended {sorted(v)} keys in the last decode step"
+                         for kind, v in sorted(windows.items()))
+    return "; ".join(part for part in (cut, attended) if part)
