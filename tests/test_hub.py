@@ -233,3 +233,22 @@ def test_the_rich_report_names_the_source(hub, tmp_path):
     assert proc.returncode != 2, proc.stderr
     assert "Hub, main at commit" in proc.stdout and "fetched in" in proc.stdout
     assert os.path.isdir(tmp_path / "home" / "kvdoctor")
+
+
+def test_the_local_hugging_face_cache_comes_before_the_hub(hub, models, tmp_path):
+    """A revision the local cache holds is read there without a request; one it lacks, from the Hub."""
+    home = tmp_path / "home"
+    repo = home / "hub" / "models--meta-llama--Llama-3.1-8B"
+    snapshot = repo / "snapshots" / ("c" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c" * 40)
+    (repo / "blobs").mkdir()
+    for path in models["llama"].iterdir():  # as the client lays it out: snapshot links into blobs/
+        os.link(path, repo / "blobs" / path.name)
+        (snapshot / path.name).symlink_to(Path("../../blobs") / path.name)
+    hub.reset()
+    code, doc, _ = check(hub_env(hub, home), "--static", "meta-llama/Llama-3.1-8B")
+    assert doc["results"][0]["source"] == {"kind": "hf-cache", "commit": "c" * 40} and hub.requests == []
+    code, doc, _ = check(hub_env(hub, home), "--static", "meta-llama/Llama-3.1-8B@v1")
+    assert doc["results"][0]["source"]["kind"] == "hub" and hub.requests != []
