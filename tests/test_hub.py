@@ -134,10 +134,11 @@ def test_fetched_metadata_sits_in_its_own_cache_in_the_hub_layout_without_weight
     assert (snapshot / "model.safetensors.header").is_file()
     assert list(home.rglob("*.safetensors")) == []  # nothing a tool could take for the weights
     assert not (home / "hub").exists()  # the user's Hugging Face cache is left alone
-    # the same bytes the file starts with
-    assert (snapshot / "model.safetensors.header").read_bytes() == \
-        hub.repos["meta-llama/Llama-3.1-8B"].files["model.safetensors"].read_bytes()[:8 + struct.unpack(
-            "<Q", (snapshot / "model.safetensors.header").read_bytes()[:8])[0]]
+    kept = (snapshot / "model.safetensors.header").read_bytes()
+    with hub.repos["meta-llama/Llama-3.1-8B"].files["model.safetensors"].open("rb") as shard:
+        prefix = shard.read(8)
+        header = shard.read(struct.unpack("<Q", prefix)[0])
+    assert kept == prefix + header  # the shard's first bytes, no more
 
 
 def test_a_full_check_and_the_budget_of_a_hub_id_match_the_folders(hub, models, tmp_path):

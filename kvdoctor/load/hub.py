@@ -92,12 +92,12 @@ def fetch(repo_id: str, revision: str | None) -> Fetched:
     except (OSError, ValueError, KeyError, httpx2.HTTPError, EntryNotFoundError) as exc:
         # The client's errors (its HTTP errors are OSErrors, a malformed id a ValueError), a server's
         # malformed answer, the network's: each is one line (exit 2).
-        raise InputError(why(label, exc)) from None
+        raise InputError(_why(label, exc)) from None
     fetched.seconds = time.perf_counter() - began
     return fetched
 
 
-def why(label: str, exc: Exception) -> str:
+def _why(label: str, exc: Exception) -> str:
     """One line for an error huggingface_hub raised."""
     from huggingface_hub import constants, errors
 
