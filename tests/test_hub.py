@@ -229,11 +229,14 @@ def test_a_fleet_of_hub_ids_keeps_its_order_and_fetches_at_most_jobs_at_once(hub
     assert 1 <= hub.most_in_flight <= 2
 
 
-def test_the_rich_report_names_the_source(hub, tmp_path):
+def test_the_rich_report_names_the_source(hub, models, tmp_path):
     proc = run("check", "--static", "meta-llama/Llama-3.1-8B", env=hub_env(hub, tmp_path / "home"))
     assert proc.returncode != 2, proc.stderr
     assert "Hub, main at commit" in proc.stdout and "fetched in" in proc.stdout
-    assert os.path.isdir(tmp_path / "home" / "kvdoctor")
+    again = run("check", "--static", "meta-llama/Llama-3.1-8B", env=hub_env(hub, tmp_path / "home"))
+    assert "metadata fetched before: nothing fetched now" in again.stdout
+    local = run("check", "--static", str(models["llama"]))
+    assert local.returncode != 2 and "source" not in local.stdout  # a directory: its panel's title says it
 
 
 def test_the_local_hugging_face_cache_comes_before_the_hub(hub, models, tmp_path):

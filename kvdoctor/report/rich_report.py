@@ -93,7 +93,7 @@ def model_summary(result: Result) -> Table:
     ckpt = info.get("checkpoint")
     table.add_row("checkpoint", "none (config checks only)" if not ckpt else
                   f"{ckpt['tensors']} tensors in {ckpt['files']} file(s), {ckpt['bytes'] / 2**30:.2f} GiB (headers read)")
-    if result.source:
+    if result.source and result.source.get("kind") != "directory":  # a directory: the panel's title says it
         table.add_row("source", source_line(result.source))
     table.add_row("engine", engine_line(result.engine, result.engine_versions))
     for key, value in (info.get("defaults") or {}).items():
@@ -106,12 +106,9 @@ def model_summary(result: Result) -> Table:
 
 
 def source_line(source: dict) -> str:
-    """Where the files were read: a directory, the local Hugging Face cache or a Hub (with what it cost)."""
-    kind = source.get("kind")
-    if kind == "hf-cache":
+    """Where the files of a Hugging Face id were read: the local cache, or a Hub (with what it cost)."""
+    if source.get("kind") == "hf-cache":
         return f"local Hugging Face cache, commit {source.get('commit')}"
-    if kind != "hub":
-        return "directory"
     where = f"Hub, {source.get('revision')} at commit {str(source.get('commit'))[:12]}"
     if source.get("cached"):
         return f"{where} (metadata fetched before: nothing fetched now)"
