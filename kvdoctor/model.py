@@ -120,6 +120,7 @@ class ModelSpec(msgspec.Struct):
     hf_id: str | None = None
     semantics: str = "table"  # where the per-layer meaning came from: "table", "transformers" or "guess"
     rejected: Any = None  # kvdoctor.load.hf_config.Rejected: transformers' configuration class refused the config
+    origin: dict[str, Any] = msgspec.field(default_factory=dict)  # where the files came from (the report's "source")
 
     def key_source(self, key: str) -> Source:
         """A Source for a config key (relative to the text config), with its line when present."""
@@ -177,3 +178,4 @@ class Result(msgspec.Struct):
     # asked for it; else why it could not be sized. Reports show it; the JSON result does not carry it.
     budget: dict[str, Any] | None = None
     budget_error: str | None = None
+    source: dict[str, Any] | None = None  # where the model's files came from: a directory, the HF cache, a Hub

@@ -133,5 +133,5 @@ def test_no_network(engine, real_models, no_network, tmp_path, monkeypatch):
     for d in real_models[:4]:
         assert check_target(str(d), opts).error is None
     missing = check_target("some-org/not-in-the-cache", opts)
-    assert missing.error and "never downloads" in missing.error
+    assert missing.error and "fetches nothing" in missing.error
     assert no_network == []

@@ -46,6 +46,8 @@ JSON_OUTPUT = typer.Option(None, "--json-output", help="Also write JSON to this 
 SARIF_OUTPUT = typer.Option(None, "--sarif-output", help="Also write SARIF to this file.")
 JUNIT_OUTPUT = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file.")
 GITLAB_OUTPUT = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON.")
+OFFLINE = typer.Option(False, "--offline", help="Fetch nothing from a Hub (as HF_HUB_OFFLINE=1): a Hugging Face "
+                       "id is read from the local cache or what kvdoctor fetched before.")
 HTML_OUTPUT = typer.Option(None, "--html-output", click_type=PATH, help="Also write the HTML report to this file.")
 
 
@@ -79,8 +81,9 @@ def _root(ctx: typer.Context,
 def check(
     targets: Optional[List[str]] = typer.Argument(None, click_type=strict_type("Name", metavar="TARGET"),
                                                   help="Model directories, folders holding model directories, or "
-                                                  "Hugging Face ids (local cache only); default: the config "
-                                                  "file's `targets`."),
+                                                  "Hugging Face ids (org/name[@revision]: the local cache, "
+                                                  "else the Hub's metadata); default: the config file's "
+                                                  "`targets`."),
     engine: Optional[str] = ENGINE,
     deploy: Optional[str] = DEPLOY,
     output_format: str = FORMAT,
@@ -123,6 +126,7 @@ def check(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", click_type=strict_type("Jobs", int),
                                        help="Targets checked at once (default: all cores)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    offline: bool = OFFLINE,
     shard: Optional[str] = typer.Option(None, "--shard", help="K/N: check only shard K of N (by a hash of each "
                                         "target's identity; join the JSON of all shards with `kvdoctor merge`)."),
     executor: str = typer.Option("local", "--executor", help="local (worker processes) or ray (Ray tasks)."),

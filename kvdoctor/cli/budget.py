@@ -6,6 +6,7 @@ The application wires it with `app.command("budget")(budget_command)`; the work 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Optional
 
 import typer
@@ -16,7 +17,8 @@ from kvdoctor.errors import InputError
 
 def budget_command(
     target: str = typer.Argument(..., click_type=strict_type("Name", metavar="TARGET"),
-                                 help="A model directory or Hugging Face id (local cache only)."),
+                                 help="A model directory or Hugging Face id (org/name[@revision]: the local "
+                                      "cache, else the Hub's metadata)."),
     engine: str = typer.Option("all", "--engine", "-e", help="An engine profile with a budget model (vllm, "
                                                             "sglang, mlx-lm) or all."),
     mode: str = typer.Option("default", "--mode", help="default (one mode per engine) or all (the knobs that "
@@ -34,8 +36,11 @@ def budget_command(
     output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show groups, pools, state and capacity "
                                                                  "per engine and mode."),
+    offline: bool = typer.Option(False, "--offline", help="Fetch nothing from a Hub (as HF_HUB_OFFLINE=1)."),
 ) -> None:
     """KV budget per engine and mode: bytes per token per layer kind, groups or pools, state, capacity."""
+    if offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
     try:
         doc = _document(target, engine, mode, kv_budget, gpu_memory, context, deploy)
     except InputError as exc:

@@ -58,6 +58,7 @@ class CheckRequest(msgspec.Struct):
     write_baseline: Optional[str] = None
     jobs: Optional[int] = None
     quiet: bool = False
+    offline: bool = False
     shard: Optional[str] = None
     executor: str = "local"
     ray_address: Optional[str] = None
@@ -129,6 +130,8 @@ def run_check(req: CheckRequest) -> int:
 
     collector.resume()  # the check's modules are loaded
     check_format(req.output_format)
+    if req.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # read by the loader, the workers and huggingface_hub alike
     part = _shard(req.shard)
     if req.executor not in ("local", "ray"):
         raise InputError(f"--executor {req.executor!r}: expected local or ray")

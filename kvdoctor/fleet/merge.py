@@ -42,6 +42,8 @@ def read_part(path: Path) -> tuple[list[Result], list[list[str]], str | None]:
                         error=raw.get("error"), info=raw.get("info") or {})
         if "model_dir" in raw:
             result.model_dir = Path(raw["model_dir"])
+        if isinstance(raw.get("source"), dict):
+            result.source = raw["source"]
         results.append(result)
         checked.append(list(raw.get("checked") or []))
     deploy = doc.get("deploy")

@@ -23,6 +23,8 @@ STATIC_MEMORY = 256 * 1024**2
 CHECK_MEMORY = 1024**3  # a full check: the probe caches are bounded by limits.py's budget
 DRY_RUN_CPUS = 1.0
 DRY_RUN_MEMORY = 2 * 1024**3  # the dry run's measured peak (docs/performance.md), its schedule's bound
+# What a worker of a Ray started here takes from this process's environment.
+RAY_ENV = ("PYTHONPATH", "HF_ENDPOINT", "HF_TOKEN", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "KVDOCTOR_HUB_CACHE")
 
 
 def resources(opts: Options) -> dict[str, Any]:
@@ -60,10 +62,11 @@ def run_on_ray(work: list[tuple[str, Options]], address: str | None = None,
     ray = _import_ray()
     started_here = not ray.is_initialized()
     if started_here:
-        path = os.environ.get("PYTHONPATH")  # workers import the same kvdoctor as this process
+        # Workers import the same kvdoctor as this process and read a Hub as it would.
+        env = {name: os.environ[name] for name in RAY_ENV if name in os.environ}
         ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False,
                  log_to_driver=False, configure_logging=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": path}} if path else None)
+                 runtime_env={"env_vars": env} if env else None)
     try:
         remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_in_dir)
         cwd = os.getcwd()

@@ -5,6 +5,9 @@ is read. The header is then parsed and every entry checked: known dtype, shape o
 integers, byte span matching the shape, spans contiguous and covering the data, no name twice. The
 safetensors library then opens the file as a second opinion (it maps the file, never reads data).
 Tensor data is never read.
+
+A model read from a Hub has no shard files here, only each shard's first bytes (`NAME.header`, see
+`kvdoctor.load.hub`) and its true size, which every check against the file size uses instead.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from kvdoctor.model import Checkpoint, TensorInfo
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
+HEADER_SUFFIX = ".header"  # a shard's header bytes fetched from a Hub: NAME.safetensors.header
 MAX_RANK = 64  # numpy's own limit on dimensions
 
 # Bits per element of every safetensors dtype.
@@ -65,20 +69,22 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def read_header(path: Path, label: str, limit: int = MAX_HEADER_BYTES,
-                library_check: bool = True) -> tuple[dict[str, TensorInfo], int]:
+                library_check: bool = True, size: int | None = None) -> tuple[dict[str, TensorInfo], int]:
     """Read one safetensors header: ({name: TensorInfo}, header length). InputError on anything malformed.
 
     kvdoctor's own checks cover the whole format; `library_check` also has the safetensors library
     open the file, as an engine's loader would. That costs a numpy import (~0.1 s), so a `--static`
-    check skips it."""
-    tensors, length = _parse_header(path, label, limit)
-    if library_check:
+    check skips it. `size` is the true size of a shard whose header bytes alone are at `path` (read
+    from a Hub): the library cannot open those, so it is not asked."""
+    tensors, length = _parse_header(path, label, limit, size)
+    if library_check and size is None:
         _validate_with_library(path)  # after the parsed header is freed: one copy in memory at a time
     return tensors, length
 
 
-def _parse_header(path: Path, label: str, limit: int) -> tuple[dict[str, TensorInfo], int]:
+def _parse_header(path: Path, label: str, limit: int, true_size: int | None) -> tuple[dict[str, TensorInfo], int]:
     fh, size = open_regular(path, "safetensors file")
+    size = size if true_size is None else true_size
     with fh:
         prefix = fh.read(8)
         if len(prefix) < 8:
@@ -95,6 +101,8 @@ def _parse_header(path: Path, label: str, limit: int) -> tuple[dict[str, TensorI
             raw = fh.read(length)
         except OSError as exc:
             raise InputError(f"{path}: cannot read safetensors file: {exc.strerror or exc}") from None
+    if len(raw) < length:  # header bytes kept from a Hub, cut short
+        raise InputError(f"{path}: truncated safetensors header: {len(raw)} bytes after byte 8; expected {length}")
     tensors = _valid_entries(raw, data_start=8 + length, data_size=size - 8 - length, label=label)
     if tensors is not None:
         return tensors, length
@@ -270,8 +278,18 @@ def _validate_with_library(path: Path) -> None:
         raise InputError(f"{path}: invalid safetensors file: {exc}") from None
 
 
-def _shard_path(model_dir: Path, root: Path, name: str, index_path: Path) -> Path:
-    """The path of a shard the index names: a .safetensors file inside the model directory."""
+def _shard_path(model_dir: Path, root: Path, name: str, index_path: Path, remote: bool = False) -> Path:
+    """The path of a shard the index names: a .safetensors file inside the model directory (its
+    header bytes, for a model read from a Hub)."""
+    check_shard_name(name, index_path)
+    path = model_dir / (name + HEADER_SUFFIX if remote else name)
+    if os.path.lexists(path):
+        require_inside(path, root, f"shard {name}")
+    return path
+
+
+def check_shard_name(name: str, index_path: Path | str) -> None:
+    """A shard name the index gives must be a .safetensors file name inside the model directory."""
     if not name or any(ord(c) < 32 for c in name):
         raise InputError(f"{index_path}: shard name {show(name)}; expected a file name")
     rel = Path(name)
@@ -280,20 +298,21 @@ def _shard_path(model_dir: Path, root: Path, name: str, index_path: Path) -> Pat
                          "expected a file name inside it")
     if not name.endswith(".safetensors"):
         raise InputError(f"{index_path}: shard {show(name)}; expected a .safetensors file name")
-    path = model_dir / rel
-    if os.path.lexists(path):
-        require_inside(path, root, f"shard {name}")
-    return path
 
 
-def load_checkpoint(model_dir: Path, root: Path | None = None, library_check: bool = True) -> Checkpoint | None:
+def load_checkpoint(model_dir: Path, root: Path | None = None, library_check: bool = True,
+                    remote: dict[str, int] | None = None) -> Checkpoint | None:
     """Load the checkpoint headers of a model dir; None when it has no safetensors files.
 
     `root` bounds where symlinks may point (the model dir itself, or the repo folder of the
-    local Hugging Face cache, whose snapshots link into `blobs/`).
+    local Hugging Face cache, whose snapshots link into `blobs/`). `remote`, for a model read from
+    a Hub, gives the true size of each safetensors file of the repo, whose header bytes alone are here.
     """
     root = root or model_dir
-    present = sorted(p.name for p in model_dir.glob("*.safetensors"))
+    if remote is None:
+        present = sorted(p.name for p in model_dir.glob("*.safetensors"))
+    else:
+        present = sorted(name for name in remote if "/" not in name)
     if len(present) > MAX_SHARDS:
         raise InputError(f"{model_dir}: {len(present)} safetensors files, more than the {MAX_SHARDS} accepted")
     for name in present:
@@ -301,24 +320,28 @@ def load_checkpoint(model_dir: Path, root: Path | None = None, library_check: bo
             raise InputError(f"{model_dir}: file name {show(name, 300)} is not UTF-8; "
                              "expected names a report can show")
     if os.path.lexists(model_dir / INDEX_NAME):
-        return _load_indexed(model_dir, root, present, library_check)
-    if SINGLE_NAME in present:
-        files = [SINGLE_NAME]
-    else:
-        files = [p for p in present if not p.startswith("consolidated")] or present
+        return _load_indexed(model_dir, root, present, library_check, remote)
+    files = unindexed_files(present)
     if not files:
         return None
-    for name in files:
-        require_inside(model_dir / name, root, name)
+    paths = [model_dir / (name + HEADER_SUFFIX if remote is not None else name) for name in files]
+    for name, path in zip(files, paths):
+        require_inside(path, root, name)
     ckpt = Checkpoint(files=files, tensors={})
-    _read_files(ckpt, [(model_dir / name, name) for name in files], library_check)
+    _read_files(ckpt, list(zip(paths, files)), library_check, remote)
     return ckpt
 
 
-def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check: bool) -> Checkpoint:
-    """The shards `model.safetensors.index.json` names; missing ones are recorded (CKPT005), not read."""
-    index_path = model_dir / INDEX_NAME
-    require_inside(index_path, root, INDEX_NAME)
+def unindexed_files(present: list[str]) -> list[str]:
+    """The files read of a checkpoint without an index: model.safetensors when there, else every
+    safetensors file but the `consolidated` ones (Mistral's second copy), else those."""
+    if SINGLE_NAME in present:
+        return [SINGLE_NAME]
+    return [p for p in present if not p.startswith("consolidated")] or present
+
+
+def read_weight_map(index_path: Path) -> dict[str, str]:
+    """The index's weight_map (tensor name -> shard file), checked; at most MAX_SHARDS shards."""
     index, _ = load_json(index_path, "safetensors index", with_lines=False)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
@@ -326,15 +349,25 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check
     if set(map(type, weight_map.values())) - {str}:
         name, shard = next((n, s) for n, s in weight_map.items() if not isinstance(s, str))
         raise InputError(f"{index_path}: weight_map[{show(name)}] = {show(shard)}; expected a shard file name")
-    shards = sorted(set(weight_map.values()))
+    shards = set(weight_map.values())
     if len(shards) > MAX_SHARDS:
         raise InputError(f"{index_path}: {len(shards)} shards, more than the {MAX_SHARDS} accepted")
-    paths = {s: _shard_path(model_dir, root, s, index_path) for s in shards}
-    missing = [s for s in shards if not os.path.lexists(paths[s])]
+    return weight_map
+
+
+def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check: bool,
+                  remote: dict[str, int] | None) -> Checkpoint:
+    """The shards `model.safetensors.index.json` names; missing ones are recorded (CKPT005), not read."""
+    index_path = model_dir / INDEX_NAME
+    require_inside(index_path, root, INDEX_NAME)
+    weight_map = read_weight_map(index_path)
+    shards = sorted(set(weight_map.values()))
+    paths = {s: _shard_path(model_dir, root, s, index_path, remote is not None) for s in shards}
+    missing = [s for s in shards if (s not in remote if remote is not None else not os.path.lexists(paths[s]))]
     extra = [p for p in present if p not in paths and not p.startswith("consolidated")]
     ckpt = Checkpoint(files=[s for s in shards if s not in missing], tensors={}, index_file=INDEX_NAME,
                       missing_shards=missing, extra_shards=extra)
-    _read_files(ckpt, [(paths[s], s) for s in ckpt.files], library_check)
+    _read_files(ckpt, [(paths[s], s) for s in ckpt.files], library_check, remote)
     stored_in = list(map(itemgetter(3), ckpt.tensors.values()))  # the file holding each tensor
     if list(map(weight_map.get, ckpt.tensors)) == stored_in:  # the usual case, compared in C: each where mapped
         return ckpt
@@ -345,7 +378,8 @@ def _load_indexed(model_dir: Path, root: Path, present: list[str], library_check
     return ckpt
 
 
-def _read_files(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bool) -> None:
+def _read_files(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bool,
+                remote: dict[str, int] | None = None) -> None:
     """Read every file's header into `ckpt`, within the total header budget.
 
     The cyclic garbage collector is paused meanwhile: parsing allocates hundreds of thousands of
@@ -353,17 +387,20 @@ def _read_files(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: 
     paused = gc.isenabled()
     gc.disable()
     try:
-        _read_all(ckpt, files, library_check)
+        _read_all(ckpt, files, library_check, remote)
     finally:
         if paused:
             gc.enable()
 
 
-def _read_all(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bool) -> None:
+def _read_all(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bool,
+              remote: dict[str, int] | None) -> None:
     left = MAX_TOTAL_HEADER_BYTES
     read: list[dict[str, TensorInfo]] = []
     for path, label in files:
-        tensors, length = read_header(path, label, limit=min(MAX_HEADER_BYTES, left), library_check=library_check)
+        size = None if remote is None else remote[label]
+        tensors, length = read_header(path, label, limit=min(MAX_HEADER_BYTES, left), library_check=library_check,
+                                      size=size)
         left -= length
         before = len(ckpt.tensors)
         ckpt.tensors.update(tensors)
@@ -372,4 +409,4 @@ def _read_all(ckpt: Checkpoint, files: list[tuple[Path, str]], library_check: bo
             raise InputError(f"{path}: tensor {show(name)} is also stored in {earlier[name].file}; "
                              "expected each tensor in one shard")
         read.append(tensors)
-        ckpt.total_bytes += os.path.getsize(path)
+        ckpt.total_bytes += os.path.getsize(path) if size is None else size

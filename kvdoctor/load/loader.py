@@ -1,4 +1,7 @@
-"""Load a model directory (or a Hugging Face id found in the local cache) into a ModelSpec.
+"""Load a model directory, or a Hugging Face id (`org/name[@revision]`), into a ModelSpec.
+
+An id is read from the local Hugging Face cache when it holds the revision, else from the Hub
+(`kvdoctor.load.hub`: config.json and the safetensors headers only, never weights).
 
 Sizes are sanity-bounded here, before any layer is built: a value of the wrong type or past the
 bounds in `kvdoctor.limits` is an input error naming the key and its line.
@@ -10,16 +13,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from kvdoctor.load.checkpoint import FLOAT_DTYPES, load_checkpoint
 from kvdoctor.errors import InputError
-from kvdoctor.load import hf_config
+from kvdoctor.load import hf_config, hub
 from kvdoctor.load.families import UNKNOWN_FAMILY, Lookup, ResolvedLookup, build_layers, family_for, transformers_family
 from kvdoctor.load.jsonfile import is_utf8, load_json, read_bounded, require_inside, show
 from kvdoctor.limits import (MAX_CONV_KERNEL, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
                              MAX_TOKENS)
 from kvdoctor.model import ATTENTION_KINDS, LayerSpec, ModelSpec, Source
 
-HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@.+)?$")
 COMMIT = re.compile(r"^[0-9A-Za-z_-][0-9A-Za-z._-]{0,127}$")
 # model_type picks code paths in engines (mlx-lm imports `mlx_lm.models.<model_type>`): no dots or slashes.
 MODEL_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -55,22 +60,39 @@ def hf_cache_dir() -> Path:
     return Path(home) / "hub"
 
 
-def resolve_target(target: str) -> tuple[Path, Path, str | None]:
-    """(model dir, root symlinks may resolve into, HF id or None). Never touches the network."""
+class Resolved(msgspec.Struct):
+    model_dir: Path
+    root: Path  # where symlinks may resolve into
+    hf_id: str | None = None
+    source: dict[str, Any] = msgspec.field(default_factory=lambda: {"kind": "directory"})
+    remote: dict[str, int] | None = None  # read from a Hub: each safetensors file's true size
+
+
+def resolve_target(target: str) -> Resolved:
+    """Where a target's files are: a directory, else the local Hugging Face cache, else the Hub
+    (through kvdoctor's own cache of what it fetched; offline, only that cache)."""
     if not is_utf8(target):
         raise InputError(f"{show(target, 4096)}: the path is not UTF-8; expected a path a report can show")
     path = Path(target)
     if path.exists():
         if not path.is_dir():
             raise InputError(f"{target}: expected a model directory, found a file")
-        return path, _cache_repo(path) or path, None
+        return Resolved(path, _cache_repo(path) or path)
     if HF_ID.match(target):
-        repo = hf_cache_dir() / ("models--" + target.replace("/", "--"))
-        snap = _snapshot(repo, target)
-        require_inside(snap, repo, "snapshot")
-        if not snap.is_dir():
-            raise InputError(f"{target}: the local Hugging Face cache points at {snap}, which is not a directory")
-        return snap, repo, target
+        repo_id, _, revision = target.partition("@")
+        if revision:
+            hub.check_revision(target, revision)
+        repo = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+        snap = _snapshot(repo, revision or None)
+        if snap is not None:
+            require_inside(snap, repo, "snapshot")
+            if not snap.is_dir():
+                raise InputError(f"{target}: the local Hugging Face cache points at {snap}, which is not a directory")
+            return Resolved(snap, repo, repo_id, {"kind": "hf-cache", "commit": snap.name})
+        got = hub.fetch(repo_id, revision or None)
+        source = {"kind": "hub", "revision": revision or "main", "commit": got.commit, "cached": got.cached,
+                  "bytes_fetched": got.fetched_bytes, "seconds": round(got.seconds, 3)}
+        return Resolved(got.model_dir, got.root, repo_id, source, got.sizes)
     if path.is_symlink():
         raise InputError(f"{target}: the model directory is a broken symlink or a symlink loop")
     raise InputError(f"{target}: no such model directory")
@@ -85,10 +107,17 @@ def _cache_repo(path: Path) -> Path | None:
     return None
 
 
-def _snapshot(repo: Path, target: str) -> Path:
-    """The snapshot `refs/main` names, or else the newest one in the cache repo."""
-    ref = repo / "refs" / "main"
+def _snapshot(repo: Path, revision: str | None) -> Path | None:
+    """The snapshot of the local Hugging Face cache `refs/REVISION` names (or a snapshot named by its
+    commit); without a revision, `refs/main`'s, or else the newest one in the cache repo. None when
+    the cache does not hold it."""
     snapshots = repo / "snapshots"
+    if revision is not None:
+        ref = repo / "refs" / revision
+        if not ref.is_file():
+            return snapshots / revision if (snapshots / revision).is_dir() else None
+    else:
+        ref = repo / "refs" / "main"
     if ref.is_file():
         commit = read_bounded(ref, 256, "Hugging Face cache ref").decode("utf-8", "replace").strip()
         if not COMMIT.match(commit):
@@ -98,10 +127,7 @@ def _snapshot(repo: Path, target: str) -> Path:
         found = [(p.stat().st_mtime, p) for p in snapshots.iterdir() if p.is_dir()] if snapshots.is_dir() else []
     except OSError as exc:
         raise InputError(f"{snapshots}: cannot list snapshots: {exc.strerror or exc}") from None
-    if not found:
-        raise InputError(f"{target}: no such directory, and no snapshot of this Hugging Face id in the local "
-                         f"cache {hf_cache_dir()} (kvdoctor never downloads)")
-    return max(found)[1]
+    return max(found)[1] if found else None
 
 
 def _dotted(cfg: dict[str, Any], key: str) -> Any:
@@ -147,7 +173,8 @@ def _check_layers(layers: list[LayerSpec], path: Path) -> None:
 
 
 def load_model(target: str, with_checkpoint: bool = True, library_check: bool = True) -> ModelSpec:
-    model_dir, root, hf_id = resolve_target(target)
+    where = resolve_target(target)
+    model_dir, root = where.model_dir, where.root
     config_path = model_dir / "config.json"
     if not os.path.lexists(config_path):
         raise InputError(f"{model_dir}: no config.json in the model directory")
@@ -204,13 +231,13 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
         raw_config=raw, config=cfg, config_prefix=prefix, layers=layers, num_hidden_layers=n_layers,
         hidden_size=cfg.get("hidden_size"), vocab_size=cfg.get("vocab_size"),
         dtype=dtype if isinstance(dtype, str) else None,
-        checkpoint=None, key_lines=lines, defaults=dict(look.used_defaults), notes=notes, hf_id=hf_id,
-        semantics=family.semantics, rejected=rejected,
+        checkpoint=None, key_lines=lines, defaults=dict(look.used_defaults), notes=notes, hf_id=where.hf_id,
+        semantics=family.semantics, rejected=rejected, origin=where.source,
     )
     for layer in layers:
         layer.dtype = spec.dtype
     if with_checkpoint:
-        spec.checkpoint = load_checkpoint(model_dir, root, library_check)
+        spec.checkpoint = load_checkpoint(model_dir, root, library_check, where.remote)
         _apply_checkpoint_dtypes(spec)
     return spec
 

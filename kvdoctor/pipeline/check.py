@@ -148,7 +148,7 @@ def check_target(target: str, opts: Options) -> Result:
     budget, budget_error = _budget(spec, opts)
     return Result(target=target, model_type=spec.model_type, engine=plan.engine, engine_versions=dict(plan.versions),
                   layers=layer_rows(spec, plan), findings=findings, model_dir=spec.model_dir, info=info,
-                  budget=budget, budget_error=budget_error)
+                  budget=budget, budget_error=budget_error, source=spec.origin or None)
 
 
 def _budget(spec: ModelSpec, opts: Options) -> tuple[dict[str, Any] | None, str | None]:

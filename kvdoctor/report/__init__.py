@@ -116,6 +116,8 @@ def result_json(r: Result) -> dict[str, Any]:
         out["info"] = r.info
     if r.model_dir is not None and str(r.model_dir) != r.target:  # a Hugging Face id: the local snapshot
         out["model_dir"] = str(r.model_dir)
+    if r.source is not None:
+        out["source"] = r.source
     return out
 
 

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvdoctor.engines import is_reference
+from kvdoctor.limits import human_bytes
 from kvdoctor.model import Finding, Result
 from kvdoctor.report import summary
 from kvdoctor.report.versions import engine_line
@@ -92,6 +93,8 @@ def model_summary(result: Result) -> Table:
     ckpt = info.get("checkpoint")
     table.add_row("checkpoint", "none (config checks only)" if not ckpt else
                   f"{ckpt['tensors']} tensors in {ckpt['files']} file(s), {ckpt['bytes'] / 2**30:.2f} GiB (headers read)")
+    if result.source and result.source.get("kind") != "directory":  # a directory: the panel's title says it
+        table.add_row("source", source_line(result.source))
     table.add_row("engine", engine_line(result.engine, result.engine_versions))
     for key, value in (info.get("defaults") or {}).items():
         table.add_row("default", f"{key} = {value!r} (absent from config.json; the family default)")
@@ -100,6 +103,16 @@ def model_summary(result: Result) -> Table:
     for note in info.get("engine_notes") or []:
         table.add_row("engine note", note)
     return table
+
+
+def source_line(source: dict) -> str:
+    """Where the files of a Hugging Face id were read: the local cache, or a Hub (with what it cost)."""
+    if source.get("kind") == "hf-cache":
+        return f"local Hugging Face cache, commit {source.get('commit')}"
+    where = f"Hub, {source.get('revision')} at commit {str(source.get('commit'))[:12]}"
+    if source.get("cached"):
+        return f"{where} (metadata fetched before: nothing fetched now)"
+    return f"{where}: {human_bytes(source.get('bytes_fetched') or 0)} fetched in {source.get('seconds')} s"
 
 
 def _span(indices: list[int]) -> str:

@@ -81,7 +81,7 @@ def document(spec: ModelSpec, facts: ModelFacts, results: dict[str, tuple[Sequen
         "model": {"id": facts.name, "target": spec.target, "model_type": facts.model_type,
                   "config_sha256": hashlib.sha256(raw).hexdigest(), "layers": len(facts.layers),
                   "layer_kinds": kinds, "windows": sorted(facts.windows),
-                  "weights_bytes": facts.weights_bytes},
+                  "weights_bytes": facts.weights_bytes, "source": spec.origin or {"kind": "directory"}},
         "inputs": {"context": default_context(facts, settings), "kv_budget": settings.kv_budget,
                    "gpu_memory": settings.gpu_memory},
         "engines": engines,
