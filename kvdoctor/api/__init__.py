@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from kvdoctor.pipeline.triage import Report as TriageReport
 
 API_VERSION = "1.0"
-__all__ = ["API_VERSION", "Finding", "InputError", "Result", "budget", "check", "triage"]
+__all__ = ["API_VERSION", "Finding", "InputError", "Result", "budget", "check", "report_schema", "triage"]
 
 PathLike = str | os.PathLike[str]
 
@@ -87,6 +87,16 @@ def triage(log: PathLike | Iterable[str]) -> TriageReport:
         return triage_file(os.fspath(log), builtin_catalog())
     lines = ((number, clean(piece)) for number, line in enumerate(log, 1) for piece in line.split("\r"))
     return triage_report(lines, builtin_catalog())
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the `--format json` document, as shipped in the package
+    (kvdoctor/data/report.schema.json): `result_json(result)` of each `check` result is an entry of it."""
+    import json
+
+    from kvdoctor.resources import data_dir
+
+    return json.loads((data_dir() / "report.schema.json").read_text(encoding="utf-8"))
 
 
 def _deploy(path: PathLike | None) -> Deploy:
