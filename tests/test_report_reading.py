@@ -67,3 +67,25 @@ def test_one_target_keeps_its_note_in_its_panel(fleet):
     assert "notes below" not in out
     assert out.splitlines()[-1] == ("1 model(s): 0 with errors, 0 with warnings, 1 clean; "
                                     "findings: 0 error(s), 0 warning(s), 1 info")
+
+
+def test_a_note_names_its_models_and_layers_unless_it_is_everyones():
+    import io
+
+    from rich.console import Console
+
+    from kvdoctor.model import Finding, Result
+    from kvdoctor.report.rich_report import notes
+
+    def result(target: str, *layers: int | None) -> Result:
+        return Result(target=target, model_type="x", engine="hf", engine_versions={}, layers=[],
+                      findings=[Finding("CFG010", "a note", layer=layer, severity="info", name="n") for layer in layers])
+
+    def shown(*results: Result) -> str:
+        console = Console(file=io.StringIO(), width=200, color_system=None)
+        console.print(notes(list(results)))
+        return console.file.getvalue()
+
+    assert "for all 2 models" in shown(result("a", None), result("b", None))
+    assert "for 1 model(s): a (layer 1, 3)" in shown(result("a", 1, 3), result("b"))
+    assert "for 2 model(s): a (layer 0-2), b" in shown(result("a", 0, 1, 2), result("b", None))

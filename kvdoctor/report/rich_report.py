@@ -227,22 +227,26 @@ def panel_text(console: Console, result: Result, fleet: bool = False) -> str:
 
 def notes(results: list[Result]) -> Group | None:
     """Each distinct note of a fleet once, headed by the targets (and layers) it was given for."""
-    groups: dict[tuple, tuple[Finding, list[str]]] = {}
+    groups: dict[tuple, tuple[Finding, dict[str, list[int]]]] = {}
     for r in results:
         for f in r.findings:
             if _gathered(f, True):
                 key = (f.code, f.name, f.message, tuple(f.fixes), repr(f.engine_error))
-                where = r.target + ("" if f.layer is None else f" (layer {f.layer})")
-                groups.setdefault(key, (f, []))[1].append(where)
+                layers = groups.setdefault(key, (f, {}))[1].setdefault(r.target, [])
+                if f.layer is not None:
+                    layers.append(f.layer)
     if not groups:
         return None
-    checked = sum(1 for r in results if not r.error)
+    checked = {r.target for r in results if not r.error}
     parts: list[RenderableType] = [Text("Notes", style="bold underline")]
     for f, targets in groups.values():
         note = Finding(f.code, f.message, engine_error=f.engine_error, severity=f.severity, name=f.name,
                        fixes=f.fixes)
-        said = (f"all {checked} models" if len(targets) == checked and len(set(targets)) == checked
-                else f"{len(targets)} model(s): " + ", ".join(targets))
+        if set(targets) == checked and not any(targets.values()):
+            said = f"all {len(checked)} models"
+        else:
+            said = f"{len(targets)} model(s): " + ", ".join(
+                target + (f" (layer {_span(layers)})" if layers else "") for target, layers in targets.items())
         parts += [head_line(note), _hanging("  for ", said, style="dim"), *finding_body(note)]
     return Group(*parts)
 
