@@ -1,7 +1,9 @@
 """The package's shape, read from its own imports (lazy and TYPE_CHECKING ones included): folders that
 follow the flow, each importing only its own layer or those below it, and no import cycle.
 
-    cli -> fleet -> pipeline -> report -> checks -> engines -> catalog -> load -> the top-level modules
+    api, cli -> fleet -> pipeline -> report -> checks -> engines -> catalog -> load -> the top-level modules
+
+(`api` and `cli` are the two entry points, in-process and on the command line; neither imports the other.)
 
 docs/architecture.md draws the same picture.
 """
@@ -14,7 +16,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kvdoctor"
 # Highest first; the top-level modules (model, limits, errors, ...) are the ground floor.
-LAYERS = ("cli", "fleet", "pipeline", "report", "checks", "engines", "catalog", "load")
+LAYERS = ("api", "cli", "fleet", "pipeline", "report", "checks", "engines", "catalog", "load")
 GROUND = "top"
 MAX_TOP_MODULES = 10
 
@@ -118,6 +120,14 @@ def test_each_layer_is_a_folder(folder):
 def test_few_modules_at_the_top():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
     assert len(top) <= MAX_TOP_MODULES, top
+
+
+def test_the_two_entry_points_stay_apart():
+    """The Python API and the command line both sit on the layers below; neither imports the other."""
+    crossing = sorted(f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets
+                      if {layer(a), layer(b)} == {"api", "cli"})
+    assert "kvdoctor.pipeline.check" in GRAPH["kvdoctor.api"]  # the reader sees the API's imports
+    assert crossing == []
 
 
 def names_used(path: Path) -> set[str]:

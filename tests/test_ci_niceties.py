@@ -37,7 +37,7 @@ def test_github_format_writes_a_markdown_job_summary(models, tmp_path):
     assert [row.split("`")[1].rsplit("/", 1)[-1] for row in rows] == ["broken", "healthy"]
     assert rows[0].split("|")[3].strip() == "1"  # one error for the broken copy
     assert "| **CFG001** layer-types-length-mismatch | error |" in text
-    assert proc.stdout.splitlines()[-1].startswith("kvdoctor: 2 target(s)")  # stdout: the annotations as before
+    assert proc.stdout.splitlines()[-1].startswith("kvdoctor: 2 model(s)")  # stdout: the annotations as before
 
 
 def test_no_job_summary_without_the_variable_or_in_other_formats(models, tmp_path):

@@ -191,7 +191,7 @@ def test_terminal_report_of_the_default_profile_looks_up_no_installed_version(tm
 
     d = make_model(tmp_path, "gemma-2-2b", checkpoint=False)
     run = probe(["check", str(d), "--static"], ("importlib.metadata", "pydantic", "yaml"), cwd=tmp_path)
-    assert "1 target(s)" in run.stdout and "engine      hf" in run.stdout
+    assert "1 model(s)" in run.stdout and "engine      hf" in run.stdout
     assert run.loaded == set(), run.stderr[-2000:]
 
 

@@ -157,3 +157,69 @@ def test_state_layers_are_not_priced_as_key_value_rows(tmp_path):
     assert "B/token</text>" not in memory  # Kimi-Linear has KDA (state) and MLA (latent) layers only
     assert "kda, mla layers keep a latent cache or a recurrent state" in memory
     assert "<h3>State caches per slot</h3>" in proc.stdout and "2,957,312 B/slot" in proc.stdout
+
+
+# Appended to a copy of the page: after layout, the body records the viewport's width and every element
+# that reaches past it (unless a scrolling box of its own holds it), for --dump-dom to show.
+MEASURE = """<script>
+(function () {
+  var width = document.documentElement.clientWidth, wide = [];
+  function scrolled(el) {
+    for (var p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      var o = getComputedStyle(p).overflowX;
+      if (o === 'auto' || o === 'scroll' || o === 'hidden') return true;
+    }
+    return false;
+  }
+  document.querySelectorAll('body *').forEach(function (el) {
+    var r = el.getBoundingClientRect();
+    if (r.width && r.right > width + 0.5 && !scrolled(el))
+      wide.push(el.tagName.toLowerCase() + '.' + (el.getAttribute('class') || '') + ' to ' + Math.round(r.right));
+  });
+  document.body.setAttribute('data-viewport', width);
+  document.body.setAttribute('data-page', document.documentElement.scrollWidth);
+  document.body.setAttribute('data-wide', wide.join('; '));
+})();
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
+def test_fits_a_700_pixel_window(demo, tmp_path):
+    """At 700 px no element of the demo page (budget bars, layer map, tables) is wider than the window."""
+    from html import unescape
+
+    page = tmp_path / "measured.html"
+    page.write_text(demo["html"].replace("</body>", MEASURE + "</body>"))
+    dom = _chromium(tmp_path, page, "--hide-scrollbars", "--window-size=700,1200", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = re.search(r'<body data-viewport="(\d+)" data-page="(\d+)" data-wide="([^"]*)"', dom.stdout)
+    assert body is not None, dom.stdout[:2000]
+    viewport, page_width, wide = int(body.group(1)), int(body.group(2)), unescape(body.group(3))
+    assert 600 < viewport <= 700
+    assert wide == "" and page_width <= viewport, wide
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
+def test_the_700_pixel_check_sees_a_wide_element(tmp_path):
+    """The measure above can fail: a 900 px box is reported."""
+    page = tmp_path / "wide.html"
+    page.write_text('<!DOCTYPE html><html><body><div class="box" style="width:900px">x</div>' + MEASURE + "</body></html>")
+    dom = _chromium(tmp_path, page, "--hide-scrollbars", "--window-size=700,1200", "--dump-dom")
+    assert 'data-wide="div.box to 9' in dom.stdout, dom.stdout[:2000]
+
+
+def test_the_page_has_an_index_of_its_models(demo):
+    """One row per model, linked to its section's anchor, with its errors, warnings and top code."""
+    html = demo["html"]
+    index = html[html.index('<nav class="index"'):html.index("</nav>")]
+    links = re.findall(r'<a href="#([^"]+)">([^<]+)</a>', index)
+    assert [target for _, target in links] == [r["target"] for r in demo["doc"]["results"]]
+    for (anchor, _), result in zip(links, demo["doc"]["results"]):
+        assert html.count(f' id="{anchor}"') == 1
+        section = html[html.index(f' id="{anchor}"'):]
+        assert section.startswith(f' id="{anchor}" data-target="{result["target"]}"')
+    rows = re.findall(r"<tr><td><a [^>]+>[^<]+</a></td><td>([^<]*)</td><td class=n>(\d+)</td><td class=n>(\d+)</td>"
+                      r"<td>([^<]*)</td>", index)
+    errors = [sum(f["severity"] == "error" for f in r["findings"]) for r in demo["doc"]["results"]]
+    assert [int(e) for _, e, _, _ in rows] == errors and errors[1] > 0
+    assert rows[1][3] == "CFG001" and rows[0][0] == "sglang-mlx"

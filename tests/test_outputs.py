@@ -69,7 +69,8 @@ def test_concise_points_at_the_config_line(models):
     assert lines[0] == (f"models/broken/config.json:{line}: CFG001 [error] layer_types lists 23 layers but "
                         "num_hidden_layers is 24")
     assert lines[1].startswith("models/warn/config.json:") and "CFG004 [warning]" in lines[1]
-    assert lines[-1] == "2 target(s): 1 error(s), 1 warning(s), 0 info"
+    assert lines[-1] == ("2 model(s): 1 with errors, 1 with warnings, 0 clean; "
+                        "findings: 1 error(s), 1 warning(s), 0 info")
 
 
 def test_json_lines_one_object_per_finding(models):
@@ -99,7 +100,8 @@ def test_github_annotations_and_summary(models):
     assert "%0Afix: " in lines[0]  # the fixes ride along on escaped newlines
     assert lines[1].startswith("::warning file=models/warn/config.json,line=") and "title=CFG004 " in lines[1]
     assert lines[2].startswith("::error file=models/nothing-here/config.json,title=kvdoctor%3A cannot check::")
-    assert lines[-1] == "kvdoctor: 3 target(s): 1 error(s), 1 warning(s), 0 info, 1 could not be checked"
+    assert lines[-1] == ("kvdoctor: 3 model(s): 1 with errors, 1 with warnings, 0 clean, 1 could not be checked; "
+                         "findings: 1 error(s), 1 warning(s), 0 info")
 
 
 def test_github_escapes_workflow_command_characters():

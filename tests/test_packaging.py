@@ -95,6 +95,7 @@ def test_wheel_carries_the_catalog_and_data(dists):
     shipped = sorted(Path(n).name for n in names if n.startswith("kvdoctor/rules/"))
     assert shipped == sorted([p.name for p in (ROOT / "rules").glob("*.yaml")] + ["briefs.json", "descriptions.json"])
     assert "kvdoctor/data/recipes/sglang-0.5.23.yaml" in names
+    assert "kvdoctor/data/report.schema.json" in names  # the JSON document's schema, published
     assert "kvdoctor/engines/vllm/model_types.json" in names  # VLM138's table of readable model types
 
 

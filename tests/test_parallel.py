@@ -145,7 +145,7 @@ def test_progress_bar_on_a_terminal_only(fleet):
     assert b"checking" in stderr and b"/3" in stderr  # "checking ━━━ 2/3"
     assert b"checking" not in stdout
     last = re.sub(r"\x1b\[[0-9;]*m", "", stdout.decode().splitlines()[-1])
-    assert last == "3 target(s): 0 error(s), 0 warning(s), 0 info"
+    assert last == "3 model(s): 0 with errors, 0 with warnings, 3 clean; findings: 0 error(s), 0 warning(s), 0 info"
     _, quiet = on_terminals("--quiet")
     assert b"checking" not in quiet
 
@@ -213,7 +213,7 @@ def test_the_rich_panels_the_workers_render_are_the_parents_report(fleet, monkey
     opts = Options(catalog=builtin_catalog(), engine="sglang", static=True)  # no probes: nothing that forks badly
     work = [(target, opts) for target in [*names, "some-org/not-cached"]]
     shared = console()
-    results, _, parts = runner.run_targets(work, jobs=2, render=lambda result, _opts: panel_text(shared, result))
+    results, _, parts = runner.run_targets(work, jobs=2, render=lambda result, _opts: panel_text(shared, result, True))
     assert parts is not None and len(parts) == len(work)
     alone, joined = console(), console()
     render(results, alone)

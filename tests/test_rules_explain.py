@@ -54,3 +54,57 @@ def test_explain_reflows_the_meaning_and_keeps_examples_verbatim():
     for line in entry.fixes[0].before.strip().splitlines():
         assert line.strip() in out
     assert "kvdoctor check catches this before deploy: SWA001" in out
+
+
+def _explained(code: str, width: int) -> list[str]:
+    import io
+
+    from rich.console import Console
+
+    from kvdoctor.report.explain import render_entry
+
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    render_entry(CATALOG[code], console)
+    return console.file.getvalue().splitlines()
+
+
+def test_explain_never_cuts_an_example_line_at_80_columns():
+    """Every line of every before/after example is printed whole, on a line of its own, at 80 columns
+    (those longer than the terminal too: the terminal folds them; a copy gives the line as written)."""
+    cut, total, longer = [], 0, 0
+    for code in CATALOG.codes():
+        lines = {line.rstrip() for line in _explained(code, 80)}
+        for fix in CATALOG[code].fixes:
+            for example in (fix.before, fix.after):
+                for line in (example or "").rstrip().splitlines():
+                    total += 1
+                    longer += len(line) + 7 > 80
+                    if " " * 7 + line.rstrip() not in lines:
+                        cut.append(f"{code}: {line}")
+    assert longer > 0 and total > 200  # the check sees lines wider than the terminal
+    assert cut == []
+
+
+def test_explain_breaks_prose_only_between_sentences_at_200_columns():
+    """At 200 columns each sentence of the prose that fits one line is on one line."""
+    from kvdoctor.report.explain import sentences
+
+    broken, seen = [], 0
+    for code in CATALOG.codes():
+        entry = CATALOG[code]
+        lines = _explained(code, 200)
+        texts = [*reflow(entry.meaning), *entry.triggers, *entry.prevention, *(f.summary for f in entry.fixes)]
+        for text in texts:
+            for sentence in sentences(" ".join(text.split())):
+                if len(sentence) <= 190:
+                    seen += 1
+                    if not any(sentence in line for line in lines):
+                        broken.append(f"{code}: {sentence}")
+    assert seen > 1000 and broken == []
+
+
+def test_sentences_end_at_a_stop_and_a_capital_not_at_an_abbreviation():
+    from kvdoctor.report.explain import sentences
+
+    assert sentences("One (e.g. Two) ends. Then `x` runs. v0.5.23 is pinned; i.e. Three") == \
+        ["One (e.g. Two) ends.", "Then `x` runs. v0.5.23 is pinned; i.e. Three"]

@@ -129,7 +129,7 @@ def test_progress_shows_on_a_terminal(probed_model):
 def test_no_progress_with_quiet_or_a_machine_format(probed_model, extra):
     drawn = ANSI.sub("", _in_terminal(["check", str(probed_model), "--engine", "sglang-mlx", *extra]))
     assert "rules (probes)" not in drawn and "reading config" not in drawn
-    assert "1 target(s): 0 error(s)" in drawn or '"summary"' in drawn  # the report itself was printed
+    assert "1 model(s): 0 with errors" in drawn or '"summary"' in drawn  # the report itself was printed
 
 
 def test_no_progress_when_not_a_terminal(probed_model):

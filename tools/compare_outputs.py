@@ -121,7 +121,7 @@ def html_agrees_with_budget(tree: Path, out: Path, engine: str) -> list[str]:
 
     page = (out / f"deploy-{engine}.html").read_text()
     wrong = []
-    for section in page.split('<section class="model" data-target="models/')[1:]:
+    for section in re.split(r'<section class="model"(?: id="[^"]*")? data-target="models/', page)[1:]:  # ids: the index
         model = section.partition('"')[0]
         text = (out / f"budget-deploy.{model}.json").read_text()
         if "{" not in text:  # `budget` refused the model (one line); the page says why instead

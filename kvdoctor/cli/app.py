@@ -21,7 +21,7 @@ from kvdoctor.report import FORMATS
 from kvdoctor.cli.types import strict_type
 
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Check a model's KV-cache layout against a serving engine before deploy.")
 
 # Options shared by `check` and `config`: both resolve the same settings.
@@ -272,7 +272,7 @@ app.command("budget")(budget_command)
 def run(args: list[str]) -> int:
     """Run one command line through typer: its exit code; a usage error is an InputError."""
     try:
-        code = app(args, standalone_mode=False)
+        code = app(args, prog_name="kvdoctor", standalone_mode=False)  # one name for help and completion
     except click_exc.ClickException as exc:  # a usage error: one line, exit 2, whichever command raised it
         raise InputError(usage_error(exc)) from None
     except typer.Abort:

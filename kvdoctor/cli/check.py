@@ -173,7 +173,7 @@ def run_check(req: CheckRequest) -> int:
 
         results, tracebacks = run_on_ray(work, req.ray_address)
     else:
-        renderers = _part_renderers(req, settings.root, console)
+        renderers = _part_renderers(req, settings.root, console, fleet=len(work) > 1)
         with progress.shown(show and len(work) == 1):  # many targets: the runner's bar
             results, tracebacks, parts = run_with_progress(work, req.jobs or available_cores(), show=show,
                                                            render=partial(_parts, renderers) if renderers else None)
@@ -207,7 +207,8 @@ def _budget_inputs(req: CheckRequest, deploy: Any) -> Any:
     return inputs if inputs.kv_budget is not None or inputs.gpu_memory is not None else None
 
 
-def _part_renderers(req: CheckRequest, root: Path, console) -> dict[str, Callable[[Result, Options], str]]:
+def _part_renderers(req: CheckRequest, root: Path, console,
+                    fleet: bool = False) -> dict[str, Callable[[Result, Options], str]]:
     """What each worker renders of its own results, by format: the entries of the JSON report and, where
     the workers are forked from this process and so share its console, the terminal report's panels.
     Nothing where a baseline will change the results after the check."""
@@ -225,7 +226,7 @@ def _part_renderers(req: CheckRequest, root: Path, console) -> dict[str, Callabl
 
         with console.capture():  # rich loads its emoji table at the first title: once, before the fork
             console.print(Panel("", title="kvdoctor"))
-        renderers["rich"] = lambda result, opts: panel_text(console, result)
+        renderers["rich"] = lambda result, opts: panel_text(console, result, fleet)
     return renderers
 
 

@@ -86,14 +86,56 @@ def render(report: Report, fmt: str) -> str:
 
 
 def summary_line(report: Report) -> str:
-    counts = summary(report.results)
-    line = (f"{counts['targets']} target(s): {counts['errors']} error(s), {counts['warnings']} warning(s), "
-            f"{counts['info']} info")
-    if counts["input_errors"]:
-        line += f", {counts['input_errors']} could not be checked"
+    line = closing_line(report.results)
     if report.baseline is not None:
         line += f"; {report.suppressed} finding(s) suppressed by baseline {report.baseline}"
     return line
+
+
+def closing_line(results: list[Result]) -> str:
+    """The models by their worst finding, then the findings: what a report ends with."""
+    models, counts = model_counts(results), summary(results)
+    line = (f"{counts['targets']} model(s): {models['error']} with errors, {models['warning']} with warnings, "
+            f"{models['clean']} clean")
+    if counts["input_errors"]:
+        line += f", {counts['input_errors']} could not be checked"
+    return line + (f"; findings: {counts['errors']} error(s), {counts['warnings']} warning(s), "
+                   f"{counts['info']} info")
+
+
+def worst(result: Result) -> str | None:
+    """The most severe finding's severity; None for a target without findings or not checked."""
+    return min((f.severity for f in result.findings if f.severity), key=SEVERITIES.index, default=None)
+
+
+def model_counts(results: list[Result]) -> dict[str, int]:
+    """Checked models by their worst finding: "error", "warning", or "clean" (nothing above info)."""
+    counts = {"error": 0, "warning": 0, "clean": 0}
+    for r in results:
+        if not r.error:
+            counts[worst(r) if worst(r) in ("error", "warning") else "clean"] += 1
+    return counts
+
+
+def top_code(result: Result) -> str | None:
+    """The code a reader looks at first: the most frequent among the most severe findings (first seen
+    on a tie); None without findings."""
+    level = worst(result)
+    codes = [f.code for f in result.findings if f.severity == level]
+    return max(dict.fromkeys(codes), key=codes.count) if codes else None
+
+
+def fleet_rows(results: list[Result]) -> list[dict[str, Any]]:
+    """One row per model for a fleet's summary table: target, engine, errors, warnings, top code (None
+    counts for a target that could not be checked)."""
+    rows = []
+    for r in results:
+        checked = r.error is None
+        rows.append({"target": r.target, "engine": r.engine,
+                     "errors": sum(f.severity == "error" for f in r.findings) if checked else None,
+                     "warnings": sum(f.severity == "warning" for f in r.findings) if checked else None,
+                     "top_code": top_code(r), "error": r.error})
+    return rows
 
 
 def finding_json(f: Finding) -> dict[str, Any]:

@@ -1,22 +1,43 @@
 """`kvdoctor explain CODE`, `kvdoctor rules` and `kvdoctor triage`: catalog entries for a person to read.
 
 Entries keep their prose as YAML blocks with hard line breaks; here it is reflowed into paragraphs
-(a blank line separates them, a line starting with "- " or indented stays a line of its own) so the
-terminal wraps it at its own width. Before/after examples are printed verbatim.
+(a blank line separates them, a line starting with "- " or indented stays a line of its own), and each
+sentence starts a line, so a wide terminal never breaks one and a narrow one breaks only the long ones.
+Before/after examples are lines a user copies: each is printed whole, never wrapped or cut by kvdoctor
+(a narrow terminal shows it folded, and copies it as one line).
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
-from rich.console import Console, Group
-from rich.padding import Padding
-from rich.panel import Panel
+from rich.console import Console, RenderableType
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from kvdoctor.catalog import Catalog, Entry
 from kvdoctor.checks import checking_module, preventers
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[])")
+ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.")
+
+
+def sentences(paragraph: str) -> list[str]:
+    """A paragraph cut where a sentence ends (a stop, then a capital, a quote or a bracket)."""
+    out: list[str] = []
+    for piece in SENTENCE_END.split(paragraph):
+        if out and out[-1].endswith(ABBREVIATIONS):
+            out[-1] += " " + piece
+        else:
+            out.append(piece)
+    return out
+
+
+def _prose(text: str, style: str = "") -> Text:
+    """One sentence a line; rich wraps only a sentence longer than the terminal."""
+    return Text("\n".join(sentences(" ".join(text.split()))), style=style)
 
 
 def reflow(text: str) -> list[str]:
@@ -53,27 +74,37 @@ def _item(marker: str, text: str, style: str = "") -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(width=len(marker) + 2, justify="right", no_wrap=True)
     grid.add_column(ratio=1, overflow="fold")
-    grid.add_row(Text(marker, style=style), Text(" ".join(text.split()), style=style))
+    grid.add_row(Text(marker, style=style), _prose(text, style))
     return grid
 
 
+class Whole:
+    """Lines a user copies (examples, paths, links), each printed whole at an indent: never wrapped or
+    cropped by kvdoctor, so a narrow terminal folds them and a copy gives the line as written."""
+
+    def __init__(self, lines: list[Text], indent: int = 7) -> None:
+        self.lines = lines
+        self.indent = indent
+
+
 def _example(label: str, code: str) -> list:
-    return [Padding(Text(label, style="dim"), (0, 0, 0, 5)),
-            Padding(Syntax(code.rstrip(), "yaml", theme="ansi_dark", word_wrap=False), (0, 0, 0, 7))]
+    return [Text(" " * 5 + label, style="dim"),
+            Whole(Syntax("", "yaml", theme="ansi_dark").highlight(code.rstrip()).split("\n"))]
 
 
 def render_entry(entry: Entry, console: Console | None = None) -> None:
-    parts: list = [Text(entry.summary, style="bold"), Text("")]
+    console = console or Console()
+    parts: list[RenderableType | Whole] = [Text(entry.summary, style="bold"), Text("")]
     parts.append(Text(f"severity: {entry.severity}   engines: {engines_text(entry)}   "
                       f"check: {checking_module(entry.code)}", style="dim"))
     parts.append(Text(prevention_text(entry), style="dim"))
     if entry.error:
         parts += [Text(""), Text("Engine error", style="bold underline"),
                   Text(f"{entry.error.class_}: {entry.error.message}", style="red"),
-                  Text(f"raised at {entry.error.source}", style="dim")]
+                  Whole([Text(f"raised at {entry.error.source}", style="dim")], indent=0)]
     parts += [Text(""), Text("What it means", style="bold underline")]
     for i, paragraph in enumerate(reflow(entry.meaning)):
-        parts += ([Text("")] if i else []) + [Text(paragraph)]
+        parts += ([Text("")] if i else []) + [_prose(paragraph)]
     parts += [Text(""), Text("When it happens", style="bold underline")]
     parts += [_item("-", t) for t in entry.triggers]
     parts += [Text(""), Text("Fixes", style="bold underline")]
@@ -88,8 +119,15 @@ def render_entry(entry: Entry, console: Console | None = None) -> None:
         parts += [_item("-", p) for p in entry.prevention]
     if entry.references:
         parts += [Text(""), Text("References", style="bold underline")]
-        parts += [_item("-", r) for r in entry.references]
-    (console or Console()).print(Panel(Group(*parts), title=f"{entry.code} {entry.name}", border_style="cyan"))
+        parts.append(Whole([Text(f"- {r}") for r in entry.references], indent=2))
+    console.rule(Text(f"{entry.code} {entry.name}", style="bold"), style="cyan", align="left")
+    for part in parts:
+        if isinstance(part, Whole):
+            for line in part.lines:
+                console.print(Text(" " * part.indent) + line, soft_wrap=True)
+        else:
+            console.print(part)
+    console.rule(style="cyan")
 
 
 def rules_text(catalog: Catalog, verbose: bool = False, width: int = 80) -> str:

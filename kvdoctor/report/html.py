@@ -1,9 +1,11 @@
 """`--format html` / `--html-output FILE`: one self-contained page per run.
 
 Everything is inline (CSS, a few lines of JS for the hover card, SVG bars), so the file can be
-attached to a CI run or mailed and opened offline: it fetches nothing. Per model: the summary, the
+attached to a CI run or mailed and opened offline: it fetches nothing. With more than one model an
+index comes first (one row per model, linked to its section's anchor). Per model: the summary, the
 layer map (model kind over engine cache, one cell per layer carrying `data-layer`), a memory
-picture, the findings with the catalog's text and fixes, and for a dry run the keys attended.
+picture, the findings with the catalog's text and fixes, and for a dry run the keys attended. The page
+fits a 700 px window: the charts scale down, wide tables scroll in their own box.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from kvdoctor import __version__
 from kvdoctor.engines import is_reference
 from kvdoctor.limits import DTYPE_BYTES
 from kvdoctor.model import CHUNKED, FULL, SLIDING, Result
-from kvdoctor.report import Report, summary, summary_line
+from kvdoctor.report import Report, fleet_rows, summary, summary_line
 from kvdoctor.report.versions import engine_line
 
 KIND_COLOUR = {
@@ -82,6 +84,16 @@ pre { background:#f0f3f6; padding:6px 8px; border-radius:4px; overflow-x:auto; f
 details summary { cursor:pointer; color:var(--muted); }
 .note { color:var(--muted); font-size:12px; }
 .error-box { color:#a61b1b; }
+svg.bars, svg.keys { display:block; max-width:100%; height:auto; }
+.scroll { overflow-x:auto; }
+nav.index { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:12px 20px;
+            margin:0 0 22px; }
+nav.index h2 { font-size:15px; }
+nav.index td:first-child a { word-break:break-all; }
+@media (max-width: 760px) {
+  header, main { padding-left:12px; padding-right:12px; }
+  section.model, nav.index { padding:12px; }
+}
 """
 
 JS = """
@@ -220,8 +232,8 @@ def state_table(result: Result) -> str:
     for state, indices in groups.values():
         for line in _state_text(state):
             body.append(f"<tr><td>{_e(_span(indices))}</td><td>{_e(line)}</td></tr>")
-    return ('<h3>State caches per slot</h3><table class="data"><tr><th>layers</th><th>shapes (slot dimension '
-            f'left out)</th></tr>{"".join(body)}</table>')
+    return ('<h3>State caches per slot</h3><div class="scroll"><table class="data"><tr><th>layers</th><th>shapes '
+            f'(slot dimension left out)</th></tr>{"".join(body)}</table></div>')
 
 
 def _span(indices: list[int]) -> str:
@@ -312,8 +324,8 @@ def memory(result: Result, budget: dict[str, Any] | None, budget_error: str | No
             cells.append(f"<td class=n>{'-' if k is None else _n(per) if per else 'state'}</td>")
         layers = budget["model"]["layer_kinds"].get(kind, "")
         rows.append(f"<tr><td>{_e(kind)}</td><td class=n>{_n(layers)}</td>{''.join(cells)}</tr>")
-    parts.append('<table class="data"><tr><th>bytes per token per layer</th><th class=n>layers</th>'
-                 f'{head}</tr>{"".join(rows)}</table>')
+    parts.append('<div class="scroll"><table class="data"><tr><th>bytes per token per layer</th><th class=n>layers'
+                 f'</th>{head}</tr>{"".join(rows)}</table></div>')
     kv = budget["engines"][0]["budget"]["kv_budget_bytes"] if budget["engines"] else 0
     parts.append(f'<p class="note">Tokens of KV that fit in {_e(size(kv))} at context '
                  f'{_n(budget["inputs"]["context"])}, per engine and mode (mlx-lm has no pool: whole requests '
@@ -410,20 +422,43 @@ def _most(values: Any) -> int:
 
 # ---- the page ------------------------------------------------------------------------------------
 
-def model_section(report: Report, result: Result) -> str:
+def anchor(index: int) -> str:
+    """The id of the index-th result's section (from 1): the index links to it, and so can a CI log."""
+    return f"model-{index}"
+
+
+def model_section(report: Report, result: Result, index: int = 1) -> str:
     title = f'<h2>{_e(result.target)}</h2>'
+    opening = f'<section class="model" id="{anchor(index)}" data-target="{_e(result.target)}">{title}'
     if result.error:
-        return f'<section class="model" data-target="{_e(result.target)}">{title}' \
-               f'<p class="error-box">cannot check: {_e(result.error)}</p></section>'
+        return f'{opening}<p class="error-box">cannot check: {_e(result.error)}</p></section>'
     findings = "".join(_finding(report, result, f) for f in result.findings) or '<p class="note">no findings</p>'
-    return (f'<section class="model" data-target="{_e(result.target)}">{title}{_badges(result)}{_summary(result)}'
+    return (f"{opening}{_badges(result)}{_summary(result)}"
             f"<h3>Layer map</h3>{layer_map(result)}{state_table(result)}{memory(result, result.budget, result.budget_error)}"
             f"{dry_run(result)}<h3>Findings</h3>{findings}</section>")
 
 
+def index(report: Report) -> str:
+    """One row per model, linked to its section: engine, errors, warnings, the code to look at first."""
+    rows = []
+    for i, row in enumerate(fleet_rows(report.results), 1):
+        link = f'<a href="#{anchor(i)}">{_e(row["target"])}</a>'
+        if row["error"] is not None:
+            rows.append(f'<tr><td>{link}</td><td>{_e(row["engine"])}</td><td class=n>-</td><td class=n>-</td>'
+                        '<td class="error-box">cannot check</td></tr>')
+            continue
+        rows.append(f'<tr><td>{link}</td><td>{_e(row["engine"])}</td><td class=n>{row["errors"]}</td>'
+                    f'<td class=n>{row["warnings"]}</td><td>{_e(row["top_code"] or "clean")}</td></tr>')
+    return ('<nav class="index"><h2>Models</h2><div class="scroll"><table class="data"><tr><th>model</th>'
+            '<th>engine</th><th class=n>errors</th><th class=n>warnings</th><th>top code</th></tr>'
+            f'{"".join(rows)}</table></div></nav>')
+
+
 def render(report: Report) -> str:
     counts = summary(report.results)
-    body = "".join(model_section(report, r) for r in report.results)
+    body = "".join(model_section(report, r, i) for i, r in enumerate(report.results, 1))
+    if len(report.results) > 1:
+        body = index(report) + body
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>kvdoctor report: {counts['targets']} target(s)</title><style>{CSS}</style></head><body>"

@@ -1,6 +1,12 @@
-"""The terminal report: a model summary, the layer layout as coloured cells, and each finding with its fixes."""
+"""The terminal report: a model summary, the layer layout as coloured cells, and each finding with its fixes.
+
+With more than one target, each note (an info finding) keeps only its head line in its panel and is
+written once after the panels, with the targets it applies to; then a table, one row per model, and
+the closing line.
+"""
 from __future__ import annotations
 
+from rich.box import SIMPLE_HEAD
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -9,7 +15,7 @@ from rich.text import Text
 from kvdoctor.engines import is_reference
 from kvdoctor.limits import human_bytes
 from kvdoctor.model import Finding, Result
-from kvdoctor.report import summary
+from kvdoctor.report import closing_line, fleet_rows
 from kvdoctor.report.versions import engine_line
 
 KIND_STYLE = {
@@ -170,9 +176,8 @@ def _hanging(prefix: Text | str, body: Text | str, style: str = "") -> Table:
     return grid
 
 
-def finding_block(f: Finding) -> Group:
-    """A finding: its head line (code, severity, name, place), then message, engine error and fixes,
-    each indented under its text when it wraps."""
+def head_line(f: Finding, aside: str = "") -> Table:
+    """A finding's head line: code, severity, name, place (and `aside`, dim)."""
     assert f.severity is not None  # the catalog's, once finalized
     head = Text()
     head.append(f"{f.severity} ", style=SEVERITY_STYLE[f.severity])
@@ -181,8 +186,15 @@ def finding_block(f: Finding) -> Group:
         head.append(f"{f.file}{':' + str(f.line) if f.line else ''} ", style="underline")
     if f.layer is not None:
         head.append(f"layer {f.layer} ", style="bold")
+    if aside:
+        head.append(aside, style="dim")
     head.rstrip()
-    parts = [_hanging(Text(f"{f.code} ", style=SEVERITY_STYLE[f.severity]), head), _hanging("  ", f.message)]
+    return _hanging(Text(f"{f.code} ", style=SEVERITY_STYLE[f.severity]), head)
+
+
+def finding_body(f: Finding) -> list[RenderableType]:
+    """Message, engine error and fixes, each indented under its text when it wraps."""
+    parts: list[RenderableType] = [_hanging("  ", f.message)]
     if f.engine_error:
         err = f.engine_error
         said = "the message above" if err.get("message") == f.message else err.get("message")
@@ -190,42 +202,104 @@ def finding_block(f: Finding) -> Group:
                               style="red"))
     for fix in f.fixes:
         parts.append(_hanging("  fix: ", fix, style="green"))
-    return Group(*parts)
+    return parts
 
 
-def result_panel(result: Result) -> Panel:
-    """One target's panel: its summary, layout, state caches and findings, or why it could not be checked."""
-    if result.error:
-        return Panel(Text(result.error, style="red"), title=f"{result.target}: cannot check", border_style="red")
+def finding_block(f: Finding) -> Group:
+    return Group(head_line(f), *finding_body(f))
+
+
+def _gathered(f: Finding, fleet: bool) -> bool:
+    """Whether the finding's text is left to the notes after the panels (a note, in a fleet run)."""
+    return fleet and f.severity == "info"
+
+
+def result_panel(result: Result, fleet: bool = False) -> Panel:
+    """One checked target's panel: its summary, layout, state caches and findings. In a fleet run
+    (`fleet`) a note shows its head line only; `notes` writes its text once."""
     body: list[RenderableType] = [model_summary(result), Text(""), layout(result), Text("")]
     states = state_caches(result)
     if states is not None:
         body += [states, Text("")]
-    if result.findings:
-        body.extend(finding_block(f) for f in result.findings)
-    else:
+    for f in result.findings:
+        body.append(head_line(f, "(in the notes below the panels)") if _gathered(f, fleet) else finding_block(f))
+    if not result.findings:
         body.append(Text("no findings", style="green"))
     return Panel(Group(*body), title=result.target, border_style="cyan")
 
 
-def panel_text(console: Console, result: Result) -> str:
+def panel_text(console: Console, result: Result, fleet: bool = False) -> str:
     """The result's panel exactly as `console` would print it. A -j worker forked from the process that
     owns the console renders its own results so; the parent then writes the texts in input order."""
+    if result.error:
+        return ""  # the one line on stderr says why it could not be checked
     with console.capture() as capture:
-        console.print(result_panel(result))
+        console.print(result_panel(result, fleet))
     return capture.get()
 
 
+def notes(results: list[Result]) -> Group | None:
+    """Each distinct note of a fleet once, headed by the targets (and layers) it was given for."""
+    groups: dict[tuple, tuple[Finding, dict[str, list[int]]]] = {}
+    for r in results:
+        for f in r.findings:
+            if _gathered(f, True):
+                key = (f.code, f.name, f.message, tuple(f.fixes), repr(f.engine_error))
+                layers = groups.setdefault(key, (f, {}))[1].setdefault(r.target, [])
+                if f.layer is not None:
+                    layers.append(f.layer)
+    if not groups:
+        return None
+    checked = {r.target for r in results if not r.error}
+    parts: list[RenderableType] = [Text("Notes", style="bold underline")]
+    for f, targets in groups.values():
+        note = Finding(f.code, f.message, engine_error=f.engine_error, severity=f.severity, name=f.name,
+                       fixes=f.fixes)
+        if set(targets) == checked and not any(targets.values()):
+            said = f"all {len(checked)} models"
+        else:
+            said = f"{len(targets)} model(s): " + ", ".join(
+                target + (f" (layer {_span(layers)})" if layers else "") for target, layers in targets.items())
+        parts += [head_line(note), _hanging("  for ", said, style="dim"), *finding_body(note)]
+    return Group(*parts)
+
+
+def fleet_table(results: list[Result]) -> Table:
+    """One row per model: engine, errors, warnings and the code to look at first."""
+    table = Table(title="Summary", title_justify="left", title_style="bold", box=SIMPLE_HEAD, padding=(0, 1))
+    table.add_column("model", overflow="fold")
+    table.add_column("engine", no_wrap=True)
+    table.add_column("errors", justify="right")
+    table.add_column("warnings", justify="right")
+    table.add_column("top code", no_wrap=True)
+    for row in fleet_rows(results):
+        if row["error"] is not None:
+            table.add_row(row["target"], row["engine"], "-", "-", Text("cannot check", style="red"))
+            continue
+        table.add_row(row["target"], row["engine"],
+                      Text(str(row["errors"]), style="red" if row["errors"] else ""),
+                      Text(str(row["warnings"]), style="yellow" if row["warnings"] else ""),
+                      row["top_code"] or Text("clean", style="green"))
+    return table
+
+
 def render(results: list[Result], console: Console | None = None, parts: list[str] | None = None) -> None:
-    """Every result's panel, then the summary line; `parts`, when given, are the panels already rendered
-    by panel_text with this console, written as the console writes its own output."""
+    """Every checked result's panel; with more than one target the notes and the summary table; the
+    closing line.
+    `parts`, when given, are the panels already rendered by panel_text with this console (and the same
+    `fleet`), written as the console writes its own output."""
     console = console or Console()
+    fleet = len(results) > 1
     for i, result in enumerate(results):
+        if result.error:
+            continue  # the command's one line on stderr says why; the table marks it
         if parts is None:
-            console.print(result_panel(result))
+            console.print(result_panel(result, fleet))
         else:
             console.file.write(parts[i])
-    counts = summary(results)
-    console.print(f"[bold]{counts['targets']}[/] target(s): [red]{counts['errors']} error(s)[/], "
-                  f"[yellow]{counts['warnings']} warning(s)[/], [blue]{counts['info']} info[/]"
-                  + (f", [red]{counts['input_errors']} unreadable[/]" if counts['input_errors'] else ""))
+    if fleet:
+        gathered = notes(results)
+        if gathered is not None:
+            console.print(gathered)
+        console.print(fleet_table(results))
+    console.print(closing_line(results), style="bold", markup=False, highlight=False)
