@@ -133,7 +133,7 @@ class MlxFacts(msgspec.Struct, frozen=True):
     fused: FusedRope | None = None
     pool_slots: int = PROBE_POOL_SLOTS
     stock_pool: bool = False  # sglang's runner allocates the shared pool for this model
-    basis: str = "mlx-lm"  # where the layout came from: "mlx-lm" (the real class) or "table"
+    basis: str = "mlx-lm"  # where the layout came from: "mlx-lm" (the real class), "table", "unread" (none)
 
     @property
     def serves(self) -> bool:
@@ -143,8 +143,11 @@ class MlxFacts(msgspec.Struct, frozen=True):
     @property
     def basis_note(self) -> str:
         """What a finding adds when the layout comes from kvdoctor's table, not the installed class."""
-        return ("" if self.basis == "mlx-lm" else
-                f" (predicted from kvdoctor's table of mlx-lm {MLX_LM_VERSION}: the installed mlx-lm lacks this "
+        if self.basis != "table":
+            return ""
+        if self.skeleton is not None and self.skeleton.not_installed:
+            return " (predicted from kvdoctor's table of mlx-lm's model classes: mlx-lm is not installed)"
+        return (f" (predicted from kvdoctor's table of mlx-lm {MLX_LM_VERSION}: the installed mlx-lm lacks this "
                 "model class)")
 
 
@@ -340,7 +343,7 @@ def fused_rope_verdict(view: Any, layout: Layout, kv: dict[int, KvConfig], reque
     first = view.layers[layout.attention[0]]
     rope, head_dim = first.rope, kv[layout.attention[0]].head_dim
     if view.source == "table":
-        return FusedRope(requested, False, "RoPE not read (the installed mlx-lm lacks this model class)")
+        return FusedRope(requested, False, "RoPE not read (kvdoctor's table stands in for mlx-lm's model class)")
     if rope is None or rope.traditional:
         return FusedRope(requested, False, "RoPE is missing or traditional")
     if rope.dims == 0 or rope.dims != head_dim:
@@ -377,6 +380,13 @@ def _cache_label(layout: Layout | None, index: int) -> str | None:
     return "windowed" if layout.window(index) is not None else "contiguous"
 
 
+def _lacking(skeleton: Any) -> str:
+    """Why the installed mlx-lm's class was not read, as a note says it."""
+    if skeleton.not_installed:
+        return "mlx-lm is not installed"
+    return f"the installed mlx-lm has no mlx_lm.models.{skeleton.module_name}"
+
+
 def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Plan[MlxFacts]:
     """The plan for an mlx-lm model object already built (or refused) for this spec.
 
@@ -394,24 +404,30 @@ def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Pl
     view, basis = None, "mlx-lm"
     if skeleton.model is not None:
         view = read_view(skeleton.model)
-    elif skeleton.missing_module and installed_version("mlx-lm") != MLX_LM_VERSION:
+    elif skeleton.not_installed or (skeleton.missing_module and installed_version("mlx-lm") != MLX_LM_VERSION):
         view = table_view(skeleton.module_name, spec)
         if view is not None:
             basis = "table"
-            notes.append(f"the installed mlx-lm has no mlx_lm.models.{skeleton.module_name}; the layout is "
-                         f"predicted from kvdoctor's table of what mlx-lm {MLX_LM_VERSION} exposes")
-    if view is None:
+            notes.append(f"{_lacking(skeleton)}; the layout is predicted from kvdoctor's table of what mlx-lm's "
+                         f"{skeleton.module_name} class exposes")
+    quantization = quantization_refusal(spec.raw_config)
+    quantization_refusals = [] if quantization is None else [
+        Refusal(QUANTIZATION_CODES[quantization[0]], "ValueError", quantization[1], "load", key="quantization_config")]
+    if view is None and skeleton.not_installed:
+        # The pinned mlx-lm has this model class, but only the class itself tells the layout.
+        notes.append(f"{_lacking(skeleton)}, so its {skeleton.module_name} class was not read: the layout, and what "
+                     "sglang's MLX backend refuses at start-up, need kvdoctor's mlx extra (mlx and mlx-lm)")
+        facts = MlxFacts(skeleton=skeleton, refused=bool(quantization_refusals), basis="unread")
+        refusals = quantization_refusals
+    elif view is None:
         facts = MlxFacts(skeleton=skeleton, refused=True, basis=basis)
         refusals = [Refusal("ENG001" if skeleton.missing_module else "ENG002", skeleton.error_class,
                             skeleton.error_message, "load", evidence={"mlx_lm_module": skeleton.module_name})]
     else:
         layout = build_layout(view)
         kv = {i: kv_config(spec, view.layers[i]) for i in layout.attention}
-        refusals = startup_refusals(view, layout, kv, skeleton.model)
-        quantization = quantization_refusal(spec.raw_config)
-        if quantization is not None:  # mlx-lm's loader stops first; the start-up refusals wait behind it
-            refusals.insert(0, Refusal(QUANTIZATION_CODES[quantization[0]], "ValueError", quantization[1], "load",
-                                       key="quantization_config"))
+        # mlx-lm's loader refuses a quantization first; the start-up refusals wait behind it
+        refusals = quantization_refusals + startup_refusals(view, layout, kv, skeleton.model)
         facts = MlxFacts(skeleton=skeleton, view=view, layout=layout, kv=kv, refused=bool(refusals), basis=basis,
                          fused=fused_rope_verdict(view, layout, kv, settings.use_custom_rope),
                          stock_pool=settings.radix_cache and not layout.sliding and bool(layout.full),
