@@ -81,7 +81,7 @@ def _reachable(address: str) -> None:
 def join_error(address: str, exc: BaseException) -> InputError | None:
     """The one line for a failure to join the cluster at `address`, from Ray's exception chain; None when
     the failure is none of the user's settings kvdoctor knows."""
-    texts = []
+    texts: list[str] = []
     seen: BaseException | None = exc
     while seen is not None and len(texts) < 8:
         texts.append(f"{type(seen).__name__}: {seen}")
