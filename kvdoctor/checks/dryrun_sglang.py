@@ -1,7 +1,8 @@
 """What SGLang's own CUDA start-up said in a dry run (kvdoctor.engines.sglang.dryrun), as findings: a
 start-up exception the plan did not predict under the catalog code whose SGLang pattern matches it
 (ENG051 when none does); SGL050 where the static plan and SGLang's own answer disagree; SGL051 where
-the torch_native backend read keys outside a sliding layer's window; ENG050 without an SGLang Python."""
+the torch_native backend read keys outside a sliding layer's window; ENG050 without an SGLang Python,
+ENG065 when that Python could not run it."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
@@ -10,6 +11,7 @@ from kvdoctor.catalog import builtin_catalog
 from kvdoctor.catalog.matcher import code_for
 from kvdoctor.checks import DRY_RUN, Rule
 from kvdoctor.checks.context import Context
+from kvdoctor.checks.dryrun_child import environment_finding
 from kvdoctor.engines.pins import PINS
 from kvdoctor.model import Finding, ModelSpec
 
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     from kvdoctor.engines.base import Plan
 
 
-RULE = Rule(codes=("ENG050", "ENG051", "SGL050", "SGL051"), engines=("sglang",), needs=(DRY_RUN,))
+RULE = Rule(codes=("ENG050", "ENG051", "ENG065", "SGL050", "SGL051"), engines=("sglang",), needs=(DRY_RUN,))
 
 
 def run(ctx: Context) -> Iterable[Finding]:
@@ -33,8 +35,9 @@ def run(ctx: Context) -> Iterable[Finding]:
 def unavailable(spec: ModelSpec) -> Finding:
     from kvdoctor.engines.sglang import dryrun
 
-    return Finding.at("ENG050", f"dry run skipped: no Python with SGLang {PINS['sglang']} found (give "
-                      f"--engine-python, or set {dryrun.ENV_PYTHON}); the static SGLang checks still ran",
+    return Finding.at("ENG050", f"dry run skipped: no Python with SGLang {PINS['sglang']} found (run `kvdoctor "
+                      f"engines install sglang`, or give --engine-python, or set {dryrun.ENV_PYTHON}); the static "
+                      "SGLang checks still ran",
                       spec.key_source("model_type"))
 
 
@@ -45,12 +48,18 @@ def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: 
     version = (result.get("versions") or {}).get("sglang", "?")
     where = spec.key_source("model_type")
     outcome = result.get("outcome")
+    environment = environment_finding("sglang", spec, result)
+    if outcome is None and environment is not None:
+        return [environment]
     if outcome is None:
         why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
         return [Finding.at("ENG051", f"dry run (sglang {version}): the child {why} before SGLang finished "
                            f"start-up: {result.get('stderr_tail', '')[-300:]}", where,
                            evidence={"seconds": result.get("seconds")})]
     out: list[Finding] = []
+    if not outcome["start"] and environment is not None and code_for(catalog, "sglang", outcome["class"],
+                                                                      outcome["message"]) is None:
+        return [environment]
     if not outcome["start"] and not dryrun.sizing_at_default(outcome, result):
         code = code_for(catalog, "sglang", outcome["class"], outcome["message"]) or "ENG051"
         predicted = next(iter(dryrun.startup_refusals(plan)), None)

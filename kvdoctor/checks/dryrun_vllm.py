@@ -1,6 +1,6 @@
 """What vLLM's own start-up said in a dry run (kvdoctor.engines.vllm.dryrun), as findings: an exception
 under the catalog code whose vLLM pattern matches it (ENG051 when none does), VLM030 where the static
-plan and the engine disagree, ENG050 when no vLLM Python ran it."""
+plan and the engine disagree, ENG050 when no vLLM Python ran it, ENG065 when that Python could not run it."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
@@ -9,6 +9,8 @@ from kvdoctor.catalog import builtin_catalog
 from kvdoctor.catalog.matcher import code_for
 from kvdoctor.checks import DRY_RUN, Rule
 from kvdoctor.checks.context import Context
+from kvdoctor.checks.dryrun_child import environment_finding
+from kvdoctor.engines.pins import PINS
 from kvdoctor.model import Finding, ModelSpec
 
 if TYPE_CHECKING:
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from kvdoctor.engines.base import Plan
 
 
-RULE = Rule(codes=("ENG050", "ENG051", "VLM030"), engines=("vllm",), needs=(DRY_RUN,))
+RULE = Rule(codes=("ENG050", "ENG051", "ENG065", "VLM030"), engines=("vllm",), needs=(DRY_RUN,))
 
 
 def run(ctx: Context) -> Iterable[Finding]:
@@ -34,12 +36,18 @@ def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: 
     versions = result.get("versions") or {}
     where = spec.key_source("model_type")
     outcome = result.get("outcome")
+    environment = environment_finding("vllm", spec, result)
+    if outcome is None and environment is not None:
+        return [environment]
     if outcome is None:
         why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
         return [Finding.at("ENG051", f"dry run (vllm {versions.get('vllm', '?')}): the child {why} before vLLM "
                            f"finished: {result.get('stderr_tail', '')[-300:]}", where,
                            evidence={"seconds": result.get("seconds")})]
     out: list[Finding] = []
+    if not outcome["start"] and environment is not None and code_for(catalog, "vllm", outcome["class"],
+                                                                      outcome["message"]) is None:
+        return [environment]
     if not outcome["start"]:
         code = code_for(catalog, "vllm", outcome["class"], outcome["message"]) or "ENG051"
         predicted = plan.refusals[0] if plan.refusals else None
@@ -64,6 +72,7 @@ def findings(spec: ModelSpec, plan: Plan[Any], result: dict[str, Any], catalog: 
 def unavailable(spec: ModelSpec, why: str | None = None) -> Finding:
     from kvdoctor.engines.vllm import dryrun
 
-    why = why or f"no Python with vLLM 0.33.0 found (give --engine-python, or set {dryrun.ENV_PYTHON})"
+    why = why or (f"no Python with vLLM {PINS['vllm']} found (run `kvdoctor engines install vllm`, or give "
+                  f"--engine-python, or set {dryrun.ENV_PYTHON})")
     return Finding.at("ENG050", f"dry run skipped: {why}; the static vLLM checks still ran",
                       spec.key_source("model_type"))

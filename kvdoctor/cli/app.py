@@ -119,7 +119,8 @@ def check(
     engine_python: Optional[str] = typer.Option(None, "--engine-python", click_type=PATH,
                                                 help="The Python with the engine installed that --dry-run "
                                                 "starts (vllm, sglang; default $KVDOCTOR_VLLM_PYTHON or "
-                                                "$KVDOCTOR_SGLANG_PYTHON, else goldens/.venv/ENGINE)."),
+                                                "$KVDOCTOR_SGLANG_PYTHON, else the venv `kvdoctor engines "
+                                                "install ENGINE` builds)."),
     dry_run_budget: Optional[float] = typer.Option(None, "--dry-run-budget",
                                                    click_type=strict_type("Seconds", float),
                                                    help="Estimated seconds a dry-run schedule may take (default 45)."),
@@ -271,6 +272,10 @@ def explain(code: str = typer.Argument(..., help="A rule code, e.g. SWA001."),
 from kvdoctor.cli.budget import budget_command  # noqa: E402  (light: typer only)
 
 app.command("budget")(budget_command)
+
+from kvdoctor.cli.engines import engines_app  # noqa: E402  (light: typer only)
+
+app.add_typer(engines_app, name="engines")
 
 
 def run(args: list[str]) -> int:

@@ -85,7 +85,7 @@ class SglangDryRunner(DryRunner):
         result = launch(spec, server_args(settings), settings.kv_budget or DEFAULT_BUDGET, python,
                         timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT,
                         planned_sliding=planned_sliding(plan))
-        return {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None}
+        return {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None, "python": str(python)}
 
 
 def record(plan: Plan[Any], result: dict[str, Any]) -> dict[str, Any]:

@@ -60,7 +60,8 @@ class VllmDryRunner(DryRunner):
         python = find_python(options.get("engine_python"), ENV_PYTHON, "vllm")
         if python is None:
             return {"unavailable": True}
-        return launch(spec, settings, python, timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
+        result = launch(spec, settings, python, timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
+        return {**result, "python": str(python)}
 
 
 def disagreements(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
