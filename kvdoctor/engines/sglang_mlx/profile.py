@@ -192,8 +192,10 @@ def geometry_check(spec: ModelSpec) -> Callable[[Any], bool]:
     return same
 
 
-# What mlx-lm 0.32.2 exposes for a few model types. Used only when the installed mlx-lm has no module
-# for the type (another version), so the prediction says it comes from this table.
+# What mlx-lm 0.32.2 exposes for the model types whose layout the class alone decides, whatever the
+# config (tests/test_sglang_mlx_units.py holds each entry to the real class on every real config of its
+# type). Used when mlx-lm is not installed (the base install) or the installed one has no module for
+# the type (another version), so the prediction says it comes from this table.
 # layer_types: "config" = the config's list (default below when absent), None = not exposed;
 # window: the container attribute holding the scalar window; flags: layers whose attention is flagged
 # sliding without a layer_types map ("pattern": the sliding_window_pattern); no_attention: the layer
@@ -206,6 +208,17 @@ FALLBACK_TABLE: dict[str, dict[str, Any]] = {
     "gemma2": {"layer_types": None, "window": None},
     "qwen2": {"layer_types": None, "window": None},
     "phi3": {"layer_types": None, "window": None, "no_attention": "mlx_lm.models.phi3.TransformerBlock"},
+    "gemma3": {"layer_types": None, "window": "window_size", "flags": "pattern"},
+    "mimo": {"layer_types": None, "window": None},
+    "starcoder2": {"layer_types": None, "window": None},
+    # Layers whose attention child misses the backend's contract (MLA, fused or linear attention).
+    **{module: {"layer_types": None, "window": None, "no_attention": f"mlx_lm.models.{layer_class}"} for module, layer_class in (
+        ("phi", "phi.PhiDecoderLayer"), ("deepseek_v2", "deepseek_v2.DeepseekV2DecoderLayer"),
+        ("deepseek_v3", "deepseek_v3.DeepseekV3DecoderLayer"), ("kimi_k25", "deepseek_v3.DeepseekV3DecoderLayer"),
+        ("deepseek_v32", "deepseek_v32.DeepseekV32DecoderLayer"),
+        ("glm_moe_dsa", "deepseek_v32.DeepseekV32DecoderLayer"),
+        ("glm4_moe_lite", "glm4_moe_lite.Glm4MoeLiteDecoderLayer"), ("kimi_k3", "kimi_k3.KimiK3DecoderLayer"),
+        ("kimi_linear", "kimi_linear.KimiDecoderLayer"), ("nemotron_h", "nemotron_h.NemotronHBlock"))},
 }
 
 
