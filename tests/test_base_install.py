@@ -19,10 +19,11 @@ from kvdoctor.pipeline.check import Options, check_target
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "fixtures" / "configs" / "real"
-# One of each kind of answer: the table (gpt-oss, gemma-3), the class only (DeepSeek-V3: ENG003 with
-# mlx-lm), a model type the pinned mlx-lm lacks (chatglm: ENG001 either way), a refused quantization.
+# One of each kind of answer: the table (gpt-oss, gemma-3, DeepSeek-V3's ENG003), the class only
+# (Qwen3-VL-8B: mlx-lm's class refuses this config, ENG002), a model type the pinned mlx-lm lacks
+# (chatglm: ENG001 either way), a refused quantization.
 NAMES = ("openai__gpt-oss-20b", "google__gemma-3-1b-it", "deepseek-ai__DeepSeek-V3", "THUDM__chatglm2-6b",
-         "poolside__Laguna-XS.2-FP8", "Qwen__Qwen3-8B")
+         "poolside__Laguna-XS.2-FP8", "Qwen__Qwen3-8B", "Qwen__Qwen3-VL-8B-Instruct")
 
 
 def _errors_and_warnings(target: Path) -> tuple[set[tuple[str, str]], list[str]]:
@@ -57,15 +58,16 @@ def test_without_mlx_lm_no_error_is_one_the_full_install_does_not_give(models, m
     for name in NAMES:
         assert base[name][0] <= full[name][0], name
     # The table answers as mlx-lm's class does; the pinned mlx-lm's missing model types are still refused.
-    for name in ("openai__gpt-oss-20b", "google__gemma-3-1b-it", "THUDM__chatglm2-6b", "poolside__Laguna-XS.2-FP8",
-                 "Qwen__Qwen3-8B"):
+    for name in NAMES[:-1]:
         assert base[name][0] == full[name][0], name
     assert ("ENG001", "error") in base["THUDM__chatglm2-6b"][0]
     assert ("ENG063", "error") in base["poolside__Laguna-XS.2-FP8"][0]
-    assert ("ENG003", "error") in full["deepseek-ai__DeepSeek-V3"][0]
-    assert base["deepseek-ai__DeepSeek-V3"][0] == set()
+    assert ("ENG003", "error") in base["deepseek-ai__DeepSeek-V3"][0]
+    assert ("ENG002", "error") in full["Qwen__Qwen3-VL-8B-Instruct"][0]
+    assert base["Qwen__Qwen3-VL-8B-Instruct"][0] == set()
     notes = " ".join(note for _, found in base.values() for note in found)
-    assert "kvdoctor's mlx extra" in base["deepseek-ai__DeepSeek-V3"][1][0]
+    assert "kvdoctor's mlx extra" in base["Qwen__Qwen3-VL-8B-Instruct"][1][0]
+    assert "mlx-lm is not installed" in base["deepseek-ai__DeepSeek-V3"][1][0]
     assert "installed mlx-lm" not in notes and PINS["mlx-lm"] not in notes
 
 
