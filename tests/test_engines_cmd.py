@@ -126,3 +126,17 @@ def test_an_engine_error_that_is_not_the_environment_stays_the_engines():
     died = {"returncode": 1, "stderr_tail": "Traceback ...\nImportError: cannot import name 'x' from 'vllm.y'"}
     found = environment_finding("vllm", spec, died)
     assert found is not None and found.code == "ENG065" and "cannot import name 'x'" in found.message
+
+
+def test_only_the_exception_the_child_died_of_counts():
+    """vLLM logs the optional imports it misses (`Failed to import from vllm._C: ModuleNotFoundError(...)`);
+    a child that then dies of something else is not an environment problem."""
+    from helpers import REAL
+    from kvdoctor.checks.dryrun_child import environment_finding
+    from kvdoctor.load.loader import load_model
+
+    spec = load_model(str(REAL / "Qwen__Qwen2.5-7B-Instruct"), with_checkpoint=False)
+    tail = ("ModuleNotFoundError: No module named 'vllm._C'\nTraceback (most recent call last):\n"
+            "RuntimeError: something else\n")
+    assert environment_finding("vllm", spec, {"returncode": 1, "versions": {"vllm": "0.33.0"},
+                                              "stderr_tail": tail}) is None

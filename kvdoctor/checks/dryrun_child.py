@@ -20,8 +20,9 @@ def environment_finding(engine: str, spec: ModelSpec, result: dict[str, Any]) ->
     outcome = result.get("outcome") or {}
     if outcome:  # the child reported the exception itself
         text = f"{outcome.get('class')}: {outcome.get('message')}"
-    else:  # it died first: what it printed
-        text = result.get("stderr_tail") or ""
+    else:  # it died first: the exception its traceback ended with (earlier lines may log optional imports)
+        lines = [line for line in (result.get("stderr_tail") or "").splitlines() if line.strip()]
+        text = lines[-1] if lines else ""
     python = result.get("python") or "the engine's Python"
     fix = f"`kvdoctor engines install {engine}` builds the engine's CPU venv where kvdoctor finds it"
     missing = MISSING.findall(text)
