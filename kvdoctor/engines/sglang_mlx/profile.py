@@ -199,7 +199,9 @@ def geometry_check(spec: ModelSpec) -> Callable[[Any], bool]:
 # layer_types: "config" = the config's list (default below when absent), None = not exposed;
 # window: the container attribute holding the scalar window; flags: layers whose attention is flagged
 # sliding without a layer_types map ("pattern": the sliding_window_pattern); no_attention: the layer
-# class, when no child meets the attention contract (fused QKV).
+# class, when no child meets the attention contract (fused QKV); no_rope: which layers build their
+# attention without a rope (NO_ROPE), so the backend keeps their caches as auxiliary state;
+# make_cache: the model defines make_cache().
 FALLBACK_TABLE: dict[str, dict[str, Any]] = {
     "gpt_oss": {"layer_types": "config", "default": "alternating", "window": "window_size"},
     "olmo3": {"layer_types": "config", "default": "three-to-one", "window": "sliding_window"},
@@ -209,6 +211,8 @@ FALLBACK_TABLE: dict[str, dict[str, Any]] = {
     "qwen2": {"layer_types": None, "window": None},
     "phi3": {"layer_types": None, "window": None, "no_attention": "mlx_lm.models.phi3.TransformerBlock"},
     "gemma3": {"layer_types": None, "window": "window_size", "flags": "pattern"},
+    "exaone4": {"layer_types": None, "window": "window_size", "no_rope": "global_of_pattern", "make_cache": True},
+    "llama4": {"layer_types": None, "window": None, "no_rope": "every_fourth", "make_cache": True},
     "mimo": {"layer_types": None, "window": None},
     "starcoder2": {"layer_types": None, "window": None},
     # Layers whose attention child misses the backend's contract (MLA, fused or linear attention).
@@ -219,6 +223,15 @@ FALLBACK_TABLE: dict[str, dict[str, Any]] = {
         ("glm_moe_dsa", "deepseek_v32.DeepseekV32DecoderLayer"),
         ("glm4_moe_lite", "glm4_moe_lite.Glm4MoeLiteDecoderLayer"), ("kimi_k3", "kimi_k3.KimiK3DecoderLayer"),
         ("kimi_linear", "kimi_linear.KimiDecoderLayer"), ("nemotron_h", "nemotron_h.NemotronHBlock"))},
+}
+
+
+# Layers whose attention mlx-lm 0.32.2 builds without a rope: llama4.py `use_rope = int((layer_idx + 1) % 4 != 0)`;
+# exaone4.py, the "G" (global) entries of a string sliding_window_pattern ("LLLG").
+NO_ROPE: dict[str, Callable[[dict[str, Any], int], bool]] = {
+    "every_fourth": lambda cfg, i: (i + 1) % 4 == 0,
+    "global_of_pattern": lambda cfg, i: isinstance(cfg.get("sliding_window_pattern"), str)
+    and bool(cfg["sliding_window_pattern"]) and cfg["sliding_window_pattern"][i % len(cfg["sliding_window_pattern"])] != "L",
 }
 
 
@@ -242,7 +255,8 @@ def table_view(module_name: str, spec: ModelSpec) -> Any:
     layers = []
     for spec_layer in spec.layers:
         view = LayerView(index=spec_layer.index, layer_class=entry.get("no_attention", f"{module_name} layer"))
-        if "no_attention" not in entry:
+        no_rope = "no_rope" in entry and NO_ROPE[entry["no_rope"]](cfg, spec_layer.index)
+        if "no_attention" not in entry and not no_rope:
             view.attention_attr, view.contract_children = "self_attn", ["self_attn"]
             view.n_heads, view.n_kv_heads = spec_layer.n_heads, spec_layer.n_kv_heads
             view.head_dim = spec_layer.head_dim
@@ -251,7 +265,7 @@ def table_view(module_name: str, spec: ModelSpec) -> Any:
         layers.append(view)
     return ModelView(model_class=f"mlx_lm.models.{module_name}.Model", container_class=f"{module_name} container",
                      layer_types=layer_types, window=window, window_attr=window_attr, layers=layers,
-                     has_make_cache=False, source="table")
+                     has_make_cache=entry.get("make_cache", False), source="table")
 
 
 # ---- the runner's decisions ----------------------------------------------------------------------
