@@ -199,9 +199,10 @@ def geometry_check(spec: ModelSpec) -> Callable[[Any], bool]:
 # layer_types: "config" = the config's list (default below when absent), None = not exposed;
 # window: the container attribute holding the scalar window; flags: layers whose attention is flagged
 # sliding without a layer_types map ("pattern": the sliding_window_pattern); no_attention: the layer
-# class, when no child meets the attention contract (fused QKV); no_rope: which layers build their
-# attention without a rope (NO_ROPE), so the backend keeps their caches as auxiliary state;
-# make_cache: the model defines make_cache().
+# class, when no child meets the attention contract (fused QKV); auxiliary: which layers' attention
+# misses the contract (AUXILIARY), so the backend keeps their caches as auxiliary state; make_cache:
+# the model defines make_cache(); flags "layer_types": the layers mlx-lm's own layer_types marks sliding
+# (the config's list, else its default of `mlx_pattern` = (config key, default period): P-1 sliding, 1 full).
 FALLBACK_TABLE: dict[str, dict[str, Any]] = {
     "gpt_oss": {"layer_types": "config", "default": "alternating", "window": "window_size"},
     "olmo3": {"layer_types": "config", "default": "three-to-one", "window": "sliding_window"},
@@ -211,8 +212,12 @@ FALLBACK_TABLE: dict[str, dict[str, Any]] = {
     "qwen2": {"layer_types": None, "window": None},
     "phi3": {"layer_types": None, "window": None, "no_attention": "mlx_lm.models.phi3.TransformerBlock"},
     "gemma3": {"layer_types": None, "window": "window_size", "flags": "pattern"},
-    "exaone4": {"layer_types": None, "window": "window_size", "no_rope": "global_of_pattern", "make_cache": True},
-    "llama4": {"layer_types": None, "window": None, "no_rope": "every_fourth", "make_cache": True},
+    "exaone4": {"layer_types": None, "window": "window_size", "auxiliary": "global_of_pattern", "make_cache": True},
+    "llama4": {"layer_types": None, "window": None, "auxiliary": "every_fourth", "make_cache": True},
+    "gemma4": {"layer_types": None, "window": "window_size", "flags": "layer_types",
+               "mlx_pattern": ("sliding_window_pattern", 5), "auxiliary": "kv_shared_or_k_eq_v", "make_cache": True},
+    "muse_glimmer": {"layer_types": None, "window": None, "flags": "layer_types", "mlx_pattern": (None, 4),
+                     "auxiliary": "ropeless", "make_cache": True},
     "mimo": {"layer_types": None, "window": None},
     "starcoder2": {"layer_types": None, "window": None},
     # Layers whose attention child misses the backend's contract (MLA, fused or linear attention).
@@ -226,13 +231,46 @@ FALLBACK_TABLE: dict[str, dict[str, Any]] = {
 }
 
 
-# Layers whose attention mlx-lm 0.32.2 builds without a rope: llama4.py `use_rope = int((layer_idx + 1) % 4 != 0)`;
-# exaone4.py, the "G" (global) entries of a string sliding_window_pattern ("LLLG").
-NO_ROPE: dict[str, Callable[[dict[str, Any], int], bool]] = {
-    "every_fourth": lambda cfg, i: (i + 1) % 4 == 0,
-    "global_of_pattern": lambda cfg, i: isinstance(cfg.get("sliding_window_pattern"), str)
-    and bool(cfg["sliding_window_pattern"]) and cfg["sliding_window_pattern"][i % len(cfg["sliding_window_pattern"])] != "L",
+def _global_of_pattern(cfg: dict[str, Any], i: int, n: int, sliding: bool) -> bool:
+    pattern = cfg.get("sliding_window_pattern")
+    return isinstance(pattern, str) and bool(pattern) and pattern[i % len(pattern)] != "L"
+
+
+def _kv_shared_or_k_eq_v(cfg: dict[str, Any], i: int, n: int, sliding: bool) -> bool:
+    shared = cfg.get("num_kv_shared_layers", 20)
+    return i >= n - shared or (bool(cfg.get("attention_k_eq_v", False)) and not sliding)
+
+
+def _ropeless(cfg: dict[str, Any], i: int, n: int, sliding: bool) -> bool:
+    thetas = cfg.get("layer_rope_theta")
+    return not thetas[i] if isinstance(thetas, list) and i < len(thetas) else not sliding
+
+
+# Layers whose attention child misses the backend's contract in mlx-lm 0.32.2 (no rope, or no v_proj):
+# llama4.py `use_rope = int((layer_idx + 1) % 4 != 0)`; exaone4.py the "G" entries of a string
+# sliding_window_pattern; gemma4_text.py layers past num_hidden_layers - num_kv_shared_layers (default 20:
+# no k_proj) and, with attention_k_eq_v, full layers (no v_proj); muse_glimmer.py layers whose
+# layer_rope_theta is 0 (by default the full ones).
+AUXILIARY: dict[str, Callable[[dict[str, Any], int, int, bool], bool]] = {
+    "every_fourth": lambda cfg, i, n, sliding: (i + 1) % 4 == 0,
+    "global_of_pattern": _global_of_pattern,
+    "kv_shared_or_k_eq_v": _kv_shared_or_k_eq_v,
+    "ropeless": _ropeless,
 }
+
+
+def _mlx_sliding(entry: dict[str, Any], cfg: dict[str, Any], spec: ModelSpec) -> list[bool]:
+    """Per layer, whether the class marks it sliding: mlx-lm's own layer_types where the entry says so
+    (the config's list, else its default pattern), else the spec's kinds."""
+    n = spec.num_hidden_layers
+    if entry.get("flags") != "layer_types":
+        return [layer.kind == SLIDING for layer in spec.layers]
+    listed = cfg.get("layer_types")
+    if isinstance(listed, list) and len(listed) >= n:
+        return [kind == "sliding_attention" for kind in listed[:n]]
+    key, default = entry["mlx_pattern"]
+    period = cfg.get(key, default) if key else default
+    return [(i + 1) % period != 0 for i in range(n)]
 
 
 def table_view(module_name: str, spec: ModelSpec) -> Any:
@@ -252,15 +290,17 @@ def table_view(module_name: str, spec: ModelSpec) -> Any:
             layer_types = ["sliding_attention" if default(i) else "full_attention" for i in range(n)]
     window_attr = entry["window"]
     window = cfg.get("sliding_window") if window_attr else None
+    sliding = _mlx_sliding(entry, cfg, spec)
     layers = []
     for spec_layer in spec.layers:
         view = LayerView(index=spec_layer.index, layer_class=entry.get("no_attention", f"{module_name} layer"))
-        no_rope = "no_rope" in entry and NO_ROPE[entry["no_rope"]](cfg, spec_layer.index)
-        if "no_attention" not in entry and not no_rope:
+        slides = sliding[spec_layer.index]
+        auxiliary = "auxiliary" in entry and AUXILIARY[entry["auxiliary"]](cfg, spec_layer.index, n, slides)
+        if "no_attention" not in entry and not auxiliary:
             view.attention_attr, view.contract_children = "self_attn", ["self_attn"]
             view.n_heads, view.n_kv_heads = spec_layer.n_heads, spec_layer.n_kv_heads
             view.head_dim = spec_layer.head_dim
-            if entry.get("flags") == "pattern" and spec_layer.kind == SLIDING:
+            if entry.get("flags") in ("pattern", "layer_types") and slides:
                 view.sliding_flag = "self_attn.is_sliding"
         layers.append(view)
     return ModelView(model_class=f"mlx_lm.models.{module_name}.Model", container_class=f"{module_name} container",
