@@ -26,11 +26,11 @@ NAMES = ("openai__gpt-oss-20b", "google__gemma-3-1b-it", "deepseek-ai__DeepSeek-
          "poolside__Laguna-XS.2-FP8", "Qwen__Qwen3-8B", "Qwen__Qwen3-VL-8B-Instruct")
 
 
-def _errors_and_warnings(target: Path) -> tuple[set[tuple[str, str]], list[str]]:
+def _errors_and_warnings(target: Path) -> tuple[set[tuple[str, str]], list[str], set[str]]:
     result = check_target(str(target), Options(catalog=builtin_catalog(), engine="sglang-mlx", static=True))
     assert result.error is None
     return ({(f.code, str(f.severity)) for f in result.findings if str(f.severity) in ("error", "warning")},
-            list(result.info.get("engine_notes", [])))
+            list(result.info.get("engine_notes", [])), {row.get("cache") for row in result.layers})
 
 
 @pytest.fixture
@@ -65,9 +65,10 @@ def test_without_mlx_lm_no_error_is_one_the_full_install_does_not_give(models, m
     assert ("ENG003", "error") in base["deepseek-ai__DeepSeek-V3"][0]
     assert ("ENG002", "error") in full["Qwen__Qwen3-VL-8B-Instruct"][0]
     assert base["Qwen__Qwen3-VL-8B-Instruct"][0] == set()
-    notes = " ".join(note for _, found in base.values() for note in found)
+    notes = " ".join(note for _, found, _ in base.values() for note in found)
     assert "kvdoctor's mlx extra" in base["Qwen__Qwen3-VL-8B-Instruct"][1][0]
     assert "mlx-lm is not installed" in base["deepseek-ai__DeepSeek-V3"][1][0]
+    assert base["Qwen__Qwen3-8B"][2] == {"unknown"} and full["Qwen__Qwen3-8B"][2] == {"contiguous"}  # not "none"
     assert "installed mlx-lm" not in notes and PINS["mlx-lm"] not in notes
 
 

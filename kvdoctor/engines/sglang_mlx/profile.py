@@ -501,7 +501,8 @@ def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Pl
                          pool_slots=min(settings.pool_size or PROBE_POOL_SLOTS, PROBE_POOL_SLOTS))
     refusals = [explained(r, facts, spec) for r in refusals]
     layers = tuple(LayerPlan(index=l.index, engine_window=facts.layout.window(l.index) if facts.layout else None,
-                             cache=_cache_label(facts.layout, l.index)) for l in spec.layers)
+                             cache="unknown" if facts.basis == "unread" else _cache_label(facts.layout, l.index))
+                   for l in spec.layers)
     return Plan(engine=SglangMlxProfile.name, versions=dict(SglangMlxProfile.pins), layers=layers,
                 refusals=tuple(refusals), facts=facts, notes=tuple(notes))
 
