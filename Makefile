@@ -5,7 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO_ENGINE ?= sglang-mlx
 
-.PHONY: venv browser demo test lint bench briefs clean
+.PHONY: help venv browser demo test lint bench briefs mlx-lm-models clean
+.DEFAULT_GOAL := help
+
+# Every target with a `## what it does` note, one line each (`make` alone prints it).
+help:  ## List the targets, one line each
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)$$/\1\t\2/' | \
+	  awk -F'\t' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +23,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps sglang==0.5.23
 	touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP)  ## Build .venv: kvdoctor with every extra, torch 2.13.0 (CPU) and sglang 0.5.23
 
-demo: $(STAMP)
+demo: $(STAMP)  ## Check two demo models (one broken) and write build/demo/report.html
 	$(PY) -m kvdoctor.load.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b 3
 	$(PY) -m kvdoctor.load.synth fixtures/models/openai__gpt-oss-20b build/demo/gpt-oss-20b-broken 3
 	cp fixtures/demo/gpt-oss-20b-broken/config.json build/demo/gpt-oss-20b-broken/config.json
@@ -30,28 +36,32 @@ demo: $(STAMP)
 	  echo "kvdoctor exit code: $$? (the vLLM refusal above, caught before deploy)"
 
 # Headless Chromium renders the HTML report in a test (Debian's package; skipped where it cannot be had).
-browser:
+browser:  ## Install headless Chromium for the HTML report test (skipped where it cannot be had)
 	@if ! command -v chromium >/dev/null 2>&1; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  fi || echo "chromium could not be installed: the browser test will be skipped"; \
 	fi
 
-test: $(STAMP) browser
+test: $(STAMP) browser  ## Run the whole test suite on two workers
 	$(PY) -m pytest -n 2
 
 # Static guardrails over the package (ruff, then mypy; settings in pyproject.toml). Uses the venv as it
 # is: run `make venv` first on a fresh clone (.ci/run does).
-lint:
+lint:  ## ruff and mypy over the package (settings in pyproject.toml)
 	$(PY) -m ruff check kvdoctor tests
 	$(PY) -m mypy
 
-bench: $(STAMP)
+bench: $(STAMP)  ## Time the benchmarks of docs/performance.md (bench/run.py)
 	$(PY) bench/run.py
 
 # After editing rules/*.yaml: the index of what each finding carries (tests/test_catalog.py checks it).
-briefs: $(STAMP)
+briefs: $(STAMP)  ## Rewrite rules/briefs.json and descriptions.json after editing rules/*.yaml
 	$(PY) -c "from kvdoctor.catalog import write_briefs; print(write_briefs())"
 
-clean:
+# After upgrading the pinned mlx-lm: the model list the base install reads (kvdoctor/data/mlx_lm_models.json).
+mlx-lm-models: $(STAMP)  ## Rewrite kvdoctor/data/mlx_lm_models.json from the installed (pinned) mlx-lm
+	$(PY) tools/mlx_lm_models.py
+
+clean:  ## Remove .venv, build/ and the test caches
 	rm -rf $(VENV) build .pytest_cache .hypothesis

@@ -10,7 +10,7 @@ Sections (`--only static,profile,dryrun,fleet,ray`; all by default):
            top-10 (by own time) of the largest layout.
   dryrun   `check --engine sglang-mlx --dry-run` of config-only dirs: gpt-oss-20b, gemma-2-2b and
            Qwen3-Next (median, spread, peak RSS over --dry-runs runs), then peak RSS of one run of every
-           config in ../shared/configs (or --configs DIR).
+           config in fixtures/configs/real (or --configs DIR: its *.json files).
   fleet    100 and 1,000 real-layout sparse checkpoints (the fixture configs, hard-linked copies)
            checked in one command at -j 1 and -j 2, interleaved: seconds, targets per second, speed-up.
   ray      the 100-target fleet through `--executor ray` on a local head started here (127.0.0.1),
@@ -47,9 +47,7 @@ OUT = HERE / "out"
 PY = sys.executable
 ROOT = HERE.parent
 FIXTURES = ROOT / "fixtures" / "models"
-# ../shared/configs beside the checkout (a worktree sits one level deeper)
-SHARED_CONFIGS = next((p / "shared" / "configs" for p in ROOT.parents if (p / "shared" / "configs").is_dir()),
-                      ROOT.parent / "shared" / "configs")
+REAL_CONFIGS = ROOT / "fixtures" / "configs" / "real"  # the repository's real configs (sources in SOURCES.md)
 DRY_RUN_MODELS = ("openai__gpt-oss-20b", "google__gemma-2-2b", "Qwen__Qwen3-Next-80B-A3B-Instruct")
 
 FLOOR = r"""
@@ -248,9 +246,13 @@ def bench_profile() -> dict:
 # -- dry runs ---------------------------------------------------------------------------------------
 
 def config_dirs(source: Path) -> dict[str, Path]:
-    """One config-only model dir per shared config file (NAME.json -> OUT/configs/NAME/config.json)."""
+    """One config-only model dir per config file (NAME.json -> OUT/configs/NAME/config.json); an error
+    when SOURCE holds none, so a sweep is never silently empty."""
     dirs = {}
-    for path in sorted(source.glob("*.json")):
+    configs = sorted(source.glob("*.json"))
+    if not configs:
+        raise SystemExit(f"{source}: no *.json config files for the dry-run sweep (--configs DIR)")
+    for path in configs:
         d = OUT / "configs" / path.stem
         d.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, d / "config.json")
@@ -487,7 +489,7 @@ def main() -> None:
     parser.add_argument("--dry-fleet-runs", type=int, default=3, help="runs per dry-run fleet figure")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "bench.json")
     parser.add_argument("--only", default="static,profile,dryrun,dryfleet,fleet,ray")
-    parser.add_argument("--configs", type=Path, default=SHARED_CONFIGS, help="config files for the dry-run RSS sweep")
+    parser.add_argument("--configs", type=Path, default=REAL_CONFIGS, help="config files for the dry-run RSS sweep")
     parser.add_argument("--no-peer", action="store_true", help="skip the transformers meta-device peer")
     args = parser.parse_args()
     only = set(args.only.split(","))

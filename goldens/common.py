@@ -13,9 +13,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CONFIGS = HERE.parent.parent / "shared" / "configs"
-if not CONFIGS.is_dir():  # a checkout beside shared/ (…/main) or the repo's own fixtures
-    CONFIGS = HERE.parent / "fixtures" / "models"
+CONFIGS = HERE.parent / "fixtures" / "models"  # the ten fixture models' config.json files
 GiB = 1 << 30
 
 
@@ -60,7 +58,7 @@ def write(name: str, engine: str, versions: dict[str, str], points: list[dict]) 
         "engine": engine,
         "versions": versions,
         "generated": datetime.date.today().isoformat(),
-        "configs": "shared/configs",
+        "configs": "fixtures/models",
         "points": points,
     }
     path = HERE / f"{name}.json"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates goldens/vllm_check.json: vLLM 0.33.0's own start-up, per-layer KV specs and KV planning on CPU
-# over shared/configs (or fixtures/models) and fixtures/configs/real, with the mutations and settings of
+# over fixtures/models and fixtures/configs/real, with the mutations and settings of
 # issue 14. KVDOCTOR_GOLDEN_MODELS=a,b limits the models; ORACLE_PYTHON picks another oracle venv's python.
 set -euo pipefail
 cd "$(dirname "$0")"

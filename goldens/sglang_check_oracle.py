@@ -464,7 +464,7 @@ def run_all(configs: Path | None = None, out: Path | None = None) -> None:
                              capture_output=True, text=True).stdout.strip()
     doc = {"schema": "kvdoctor.goldens.sglang_check/1", "engine": "sglang", "versions": {"sglang": version},
            "platform": "cuda (torch.cuda reports NVIDIA H200 sm90; shims/cudafake.py)", "budget_gib": BUDGET_GIB,
-           "configs": [str(configs)] if configs else ["shared/configs", "fixtures/configs/real"], "points": points}
+           "configs": [str(configs)] if configs else ["fixtures/models", "fixtures/configs/real"], "points": points}
     out = out or HERE / "sglang_check.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out} ({len(points)} points)")

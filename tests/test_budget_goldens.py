@@ -1,7 +1,7 @@
 """kvdoctor's budget calculators against the engines' own numbers.
 
 The golden files in goldens/ were written by goldens/*_oracle.py, which call vLLM's, SGLang's and
-mlx-lm's own sizing code on every config in shared/configs over a grid of settings. These tests
+mlx-lm's own sizing code on every config in fixtures/models over a grid of settings. These tests
 never import an engine: they read the JSON and compare. Exact equality for block sizes, page
 bytes, group layout, block counts, pool tokens, slots and max running requests; the same error
 class and message where the engine refuses; concurrency within 1e-3.

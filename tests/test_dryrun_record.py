@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from helpers import make_model, run
+from test_json_schema import errors as schema_errors
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.catalog.matcher import code_for
 from kvdoctor.checks import dryrun_sglang, dryrun_vllm
@@ -80,7 +81,8 @@ def test_an_error_the_plan_did_not_foresee_gets_its_catalog_code_once(gemma):
 
 @pytest.mark.parametrize("result, outcome, reason", [
     ({"timed_out": True, "returncode": None, "stderr_tail": "importing torch"}, "timeout", "timed out"),
-    ({"timed_out": False, "returncode": -9, "stderr_tail": "Killed"}, "crashed", "exited with -9"),
+    ({"timed_out": False, "returncode": -9, "stderr_tail": "Killed", "versions": {"vllm": "0.33.0", "sglang": "0.5.23"}},
+     "crashed", "exited with -9"),
 ])
 def test_a_child_that_dies_is_one_eng051_for_every_engine(gemma, result, outcome, reason):
     spec, plan = gemma
@@ -120,6 +122,7 @@ def test_a_dry_run_leaves_its_record_in_every_format_even_when_it_cannot_run(tmp
     assert record == {"engine": engine, "ran": False, "outcome": "unavailable", "reason": record["reason"]}
     assert "no Python with" in record["reason"]
     assert "dry_run" not in json.loads(plain.stdout)["results"][0]["info"]
+    assert schema_errors(doc) == []
     text = run("check", str(model), "--engine", engine, "--dry-run", "--engine-python", missing).stdout
     assert f"dry run ({engine}): not run: no Python with" in " ".join(text.split())
     html = tmp_path / "r.html"

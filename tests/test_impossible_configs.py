@@ -154,12 +154,27 @@ def test_healthy_bases_are_quiet(tmp_path):
                        for r in doc["results"]]
 
 
-def test_non_finite_number_outside_a_size_is_a_warning_with_its_line(tmp_path):
+def test_non_finite_number_outside_a_size_or_rope_is_a_warning_with_its_line(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,\n'
-                                          ' "num_attention_heads": 4, "rope_theta": NaN}')
+                                          ' "num_attention_heads": 4, "rms_norm_eps": NaN}')
     code, doc = check_json("--static", str(tmp_path))
     hits = [f for f in doc["results"][0]["findings"] if f["code"] == "CFG020"]
     assert code == 0 and hits and hits[0]["severity"] == "warning" and hits[0]["line"] == 2
+
+
+@pytest.mark.parametrize("text, key, line", [
+    ('"rope_theta": NaN', "rope_theta", 2),
+    ('"rope_scaling": {"rope_type": "yarn",\n "factor": Infinity}', "rope_scaling.factor", 3),
+    ('"text_config": {"model_type": "llama", "rope_theta": -Infinity}', "text_config.rope_theta", 2)])
+def test_a_non_finite_rope_parameter_is_an_input_error_with_file_and_line(tmp_path, text, key, line):
+    """Every engine would rotate queries and keys by nan or inf: the config is refused, not warned about."""
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,\n'
+                                          ' "num_attention_heads": 4, ' + text + "}")
+    proc = run("check", "--static", str(tmp_path))
+    assert proc.returncode == 2
+    [message] = proc.stderr.strip().splitlines()
+    assert message.startswith(f"kvdoctor: error: {tmp_path / 'config.json'}:{line}: {key} = ")
+    assert "is not a finite number" in message
 
 
 def test_an_unknown_model_type_never_draws_an_error(tmp_path):

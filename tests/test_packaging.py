@@ -97,6 +97,7 @@ def test_wheel_carries_the_catalog_and_data(dists):
     assert "kvdoctor/data/recipes/sglang-0.5.23.yaml" in names
     assert "kvdoctor/data/report.schema.json" in names  # the JSON document's schema, published
     assert "kvdoctor/engines/vllm/model_types.json" in names  # VLM138's table of readable model types
+    assert "kvdoctor/data/mlx_lm_models.json" in names  # the pinned mlx-lm's model list, for the base install
 
 
 def test_base_install_has_neither_torch_nor_mlx(installed, tmp_path):
@@ -139,6 +140,22 @@ def test_static_check_of_real_configs(installed, tmp_path):
     vllm = _run(installed, elsewhere, "check", "--static", "--engine", "vllm", str(unknown), "--format", "json")
     assert vllm.returncode in (0, 1), vllm.stderr  # the installed copy reads its model-type table
     assert "VLM138" in [f["code"] for f in json.loads(vllm.stdout)["results"][0]["findings"]]
+
+
+def test_base_install_reads_sglang_mlx_layouts_from_shipped_data(installed, tmp_path):
+    """No mlx-lm here: DeepSeek-V3 gets the ENG003 the full install gives (not ENG001), and a model type
+    only mlx-lm's class can tell gets a note, no error."""
+    for name in ("deepseek-ai__DeepSeek-V3", "Qwen__Qwen3-8B"):
+        (tmp_path / name).mkdir()
+        shutil.copy(ROOT / "fixtures" / "configs" / "real" / f"{name}.json", tmp_path / name / "config.json")
+    out = _run(installed, tmp_path, "check", "--static", "--engine", "sglang-mlx", "deepseek-ai__DeepSeek-V3",
+               "Qwen__Qwen3-8B", "--format", "json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    deepseek, qwen = json.loads(out.stdout)["results"]
+    assert [f["code"] for f in deepseek["findings"] if f["severity"] == "error"] == ["ENG003"]
+    assert [f for f in qwen["findings"] if f["severity"] != "info"] == []
+    assert "mlx-lm is not installed" in " ".join(qwen["info"]["engine_notes"])
+    assert "installed mlx-lm" not in out.stdout
 
 
 def test_missing_extra_is_one_line_naming_it(installed, tmp_path):

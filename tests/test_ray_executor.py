@@ -92,3 +92,55 @@ def test_without_ray_the_executor_says_which_extra_to_install(fleet):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "kvdoctor: error: --executor ray needs Ray, which is not installed: pip install 'kvdoctor[ray]'"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _without_ray_auth(tmp_path, **extra: str) -> dict[str, str]:
+    """This environment less the token settings the head's ray.init left in it, and another home (no
+    ~/.ray/auth_token)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+    return {**env, "HOME": str(tmp_path), "COLUMNS": "200", **extra}
+
+
+def test_no_cluster_at_the_address_is_one_line(fleet, tmp_path):
+    address = f"127.0.0.1:{_free_port()}"
+    proc = run("check", "models", "--static", "--executor", "ray", "--ray-address", address, cwd=fleet,
+               env=_without_ray_auth(tmp_path))
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"kvdoctor: error: no Ray cluster answers at {address}") and "ray start --head" in line
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({}, "requires token authentication"),
+    ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 32}, "refused this process's token")])
+def test_a_head_that_wants_a_token_is_one_line_naming_the_setting(head, fleet, tmp_path, extra, says):
+    assert os.environ.get("RAY_AUTH_MODE") == "token"  # Ray 2.60's head turned token authentication on
+    proc = run("check", "models", "--static", "--executor", "ray", "--ray-address", head, cwd=fleet,
+               env=_without_ray_auth(tmp_path, **extra))
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"kvdoctor: error: the Ray cluster at {head} {says}") and "RAY_AUTH_TOKEN" in line
+
+
+def test_a_version_mismatch_names_both_versions():
+    from kvdoctor.fleet.ray_executor import join_error
+
+    # The text Ray's _check_version_info raises (ray/_private/utils.py @ 2.60.0), as ray.init chains it.
+    cause = RuntimeError("Version mismatch: The cluster was started with:\n    Ray: 2.59.0\n    Python: 3.12.3\n"
+                         "This process on node 127.0.0.1 was started with:\n    Ray: 2.60.0\n    Python: 3.11.7\n")
+    try:
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379") from cause
+    except ConnectionError as exc:
+        error = join_error("127.0.0.1:6379", exc)
+    assert error is not None and str(error) == (
+        "the Ray cluster at 127.0.0.1:6379 runs Ray 2.59.0 on Python 3.12.3, this process Ray 2.60.0 on Python 3.11.7: "
+        "run kvdoctor where ray==2.59.0 and Python 3.12.3 are installed")
+    assert join_error("127.0.0.1:6379", ConnectionError("something else")) is None

@@ -1,9 +1,12 @@
 """The sglang-mlx profile's pieces on their own: the runner's start-up checks on model views that no
-mlx-lm 0.32.2 class produces, the fallback table against the real mlx-lm classes, and the cheap import."""
+mlx-lm 0.32.2 class produces, the fallback table against the real mlx-lm classes (on every real config
+of each type it covers), and the cheap import."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,11 +14,13 @@ from helpers import REAL, SHORT
 from kvdoctor.checks.context import Context
 from kvdoctor.engines.deploy import Deploy
 from kvdoctor.engines.base import Plan
-from kvdoctor.engines.sglang_mlx.profile import (KvConfig, MlxFacts, build_layout, explained, kv_config, mlx_config,
-                                         startup_refusals, table_view)
+from kvdoctor.engines.sglang_mlx.profile import (FALLBACK_TABLE, KvConfig, MlxFacts, build_layout, explained,
+                                                 geometry_check, kv_config, mlx_config, startup_refusals, table_view)
 from kvdoctor.load.loader import load_model
 from kvdoctor.engines.sglang_mlx.mlxlm import LayerView, ModelView, build_skeleton, module_name_for, read_view
 from kvdoctor.model import Source
+
+CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs" / "real"
 
 
 def view_of(kinds: list[str], layer_types=None, window=None, make_cache=True) -> ModelView:
@@ -98,11 +103,27 @@ def test_eng006_finding_points_at_layer_types():
     assert "layers 0, 2, 4" in finding.message
 
 
-@pytest.mark.parametrize("name", ["gpt-oss-20b", "mistral-7b", "gemma-3-1b-it", "gemma-2-2b", "qwen2.5-7b",
-                                  "phi3-mini", "olmo3", "llama-3.1-8b"])
-def test_fallback_table_agrees_with_the_real_mlx_lm_class(name):
-    spec = load_model(str(REAL / SHORT[name]))
-    real_view = read_view(build_skeleton(mlx_config(spec)).model)
+def _module(path: Path) -> str:
+    cfg = json.loads(path.read_text())
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    cfg.setdefault("model_type", text.get("model_type"))
+    return module_name_for(cfg)
+
+
+def _tabled_configs() -> list[Path]:
+    """Every real config (fixtures/configs/real) whose mlx-lm module has a FALLBACK_TABLE entry."""
+    return [path for path in sorted(CONFIGS.glob("*.json")) if _module(path) in FALLBACK_TABLE]
+
+
+def test_every_table_entry_meets_a_real_config():
+    assert {_module(p) for p in _tabled_configs()} == set(FALLBACK_TABLE)
+
+
+@pytest.mark.parametrize("config", _tabled_configs(), ids=lambda p: p.stem)
+def test_fallback_table_agrees_with_the_real_mlx_lm_class(config, tmp_path):
+    (tmp_path / "config.json").write_bytes(config.read_bytes())
+    spec = load_model(str(tmp_path), with_checkpoint=False)
+    real_view = read_view(build_skeleton(mlx_config(spec), expected=geometry_check(spec)).model)
     table = table_view(module_name_for(mlx_config(spec)), spec)
     assert table is not None and table.source == "table"
     real_layout, table_layout = build_layout(real_view), build_layout(table)

@@ -1,5 +1,6 @@
-"""The findings every engine's dry run gives, from its `DryRun` record: it did not run (ENG050), its
-process ended before the engine's start-up did (ENG051), the engine raised an error the plan did not
+"""The findings every engine's dry run gives, from its `DryRun` record: it did not run (ENG050), the
+engine's Python could not run it (ENG065), its process ended before the engine's start-up did (ENG051),
+the engine raised an error the plan did not
 predict (the catalog code whose pattern matches it, through the matcher `triage` uses; ENG051 when
 none does), and the static plan disagreed with the engine's own answer (the engine's own code). The
 engines' rule modules (dryrun_vllm.py, dryrun_sglang.py) call it with what is theirs."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvdoctor.catalog.matcher import code_for
+from kvdoctor.checks.dryrun_child import environment_finding
 from kvdoctor.model import Finding, ModelSpec
 
 if TYPE_CHECKING:
@@ -26,6 +28,10 @@ def findings(record: DryRun, spec: ModelSpec, catalog: Catalog, *, label: str, d
     if not record.ran:
         return [Finding.at("ENG050", f"dry run skipped: {record.reason}; the static {label} checks still ran", where)]
     version = record.versions.get(record.engine, "?")
+    environment = environment_finding(record, spec)  # the engine's Python, not the engine, stopped it
+    if environment is not None and (record.error is None or code_for(catalog, record.engine, record.error.cls,
+                                                                      record.error.message) is None):
+        return [environment]
     if record.outcome in ("timeout", "crashed"):
         return [Finding.at("ENG051", f"dry run ({record.engine} {version}): the child {record.reason} before "
                            f"{label} finished start-up: {record.stderr_tail[-300:]}", where,

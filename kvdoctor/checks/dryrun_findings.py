@@ -83,7 +83,8 @@ class Interpreter:
         unavailable = outcome.first("engine_unavailable")
         if unavailable is not None:
             self._add("ENG050", f"the sglang MLX backend could not be loaded, so the dry run did not run: "
-                                f"{unavailable['reason']}", evidence={"reason": unavailable["reason"]})
+                                f"{unavailable['reason']} (`kvdoctor engines install sglang-mlx` installs it)",
+                      evidence={"reason": unavailable["reason"]})
             return self.findings, record(outcome).to_json()
         seen = observed(outcome)
         error = outcome.first("error")

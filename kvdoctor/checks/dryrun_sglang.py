@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kvdoctor.engines.base import Plan
 
 
-RULE = Rule(codes=("ENG050", "ENG051", "SGL050", "SGL051"), engines=("sglang",), needs=(DRY_RUN,))
+RULE = Rule(codes=("ENG050", "ENG051", "ENG065", "SGL050", "SGL051"), engines=("sglang",), needs=(DRY_RUN,))
 
 
 def run(ctx: Context) -> Iterable[Finding]:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from kvdoctor.engines.base import Plan
 
 
-RULE = Rule(codes=("ENG050", "ENG051", "VLM030"), engines=("vllm",), needs=(DRY_RUN,))
+RULE = Rule(codes=("ENG050", "ENG051", "ENG065", "VLM030"), engines=("vllm",), needs=(DRY_RUN,))
 
 
 def run(ctx: Context) -> Iterable[Finding]:

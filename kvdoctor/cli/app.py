@@ -18,15 +18,23 @@ from kvdoctor.cli.check import (RUN, CheckRequest, apply_baselines, check_format
                                     run_catalog, run_check)
 from kvdoctor.errors import InputError
 from kvdoctor.report import FORMATS
-from kvdoctor.cli.types import strict_type
+from kvdoctor.cli.types import engine_type, strict_type
 
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Check a model's KV-cache layout against a serving engine before deploy.")
 
 # Options shared by `check` and `config`: both resolve the same settings.
-ENGINE = typer.Option(None, "--engine", "-e", help="Engine profile (default: the deploy file's, the config "
-                      "file's, else hf).")
+
+
+def _check_engines() -> list[str]:
+    from kvdoctor.engines import check_engines
+
+    return check_engines()
+
+
+ENGINE = typer.Option(None, "--engine", "-e", click_type=engine_type(_check_engines),
+                      help="Engine profile (default: the deploy file's, the config file's, else hf).")
 # An empty string is no path: it would name the working directory.
 PATH = strict_type("Name", metavar="PATH")
 DEPLOY = typer.Option(None, "--deploy", click_type=PATH, help="Deploy settings (YAML).")
@@ -114,7 +122,8 @@ def check(
     engine_python: Optional[str] = typer.Option(None, "--engine-python", click_type=PATH,
                                                 help="The Python with the engine installed that --dry-run "
                                                 "starts (vllm, sglang; default $KVDOCTOR_VLLM_PYTHON or "
-                                                "$KVDOCTOR_SGLANG_PYTHON, else goldens/.venv/ENGINE)."),
+                                                "$KVDOCTOR_SGLANG_PYTHON, else the venv `kvdoctor engines "
+                                                "install ENGINE` builds)."),
     dry_run_budget: Optional[float] = typer.Option(None, "--dry-run-budget",
                                                    click_type=strict_type("Seconds", float),
                                                    help="Estimated seconds a dry-run schedule may take (default 45)."),
@@ -267,6 +276,10 @@ def explain(code: str = typer.Argument(..., help="A rule code, e.g. SWA001."),
 from kvdoctor.cli.budget import budget_command  # noqa: E402  (light: typer only)
 
 app.command("budget")(budget_command)
+
+from kvdoctor.cli.engines import engines_app  # noqa: E402  (light: typer only)
+
+app.add_typer(engines_app, name="engines")
 
 
 def run(args: list[str]) -> int:

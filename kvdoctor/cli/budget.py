@@ -11,16 +11,22 @@ from typing import Any, Optional
 
 import typer
 
-from kvdoctor.cli.types import strict_type
+from kvdoctor.cli.types import engine_type, strict_type
 from kvdoctor.errors import InputError
+
+
+def _budget_engines() -> list[str]:
+    from kvdoctor.engines import budget_engines
+
+    return [*budget_engines(), "all"]
 
 
 def budget_command(
     target: str = typer.Argument(..., click_type=strict_type("Name", metavar="TARGET"),
                                  help="A model directory or Hugging Face id (org/name[@revision]: the local "
                                       "cache, else the Hub's metadata)."),
-    engine: str = typer.Option("all", "--engine", "-e", help="An engine profile with a budget model (vllm, "
-                                                            "sglang, mlx-lm) or all."),
+    engine: str = typer.Option("all", "--engine", "-e", click_type=engine_type(_budget_engines),
+                               help="An engine profile with a budget model, or all."),
     mode: str = typer.Option("default", "--mode", help="default (one mode per engine) or all (the knobs that "
                                                         "change the budget: HMA, fp8, SWA ratio, kv_bits, ...)."),
     kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=strict_type("Size", metavar="SIZE"),

@@ -5,7 +5,7 @@ path, which without a deploy file, config file or baseline needs none.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from kvdoctor.limits import PLAIN_INT_RANGES
 
@@ -37,3 +37,21 @@ def strict_type(type_name: str, kind: type = str, metavar: str | None = None):
             return self.real.convert(value, param, ctx)
 
     return LazyValue()
+
+
+def engine_type(names: Callable[[], list[str]]):
+    """An `--engine` value, taken as given (the command checks it and lists the names in its error). Its
+    metavar, `[hf|vllm|...]`, comes from `names()`, the engines registry, and is asked for only by
+    --help: listing the profiles imports them (about 1 s), which a check of one engine never needs."""
+    from typer._click.types import ParamType
+
+    class EngineName(ParamType):
+        name = "ENGINE"
+
+        def convert(self, value: Any, param, ctx) -> Any:
+            return value
+
+        def get_metavar(self, param, ctx) -> str:
+            return "[" + "|".join(names()) + "]"
+
+    return EngineName()

@@ -136,6 +136,7 @@ class DryRun(msgspec.Struct, kw_only=True):
     compared: Sequence[str] = ()  # what the engine's answer was held against the plan on (empty: its rule does it)
     differences: Sequence[str] = ()  # where the static plan and the engine's own answer disagree
     stderr_tail: str = ""
+    python: str | None = None  # the engine's Python the child ran in
     extra: Mapping[str, Any] = {}  # the engine's further observations, as the JSON shows them
     note: str = ""  # the engine's own detail for the summary line (what the layers attended)
     observation: Any = None  # the engine's raw observation, for its own rules (not shown)

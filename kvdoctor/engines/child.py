@@ -21,9 +21,21 @@ STDERR_TAIL = 2000
 WARM_RSS_BOUND = 2 << 30  # a warm child (its requests run in forks) that grew past this after one retires
 
 
+def venvs_dir() -> Path:
+    """Where the engines' own venvs are (`kvdoctor engines install` builds them there):
+    $KVDOCTOR_ENGINE_VENVS, else this checkout's goldens/.venv (the goldens' venvs, goldens/README.md),
+    else kvdoctor's folder in the user's data directory for an installed kvdoctor."""
+    if os.environ.get("KVDOCTOR_ENGINE_VENVS"):
+        return Path(os.environ["KVDOCTOR_ENGINE_VENVS"])
+    if (REPO / "goldens").is_dir() and (REPO / "pyproject.toml").is_file():
+        return REPO / "goldens" / ".venv"
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "kvdoctor" / "venvs"
+
+
 def find_python(explicit: str | None, env_var: str, venv: str) -> Path | None:
-    """The engine's Python: --engine-python, else $ENV_VAR, else this checkout's goldens/.venv/VENV."""
-    for candidate in (explicit, os.environ.get(env_var), REPO / "goldens" / ".venv" / venv / "bin" / "python"):
+    """The engine's Python: --engine-python, else $ENV_VAR, else venvs_dir()/VENV."""
+    for candidate in (explicit, os.environ.get(env_var), venvs_dir() / venv / "bin" / "python"):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
     return None

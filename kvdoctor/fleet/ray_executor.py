@@ -6,11 +6,20 @@ so a cluster runs as many at once as its nodes hold. Results are collected in in
 finish, from the same `check_one` a local run calls, so the output is the local run's. A task whose
 worker dies (killed, out of memory, node lost) is retried once by Ray; if it dies again the target
 gets an error of its own and the other targets are still reported: none is ever dropped.
+
+A cluster that cannot be joined is the user's setting, not kvdoctor's bug: no head at the address, a
+head that wants an authentication token (Ray 2.60 heads turn token authentication on by default) or
+one running another Ray or Python is one line with the fix, exit 2.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+import re
+import socket
+import sys
+import tempfile
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from kvdoctor.pipeline.check import Options
 from kvdoctor.errors import InputError
@@ -52,6 +61,92 @@ def _import_ray():
     return ray
 
 
+CONNECT_SECONDS = 3.0  # a head on the address accepts a TCP connection within this
+JOIN_TRIES = "3"  # RAY_gcs_server_port_wait_time_s while joining: Ray's default retries for 20 s
+TOKEN_HELP = ("RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (`ray get-auth-token` on the head "
+              "prints it)")
+
+
+def _reachable(address: str) -> None:
+    """InputError when nothing accepts a connection at HOST:PORT (other forms are left to Ray)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise InputError(f"no Ray cluster answers at {address} ({why}): start one with `ray start --head "
+                         f"--port {port}`, or pass its head's address (--ray-address HOST:PORT or RAY_ADDRESS)") from None
+
+
+def join_error(address: str, exc: BaseException) -> InputError | None:
+    """The one line for a failure to join the cluster at `address`, from Ray's exception chain; None when
+    the failure is none of the user's settings kvdoctor knows."""
+    texts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(texts) < 8:
+        texts.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    text = "\n".join(texts)
+    if "InvalidAuthToken" in text or "AuthenticationError" in text:
+        if "no authentication token was found" in text:
+            return InputError(f"the Ray cluster at {address} requires token authentication and no token was found: "
+                              f"give the cluster's token in {TOKEN_HELP}")
+        if os.environ.get("RAY_AUTH_MODE") != "token":
+            return InputError(f"the Ray cluster at {address} requires token authentication: set RAY_AUTH_MODE=token "
+                              f"and give the cluster's token in {TOKEN_HELP}")
+        return InputError(f"the Ray cluster at {address} refused this process's token: give the cluster's token in "
+                          f"{TOKEN_HELP}")
+    mismatch = re.search(r"Version mismatch: The cluster was started with:\s*Ray: (\S+)\s*Python: (\S+)\s*"
+                         r"This process.*?with:\s*Ray: (\S+)\s*Python: (\S+)", text, re.S)
+    if mismatch:
+        ray_c, py_c, ray_here, py_here = mismatch.groups()
+        return InputError(f"the Ray cluster at {address} runs Ray {ray_c} on Python {py_c}, this process Ray {ray_here} "
+                          f"on Python {py_here}: run kvdoctor where ray=={ray_c} and Python {py_c} are installed")
+    return None
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Hold what Ray's C++ core writes to stderr while joining (a warning per retry); write it out
+    unless the join fails, when the one-line error says what went wrong."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        failed = False
+        try:
+            yield
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not failed:
+                held.seek(0)
+                sys.stderr.write(held.read().decode(errors="replace"))
+
+
+def _join(ray: Any, address: str, **kwargs: Any) -> None:
+    """ray.init on an existing cluster, with its failures as one line."""
+    _reachable(address)
+    previous = os.environ.get("RAY_gcs_server_port_wait_time_s")
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", JOIN_TRIES)
+    try:
+        with _quiet_stderr():
+            ray.init(address=address, **kwargs)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError or its AuthenticationError
+        error = join_error(address, exc)
+        if error is None:
+            raise
+        raise error from None
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_gcs_server_port_wait_time_s", None)
+
+
 def run_on_ray(work: list[tuple[str, Options]], address: str | None = None,
                task: Callable[[str, Options], tuple[Result, str | None]] = check_one,
                on_done: Callable[[int, Result], None] | None = None) -> tuple[list[Result], list[str]]:
@@ -64,9 +159,13 @@ def run_on_ray(work: list[tuple[str, Options]], address: str | None = None,
     if started_here:
         # Workers import the same kvdoctor as this process and read a Hub as it would.
         env = {name: os.environ[name] for name in RAY_ENV if name in os.environ}
-        ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False,
-                 log_to_driver=False, configure_logging=False,
-                 runtime_env={"env_vars": env} if env else None)
+        options = dict(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                       runtime_env={"env_vars": env} if env else None)
+        address = address or os.environ.get("RAY_ADDRESS")
+        if address in (None, "local", "auto"):
+            ray.init(address=address, **options)
+        else:
+            _join(ray, address, **options)
     try:
         remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_in_dir)
         cwd = os.getcwd()

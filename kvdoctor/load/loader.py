@@ -19,7 +19,7 @@ from kvdoctor.load.checkpoint import FLOAT_DTYPES, load_checkpoint
 from kvdoctor.errors import InputError
 from kvdoctor.load import hf_config, hub
 from kvdoctor.load.families import UNKNOWN_FAMILY, Lookup, ResolvedLookup, build_layers, family_for, transformers_family
-from kvdoctor.load.jsonfile import is_utf8, load_json, read_bounded, require_inside, show
+from kvdoctor.load.jsonfile import is_utf8, load_json, non_finite, read_bounded, require_inside, show
 from kvdoctor.limits import (MAX_CONV_KERNEL, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS,
                              MAX_TOKENS)
 from kvdoctor.model import ATTENTION_KINDS, LayerSpec, ModelSpec, Source
@@ -158,6 +158,18 @@ def _check_sizes(cfg: dict[str, Any], prefix: str, path: Path, lines: dict[str, 
                              f"expected at most one a layer ({MAX_LAYERS})")
 
 
+def _check_rope(raw: dict[str, Any], path: Path, lines: dict[str, int]) -> None:
+    """A RoPE parameter (rope_theta, rope_scaling's factors, partial_rotary_factor) that is NaN or infinite
+    is an input error: every engine would rotate queries and keys by nan or inf and answer wrongly.
+    Non-finite numbers elsewhere are CFG020's warning."""
+    for key, value in non_finite(raw):
+        parts = key.split(".")
+        if any(part.startswith("rope_") or part == "partial_rotary_factor" for part in parts):
+            line = lines.get(key)
+            raise InputError(f"{path}{f':{line}' if line else ''}: {key} = {value!r} is not a finite number; "
+                             "expected the RoPE value the model was trained with")
+
+
 def _check_layers(layers: list[LayerSpec], path: Path) -> None:
     """Every size a cache would be built from is a positive integer within bounds, or unknown (None)."""
     for layer in layers:
@@ -200,6 +212,7 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
     if not MODEL_TYPE.match(model_type):
         raise InputError(f"{config_path}: model_type {show(model_type)}; expected letters, digits, '_' or '-'")
     _check_sizes(cfg, prefix, config_path, lines)
+    _check_rope(raw, config_path, lines)
 
     def source_of(key: str) -> Source:
         path = prefix + key

@@ -84,12 +84,14 @@ class SglangDryRunner(DryRunner):
         python = find_python(options.get("engine_python"), ENV_PYTHON, "sglang")
         if python is None:
             return DryRun(engine="sglang", outcome="unavailable", reason=f"no Python with SGLang {PINS['sglang']} "
-                          f"found (give --engine-python, or set {ENV_PYTHON})")
+                          f"found (run `kvdoctor engines install sglang`, or give --engine-python, or set "
+                          f"{ENV_PYTHON})")
         cost = estimate(spec, plan)
         result = launch(spec, server_args(settings), settings.kv_budget or DEFAULT_BUDGET, python,
                         timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT,
                         planned_sliding=planned_sliding(plan))
-        return record(plan, {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None})
+        return record(plan, {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None,
+                             "python": str(python)})
 
 
 def record(plan: Plan[Any], result: dict[str, Any]) -> DryRun:
@@ -98,7 +100,7 @@ def record(plan: Plan[Any], result: dict[str, Any]) -> DryRun:
     outcome = result.get("outcome")
     common: dict[str, Any] = {"engine": "sglang", "versions": result.get("versions") or {},
                               "seconds": result.get("seconds"), "stderr_tail": result.get("stderr_tail", ""),
-                              "observation": result}
+                              "python": result.get("python"), "observation": result}
     done = result.get("stages") or []
     if outcome is None:  # the child ended before SGLang's start-up did
         why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"

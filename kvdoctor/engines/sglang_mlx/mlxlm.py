@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import importlib.util
 import re
 import sys
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
+
+from kvdoctor.extras import missing_modules
+from kvdoctor.resources import data_dir
 
 # The backend's attention-module contract (sglang 0.5.23, attention_contract.py): attribute names.
 ATTENTION_API_ATTRS = ("q_proj", "k_proj", "v_proj", "o_proj", "rope")
@@ -34,6 +38,21 @@ SMALL_FFN = 64
 SMALL_HIDDEN = 256
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k")
+# The pinned mlx-lm's model modules and model_type remaps, written by tools/mlx_lm_models.py: what the
+# plan knows of mlx-lm when it is not installed (the base install).
+MODELS_DATA = data_dir("mlx_lm_models.json")
+
+
+def mlx_lm_installed() -> bool:
+    """mlx and mlx-lm can be imported (kvdoctor[mlx]): the plan builds mlx-lm's own classes."""
+    return not missing_modules("mlx")
+
+
+@lru_cache(maxsize=1)
+def shipped_models() -> dict[str, Any]:
+    """The pinned mlx-lm's module names and remaps, as tools/mlx_lm_models.py wrote them."""
+    data: dict[str, Any] = json.loads(MODELS_DATA.read_text(encoding="utf-8"))
+    return data
 
 
 def use_cheap_import() -> None:
@@ -78,10 +97,11 @@ def installed_version(dist: str) -> str | None:
 @lru_cache(maxsize=1)
 def _remappings() -> tuple[dict[str, str], dict[tuple[str, str], str]]:
     """mlx-lm's model_type remaps (e.g. mistral -> llama), read from its utils.py without running it
-    (running it imports transformers)."""
+    (running it imports transformers); the pinned release's, shipped, when mlx-lm is not installed."""
     spec = importlib.util.find_spec("mlx_lm")
-    if spec is None or not spec.submodule_search_locations:
-        return {}, {}
+    if spec is None or not spec.submodule_search_locations or not mlx_lm_installed():
+        shipped = shipped_models()
+        return dict(shipped["remapping"]), {(t, a): m for t, a, m in shipped["architecture_remapping"]}
     path = Path(list(spec.submodule_search_locations)[0]) / "utils.py"
     found: dict[str, Any] = {}
     try:
@@ -156,6 +176,7 @@ class Skeleton(msgspec.Struct):
     error_message: str | None = None
     missing_module: bool = False
     shrunk: bool = True
+    not_installed: bool = False  # mlx-lm is not installed; the pinned release has this module (shipped list)
 
 
 def build_skeleton(config: dict[str, Any], expected: Callable[[Any], bool] | None = None,
@@ -167,6 +188,11 @@ def build_skeleton(config: dict[str, Any], expected: Callable[[Any], bool] | Non
     An error from the full config is mlx-lm's own construction error and is returned as such.
     """
     name = module_name_for(config)
+    if not mlx_lm_installed() and importer is import_model_module:
+        if name in shipped_models()["modules"]:
+            return Skeleton(name, not_installed=True)
+        return Skeleton(name, error_class="ValueError", error_message=f"Model type {name} not supported.",
+                        missing_module=True)
     module = importer(name)
     if module is None:
         # mlx_lm.utils._get_classes words it this way (ValueError) when the import fails.

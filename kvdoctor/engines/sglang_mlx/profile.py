@@ -133,7 +133,7 @@ class MlxFacts(msgspec.Struct, frozen=True):
     fused: FusedRope | None = None
     pool_slots: int = PROBE_POOL_SLOTS
     stock_pool: bool = False  # sglang's runner allocates the shared pool for this model
-    basis: str = "mlx-lm"  # where the layout came from: "mlx-lm" (the real class) or "table"
+    basis: str = "mlx-lm"  # where the layout came from: "mlx-lm" (the real class), "table", "unread" (none)
 
     @property
     def serves(self) -> bool:
@@ -143,8 +143,11 @@ class MlxFacts(msgspec.Struct, frozen=True):
     @property
     def basis_note(self) -> str:
         """What a finding adds when the layout comes from kvdoctor's table, not the installed class."""
-        return ("" if self.basis == "mlx-lm" else
-                f" (predicted from kvdoctor's table of mlx-lm {MLX_LM_VERSION}: the installed mlx-lm lacks this "
+        if self.basis != "table":
+            return ""
+        if self.skeleton is not None and self.skeleton.not_installed:
+            return " (predicted from kvdoctor's table of mlx-lm's model classes: mlx-lm is not installed)"
+        return (f" (predicted from kvdoctor's table of mlx-lm {MLX_LM_VERSION}: the installed mlx-lm lacks this "
                 "model class)")
 
 
@@ -189,12 +192,17 @@ def geometry_check(spec: ModelSpec) -> Callable[[Any], bool]:
     return same
 
 
-# What mlx-lm 0.32.2 exposes for a few model types. Used only when the installed mlx-lm has no module
-# for the type (another version), so the prediction says it comes from this table.
+# What mlx-lm 0.32.2 exposes for the model types whose layout the class alone decides, whatever the
+# config (tests/test_sglang_mlx_units.py holds each entry to the real class on every real config of its
+# type). Used when mlx-lm is not installed (the base install) or the installed one has no module for
+# the type (another version), so the prediction says it comes from this table.
 # layer_types: "config" = the config's list (default below when absent), None = not exposed;
 # window: the container attribute holding the scalar window; flags: layers whose attention is flagged
 # sliding without a layer_types map ("pattern": the sliding_window_pattern); no_attention: the layer
-# class, when no child meets the attention contract (fused QKV).
+# class, when no child meets the attention contract (fused QKV); auxiliary: which layers' attention
+# misses the contract (AUXILIARY), so the backend keeps their caches as auxiliary state; make_cache:
+# the model defines make_cache(); flags "layer_types": the layers mlx-lm's own layer_types marks sliding
+# (the config's list, else its default of `mlx_pattern` = (config key, default period): P-1 sliding, 1 full).
 FALLBACK_TABLE: dict[str, dict[str, Any]] = {
     "gpt_oss": {"layer_types": "config", "default": "alternating", "window": "window_size"},
     "olmo3": {"layer_types": "config", "default": "three-to-one", "window": "sliding_window"},
@@ -203,7 +211,66 @@ FALLBACK_TABLE: dict[str, dict[str, Any]] = {
     "gemma2": {"layer_types": None, "window": None},
     "qwen2": {"layer_types": None, "window": None},
     "phi3": {"layer_types": None, "window": None, "no_attention": "mlx_lm.models.phi3.TransformerBlock"},
+    "gemma3": {"layer_types": None, "window": "window_size", "flags": "pattern"},
+    "exaone4": {"layer_types": None, "window": "window_size", "auxiliary": "global_of_pattern", "make_cache": True},
+    "llama4": {"layer_types": None, "window": None, "auxiliary": "every_fourth", "make_cache": True},
+    "gemma4": {"layer_types": None, "window": "window_size", "flags": "layer_types",
+               "mlx_pattern": ("sliding_window_pattern", 5), "auxiliary": "kv_shared_or_k_eq_v", "make_cache": True},
+    "muse_glimmer": {"layer_types": None, "window": None, "flags": "layer_types", "mlx_pattern": (None, 4),
+                     "auxiliary": "ropeless", "make_cache": True},
+    "mimo": {"layer_types": None, "window": None},
+    "starcoder2": {"layer_types": None, "window": None},
+    # Layers whose attention child misses the backend's contract (MLA, fused or linear attention).
+    **{module: {"layer_types": None, "window": None, "no_attention": f"mlx_lm.models.{layer_class}"} for module, layer_class in (
+        ("phi", "phi.PhiDecoderLayer"), ("deepseek_v2", "deepseek_v2.DeepseekV2DecoderLayer"),
+        ("deepseek_v3", "deepseek_v3.DeepseekV3DecoderLayer"), ("kimi_k25", "deepseek_v3.DeepseekV3DecoderLayer"),
+        ("deepseek_v32", "deepseek_v32.DeepseekV32DecoderLayer"),
+        ("glm_moe_dsa", "deepseek_v32.DeepseekV32DecoderLayer"),
+        ("glm4_moe_lite", "glm4_moe_lite.Glm4MoeLiteDecoderLayer"), ("kimi_k3", "kimi_k3.KimiK3DecoderLayer"),
+        ("kimi_linear", "kimi_linear.KimiDecoderLayer"), ("nemotron_h", "nemotron_h.NemotronHBlock"))},
 }
+
+
+def _global_of_pattern(cfg: dict[str, Any], i: int, n: int, sliding: bool) -> bool:
+    pattern = cfg.get("sliding_window_pattern")
+    return isinstance(pattern, str) and bool(pattern) and pattern[i % len(pattern)] != "L"
+
+
+def _kv_shared_or_k_eq_v(cfg: dict[str, Any], i: int, n: int, sliding: bool) -> bool:
+    shared = cfg.get("num_kv_shared_layers", 20)
+    return i >= n - shared or (bool(cfg.get("attention_k_eq_v", False)) and not sliding)
+
+
+def _ropeless(cfg: dict[str, Any], i: int, n: int, sliding: bool) -> bool:
+    thetas = cfg.get("layer_rope_theta")
+    return not thetas[i] if isinstance(thetas, list) and i < len(thetas) else not sliding
+
+
+# Layers whose attention child misses the backend's contract in mlx-lm 0.32.2 (no rope, or no v_proj):
+# llama4.py `use_rope = int((layer_idx + 1) % 4 != 0)`; exaone4.py the "G" entries of a string
+# sliding_window_pattern; gemma4_text.py layers past num_hidden_layers - num_kv_shared_layers (default 20:
+# no k_proj) and, with attention_k_eq_v, full layers (no v_proj); muse_glimmer.py layers whose
+# layer_rope_theta is 0 (by default the full ones).
+AUXILIARY: dict[str, Callable[[dict[str, Any], int, int, bool], bool]] = {
+    "every_fourth": lambda cfg, i, n, sliding: (i + 1) % 4 == 0,
+    "global_of_pattern": _global_of_pattern,
+    "kv_shared_or_k_eq_v": _kv_shared_or_k_eq_v,
+    "ropeless": _ropeless,
+}
+
+
+def _mlx_sliding(entry: dict[str, Any], cfg: dict[str, Any], spec: ModelSpec) -> list[bool]:
+    """Per layer, whether the class marks it sliding: mlx-lm's own layer_types where the entry says so
+    (the config's list, else its default pattern), else the spec's kinds."""
+    n = spec.num_hidden_layers
+    if entry.get("flags") != "layer_types":
+        return [layer.kind == SLIDING for layer in spec.layers]
+    listed = cfg.get("layer_types")
+    if isinstance(listed, list) and len(listed) >= n:
+        return [kind == "sliding_attention" for kind in listed[:n]]
+    key, default = entry["mlx_pattern"]
+    period = cfg.get(key, default) if key else default
+    return [(i + 1) % period != 0 for i in range(n)]
 
 
 def table_view(module_name: str, spec: ModelSpec) -> Any:
@@ -223,19 +290,22 @@ def table_view(module_name: str, spec: ModelSpec) -> Any:
             layer_types = ["sliding_attention" if default(i) else "full_attention" for i in range(n)]
     window_attr = entry["window"]
     window = cfg.get("sliding_window") if window_attr else None
+    sliding = _mlx_sliding(entry, cfg, spec)
     layers = []
     for spec_layer in spec.layers:
         view = LayerView(index=spec_layer.index, layer_class=entry.get("no_attention", f"{module_name} layer"))
-        if "no_attention" not in entry:
+        slides = sliding[spec_layer.index]
+        auxiliary = "auxiliary" in entry and AUXILIARY[entry["auxiliary"]](cfg, spec_layer.index, n, slides)
+        if "no_attention" not in entry and not auxiliary:
             view.attention_attr, view.contract_children = "self_attn", ["self_attn"]
             view.n_heads, view.n_kv_heads = spec_layer.n_heads, spec_layer.n_kv_heads
             view.head_dim = spec_layer.head_dim
-            if entry.get("flags") == "pattern" and spec_layer.kind == SLIDING:
+            if entry.get("flags") in ("pattern", "layer_types") and slides:
                 view.sliding_flag = "self_attn.is_sliding"
         layers.append(view)
     return ModelView(model_class=f"mlx_lm.models.{module_name}.Model", container_class=f"{module_name} container",
                      layer_types=layer_types, window=window, window_attr=window_attr, layers=layers,
-                     has_make_cache=False, source="table")
+                     has_make_cache=entry.get("make_cache", False), source="table")
 
 
 # ---- the runner's decisions ----------------------------------------------------------------------
@@ -340,7 +410,7 @@ def fused_rope_verdict(view: Any, layout: Layout, kv: dict[int, KvConfig], reque
     first = view.layers[layout.attention[0]]
     rope, head_dim = first.rope, kv[layout.attention[0]].head_dim
     if view.source == "table":
-        return FusedRope(requested, False, "RoPE not read (the installed mlx-lm lacks this model class)")
+        return FusedRope(requested, False, "RoPE not read (kvdoctor's table stands in for mlx-lm's model class)")
     if rope is None or rope.traditional:
         return FusedRope(requested, False, "RoPE is missing or traditional")
     if rope.dims == 0 or rope.dims != head_dim:
@@ -377,6 +447,13 @@ def _cache_label(layout: Layout | None, index: int) -> str | None:
     return "windowed" if layout.window(index) is not None else "contiguous"
 
 
+def _lacking(skeleton: Any) -> str:
+    """Why the installed mlx-lm's class was not read, as a note says it."""
+    if skeleton.not_installed:
+        return "mlx-lm is not installed"
+    return f"the installed mlx-lm has no mlx_lm.models.{skeleton.module_name}"
+
+
 def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Plan[MlxFacts]:
     """The plan for an mlx-lm model object already built (or refused) for this spec.
 
@@ -394,31 +471,38 @@ def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Pl
     view, basis = None, "mlx-lm"
     if skeleton.model is not None:
         view = read_view(skeleton.model)
-    elif skeleton.missing_module and installed_version("mlx-lm") != MLX_LM_VERSION:
+    elif skeleton.not_installed or (skeleton.missing_module and installed_version("mlx-lm") != MLX_LM_VERSION):
         view = table_view(skeleton.module_name, spec)
         if view is not None:
             basis = "table"
-            notes.append(f"the installed mlx-lm has no mlx_lm.models.{skeleton.module_name}; the layout is "
-                         f"predicted from kvdoctor's table of what mlx-lm {MLX_LM_VERSION} exposes")
-    if view is None:
+            notes.append(f"{_lacking(skeleton)}; the layout is predicted from kvdoctor's table of what mlx-lm's "
+                         f"{skeleton.module_name} class exposes")
+    quantization = quantization_refusal(spec.raw_config)
+    quantization_refusals = [] if quantization is None else [
+        Refusal(QUANTIZATION_CODES[quantization[0]], "ValueError", quantization[1], "load", key="quantization_config")]
+    if view is None and skeleton.not_installed:
+        # The pinned mlx-lm has this model class, but only the class itself tells the layout.
+        notes.append(f"{_lacking(skeleton)}, so its {skeleton.module_name} class was not read: the layout, and what "
+                     "sglang's MLX backend refuses at start-up, need kvdoctor's mlx extra (mlx and mlx-lm)")
+        facts = MlxFacts(skeleton=skeleton, refused=bool(quantization_refusals), basis="unread")
+        refusals = quantization_refusals
+    elif view is None:
         facts = MlxFacts(skeleton=skeleton, refused=True, basis=basis)
         refusals = [Refusal("ENG001" if skeleton.missing_module else "ENG002", skeleton.error_class,
                             skeleton.error_message, "load", evidence={"mlx_lm_module": skeleton.module_name})]
     else:
         layout = build_layout(view)
         kv = {i: kv_config(spec, view.layers[i]) for i in layout.attention}
-        refusals = startup_refusals(view, layout, kv, skeleton.model)
-        quantization = quantization_refusal(spec.raw_config)
-        if quantization is not None:  # mlx-lm's loader stops first; the start-up refusals wait behind it
-            refusals.insert(0, Refusal(QUANTIZATION_CODES[quantization[0]], "ValueError", quantization[1], "load",
-                                       key="quantization_config"))
+        # mlx-lm's loader refuses a quantization first; the start-up refusals wait behind it
+        refusals = quantization_refusals + startup_refusals(view, layout, kv, skeleton.model)
         facts = MlxFacts(skeleton=skeleton, view=view, layout=layout, kv=kv, refused=bool(refusals), basis=basis,
                          fused=fused_rope_verdict(view, layout, kv, settings.use_custom_rope),
                          stock_pool=settings.radix_cache and not layout.sliding and bool(layout.full),
                          pool_slots=min(settings.pool_size or PROBE_POOL_SLOTS, PROBE_POOL_SLOTS))
     refusals = [explained(r, facts, spec) for r in refusals]
     layers = tuple(LayerPlan(index=l.index, engine_window=facts.layout.window(l.index) if facts.layout else None,
-                             cache=_cache_label(facts.layout, l.index)) for l in spec.layers)
+                             cache="unknown" if facts.basis == "unread" else _cache_label(facts.layout, l.index))
+                   for l in spec.layers)
     return Plan(engine=SglangMlxProfile.name, versions=dict(SglangMlxProfile.pins), layers=layers,
                 refusals=tuple(refusals), facts=facts, notes=tuple(notes))
 

@@ -65,16 +65,18 @@ class VllmDryRunner(DryRunner):
         python = find_python(options.get("engine_python"), ENV_PYTHON, "vllm")
         if python is None:
             return DryRun(engine="vllm", outcome="unavailable",
-                          reason=f"no Python with vLLM {VERSION} found (give --engine-python, or set {ENV_PYTHON})")
+                          reason=f"no Python with vLLM {VERSION} found (run `kvdoctor engines install vllm`, or give "
+                                 f"--engine-python, or set {ENV_PYTHON})")
         result = launch(spec, settings, python, timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT)
-        return record(plan, result)
+        return record(plan, {**result, "python": str(python)})
 
 
 def record(plan: Plan[Any], result: dict[str, Any]) -> DryRun:
     """The child's result as the dry-run record every engine gives."""
     outcome = result.get("outcome")
     common: dict[str, Any] = {"engine": "vllm", "versions": result.get("versions") or {}, "seconds": result.get("seconds"),
-                              "stderr_tail": result.get("stderr_tail", ""), "observation": result}
+                              "stderr_tail": result.get("stderr_tail", ""), "python": result.get("python"),
+                              "observation": result}
     if outcome is None:  # the child ended before vLLM's start-up did
         why = "timed out" if result.get("timed_out") else f"exited with {result.get('returncode')}"
         return DryRun(outcome="timeout" if result.get("timed_out") else "crashed", reason=why,

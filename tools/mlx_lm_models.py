@@ -1,0 +1,56 @@
+"""Write kvdoctor/data/mlx_lm_models.json from the installed mlx-lm: the names of its model modules
+(`mlx_lm/models/*.py`) and its model_type remaps, read from `mlx_lm/utils.py` without running it.
+
+The sglang-mlx plan reads this file when mlx-lm is not installed (the base install), so a model type
+mlx-lm has is never reported as one it lacks. Run it with the pinned mlx-lm (kvdoctor.engines.pins):
+
+    .venv/bin/python tools/mlx_lm_models.py
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import sys
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kvdoctor.engines.pins import PINS  # noqa: E402
+from kvdoctor.engines.sglang_mlx.mlxlm import MODELS_DATA  # noqa: E402
+
+
+
+
+def installed_models() -> dict:
+    spec = importlib.util.find_spec("mlx_lm")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("mlx-lm is not installed: pip install 'kvdoctor[mlx]'")
+    package = Path(list(spec.submodule_search_locations)[0])
+    remaps: dict = {}
+    for node in ast.parse((package / "utils.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("MODEL_REMAPPING", "MODEL_ARCHITECTURE_REMAPPING"):
+                remaps[node.targets[0].id] = ast.literal_eval(node.value)
+    return {
+        "mlx-lm": metadata.version("mlx-lm"),
+        "modules": sorted(p.stem for p in (package / "models").glob("*.py") if p.stem != "__init__"),
+        "remapping": dict(sorted(remaps.get("MODEL_REMAPPING", {}).items())),
+        "architecture_remapping": sorted([t, a, m] for (t, a), m in remaps.get("MODEL_ARCHITECTURE_REMAPPING", {}).items()),
+    }
+
+
+def main() -> int:
+    found = installed_models()
+    if found["mlx-lm"] != PINS["mlx-lm"]:
+        print(f"mlx-lm {found['mlx-lm']} is installed; the profile describes {PINS['mlx-lm']}", file=sys.stderr)
+        return 1
+    MODELS_DATA.write_text(json.dumps(found, indent=1) + "\n")
+    print(f"{MODELS_DATA.relative_to(ROOT)}: {len(found['modules'])} modules of mlx-lm {found['mlx-lm']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
