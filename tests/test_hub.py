@@ -177,7 +177,8 @@ def test_an_unreachable_hub_is_one_line_and_exit_2(tmp_path):
     code, doc, _ = check({"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "0"},
                          "--static", "acme/anything")
     error = doc["results"][0]["error"]
-    assert code == 2 and error.startswith("acme/anything: cannot read the repository from http://127.0.0.1:9")
+    assert code == 2 and error.startswith("acme/anything: no such directory, and as a Hugging Face id: cannot read the "
+                                          "repository from http://127.0.0.1:9")
 
 
 @pytest.mark.parametrize("target, words", [

@@ -89,7 +89,12 @@ def resolve_target(target: str) -> Resolved:
             if not snap.is_dir():
                 raise InputError(f"{target}: the local Hugging Face cache points at {snap}, which is not a directory")
             return Resolved(snap, repo, repo_id, {"kind": "hf-cache", "commit": snap.name})
-        got = hub.fetch(repo_id, revision or None)
+        try:
+            got = hub.fetch(repo_id, revision or None)
+        except InputError as exc:  # a mistyped path looks like an id too: say that neither was found
+            label = f"{repo_id}@{revision}" if revision else repo_id
+            why = str(exc).removeprefix(f"{label}: ")
+            raise InputError(f"{target}: no such directory, and as a Hugging Face id: {why}") from None
         source = {"kind": "hub", "revision": revision or "main", "commit": got.commit, "cached": got.cached,
                   "bytes_fetched": got.fetched_bytes, "seconds": round(got.seconds, 3)}
         return Resolved(got.model_dir, got.root, repo_id, source, got.sizes)
