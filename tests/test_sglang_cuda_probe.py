@@ -14,7 +14,7 @@ import pytest
 from kvdoctor.engines.base import LayerPlan
 from kvdoctor.engines.sglang import probe
 from kvdoctor.engines.sglang.layout import plan_layers
-from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.engines.sglang.settings import SglangSettings as Settings
 from kvdoctor.load.loader import load_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"

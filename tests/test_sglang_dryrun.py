@@ -49,7 +49,7 @@ def codes(spec, plan, result) -> list[str]:
 def test_server_args_carry_only_what_is_set():
     assert dryrun.server_args(SglangSettings()) == {
         "kv_cache_dtype": "auto", "disable_hybrid_swa_memory": False, "swa_full_tokens_ratio": 0.8,
-        "disable_radix_cache": False, "disable_overlap_schedule": False, "page_size": 1}
+        "disable_radix_cache": False, "disable_overlap_schedule": False}  # page size: the backend's
     args = dryrun.server_args(SglangSettings(tp_size=8, context_length=4096, kv_budget="40GiB"))
     assert args["tp_size"] == 8 and args["context_length"] == 4096 and "kv_budget" not in args
 
@@ -70,7 +70,7 @@ def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeyp
                   observations={"dry_run": seen})
     (finding,) = rule.run(ctx)
     assert finding.code == "ENG050" and "static SGLang checks still ran" in finding.message
-    assert rule.RULE.codes_for("sglang") == ("ENG050", "ENG051", "SGL050", "SGL051")
+    assert rule.RULE.codes_for("sglang") == ("ENG050", "ENG051", "ENG065", "SGL050", "SGL051")
 
 
 def test_the_cost_is_estimated_from_the_plan_before_running():

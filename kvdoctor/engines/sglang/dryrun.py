@@ -37,8 +37,7 @@ COMPARED = ("start-up outcome", "hybrid-SWA decision", "SWA and full layer ids",
 
 def server_args(settings: Any) -> dict[str, Any]:
     """The deploy section as ServerArgs keyword arguments (only the ones set)."""
-    cuda = settings.cuda()
-    return {k: v for k, v in cuda.model_dump(exclude={"kv_budget"}).items() if v is not None}
+    return settings.server_args()
 
 
 def estimate(spec: ModelSpec, plan: Plan[Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import msgspec
 
 from kvdoctor.engines.base import LayerPlan, Refusal
 from kvdoctor.engines.sglang import archs, pools, refusals, sizing, swa
-from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
 
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
@@ -59,9 +59,9 @@ def _cache(kind: str, placement: pools.Placement | None) -> str:
     return CACHE_LABELS[placement.pool]
 
 
-def plan_layers(spec: ModelSpec, settings: Settings | None = None
+def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
                 ) -> tuple[tuple[LayerPlan, ...], tuple[Refusal, ...], SglangCudaFacts]:
-    settings = settings or Settings()
+    settings = settings or SglangSettings()
     decision = swa.decide(spec, settings)
     where = pools.placements(spec, decision)
     windows = swa.engine_windows(spec)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import msgspec
 
 from kvdoctor.engines.sglang import archs
-from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang.swa import SwaDecision
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
 
@@ -35,7 +35,7 @@ def model_dtype(spec: ModelSpec) -> str:
     return MODEL_DTYPES.get(spec.dtype or "bfloat16", "bfloat16")
 
 
-def kv_dtype(spec: ModelSpec, settings: Settings) -> str:
+def kv_dtype(spec: ModelSpec, settings: SglangSettings) -> str:
     return model_dtype(spec) if settings.kv_cache_dtype == "auto" else KV_DTYPES.get(settings.kv_cache_dtype,
                                                                                        settings.kv_cache_dtype)
 
@@ -152,7 +152,7 @@ def pool_geometry(spec: ModelSpec, pool: str) -> tuple[int, int, int]:
     return shape
 
 
-def attention_buffers(spec: ModelSpec, settings: Settings, tp: int, pool_layers: set[int] | None = None,
+def attention_buffers(spec: ModelSpec, settings: SglangSettings, tp: int, pool_layers: set[int] | None = None,
                       pool: str = "full") -> dict[str, Any] | None:
     """Per-token buffer shape of one layer of a pool on one rank (rows are tokens, plus page padding); None
     when the pool has no attention layer."""
@@ -172,7 +172,7 @@ def attention_buffers(spec: ModelSpec, settings: Settings, tp: int, pool_layers:
     return {"k_buffer": [max(1, heads // tp), head_dim], "v_buffer": [max(1, heads // tp), v_dim], "dtype": dtype}
 
 
-def ssm_dtype(spec: ModelSpec, settings: Settings) -> str:
+def ssm_dtype(spec: ModelSpec, settings: SglangSettings) -> str:
     """--mamba-ssm-dtype, else the GDN config's mamba_ssm_dtype, else float32 (configs/mamba_utils.py)."""
     if settings.mamba_ssm_dtype:
         return settings.mamba_ssm_dtype
@@ -182,7 +182,7 @@ def ssm_dtype(spec: ModelSpec, settings: Settings) -> str:
     return "float32"
 
 
-def gdn_state(spec: ModelSpec, settings: Settings, tp: int) -> dict[str, Any]:
+def gdn_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, Any]:
     """One GDN layer's state on one rank: conv (channels, kernel - 1) in the model dtype, SSM (heads, v, k)."""
     cfg = spec.config
     key_heads, value_heads = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
@@ -205,7 +205,7 @@ def _first(cfg: dict, keys: tuple[str, ...]) -> int:
     return next(cfg[k] for k in keys if isinstance(cfg.get(k), int))
 
 
-def mamba2_state(spec: ModelSpec, settings: Settings, tp: int) -> dict[str, Any]:
+def mamba2_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, Any]:
     """One Mamba2 layer's state on one rank (configs/mamba_utils.py Mamba2StateShape): conv
     (intermediate + 2 * groups * state, kernel - 1), SSM (heads, head_dim, state)."""
     cfg = spec.config
@@ -217,7 +217,7 @@ def mamba2_state(spec: ModelSpec, settings: Settings, tp: int) -> dict[str, Any]
             "temporal": {"shape": [heads // tp, head_dim, state], "dtype": ssm_dtype(spec, settings)}}
 
 
-def state_by_tp(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
+def state_by_tp(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     kinds = spec.kinds()
     build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds else None
     if build is None:

@@ -305,7 +305,7 @@ class SglangPoolsProbe(Probe):
         python = sglang_python()
         if python is None:
             return PoolsRun(skipped="no SGLang " + PINS["sglang"] + " Python: set KVDOCTOR_SGLANG_PYTHON to one")
-        args = {k: v for k, v in settings.cuda().model_dump(exclude={"kv_budget"}).items() if v is not None}
+        args = settings.server_args()
         with tempfile.TemporaryDirectory(prefix="kvdoctor-sglang-") as tmp:  # never the model's own directory
             (Path(tmp) / "config.json").write_text(json.dumps(spec.raw_config))
             seen = probe.observe(Path(tmp), args, python)
@@ -348,7 +348,7 @@ class SglangProfile(EngineProfile):
                 states[group[0].layer] = _state_by_tp(kp, group[0])
             kp = replace(kp, states=states)
         state_of = {dims.layer: states[group[0].layer] for group in (kp.groups if kp else ()) for dims in group}
-        cuda_layers, cuda_refusals, pools = plan_layers(spec, settings.cuda())
+        cuda_layers, cuda_refusals, pools = plan_layers(spec, settings)
         layers = tuple(replace(lp, state=state_of[lp.index]) if lp.index in state_of else lp for lp in cuda_layers)
         notes = []
         if kp is not None:
@@ -417,7 +417,7 @@ class SglangProfile(EngineProfile):
         from kvdoctor.engines.sglang.pools import default_page_size
 
         assert isinstance(settings, SglangSettings)
-        if "page_size" not in settings.model_fields_set:  # what the attention backend resolves it to
+        if settings.page_size is None:  # what the attention backend resolves it to
             settings = settings.model_copy(update={"page_size": default_page_size(bool(facts.kinds()["dsa"]), config)})
         return budgets(facts, settings, inputs, all_modes)
 

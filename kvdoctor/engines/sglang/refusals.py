@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.sglang import archs, pools, swa
-from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.model import ModelSpec
 
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
@@ -40,7 +40,7 @@ def derived_context_length(spec: ModelSpec) -> int:
     return spec.defaults.get("max_position_embeddings") or 2048
 
 
-def context_too_long(spec: ModelSpec, settings: Settings) -> Refusal | None:
+def context_too_long(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
     derived = derived_context_length(spec)
     asked = settings.context_length
     if asked is None or asked <= derived:
@@ -117,7 +117,7 @@ def null_window(spec: ModelSpec) -> Refusal | None:
                    evidence={"architecture": arch})
 
 
-def no_swa_layer(spec: ModelSpec, settings: Settings) -> Refusal | None:
+def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
     """Hybrid-SWA memory on, but SGLang finds no SWA layer id: its hybrid-SWA pool configurator asserts."""
     decision = swa.decide(spec, settings)
     if not decision.on or decision.swa_layer_ids or set(pools.sglang_kinds(spec).values()) & set(pools.STATE):
@@ -128,7 +128,7 @@ def no_swa_layer(spec: ModelSpec, settings: Settings) -> Refusal | None:
                    evidence={"architecture": archs.serving_arch(spec.raw_config), "swa_layer_ids": []})
 
 
-def predict(spec: ModelSpec, settings: Settings) -> tuple[Refusal, ...]:
+def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
     found = [per_layer_config_keys(spec), strict_null_window(spec), own_length_validator(spec),
              layer_types_length(spec), context_too_long(spec, settings), null_window(spec)]

@@ -7,57 +7,29 @@ gets after profiling (e.g. `40GiB`); `budget` reads the same section.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from kvdoctor.engines.deploy import Section
 from kvdoctor.engines.pins import PINS
-from kvdoctor.errors import InputError
 from kvdoctor.load.strict import (Bool, Name, NonNegative, Positive, PositiveFloat, SglangReplayCacheLen,
                                   SglangSwaRatio, TensorParallel, Tokens, size_bytes)
 
+# The keys of the section that SGLang's ServerArgs reads under the same name (the rest is kvdoctor's own).
+SERVER_ARGS = ("tp_size", "context_length", "page_size", "kv_cache_dtype", "disable_hybrid_swa_memory",
+               "swa_full_tokens_ratio", "mamba_ssm_dtype", "max_running_requests", "max_mamba_cache_size",
+               "attention_backend", "disable_overlap_schedule", "speculative_algorithm", "speculative_num_draft_tokens")
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16", "mxfp8", "nvfp4", "fp4_mx_block16")
 SSM_DTYPES = ("float32", "bfloat16", "float16")
 
 
-class Settings(BaseModel):
-    """What changes SGLang's pools, windows and start-up checks for one model."""
-
-    model_config = ConfigDict(extra="ignore")  # the section also holds the KDA keys of the existing profile
-
-    tp_size: Optional[int] = Field(None, ge=1)
-    context_length: Optional[int] = Field(None, ge=1)
-    page_size: Optional[int] = Field(None, ge=1)
-    kv_cache_dtype: Literal[KV_CACHE_DTYPES] = "auto"  # type: ignore[valid-type]
-    disable_hybrid_swa_memory: bool = False
-    swa_full_tokens_ratio: float = Field(0.8, gt=0)
-    mamba_ssm_dtype: Optional[Literal[SSM_DTYPES]] = None  # type: ignore[valid-type]
-    max_running_requests: Optional[int] = Field(None, ge=1)
-    max_mamba_cache_size: Optional[int] = Field(None, ge=0)
-    attention_backend: Optional[str] = None
-    disable_radix_cache: bool = False
-    disable_overlap_schedule: bool = False
-    speculative_algorithm: Optional[str] = None
-    speculative_num_draft_tokens: Optional[int] = Field(None, ge=1)
-    kv_budget: Optional[int] = None
-
-    @field_validator("kv_budget", mode="before")
-    @classmethod
-    def _bytes(cls, value):
-        return None if value is None else size_bytes(value)
-
-    @property
-    def tp(self) -> int:
-        return self.tp_size or 1
-
-
-# The profile's deploy section, with kvdoctor's strict types; `cuda()` gives the CUDA plan's `Settings`.
 KDA_RECIPE_DEFAULT = "sglang-" + PINS["sglang"]
 
 
 class SglangSettings(Section):
-    """sglang on CUDA (server defaults): the KDA / ReplaySSM state caches and the memory pools."""
+    """The `sglang:` section, read by every part of the profile (the pool plan, the KDA / ReplaySSM state
+    caches, the budget, the dry run): SGLang's server defaults where a key is not given."""
 
     tp_size: Optional[TensorParallel] = Field(None, description="--tp-size; None: sglang's 1 for the budget, "
                                                                     "and the KDA checks try 1, 2, 4 and 8")
@@ -68,10 +40,11 @@ class SglangSettings(Section):
     mamba_ssm_dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(
         None, description="--mamba-ssm-dtype; None: the config's (GDN models), else float32")
     kda_recipe: Name = Field(KDA_RECIPE_DEFAULT, description="a built-in recipe name or a recipe YAML path")
-    page_size: Positive = Field(1, description="whatever the attention backend resolves to")
+    page_size: Optional[Positive] = Field(None, description="--page-size; None: what the attention backend "
+                                                            "resolves (FA3: 1; DSA: 64 per index pool)")
     swa_full_tokens_ratio: SglangSwaRatio = 0.8
     disable_hybrid_swa_memory: Bool = False
-    kv_cache_dtype: Name = "auto"
+    kv_cache_dtype: Literal[KV_CACHE_DTYPES] = "auto"  # type: ignore[valid-type]
     mamba_full_memory_ratio: PositiveFloat = 0.9
     radix_cache: Bool = True
     max_running_requests: Optional[Positive] = None
@@ -83,12 +56,12 @@ class SglangSettings(Section):
     disable_overlap_schedule: Bool = False
     speculative_algorithm: Optional[Name] = None
     speculative_num_draft_tokens: Optional[Positive] = None
-    kv_budget: Optional[Union[Positive, Name]] = Field(
+    kv_budget: Optional[int] = Field(
         None, description="the KV memory SGLang gets after profiling (e.g. 40GiB): sizes info.sglang.budget")
 
-    @field_validator("kv_budget")
+    @field_validator("kv_budget", mode="before")
     @classmethod
-    def _kv_bytes(cls, value: int | str | None) -> int | None:
+    def _kv_bytes(cls, value: Any) -> int | None:
         return None if value is None else size_bytes(value)
 
     @field_validator("kda_recipe")
@@ -101,16 +74,15 @@ class SglangSettings(Section):
             return str(Path(base) / value)
         return value
 
-    def cuda(self) -> Settings:
-        """The keys the CUDA pool plan reads (`radix_cache` is ServerArgs' `disable_radix_cache`, negated)."""
-        fields = set(Settings.model_fields) - {"disable_radix_cache"}
-        values = {k: v for k, v in self.model_dump().items() if k in fields}
-        try:
-            return Settings(**values, disable_radix_cache=not self.radix_cache)
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(part) for part in error["loc"])
-            raise InputError(f"setting 'sglang.{where}': {error['msg']} (got {error.get('input')!r})") from None
+    @property
+    def tp(self) -> int:
+        return self.tp_size or 1
+
+    def server_args(self) -> dict[str, Any]:
+        """The keys that are ServerArgs fields, under ServerArgs' names (`radix_cache` is its
+        `disable_radix_cache`, negated), without those left to SGLang's default (None)."""
+        args = {k: v for k, v in self.model_dump(include=set(SERVER_ARGS)).items() if v is not None}
+        return {**args, "disable_radix_cache": not self.radix_cache}
 
     @property
     def ssm_dtype(self) -> str:

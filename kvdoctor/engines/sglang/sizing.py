@@ -11,22 +11,22 @@ from kvdoctor.engines.budget.facts import facts_from_spec
 from kvdoctor.engines.sglang import pools, swa
 from kvdoctor.engines.sglang.pools import as_sglang_builds
 from kvdoctor.engines.sglang.refusals import derived_context_length
-from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.errors import InputError
 from kvdoctor.model import CHUNKED, FULL, MAMBA, SLIDING, SPARSE_MLA, ModelSpec
 
 
-def mode(spec: ModelSpec, settings: Settings, kv_budget: int) -> budget.Mode:
+def mode(spec: ModelSpec, settings: SglangSettings, kv_budget: int) -> budget.Mode:
     return budget.Mode(
         context_length=settings.context_length or derived_context_length(spec), kv_budget_bytes=kv_budget,
         page_size=settings.page_size or pools.resolved_page_size(spec), swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
         disable_hybrid_swa_memory=settings.disable_hybrid_swa_memory, kv_cache_dtype=settings.kv_cache_dtype,
         tp=settings.tp, max_mamba_cache_size=settings.max_mamba_cache_size, mamba_ssm_dtype=settings.mamba_ssm_dtype,
-        radix_cache=not settings.disable_radix_cache, max_running_requests=settings.max_running_requests,
+        radix_cache=settings.radix_cache, max_running_requests=settings.max_running_requests,
         overlap_schedule=not settings.disable_overlap_schedule)
 
 
-def as_sized(spec: ModelSpec, settings: Settings) -> tuple[ModelSpec, bool]:
+def as_sized(spec: ModelSpec, settings: SglangSettings) -> tuple[ModelSpec, bool]:
     """The layers as SGLang sizes them, and whether hybrid-SWA memory is on. With it on, each attention
     layer is in the SWA or the full pool by SGLang's own SWA layer ids (a chunked layer is an SWA layer,
     configs/model_config.py `get_hybrid_layer_ids`); every layer of a pool has the pool's one shape."""
@@ -48,7 +48,7 @@ def as_sized(spec: ModelSpec, settings: Settings) -> tuple[ModelSpec, bool]:
     return msgspec.structs.replace(built, layers=layers), decision.on
 
 
-def size(spec: ModelSpec, settings: Settings) -> dict[str, Any] | None:
+def size(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     """None without `kv_budget`; else the pools' tokens, state slots and max_running_requests, or the refusal."""
     if settings.kv_budget is None:
         return None

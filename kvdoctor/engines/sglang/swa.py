@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from kvdoctor.engines.sglang import archs
-from kvdoctor.engines.sglang.settings import Settings
+from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.model import SLIDING, ModelSpec
 
 ALLOW_LIST_REF = archs.ref("configs/model_config.py#L2651")
@@ -57,7 +57,7 @@ def split_ids(arch: str, spec: ModelSpec) -> tuple[tuple[int, ...], tuple[int, .
             tuple(i for i, k in enumerate(kinds) if k != SLIDING and k in ("full_attention", "mla")))
 
 
-def decide(spec: ModelSpec, settings: Settings) -> SwaDecision:
+def decide(spec: ModelSpec, settings: SglangSettings) -> SwaDecision:
     arch = archs.serving_arch(spec.raw_config)
     override = archs.OVERRIDE_DISABLES.get(arch)
     warning = override[0].format(arch=arch) if override else None
