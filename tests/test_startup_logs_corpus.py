@@ -143,7 +143,8 @@ def test_figures_are_consistent(path):
     if refused:
         max_len = doc["settings"].get("max_model_len", 0)
         lines = "\n".join(doc["lines"])
-        assert seen.get("available_kv_gib", 0) < 0 or "Error" in lines or seen.get("kv_tokens", max_len) < max_len
+        failure = re.search(r"(?i)error|failed", lines)
+        assert seen.get("available_kv_gib", 0) < 0 or failure or seen.get("kv_tokens", max_len) < max_len
     if "k_size_gb" in seen:
         assert seen["k_size_gb"] == seen["v_size_gb"], "K and V pools of an MHA/GQA model are the same size"
     folder = config_dir(doc["model"])
