@@ -32,11 +32,12 @@ def bash(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+# The shell is named: typer guesses it from the parent processes, which differ under pytest-xdist.
 def test_the_script_completes_commands_and_options_in_bash(shell):
-    shown = bash("kvdoctor --show-completion", shell)
+    shown = bash("kvdoctor --show-completion bash", shell)
     assert shown.returncode == 0, shown.stderr
     assert "complete -o default -F _kvdoctor_completion kvdoctor" in shown.stdout
-    completed = bash('source <(kvdoctor --show-completion)\n'
+    completed = bash('source <(kvdoctor --show-completion bash)\n'
                      'COMP_WORDS=(kvdoctor ch); COMP_CWORD=1; _kvdoctor_completion kvdoctor; echo "${COMPREPLY[*]}"\n'
                      'COMP_WORDS=(kvdoctor check --fail); COMP_CWORD=2; _kvdoctor_completion kvdoctor; '
                      'echo "${COMPREPLY[*]}"\n', shell)
@@ -46,8 +47,8 @@ def test_the_script_completes_commands_and_options_in_bash(shell):
 
 
 def test_install_writes_only_under_home(shell):
-    shown = bash("kvdoctor --show-completion", shell).stdout
-    installed = bash("kvdoctor --install-completion", shell)
+    shown = bash("kvdoctor --show-completion bash", shell).stdout
+    installed = bash("kvdoctor --install-completion bash", shell)
     assert installed.returncode == 0, installed.stderr
     home = Path(shell["HOME"])
     script = home / ".bash_completions" / "kvdoctor.sh"

@@ -71,8 +71,7 @@ def run(ctx: Context) -> Iterable[Finding]:
     budget = facts.budget or {}
     served = (budget.get("pools") or {}).get("full")
     if served:
-        cuda = getattr(ctx.settings, "cuda", lambda: None)()
-        alt, how = _tokens_without_sliding(ctx, cuda, facts.hybrid_swa_why) if cuda is not None else (None, "")
+        alt, how = _tokens_without_sliding(ctx, ctx.settings, facts.hybrid_swa_why)
         evidence.update(pool_tokens=served, pool_tokens_without_full_length_sliding=alt, kv_budget=budget.get("kv_budget"))
         if alt and alt > served:
             lost = "tokens lost" if facts.hybrid_swa_why == "disabled-by-flag" else "tokens lost at most"
