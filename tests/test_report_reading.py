@@ -60,6 +60,13 @@ def test_a_fleet_ends_with_its_notes_a_table_and_the_models_counted(fleet, jobs)
                                     "findings: 1 error(s), 0 warning(s), 3 info")
 
 
+def test_the_json_summary_counts_the_models_as_the_closing_line_does(fleet):
+    _, targets = fleet
+    doc = json.loads(run("check", *targets, "--format", "json").stdout)
+    assert doc["summary"]["models"] == {"error": 1, "warning": 0, "clean": 2}
+    assert (doc["summary"]["targets"], doc["summary"]["input_errors"]) == (4, 1)
+
+
 def test_one_target_keeps_its_note_in_its_panel(fleet):
     _, targets = fleet
     out = ANSI.sub("", run("check", targets[0]).stdout)

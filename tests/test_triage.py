@@ -421,3 +421,63 @@ def test_json_states_engine_range_and_the_check_that_prevents_it(tmp_path):
     piped = subprocess.run([sys.executable, "-m", "kvdoctor", "triage", "-"], input=(NOISE + OOB).encode(),
                            capture_output=True, timeout=600)
     assert piped.returncode == 0 and b"unattributed" in piped.stdout and b"IndexKernel" in piped.stdout
+
+
+# Real lines from public threads (vllm-project/vllm#36734, NVIDIA-NeMo/RL#2620, vllm-project/vllm#38270),
+# broken the way a terminal, a quoted GitHub comment, a logger and a boxed traceback break them.
+ALIGN = ("(EngineCore_DP0 pid=2931) ERROR 03-17 11:31:02 [core.py:1029]  Assertion failed, In Mamba cache "
+         "align mode, block_size (2096) must be <= max_num_batched_tokens (2048). [type=assertion_error, "
+         "input_value=ArgsKwargs((), {'model_co...transfer_config': None}), input_type=ArgsKwargs]")
+MAMBA = ("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (658). Each decode sequence "
+         "requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs "
+         "to at most 658 or increase gpu_memory_utilization.")
+PREFIX = "(Worker_TP1 pid=509811) ERROR 03-26 18:27:04 [multiproc_executor.py:949] "
+
+
+def hard_wrap(line: str, width: int) -> str:
+    return "\n".join(line[i:i + width] for i in range(0, len(line), width)) + "\n"
+
+
+def test_a_message_hard_wrapped_by_a_terminal_over_several_lines_is_found_on_its_first_line():
+    text = hard_wrap(ALIGN, 60)  # breaks inside words and at spaces, the message over three lines
+    assert len(text.splitlines()) >= 4
+    hits, _ = triage_lines(read_lines(io.BytesIO(text.encode())), CATALOG)
+    assert [(h.entry.code, h.lines) for h in hits] == [("VLM144", [2])]
+
+
+def test_a_message_wrapped_in_a_quoted_comment_is_found():
+    text = ("> ValueError: max_num_seqs (1024) exceeds available\n"
+            ">   Mamba cache\n"
+            "> blocks (658). Each decode sequence requires one Mamba cache block\n")
+    assert codes_in(text) == ["MEM001"]
+
+
+def test_a_logger_that_repeats_its_prefix_on_each_wrapped_line_is_followed():
+    words = MAMBA.split(" ")
+    text = "".join(f"{PREFIX}{' '.join(words[i:i + 4])}\n" for i in range(0, 12, 4))
+    assert not any("exceeds available Mamba cache blocks" in line for line in text.splitlines())
+    assert codes_in(text) == ["MEM001"]
+
+
+def test_a_boxed_traceback_is_read_inside_its_borders():
+    text = ("│ ValueError: max_num_seqs (1024) exceeds available Mamba         │\n"
+            "│ cache blocks (658). Each decode sequence requires one Mamba cache │\n")
+    assert codes_in(text) == ["MEM001"]
+
+
+def test_halves_of_a_message_in_two_records_or_across_a_gap_are_not_joined():
+    other = "(Worker_TP0 pid=509810) ERROR 03-26 18:27:05 [multiproc_executor.py:949] "
+    two_records = f"{PREFIX}ValueError: max_num_seqs (1024) exceeds\n{other}available Mamba cache blocks (658).\n"
+    assert codes_in(two_records) == []
+    gap = "ValueError: max_num_seqs (1024) exceeds\n\navailable Mamba cache blocks (658).\n"
+    assert codes_in(gap) == []
+    frame = ('ValueError: max_num_seqs (1024) exceeds\n  File "/x/vllm/config.py", line 3, in f\n'
+             "available Mamba cache blocks (658).\n")
+    assert codes_in(frame) == []
+
+
+def test_a_message_wrapped_over_more_lines_than_the_window_is_not_rejoined():
+    text = hard_wrap("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (658).", 12)
+    assert len(text.splitlines()) > 4 and codes_in(text) == []
+    assert codes_in(hard_wrap("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (658).", 20)) \
+        == ["MEM001"]

@@ -1,5 +1,7 @@
 """Triage over the real-log corpus (tests/data/logs, listed in SOURCES.md): each log names exactly its
-expected entry, and a log whose error the catalog does not know names none and says where it looked."""
+expected entry, and a log whose error the catalog does not know names none and says where it looked:
+`none` for a log about something else, `gap` for a runtime KV error the catalog has no entry for yet
+(a miss in the score tools/triage_eval.py prints, but never a wrong entry)."""
 from __future__ import annotations
 
 import re
@@ -27,7 +29,7 @@ def test_every_log_is_listed_once_and_the_corpus_is_large_enough():
 def test_triage_names_the_expected_entry(name, thread, version, expected):
     report = triage_file(str(LOGS / name), builtin_catalog())
     codes = [hit.entry.code for hit in report.hits]
-    if expected == "none":
+    if expected in ("none", "gap"):
         assert codes == [] and report.unknown is not None and report.unknown["text"]
     else:
         assert builtin_catalog().get(expected) is not None, f"{expected} is not in the catalog"

@@ -5,8 +5,10 @@ Each line loses its colour codes and its log prefixes (`(Worker_TP0 pid=123) ERR
 wording of every catalog error (`error.pattern` and `error.patterns`). On top of that:
 - near-identical messages: when two entries match one line and one match lies inside the other's,
   the longer match wins, so a pattern that is a prefix of another entry's message never shadows it;
-- wrapped messages: a message broken over two lines (a terminal's hard wrap, a logger's width) is
-  matched on the two lines joined, counting only matches that cross the break;
+- wrapped messages: a message broken over up to MAX_WRAP_LINES lines (a terminal's hard wrap, a
+  logger's width, a comment box) is matched on the lines joined, each break rejoined with a space or
+  with nothing, counting only matches that begin on the first line and end on the last; the lines
+  joined must belong to one record (see `_continues`);
 - bare exceptions: a traceback that ends in `AssertionError` or `NotImplementedError` with no message
   is matched on its raising frame (file and line, or the statement, at a release the entry lists);
 - generic GPU errors (device-side assert, illegal memory access): an entry whose `error.context` is
@@ -21,7 +23,8 @@ import re
 import sys
 import weakref
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from itertools import product
+from typing import BinaryIO, Iterable, Iterator, NamedTuple
 
 import msgspec
 
@@ -77,6 +80,8 @@ PREFIXES = [
     re.compile(r"^\[rank\d+\]:\s?"),
     re.compile(r"^[\w.-]+-\d+\s+\|\s"),  # docker compose: vllm-1  |
     re.compile(r"^\s*\|\s"),  # a CI log's gutter
+    re.compile(r"^\s*(?:>\s?)+"),  # a quoted reply in a GitHub comment or an e-mail
+    re.compile(r"^\s*│\s?"),  # the left border of a boxed (rich) traceback
     re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:.,]+Z?\s+(?:\|\s*)?(?:[A-Z]+\s*\|\s*)?(?:stderr\s*\|\s*)?"),
 ]
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
@@ -93,6 +98,10 @@ def clean(text: str) -> str:
     return ANSI.sub("", text).rstrip("\r\n")
 
 
+BOX_RIGHT = re.compile(r"\s*│\s*$")  # the right border of a boxed (rich) traceback
+MAX_WRAP_LINES = 4
+
+
 def strip_prefixes(text: str) -> str:
     """The text of a log line without the prefixes loggers and containers put before it."""
     changed = True
@@ -102,7 +111,7 @@ def strip_prefixes(text: str) -> str:
             m = prefix.match(text)
             if m and m.end() > 0:
                 text, changed = text[m.end():], True
-    return text
+    return BOX_RIGHT.sub("", text) if "│" in text else text
 
 
 def read_lines(source: BinaryIO) -> Iterator[tuple[int, str]]:
@@ -147,8 +156,10 @@ class FrameIndex:
 
     def match(self, cls: str, frame: tuple[str, int, str], code: str) -> Entry | None:
         path, line, _ = frame
+        shown = path.rsplit("...", 1)[-1]  # a pasted path is often shortened: ".../mem_cache/pool.py"
         for entry, site_path, site_line in self.by_name.get(path.rsplit("/", 1)[-1], []):
-            if not path.endswith(site_path) or entry.error.class_.rsplit(".", 1)[-1] != cls.rsplit(".", 1)[-1]:
+            same_file = path.endswith(site_path) or (shown != path and site_path.endswith(shown.lstrip("/")))
+            if not same_file or entry.error.class_.rsplit(".", 1)[-1] != cls.rsplit(".", 1)[-1]:
                 continue
             if site_line == line or (quotes_statement(entry) and code.strip() == entry.error.message.strip()):
                 return entry
@@ -179,8 +190,7 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
             return
         hits.setdefault(entry.code, Hit(entry, [], text.strip()[:MAX_SHOWN], how)).lines.append(number)
 
-    previous: tuple[int, str] | None = None
-    previous_flat, previous_keys = "", set()
+    window: list[Line] = []  # the lines a wrapped message may span, the current one last
     last_frame: tuple[str, int, str] | None = None
     frame_code: str | None = None
     for number, raw in lines:
@@ -192,14 +202,11 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
         spans = matcher.spans(text, keys)
         for entry, _, _ in spans:
             add(entry, number, text)
-        if previous is not None and previous[1].strip() and text.strip():
-            head, tail = previous[1].rstrip(), text.lstrip()
-            for sep in (" ", ""):
-                # a literal crossing the break starts in the last characters of the previous line
-                edge = matcher.keys_in(previous_flat[-(MIN_LITERAL - 1):] + sep + flat[:MIN_LITERAL - 1])
-                for entry, start, end in matcher.spans(head + sep + tail, previous_keys | keys | edge):
-                    if start < len(head) and end > len(head) + len(sep):
-                        add(entry, previous[0], head + sep + tail)
+        line = Line(number, text, raw[:raw.find(text)].strip(), flat, keys)
+        window = [*window, line][-MAX_WRAP_LINES:] if _continues(window, line) else [line] if flat else []
+        for start in range(len(window) - 1):
+            for entry, joined in _wrapped(matcher, window[start:]):
+                add(entry, window[start].number, joined)
         frame = FRAME.match(text)
         if frame:
             last_frame, frame_code = (frame.group(1), int(frame.group(2)), frame.group(3)), None
@@ -216,7 +223,6 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
                 add(entry, number, f'{text.strip()} (raised at {last_frame[0]}:{last_frame[1]})', "frame")
         if exception:
             last_frame = None
-        previous, previous_flat, previous_keys = (number, text), flat, keys
 
     for entry, number, text in pending:
         if _context_near(entry, number, bodies):
@@ -229,6 +235,42 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
     if not ordered and not unattributed:
         unknown = _looked_at(bodies)
     return Report(ordered, count, unattributed, unknown)
+
+
+class Line(NamedTuple):
+    number: int
+    text: str  # without its prefixes
+    prefix: str  # the prefixes removed, white space trimmed
+    flat: str  # white-space runs squeezed to one space
+    keys: set[str]  # the matcher's literal keys in `flat`
+
+
+def _continues(window: list[Line], line: Line) -> bool:
+    """Whether `line` may continue a message begun in the window: not blank, not a traceback's frame
+    or header, and with no prefix or the same prefix as the window's first line (a logger repeats
+    its prefix on each line of one record, and a terminal's wrap adds none; another prefix is another
+    record)."""
+    if not window or not line.flat or FRAME.match(line.text) or line.flat.startswith("Traceback"):
+        return False
+    return line.prefix in ("", window[0].prefix)
+
+
+def _wrapped(matcher: Matcher, lines: list[Line]) -> Iterator[tuple[Entry, str]]:
+    """Entries whose match begins on the first of these lines and ends on the last, each break
+    rejoined with a space (a wrap at a word boundary) or with nothing (a hard wrap inside a word)."""
+    parts = [lines[0].text.rstrip(), *(x.text.strip() for x in lines[1:-1]), lines[-1].text.lstrip()]
+    keys = set().union(*(x.keys for x in lines))
+    for a, b in zip(lines, lines[1:]):  # a literal crossing a break starts near the end of a line
+        for sep in (" ", ""):
+            keys |= matcher.keys_in(a.flat[-(MIN_LITERAL - 1):] + sep + b.flat[:MIN_LITERAL - 1])
+    found: set[str] = set()
+    for seps in product((" ", ""), repeat=len(parts) - 1):
+        joined = parts[0] + "".join(sep + part for sep, part in zip(seps, parts[1:]))
+        first_end, last_start = len(parts[0]), len(joined) - len(parts[-1])
+        for entry, start, end in matcher.spans(joined, keys):
+            if start < first_end and end > last_start and entry.code not in found:
+                found.add(entry.code)
+                yield entry, joined
 
 
 def _context_near(entry: Entry, number: int, bodies: list[tuple[int, str]]) -> bool:

@@ -194,7 +194,8 @@ def document(results: list[Result], report: Report | None = None) -> dict[str, A
 
 
 def _document(results: list[Result], entries: list[Any], report: Report | None) -> dict[str, Any]:
-    doc = {"tool": {"name": "kvdoctor", "version": __version__}, "results": entries, "summary": summary(results)}
+    doc = {"tool": {"name": "kvdoctor", "version": __version__}, "results": entries,
+           "summary": {**summary(results), "models": model_counts(results)}}
     if report is not None:
         if report.baseline is not None:
             doc["summary"]["suppressed"] = report.suppressed
