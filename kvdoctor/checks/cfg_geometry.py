@@ -10,9 +10,10 @@ class (CFG012), and a guessed spec's errors are lowered by `guess_guard`.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeGuard
 
 from kvdoctor.checks import Rule
+from kvdoctor.checks.cfg_semantics import VALIDATES_HIDDEN
 from kvdoctor.checks.context import Context
 from kvdoctor.load.families import LINEAR_TYPE
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MAMBA, MLA, SLIDING, SPARSE_MLA, Finding, ModelSpec
@@ -39,7 +40,7 @@ SCALING_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_p
                 "short_factor", "long_factor", "beta_fast", "beta_slow", "mscale")
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -86,6 +87,8 @@ def _odd_rotary(spec: ModelSpec) -> Iterable[Finding]:
             return
         dim, factor = layer.head_dim, _partial_rotary(cfg)
         key = "head_dim" if "head_dim" in cfg else "num_attention_heads"  # derived: hidden_size / heads
+        if key != "head_dim" and spec.model_type in VALIDATES_HIDDEN:
+            return  # transformers refuses the hidden size first: CFG015's error
     else:
         return
     if not (isinstance(dim, int) and dim > 4 and dim % 2 and _number(factor) and int(dim * factor) == dim):
