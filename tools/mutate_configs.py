@@ -3,10 +3,10 @@ config of fixtures/configs/real and run `check --static` in this process for eve
 takes, then count what came back.
 
     .venv/bin/python tools/mutate_configs.py [--engine vllm] [--mutation null-window] [--kv-budget 40GiB]
-        [--tp 8] [--json out.json]
+        [--tp 8] [--set radix_cache=false ...] [--json out.json]
 
-`--kv-budget` and `--tp` go into each engine's deploy section where its settings take them, so that the
-sizing (and the rules that read it) runs too.
+`--kv-budget`, `--tp` and each `--set KEY=VALUE` (a YAML value) go into each engine's deploy section where
+its settings take that key, so that the sizing (and the rules that read it) runs too.
 
 A crash is an exception out of the check, or a result whose error says "internal error" (what the
 command line turns into exit 3 or an internal-error line); those are listed in full. Error findings
@@ -24,6 +24,8 @@ import tempfile
 import traceback
 from pathlib import Path
 from typing import Any, Callable
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -123,12 +125,12 @@ def mutated(configs: list[Path], names: list[str], root: Path) -> list[tuple[str
     return out
 
 
-def deploy(engine: str, kv_budget: str | None, tp: int | None) -> Any:
+def deploy(engine: str, kv_budget: str | None, tp: int | None, extra: dict[str, Any]) -> Any:
     """The deploy settings for one engine: its section with the keys its settings take."""
     fields = profile_class(engine).Settings.model_fields
     tp_key = next((key for key in TP_KEYS if key in fields), None)
-    section = {key: value for key, value in (("kv_budget", kv_budget), (tp_key, tp))
-               if value is not None and key in fields}
+    pairs = [("kv_budget", kv_budget), (tp_key, tp), *extra.items()]
+    section = {key: value for key, value in pairs if value is not None and key in fields}
     return deploy_from({"engine": engine, section_name(engine): section}) if section else NoDeployFile()
 
 
@@ -138,9 +140,12 @@ def main() -> int:
     parser.add_argument("--mutation", action="append", choices=sorted(MUTATIONS))
     parser.add_argument("--kv-budget", help="KV memory per GPU for the engines that size, e.g. 40GiB")
     parser.add_argument("--tp", type=int, help="tensor parallel size for the engines that take one")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a deploy setting for the engines whose section takes KEY (repeatable)")
     parser.add_argument("--json", help="write every (config, mutation, engine) outcome here")
     args = parser.parse_args()
     engines = args.engine or check_engines()
+    extra = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in args.set)}
     names = args.mutation or list(MUTATIONS)
     catalog = builtin_catalog()
     crashes: list[dict[str, Any]] = []
@@ -149,7 +154,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kvdoctor-mutate-") as tmp:
         models = mutated(sorted(REAL.glob("*.json")), names, Path(tmp))
         for engine in engines:
-            opts = Options(catalog=catalog, engine=engine, deploy=deploy(engine, args.kv_budget, args.tp),
+            opts = Options(catalog=catalog, engine=engine, deploy=deploy(engine, args.kv_budget, args.tp, extra),
                            static=True,
                            selection=Selection(select=("ALL",)))
             for stem, name, folder in models:
