@@ -273,3 +273,27 @@ def test_an_unknown_model_type_never_draws_an_error(tmp_path):
     assert {f["severity"] for f in findings} <= {"warning", "info"}
     hit = next(f for f in findings if f["code"] == "CFG013")
     assert "guessed" in hit["message"] and hit["evidence"]["guessed"] is True
+
+
+def test_rope_parameters_are_checked_for_a_family_transformers_reads(tmp_path):
+    """Mixtral has no kvdoctor family (transformers' class reads it) and that class only warns about a
+    zero factor: CFG023 still says so."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "vocab_size": 1000, "rope_scaling": {"rope_type": "linear", "factor": 0}}))
+    code, doc = check_json("--static", str(tmp_path))
+    hits = [f for f in doc["results"][0]["findings"] if f["code"] == "CFG023"]
+    assert code == 1 and hits and hits[0]["severity"] == "error" and isinstance(hits[0]["line"], int)
+
+
+def test_a_nemotron_pattern_list_of_characters_reads_as_the_string():
+    """NemotronHConfig maps each item of the pattern through its table, a list as a string."""
+    from kvdoctor.load.families import Lookup, family_for
+    from kvdoctor.model import Source
+
+    family = family_for("nemotron_h")
+    as_string = family.rule(Lookup(edit(NEMOTRON_H), {}, lambda k: Source("key", k, "config.json", 1)), 4)
+    as_list = family.rule(Lookup(edit(NEMOTRON_H, hybrid_override_pattern=list("M*M-")), {},
+                                 lambda k: Source("key", k, "config.json", 1)), 4)
+    assert [kind for kind, _ in as_list] == [kind for kind, _ in as_string] == ["mamba", "full_attention", "mamba",
+                                                                               "none"]

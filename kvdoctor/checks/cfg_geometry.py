@@ -4,8 +4,9 @@ count contradicts the top level, linear-attention layer types in a model class t
 linear-attention heads that do not divide.
 
 Each rule says what transformers 5.25.0 or vLLM 0.33.0 does with the value (the catalog entry cites the
-line). They read kvdoctor's own family table only: a config transformers' class reads is validated by that
-class (CFG012), and a guessed spec's errors are lowered by `guess_guard`.
+line). RoPE parameters and the text_config layer count are checked for every family (transformers only
+warns about them); the rest for kvdoctor's own family table only, since a config transformers' class reads
+is validated by that class (CFG012). A guessed spec's errors are lowered by `guess_guard`.
 """
 from __future__ import annotations
 
@@ -46,12 +47,13 @@ def _number(value: Any) -> TypeGuard[int | float]:
 
 def run(ctx: Context) -> Iterable[Finding]:
     spec = ctx.spec
-    if spec.semantics != "table":
-        return
-    yield from _null_heads(spec)
-    yield from _odd_rotary(spec)
+    # transformers' classes only warn about these: every family, a guessed one lowered by guess_guard
     yield from _rope(spec)
     yield from _text_layers(spec)
+    if spec.semantics != "table":
+        return  # the class transformers read the config with validated the rest (CFG012 when it refused)
+    yield from _null_heads(spec)
+    yield from _odd_rotary(spec)
     yield from _linear_types(spec)
     yield from _linear_heads(spec)
 
@@ -109,8 +111,9 @@ def _rope_mappings(cfg: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         value = cfg.get(key)
         if value is None:
             continue
-        if isinstance(value, dict) and value and all(isinstance(v, dict) or v is None for v in value.values()):
-            yield from ((f"{key}.{kind}", params) for kind, params in value.items() if params is not None)
+        if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):  # per layer type,
+            # beside shared scalars such as original_max_position_embeddings (Laguna)
+            yield from ((f"{key}.{kind}", params) for kind, params in value.items() if isinstance(params, dict))
         else:
             yield key, value
 
@@ -178,9 +181,14 @@ def _text_layers(spec: ModelSpec) -> Iterable[Finding]:
     top, inner = raw.get("num_hidden_layers"), spec.config.get("num_hidden_layers")
     if not spec.config_prefix or not isinstance(top, int) or not isinstance(inner, int) or top == inner:
         return
+    from kvdoctor.load import hf_config
+
+    if hf_config.owns(str(raw.get("model_type")), "num_hidden_layers") is not False:
+        return  # the composite class counts another stack itself (BridgeTower, CLAP), or it is unknown
     yield Finding("CFG024", f"num_hidden_layers = {top} at the top level but text_config.num_hidden_layers = {inner}: "
-                  "the two cannot both describe the checkpoint; transformers, vLLM and SGLang build the text "
-                  f"model's {inner} layers from text_config, and whatever reads the top level sizes {top}",
+                  "the two cannot both describe the checkpoint; the top-level class has no layer count of its own, "
+                  f"transformers, vLLM and SGLang build the text model's {inner} layers from text_config, and "
+                  f"whatever reads the top level sizes {top}",
                   file="config.json", line=spec.key_lines.get("num_hidden_layers"), key="num_hidden_layers",
                   evidence={"num_hidden_layers": top, "text_config.num_hidden_layers": inner})
 
