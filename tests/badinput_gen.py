@@ -231,6 +231,7 @@ for _id, _edit in [
     ("value-int", _remap(1)), ("value-null", _remap(None)), ("value-list", _remap(["a.safetensors"])),
     ("weight-map-list", lambda i, s: i.update(weight_map=list(i["weight_map"]))),
     ("weight-map-missing", lambda i, s: i.pop("weight_map")),
+    ("weight-map-empty", lambda i, s: i.update(weight_map={})),  # vLLM: "Cannot find any model weights"
     ("not-an-object", lambda i, s: "[]"), ("not-json", lambda i, s: "{weight_map: }"),
     ("duplicate-name",
      lambda i, s: '{"weight_map": {"model.norm.weight": "%s", "model.norm.weight": "%s"}}' % (s[0], s[1])),

@@ -189,6 +189,14 @@ def test_refusal_fires_with_its_catalog_entry_and_stays_quiet_when_healthy(tmp_p
     assert healthy == ()
 
 
+def test_a_null_window_refusal_says_whose_error_it_is(tmp_path):
+    """SGLang's TypeError text alone read like kvdoctor's own crash: the finding names the model class and
+    the file that subtracts one from the window (models/gpt_oss.py:132 @ v0.5.23)."""
+    _, [refusal], _ = fixture_plan(tmp_path / "n", "openai__gpt-oss-20b", lambda c: c.__setitem__("sliding_window", None))
+    assert "GptOssForCausalLM" in refusal.explanation and "models/gpt_oss.py" in refusal.explanation
+    assert "not kvdoctor's" in refusal.explanation and refusal.message in refusal.explanation
+
+
 def test_window_that_sglang_does_not_mask_is_listed(tmp_path):
     _, _, mistral = fixture_plan(tmp_path / "m", "mistralai__Mistral-7B-v0.1")
     assert len(mistral.window_differs_layers) == 32  # MistralForCausalLM passes no window: all 32 attend fully

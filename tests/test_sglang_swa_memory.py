@@ -3,6 +3,7 @@ from the profile's own sizing model, and says whether attention still masks the 
 when it does not)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from helpers import check_json
@@ -86,3 +87,23 @@ def test_chunked_layers_under_the_flag_count_too(tmp_path):
              and p["setting"] in ("default", "disable_hybrid_swa_memory")}
     assert ev["pool_tokens"] == sized["disable_hybrid_swa_memory"]["max_total_num_tokens"]
     assert ev["pool_tokens_without_full_length_sliding"] == sized["default"]["full_max_total_num_tokens"]
+
+
+def test_an_all_sliding_model_outside_the_allow_list_sizes_without_crashing(tmp_path):
+    """Every layer sliding (a Mistral-family config whose layer_types say so): with only windowed layers there
+    is no full-attention pool to compare against, so the warning gives the cost without a token count
+    (this divided by zero bytes per token once)."""
+    cfg = json.loads((FIXTURES / "mistralai__Mistral-7B-v0.1" / "config.json").read_text())
+    cfg["layer_types"] = ["sliding_attention"] * cfg["num_hidden_layers"]
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "deploy.yaml").write_text("sglang:\n  kv_budget: 40GiB\n")
+    rc, doc = check_json(str(tmp_path / "model"), "--engine", "sglang", "--static",
+                         "--deploy", str(tmp_path / "deploy.yaml"), env=NO_SGLANG)
+    result = doc["results"][0]
+    assert result.get("error") is None, result["error"]
+    [found] = sgl011(result["findings"])
+    ev = found["evidence"]
+    assert len(ev["sliding_layers"]) == 32 and ev["pool_tokens"] == 40 * (1 << 30) // (32 * 8 * 128 * 2 * 2)
+    assert ev["pool_tokens_without_full_length_sliding"] is None and "tokens lost" not in found["message"]
+    assert rc == 1  # SGL004: Mistral's attention does not mask the window

@@ -30,6 +30,7 @@ PROBE = "probe:"
 RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.cfg",
     "kvdoctor.checks.cfg_semantics",
+    "kvdoctor.checks.cfg_geometry",
     "kvdoctor.checks.ckpt",
     "kvdoctor.checks.refusals",
     "kvdoctor.checks.eng",

@@ -6,7 +6,7 @@ from typing import Iterable
 from kvdoctor.checks import Rule
 from kvdoctor.checks.context import Context
 from kvdoctor.load.families import TRANSFORMERS_LAYER_TYPES, TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
-from kvdoctor.model import SLIDING, Finding
+from kvdoctor.model import CHUNKED, SLIDING, Finding
 
 # Strings transformers accepts are not CFG002 even where kvdoctor cannot size them (CFG011 says so).
 KNOWN_TYPE_STRINGS = set(TYPE_STRINGS) | {LINEAR_TYPE} | TRANSFORMERS_LAYER_TYPES
@@ -45,6 +45,16 @@ def run(ctx: Context) -> Iterable[Finding]:
         yield Finding.at("CFG003", f"{len(null_window)} layers are declared sliding_attention but sliding_window is null",
                          spec.key_source("sliding_window" if "sliding_window" in cfg else "layer_types"),
                          layer=null_window[0], evidence={"layers": null_window})
+
+    chunked = [layer.index for layer in spec.layers if layer.kind == CHUNKED and layer.window is None]
+    if chunked:
+        message = "Could not find an `attention_chunk_size` argument in the config, or it is not set"
+        yield Finding.at("CFG003", f"{len(chunked)} layers are declared chunked_attention but attention_chunk_size "
+                         f"is null: transformers raises \"{message}\" building their mask, and vLLM 0.33.0's Llama 4 "
+                         "attention falls back to full attention on them", spec.key_source(
+                             "attention_chunk_size" if "attention_chunk_size" in cfg else "layer_types"),
+                         layer=chunked[0], engine_error={"class": "ValueError", "message": message, "stage": "prefill"},
+                         evidence={"layers": chunked})
 
     window_key = next((k for k in WINDOW_KEYS if cfg.get(k) is not None), None)
     if window_key and not sliding and cfg.get("use_sliding_window") is not False:

@@ -106,14 +106,21 @@ def _periods(spec: ModelSpec) -> Iterable[Finding]:
     if key != "attn_layer_period" and "layer_types" in spec.config:
         return  # layer_types wins in transformers; CFG005 compares the two
     if _int(value) and value > 0:
-        if key == "attn_layer_period" and _int(spec.config.get("attn_layer_offset", 4)) and \
-                spec.config.get("attn_layer_offset", 4) >= value:
-            offset = spec.config.get("attn_layer_offset", 4)
+        offset = spec.config.get("attn_layer_offset", 4)
+        if key == "attn_layer_period" and _int(offset) and offset >= value:
             message = f"attention layer offset ({offset}) must be smaller than attention layer period ({value})"
             yield Finding.at("CFG016", f"attn_layer_offset = {offset} is not below attn_layer_period = {value}: "
                              f"no layer would be attention; transformers raises \"{message}\"",
                              spec.key_source("attn_layer_offset"),
                              engine_error={"class": "ValueError", "message": message, "stage": "load"},
+                             evidence={key: value, "attn_layer_offset": offset})
+        elif key == "attn_layer_period" and _int(offset) and offset < 0:
+            # JambaConfig only checks offset < period; its layers_block_type puts attention where
+            # i % period == offset, which a negative offset never equals
+            yield Finding.at("CFG016", f"attn_layer_offset = {offset} is negative: JambaConfig accepts it, but its "
+                             f"layer pattern puts attention where layer % {value} == {offset}, which never holds, "
+                             "so no layer is attention and the checkpoint's attention weights have no layer to load "
+                             "into (vLLM and SGLang read the same pattern)", spec.key_source("attn_layer_offset"),
                              evidence={key: value, "attn_layer_offset": offset})
         return
     if value == 0 and _int(value):
@@ -131,11 +138,21 @@ def _pattern_strings(spec: ModelSpec) -> Iterable[Finding]:
     checks = []
     if spec.model_type == "exaone4" and isinstance(cfg.get("sliding_window_pattern"), str):
         checks.append(("sliding_window_pattern", EXAONE_CHARS))
-    if spec.model_type == "nemotron_h" and isinstance(cfg.get("hybrid_override_pattern"), str):
+    nemotron = cfg.get("hybrid_override_pattern")
+    if spec.model_type == "nemotron_h" and isinstance(nemotron, (str, list)):
         checks.append(("hybrid_override_pattern", NEMOTRON_CHARS))
+    elif spec.model_type == "nemotron_h" and "hybrid_override_pattern" in cfg and nemotron is not None:
+        # NemotronHConfig._pattern_to_list iterates the pattern: a number is not iterable
+        what = f"'{type(nemotron).__name__}' object is not iterable"
+        yield Finding.at("CFG017", f"hybrid_override_pattern = {nemotron!r} is not a pattern string (one character "
+                         f"per layer: {', '.join(NEMOTRON_CHARS)}): transformers' NemotronHConfig raises TypeError "
+                         f"\"{what}\"", spec.key_source("hybrid_override_pattern"),
+                         engine_error={"class": "TypeError", "message": what, "stage": "load"},
+                         evidence={"hybrid_override_pattern": nemotron})
     for key, allowed in checks:
         pattern = cfg[key]
-        bad = sorted({c for c in pattern if c not in allowed})
+        bad = sorted({c if isinstance(c, str) else repr(c) for c in pattern
+                      if not (isinstance(c, str) and len(c) == 1 and c in allowed)})
         src = spec.key_source(key)
         if bad or not pattern:
             what = f"characters {''.join(bad)!r} mean nothing" if bad else "it is empty"

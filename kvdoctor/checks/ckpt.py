@@ -125,6 +125,25 @@ def _projections(spec: ModelSpec, layer: LayerSpec) -> Iterable[Finding]:
         yield Finding.at("CKPT001", f"layer {layer.index}: {o.name} has {o.shape[1]} input columns, expected "
                          f"{h * vd} (num_attention_heads x head_dim)", layer.sources.get("n_heads"),
                          layer=layer.index, evidence={"tensor": o.name, "columns": o.shape[1], "expected": h * vd})
+    yield from _hidden_width(spec, layer)
+
+
+def _hidden_width(spec: ModelSpec, layer: LayerSpec) -> Iterable[Finding]:
+    """The projections read and write the residual stream: q/k/v take hidden_size input columns, o_proj gives
+    hidden_size rows (unquantized float tensors only: packed formats change the column count)."""
+    hidden = spec.hidden_size
+    if not isinstance(hidden, int) or isinstance(hidden, bool):
+        return
+    sides = [(f"self_attn.{p}_proj.weight", 1, "input columns") for p in ("q", "k", "v", "qkv")]
+    for suffix, axis, what in sides + [("self_attn.o_proj.weight", 0, "output rows")]:
+        info = layer_tensor(spec, layer.index, suffix)
+        if info is not None and len(info.shape) == 2 and info.dtype in FLOAT_DTYPES and info.shape[axis] != hidden:
+            yield Finding.at("CKPT001", f"layer {layer.index}: {info.name} has {info.shape[axis]} {what}, expected "
+                             f"hidden_size = {hidden}: the engine's projection of the config's width cannot load it",
+                             spec.key_source("hidden_size"), layer=layer.index,
+                             evidence={"tensor": info.name, what.replace(" ", "_"): info.shape[axis],
+                                       "expected": hidden})
+            return  # one layer's first mismatch says it; the rest follow from the same width
 
 
 def _mla(spec: ModelSpec, layer: LayerSpec) -> Iterable[Finding]:

@@ -40,6 +40,8 @@ def _tokens_without_sliding(ctx: Context, settings: Any, why: str) -> tuple[int 
         return (None if refused else pools.get("full")), "with hybrid-SWA memory on (its own full / SWA split)"
     kept = [msgspec.structs.replace(layer, kind=NO_ATTENTION) if layer.kind in WINDOWED else layer
             for layer in ctx.spec.layers]  # a layer with no token mixer takes no pool slot
+    if all(layer.kind == NO_ATTENTION for layer in kept):
+        return None, "with no full-attention layer, no full pool to compare with"  # every layer windowed
     _, _, facts = plan_layers(msgspec.structs.replace(ctx.spec, layers=kept), settings)
     pools = (facts.budget or {}).get("pools") or {}
     return pools.get("full"), "at most, if only the full-attention layers held full-length slots"

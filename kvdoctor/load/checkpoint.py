@@ -346,6 +346,10 @@ def read_weight_map(index_path: Path) -> dict[str, str]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise InputError(f"{index_path}: expected an object with a 'weight_map' of tensor name -> shard file")
+    if not weight_map:  # vLLM keeps only the shards the index names: "Cannot find any model weights"
+        line = load_json(index_path, "safetensors index")[1].get("weight_map")  # only on this error path
+        raise InputError(f"{index_path}{f':{line}' if line else ''}: weight_map is empty; expected tensor name -> "
+                         "shard file for every tensor (engines that pick shards through the index load none)")
     if set(map(type, weight_map.values())) - {str}:
         name, shard = next((n, s) for n, s in weight_map.items() if not isinstance(s, str))
         raise InputError(f"{index_path}: weight_map[{show(name)}] = {show(shard)}; expected a shard file name")

@@ -182,9 +182,10 @@ def _nemotron_h(look: Lookup, n: int) -> list[tuple[str, Source]]:
     """`hybrid_override_pattern`: M = Mamba-2, * = attention, - = MLP, E = MoE (no KV state)."""
     pattern = look.get("hybrid_override_pattern")
     src = look.source("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
+    if isinstance(pattern, (str, list)) and pattern:  # transformers maps a list of characters the same way
         table = {"M": MAMBA, "*": FULL, "-": NO_ATTENTION, "E": NO_ATTENTION}
-        return [(table.get(pattern[i], UNKNOWN) if i < len(pattern) else UNKNOWN, src) for i in range(n)]
+        chars = [c if isinstance(c, str) else "" for c in pattern]
+        return [(table.get(chars[i], UNKNOWN) if i < len(chars) else UNKNOWN, src) for i in range(n)]
     blocks = look.get("layers_block_type")
     if isinstance(blocks, list):
         table = {"mamba": MAMBA, "attention": FULL, "full_attention": FULL, "linear_attention": MAMBA,

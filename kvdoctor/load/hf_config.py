@@ -129,6 +129,20 @@ def knows(model_type: str) -> bool:
     return model_type in mapping
 
 
+def owns(model_type: str, name: str) -> bool | None:
+    """Whether the configuration class of `model_type` sets attribute `name` itself (a default instance
+    has it); None when transformers or the type is absent, or the class cannot be built bare."""
+    if not knows(model_type):
+        return None
+    _, mapping = _registry()
+    try:
+        with warnings.catch_warnings(), _without_torch():
+            warnings.simplefilter("ignore")
+            return name in vars(mapping[model_type]())
+    except Exception:  # a class that needs arguments says nothing here
+        return None
+
+
 def _innermost(exc: BaseException) -> BaseException:
     """huggingface_hub's strict-dataclass errors wrap the validator's own ValueError."""
     while exc.__cause__ is not None:

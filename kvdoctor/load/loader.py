@@ -74,7 +74,11 @@ def resolve_target(target: str) -> Resolved:
     if not is_utf8(target):
         raise InputError(f"{show(target, 4096)}: the path is not UTF-8; expected a path a report can show")
     path = Path(target)
-    if path.exists():
+    try:
+        found = path.exists()
+    except OSError as exc:  # ENAMETOOLONG and the like: no such directory can be there
+        raise InputError(f"{show(target, 200)}: {exc.strerror or exc}; expected a model directory") from None
+    if found:
         if not path.is_dir():
             raise InputError(f"{target}: expected a model directory, found a file")
         return Resolved(path, _cache_repo(path) or path)

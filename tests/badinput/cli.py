@@ -39,6 +39,10 @@ _cli("triage-log-empty", ["triage", ""], "LOG", needs_model=False)
 for _option in ("--deploy", "--config", "--baseline", "--write-baseline"):
     _cli(f"{_option.strip('-')}-empty", ["check", _option, "", "{m}"], _option)
 _cli("catalog-empty", ["--catalog", "", "rules"], "--catalog", needs_model=False)
+# A target longer than the file system allows (ENAMETOOLONG from stat): one line naming it, not a traceback.
+_cli("target-name-too-long", ["check", "--static", "{m}/" + "a" * 300], "File name too long")
+_cli("target-path-component-too-long", ["check", "--static", "{m}/" + "a" * 300 + "/b"], "File name too long")
+_cli("budget-target-name-too-long", ["budget", "{m}/" + "a" * 300], "File name too long")
 
 # Unknown options (with the nearest spelling), unknown commands, missing values and arguments.
 _cli("no-such-option-suggested", ["check", "--jbos", "2", "{m}"], "no such option: --jbos (did you mean --jobs?)")

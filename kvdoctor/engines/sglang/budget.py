@@ -280,7 +280,10 @@ def sglang_window(facts: ModelFacts) -> int | None:
     return window - 1 if set(facts.architectures) & WINDOW_MINUS_ONE else window
 
 
-def swa_floor(swa_tokens: int, window: int, page: int) -> None:
+def swa_floor(swa_tokens: int, window: int | None, page: int) -> None:
+    """SGLang's `validate_swa_pool_size` (pool_configurator.py:198-216): no floor without a window."""
+    if window is None:
+        return
     if window + page >= swa_tokens:
         raise EngineRefusal(
             "ValueError",
@@ -308,7 +311,8 @@ def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int 
         full_b, swa_b = pool_bytes(facts, mode, ("full", "mla", "dsa")), pool_bytes(facts, mode, ("sliding",))
         if not swa_b:
             raise EngineRefusal("AssertionError", "Hybrid SWA model must have at least one SWA layer")
-        if mode.max_running_requests is not None and not mode.radix_cache and full_b:
+        # the request-cap configurator does not apply without a window (pool_configurator.py:1001)
+        if mode.max_running_requests is not None and not mode.radix_cache and full_b and window is not None:
             swa = -(-swa_request_cap(facts, window, mode) // page) * page
             full = int((available - swa * swa_b) // full_b) // page * page
             if full <= 0:

@@ -112,9 +112,14 @@ def null_window(spec: ModelSpec) -> Refusal | None:
     where = archs.WINDOW_MINUS_ONE_SOURCES.get(arch)
     if where is None or "sliding_window" not in spec.config or spec.config["sliding_window"] is not None:
         return None
+    file = where.split("#")[0]
+    explanation = (f"sliding_window is null, and sglang {archs.TAG.lstrip('v')}'s {arch} computes "
+                   f"`config.sliding_window - 1` for its sliding layers while it builds the model ({file}): the "
+                   "server stops at model load with TypeError \"unsupported operand type(s) for -: 'NoneType' "
+                   "and 'int'\" (SGLang's error, not kvdoctor's; transformers accepts the null)")
     return Refusal("SGL003", "TypeError", "unsupported operand type(s) for -: 'NoneType' and 'int'", "startup",
                    key=spec.config_prefix + "sliding_window", source=archs.ref(where),
-                   evidence={"architecture": arch})
+                   evidence={"architecture": arch}, explanation=explanation)
 
 
 def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
