@@ -90,7 +90,7 @@ def test_sglang_attention_dp_splits_attention_over_fewer_ranks(tmp_path: Path) -
 
 def test_quantized_tensors_are_priced_as_stored(tmp_path: Path) -> None:
     def fp8(layout: dict) -> None:
-        for name, (dtype, shape) in list(layout.items()):
+        for name, (_dtype, shape) in list(layout.items()):
             if name.endswith("proj.weight"):
                 layout[name] = ("F8_E4M3", shape)
                 layout[name[:-len("weight")] + "weight_scale"] = ("F32", [1])

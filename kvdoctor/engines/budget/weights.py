@@ -16,8 +16,10 @@ rank. Ways a tensor is split:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+import msgspec
 
 from kvdoctor.engines.budget.common import Record, cdiv
 from kvdoctor.errors import InputError
@@ -43,30 +45,28 @@ KINDS = ("column", "kv_column", "row", "replicated", "vocab", "expert")
 LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
-@dataclass(frozen=True)
-class ShardRules:
+class ShardRules(msgspec.Struct, frozen=True):
     """An engine's sharding of one model family's tensor names, first match wins; what no rule names
     is priced replicated (the most a rank could hold) and counted in `unmatched`."""
 
     rules: tuple[tuple[str, str], ...]  # (regex searched in the tensor name, kind)
     vocab_padding: int  # vocab rows are padded to a multiple of this before the TP split
     source: str  # where the rules were read (file:line at the pinned release)
-    _compiled: list[tuple[re.Pattern[str], str]] = field(default_factory=list, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        for pattern, kind in self.rules:
-            assert kind in KINDS, kind
-            self._compiled.append((re.compile(pattern), kind))
 
     def kind(self, name: str) -> str | None:
-        for pattern, kind in self._compiled:
+        for pattern, kind in _compiled(self.rules):
             if pattern.search(name):
                 return kind
         return None
 
 
-@dataclass(frozen=True)
-class Parallel:
+@lru_cache(maxsize=8)
+def _compiled(rules: tuple[tuple[str, str], ...]) -> list[tuple[re.Pattern[str], str]]:
+    assert all(kind in KINDS for _, kind in rules)
+    return [(re.compile(pattern), kind) for pattern, kind in rules]
+
+
+class Parallel(msgspec.Struct, frozen=True):
     """A parallel layout. `attn_tp` is the TP group attention layers are split over (SGLang's attention
     DP gives each DP rank its own attention: attn_tp = tp / dp); `ep` the expert-parallel group size
     (1: experts are split by TP instead)."""
