@@ -133,6 +133,66 @@ def _share(kind: str, nbytes: int, rows: int, par: Parallel, attention: bool, ru
     return cdiv(nbytes, par.tp)
 
 
+class _Group(msgspec.Struct):
+    """Tensors priced alike: one kind of split, in one layer (-1: outside the layers), attention or not."""
+
+    kind: str
+    layer: int
+    attention: bool
+    place: str  # layer | embed | head (the output head and the final norm) | first
+    nbytes: int = 0
+    rows: int = 0  # a vocab tensor's rows (vocab tensors are kept one a group)
+
+
+class _Classified(msgspec.Struct):
+    groups: list[_Group]
+    total: int
+    tensors: int
+    unmatched: list[str]
+
+
+_LAST: dict[int, tuple[Checkpoint, ShardRules, _Classified]] = {}
+
+
+def _classify(ckpt: Checkpoint, rules: ShardRules) -> _Classified:
+    """Each tensor's split and place, summed into groups once per checkpoint, so that pricing one more
+    layout costs a pass over a few hundred groups, not over every tensor."""
+    hit = _LAST.get(id(ckpt))
+    if hit is not None and hit[0] is ckpt and hit[1] == rules:
+        return hit[2]
+    from kvdoctor.load.checkpoint import DTYPE_BITS
+
+    groups: dict[tuple, _Group] = {}
+    unmatched: list[str] = []
+    total = 0
+    for name, dtype, shape, _file in ckpt.tensors.values():
+        numel = 1
+        for d in shape:
+            numel *= d
+        nbytes = (numel * DTYPE_BITS[dtype] + 7) // 8
+        total += nbytes
+        kind = rules.kind(name)
+        if kind is None:
+            kind = "replicated"
+            if len(unmatched) < 20:
+                unmatched.append(name)
+        m = LAYER_RE.search(name)
+        layer = int(m.group(1)) if m is not None else -1
+        place = "layer" if m is not None else "embed" if kind == "vocab" and "embed" in name else \
+            "head" if kind == "vocab" or "norm" in name else "first"
+        attention = "attn" in name or "attention" in name
+        key: tuple = (kind, layer, attention, place, name if kind == "vocab" else "")
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group(kind=kind, layer=layer, attention=attention, place=place,
+                                         rows=shape[0] if kind == "vocab" and shape else 0)
+        group.nbytes += nbytes
+    out = _Classified(groups=list(groups.values()), total=total, tensors=len(ckpt.tensors), unmatched=unmatched)
+    _LAST.clear()
+    _LAST[id(ckpt)] = (ckpt, rules, out)
+    return out
+
+
 def weights_per_rank(ckpt: Checkpoint, config: dict[str, Any], rules: ShardRules, par: Parallel,
                      layers: int) -> WeightsRecord:
     """Price every tensor on the fullest rank of each pipeline stage. Embeddings sit on the first stage;
@@ -149,39 +209,21 @@ def weights_per_rank(ckpt: Checkpoint, config: dict[str, Any], rules: ShardRules
     held = cdiv(experts, par.ep) if experts else 0
     per_stage = [0] * par.pp
     by_kind: dict[str, list[int]] = {k: [0] * par.pp for k in KINDS}
-    unmatched: list[str] = []
-    total = 0
     tied = bool(config.get("tie_word_embeddings"))
-    from kvdoctor.load.checkpoint import DTYPE_BITS
-
-    for name, dtype, shape, _file in ckpt.tensors.values():
-        numel = 1
-        for d in shape:
-            numel *= d
-        nbytes = (numel * DTYPE_BITS[dtype] + 7) // 8
-        total += nbytes
-        kind = rules.kind(name)
-        if kind is None:
-            kind = "replicated"
-            if len(unmatched) < 20:
-                unmatched.append(name)
-        m = LAYER_RE.search(name)
-        attention = "attn" in name or "attention" in name
-        share = _share(kind, nbytes, shape[0] if shape else 0, par, attention, rules, kv_heads, (held, experts))
-        if m is not None:
-            index = int(m.group(1))
-            targets = [stage_of[index]] if index < layers else [par.pp - 1]  # MTP layers past the last
-        elif kind == "vocab" and "embed" in name:
+    classified = _classify(ckpt, rules)
+    for g in classified.groups:
+        share = _share(g.kind, g.nbytes, g.rows, par, g.attention, rules, kv_heads, (held, experts))
+        if g.place == "layer":
+            targets = [stage_of[g.layer]] if g.layer < layers else [par.pp - 1]  # MTP layers past the last
+        elif g.place == "embed":
             targets = [0, par.pp - 1] if tied and par.pp > 1 else [0]
-        elif kind == "vocab" or "norm" in name:
-            targets = [par.pp - 1]
         else:
-            targets = [0]
+            targets = [par.pp - 1] if g.place == "head" else [0]
         for s in targets:
             per_stage[s] += share
-            by_kind[kind][s] += share
+            by_kind[g.kind][s] += share
     top = max(range(par.pp), key=per_stage.__getitem__)
     return WeightsRecord(bytes_per_rank=per_stage[top], per_stage=per_stage,
-                         by_kind={k: v[top] for k, v in by_kind.items() if v[top]}, checkpoint_bytes=total,
-                         tensors=len(ckpt.tensors), unmatched=unmatched, stage_layers=[list(s) for s in stages],
-                         source=rules.source)
+                         by_kind={k: v[top] for k, v in by_kind.items() if v[top]}, checkpoint_bytes=classified.total,
+                         tensors=classified.tensors, unmatched=classified.unmatched,
+                         stage_layers=[list(s) for s in stages], source=rules.source)
