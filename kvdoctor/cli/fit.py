@@ -95,7 +95,8 @@ def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None
         typer.echo(f"kvdoctor: warning: {warning}", err=True)
     asked = deploy.budget
     section: dict[str, Any] = deploy.settings(engine).model_dump()
-    chosen = gpu_preset(gpu or (asked.gpu if asked else None), gpu_memory or (asked.gpu_memory if asked else None))
+    memory = gpu_memory or (str(asked.gpu_memory) if asked and asked.gpu_memory is not None else None)
+    chosen = gpu_preset(gpu or (asked.gpu if asked else None), memory)
     settings = {k: v for k, v in section.items() if v is not None}
     layout = layout_of(section)
     if layout is not None and gpus is None:

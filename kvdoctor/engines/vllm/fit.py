@@ -33,18 +33,23 @@ MAX_NUM_SEQS = {"xl": 1024, "large": 1024, "small": 256}
 # Calibrated terms (docs/fit.md lists the logs): bytes per scheduled token of the forward pass's peak,
 # in units of the activation width, and the fixed non-torch memory (CUDA context, cuBLAS workspaces, NCCL).
 FORWARD_WIDTHS = (3, 3)  # (x intermediate per rank, x hidden): vllm-project/vllm#10517 at 20k and 29k tokens
-NON_TORCH = 300 * MiB  # vllm-project/vllm#10517 (0.35 GiB) and #14447 (0.20 GiB)
-SAMPLER_COPIES_V1 = 2  # fp32 logits and the probabilities of the dummy sampler run (gpu_model_runner.py:5866-5900)
-SAMPLER_COPIES_V0 = 10.3  # vllm-project/vllm#10511 (V0 sampler, 256 sequences, 1.26 GiB at TP 1 and 2)
-CUDA_GRAPHS = 512 * MiB  # placeholder inside the 0.3-3.5 GiB seen in logs; measured by capture on the GPU
+# Non-torch memory on one rank, alone and with the all-reduce buffers of a TP group: 0.13-0.14 GiB at TP 1 and
+# 0.54-0.55 GiB at TP 2 in the calibration logs of vLLM 0.11 on H100 (tests/data/startup-logs).
+NON_TORCH = {False: 133 * MiB, True: 563 * MiB}
+# The dummy sampler run over max_num_seqs rows of fp32 logits peaks at about this many copies of them (the
+# logits, probabilities, sorted values and indices of top-k/top-p): 9.62-9.73 on the three model families of the
+# calibration logs (vLLM 0.11, 1024 sequences); 10.3 with the V0 sampler and 256 sequences (vllm-project/vllm#10511).
+SAMPLER_COPIES_V1 = 9.7
+SAMPLER_COPIES_V0 = 10.3
+CUDA_GRAPHS = 512 * MiB  # not calibrated: no log of 0.21 or later prints it; 0.39-1.88 GiB in 0.10-0.11 logs
 SOURCES = {
     "requested": "vllm/v1/worker/utils.py:724-726 @ 0.33.0 (ceil(total x gpu_memory_utilization))",
     "weights": "exact: safetensors headers split as vllm 0.33.0's layers split them (vllm/weights.py)",
     "activations": "max(forward peak, sampler peak): forward = max_num_batched_tokens x (3 x intermediate/TP "
-                   "+ 3 x hidden) x dtype, calibrated on 2 logs (vllm-project/vllm#10517); sampler = max_num_seqs "
-                   "x vocab x 4 B x {copies} (v1/worker/gpu_model_runner.py:5866-5900)",
-    "non_torch": "calibrated on 2 logs (vllm-project/vllm#10517, #14447)",
-    "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21); size not modelled: a "
+                   "+ 3 x hidden) x dtype (vllm-project/vllm#10517); sampler = max_num_seqs x vocab x 4 B x {copies} "
+                   "(v1/worker/gpu_model_runner.py:5866-5900), calibrated on 5 logs (docs/fit.md)",
+    "non_torch": "calibrated on 7 logs of vLLM 0.11 (docs/fit.md): 0.13 GiB alone, 0.55 GiB in a TP group",
+    "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21); size not calibrated: a "
                    "placeholder of 0.5 GiB",
     "kv": "what is left: v1/worker/gpu_worker.py:752-756 @ 0.33.0",
 }
@@ -77,34 +82,54 @@ def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: 
     return max(forward, sampler)
 
 
+def scheduler_defaults(version: str, gpu: Gpu, context: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of the OpenAI server when the deployer sets neither: the
+    pinned release's table by GPU class; before the V1 engine (0.8), 256 sequences and one whole prompt
+    of max_model_len tokens, or 512 with the chunked prefill it turned on above 32k."""
+    if version_tuple(version) < (0, 8):
+        return (max(context, 2048) if context <= 32768 else 512), 256
+    tier = gpu_tier(gpu)
+    return BATCHED_TOKENS[tier], MAX_NUM_SEQS[tier]
+
+
 def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], request: Request,
-        settings: dict[str, Any] | None = None, version: str = VERSION) -> FitRow:
+        settings: dict[str, Any] | None = None) -> FitRow:
     """One layout (tp, pp, dp, expert_parallel) on `gpu`: the fullest rank's memory and what it serves.
     `settings` holds vLLM's own knobs (gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
-    enforce_eager, ...) where the deployer sets them."""
+    enforce_eager, ...) where the deployer sets them; `kv_budget` replaces the modelled memory with the
+    engine's own figure; `version` prices an older release's defaults (start-up logs)."""
     s = settings or {}
+    version = str(s.get("version") or VERSION)
     tp, pp, dp = int(layout.get("tp", 1)), int(layout.get("pp", 1)), int(layout.get("dp", 1))
     ep = bool(layout.get("expert_parallel", False))
     util = float(s.get("gpu_memory_utilization") or GPU_MEMORY_UTILIZATION)
-    tier = gpu_tier(gpu)
-    tokens = int(s.get("max_num_batched_tokens") or BATCHED_TOKENS[tier])
-    seqs = int(s.get("max_num_seqs") or MAX_NUM_SEQS[tier])
+    context = request.context or facts.max_position or 0
+    default_tokens, default_seqs = scheduler_defaults(version, gpu, context)
+    tokens = int(s.get("max_num_batched_tokens") or default_tokens)
+    seqs = int(s.get("max_num_seqs") or default_seqs)
     assert spec.checkpoint is not None
     weights = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, vw.parallel(tp, pp, dp, ep), spec.num_hidden_layers)
     requested = math.ceil(gpu.memory_bytes * util)
     activations = activation_peak(facts, spec.config, tp, tokens, seqs, version)
     graphs = 0 if s.get("enforce_eager") or version_tuple(version) < (0, 21) else CUDA_GRAPHS
     copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
-    kv = requested - weights.bytes_per_rank - activations - NON_TORCH - graphs
+    non_torch = NON_TORCH[tp * pp * dp > 1]
+    kv = requested - weights.bytes_per_rank - activations - non_torch - graphs
+    if s.get("kv_budget") is not None:  # the engine's own figure, from a log or a profiled run
+        from kvdoctor.load.strict import parse_size
+
+        kv = parse_size(s["kv_budget"], "kv_budget") if isinstance(s["kv_budget"], str) else int(s["kv_budget"])
+        kv_source = "given (kv_budget)"
+    else:
+        kv_source = SOURCES["kv"]
     terms = [Term(name="requested", bytes=requested, source=SOURCES["requested"] + f" with {util}"),
              Term(name="weights", bytes=weights.bytes_per_rank, source=SOURCES["weights"]),
              Term(name="activations", bytes=activations, source=SOURCES["activations"].format(copies=copies)),
-             Term(name="non_torch", bytes=NON_TORCH, source=SOURCES["non_torch"]),
+             Term(name="non_torch", bytes=non_torch, source=SOURCES["non_torch"]),
              Term(name="cuda_graphs", bytes=graphs, source=SOURCES["cuda_graphs"] if graphs else "enforce_eager "
                   "or before 0.21: not subtracted"),
-             Term(name="kv", bytes=max(kv, 0), source=SOURCES["kv"]),
+             Term(name="kv", bytes=max(kv, 0), source=kv_source),
              Term(name="free", bytes=gpu.memory_bytes - requested, source="outside gpu_memory_utilization")]
-    context = request.context or facts.max_position or 0
     row = FitRow(engine="vllm", version=version, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes, gpus=tp * pp * dp,
                  layout={"tp": tp, "pp": pp, "dp": dp, "expert_parallel": ep}, weights=weights, terms=terms,
                  kv_bytes=kv, context=context)
@@ -114,7 +139,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     if weights.unmatched:
         row.notes.append(f"{len(weights.unmatched)}+ tensors no sharding rule names were priced whole on every rank "
                          f"(e.g. {weights.unmatched[0]})")
-    if weights.bytes_per_rank + NON_TORCH > gpu.memory_bytes:
+    if weights.bytes_per_rank + non_torch > gpu.memory_bytes:
         row.refusal = EngineRefusal("torch.OutOfMemoryError", f"CUDA out of memory: the weights need "
                                     f"{weights.bytes_per_rank / GiB:.2f} GiB per rank on a {gpu.memory_bytes / GiB:.2f} "
                                     "GiB GPU", stage="load")
