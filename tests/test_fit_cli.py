@@ -1,0 +1,118 @@
+"""`kvdoctor fit` as a user runs it (a real process): its JSON, HTML and exit codes, the deploy file, bad
+input, and every emitted `vllm serve` command parsed and configured by vLLM's own code where a vLLM
+Python is installed."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, make_model, run
+
+VLLM_PYTHON = Path(os.environ.get("KVDOCTOR_VLLM_PYTHON", "/tmp/ux/venvs/vllm/bin/python"))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory.mktemp("fit"), "llama-3.1-8b")
+
+
+def _json(*args: str) -> tuple[int, dict]:
+    proc = run("fit", *args, "--format", "json")
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_json_rows_terms_and_recommendation(llama: Path) -> None:
+    rc, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "131072", "--concurrency", "12")
+    assert doc["schema"] == "kvdoctor.fit/1"
+    assert {r["layout"]["tp"] for r in doc["rows"]} == {1, 2}  # tp 2, and tp 1 x pp 2
+    row = next(r for r in doc["rows"] if r["layout"]["tp"] == 2)
+    terms = {t["name"]: t["bytes"] for t in row["terms"]}
+    # the memory left is what the engine's share of the GPU keeps after its reservations
+    assert row["kv_bytes"] == terms["requested"] - terms["weights"] - terms["activations"] - terms["non_torch"] \
+        - terms["cuda_graphs"]
+    assert terms["weights"] == row["weights"]["bytes_per_rank"]
+    assert all(t["source"] for t in row["terms"])
+    # 12 requests of 128k do not fit on two GPUs; the recommendation uses more and serves them
+    assert rc == 1 and not any(r["fits"] for r in doc["rows"])
+    best = doc["recommendation"]
+    assert best["gpus"] > 2 and best["max_concurrency"] >= 12
+    assert best["launch"][:3] == ["vllm", "serve", str(llama)]
+
+
+def test_a_context_longer_than_memory_is_refused_with_vllms_text(llama: Path) -> None:
+    rc, doc = _json(str(llama), "--gpu", "RTX-4090", "--context", "131072")
+    row = doc["rows"][0]
+    assert rc == 1
+    assert row["refusal"]["class"] == "ValueError"
+    assert row["refusal"]["message"].startswith("To serve at least one request with the model's max seq len (131072)")
+    assert 0 < row["max_context"] < 131072  # what --max-model-len auto would choose
+
+
+def test_fp8_kv_cache_doubles_the_tokens(llama: Path) -> None:
+    _, auto = _json(str(llama), "--gpu", "H100-80GB", "--context", "8192")
+    _, fp8 = _json(str(llama), "--gpu", "H100-80GB", "--context", "8192", "--kv-cache-dtype", "fp8")
+    a, f = auto["rows"][0], fp8["rows"][0]
+    assert a["kv_bytes"] == f["kv_bytes"]
+    assert f["kv_tokens"] == pytest.approx(2 * a["kv_tokens"], rel=0.01)
+    assert "--kv-cache-dtype" in f["launch"]
+
+
+def test_gpu_memory_overrides_the_preset(llama: Path) -> None:
+    _, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpu-memory", "40GiB", "--context", "8192")
+    assert doc["inputs"]["gpu_memory_bytes"] == 40 << 30
+    assert doc["inputs"]["gpu_source"] == "--gpu-memory"
+
+
+def test_deploy_file_gives_layout_context_and_concurrency(llama: Path, tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("budget:\n  gpu: H100-80GB\n  context: 32768\n  concurrency: 4\n"
+                      "vllm:\n  tensor_parallel_size: 2\n  gpu_memory_utilization: 0.8\n")
+    rc, doc = _json(str(llama), "--deploy", str(deploy))
+    assert rc == 0
+    assert [r["layout"]["tp"] for r in doc["rows"]] == [2]
+    row = doc["rows"][0]
+    assert row["context"] == 32768 and row["fits"]
+    assert "0.8" in row["launch"]
+
+
+def test_html_has_a_stacked_bar_per_stage(llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fit.html"
+    proc = run("fit", str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "8192", "--format", "html",
+               "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    assert page.count('class="bar"') >= 3  # tp2: one bar; tp1 x pp2: one per stage
+    assert "weights:" in page and "kv:" in page
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--gpu", "H10"], "--gpu 'H10': expected one of"),
+    (["--gpu", "H100-80GB", "--engine", "hf"], "--engine"),
+    (["--gpu", "H100-80GB", "--gpus", "0"], "--gpus '0'"),
+    (["--gpu-memory", "lots"], "--gpu-memory"),
+    (["--gpu", "H100-80GB", "--format", "xml"], "--format 'xml'"),
+])
+def test_bad_input_is_one_line_and_exit_2(llama: Path, args: list[str], text: str) -> None:
+    proc = run("fit", str(llama), *args)
+    assert proc.returncode == 2
+    assert text in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM Python installed here")
+def test_launch_commands_parse_and_configure_in_vllm(llama: Path) -> None:
+    _, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "65536", "--kv-cache-dtype", "fp8")
+    commands = [r["launch"] for r in doc["rows"] if r["launch"]] + [doc["recommendation"]["launch"]]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"VLLM_TARGET_DEVICE": "cpu"}
+    proc = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_launch_child.py"), json.dumps(commands)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    configs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(configs) == len(commands)
+    for command, config in zip(commands, configs):
+        assert config["tp"] == int(command[command.index("--tensor-parallel-size") + 1])
+        assert config["max_model_len"] == 65536
+        assert config["kv_cache_dtype"] == "fp8"
