@@ -116,3 +116,14 @@ def test_launch_commands_parse_and_configure_in_vllm(llama: Path) -> None:
         assert config["tp"] == int(command[command.index("--tensor-parallel-size") + 1])
         assert config["max_model_len"] == 65536
         assert config["kv_cache_dtype"] == "fp8"
+
+
+def test_api_fit_is_the_commands_document(llama: Path) -> None:
+    from kvdoctor import api
+    from kvdoctor.errors import InputError
+
+    doc = api.fit(llama, gpu="H100-80GB", gpus=2, context=32768, concurrency=4)
+    _, cli = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "32768", "--concurrency", "4")
+    assert doc == cli
+    with pytest.raises(InputError, match="--gpu"):
+        api.fit(llama, gpu="nope")

@@ -55,7 +55,7 @@ def fit_command(
     try:
         if output_format not in ("rich", "json", "html"):
             raise InputError(f"--format {output_format!r}: expected rich, json or html")
-        doc = fit_from_options(target, engine, gpu, gpus, gpu_memory, context, concurrency, kv_cache_dtype, deploy)
+        doc = _document(target, engine, gpu, gpus, gpu_memory, context, concurrency, kv_cache_dtype, deploy)
     except InputError as exc:
         typer.echo(f"kvdoctor: error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -74,47 +74,13 @@ def fit_command(
     raise typer.Exit(0 if any(row["fits"] for row in doc["rows"]) else 1)
 
 
-def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None, gpu_memory: str | None,
-                     context: int | None, concurrency: int | None, kv_cache_dtype: str | None,
-                     deploy_path: str | None) -> dict[str, Any]:
-    """The fit document for the command line's options over the deploy file's (the API calls it too)."""
-    from kvdoctor.engines import fit_engines
-    from kvdoctor.engines.budget.fit import Request
-    from kvdoctor.engines.budget.fit import gpu as gpu_preset
+def _document(target: str, engine: str, gpu: str | None, gpus: int | None, gpu_memory: str | None,
+              context: int | None, concurrency: int | None, kv_cache_dtype: str | None,
+              deploy_path: str | None) -> dict[str, Any]:
     from kvdoctor.engines.deploy import load_deploy
-    from kvdoctor.load.loader import load_model
-    from kvdoctor.pipeline.fit import fit_document
+    from kvdoctor.pipeline.fit import fit_from_options
 
-    if engine not in fit_engines():
-        raise InputError(f"--engine {engine!r}: expected one of {', '.join(fit_engines())}")
-    for name, value in (("--context", context), ("--concurrency", concurrency), ("--gpus", gpus)):
-        if value is not None and value <= 0:
-            raise InputError(f"{name} {value}: expected a positive number")
     deploy = load_deploy(deploy_path)
     for warning in deploy.warnings:
         typer.echo(f"kvdoctor: warning: {warning}", err=True)
-    asked = deploy.budget
-    section: dict[str, Any] = deploy.settings(engine).model_dump()
-    memory = gpu_memory or (str(asked.gpu_memory) if asked and asked.gpu_memory is not None else None)
-    chosen = gpu_preset(gpu or (asked.gpu if asked else None), memory)
-    settings = {k: v for k, v in section.items() if v is not None}
-    layout = layout_of(section)
-    if layout is not None and gpus is None:
-        settings["layout"] = layout
-        gpus = int(layout["tp"]) * int(layout["pp"]) * int(layout["dp"])
-    request = Request(context=context or (asked.context if asked else None) or section.get("max_model_len")
-                      or section.get("context_length"),
-                      concurrency=concurrency or (asked.concurrency if asked else None),
-                      kv_cache_dtype=kv_cache_dtype or (section.get("kv_cache_dtype")
-                                                        if section.get("kv_cache_dtype") not in (None, "auto") else None))
-    return fit_document(load_model(target), engine, chosen, gpus or (asked.gpus if asked else None), request, settings)
-
-
-def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:
-    """The parallel layout a deploy file's engine section fixes (vLLM's spellings), or None."""
-    tp = section.get("tensor_parallel_size") or section.get("tp_size") or 1
-    pp = section.get("pipeline_parallel_size") or 1
-    dp = section.get("data_parallel_size") or 1
-    if (tp, pp, dp) == (1, 1, 1) and not section.get("enable_expert_parallel"):
-        return None
-    return {"tp": int(tp), "pp": int(pp), "dp": int(dp), "expert_parallel": bool(section.get("enable_expert_parallel"))}
+    return fit_from_options(target, engine, gpu, gpus, gpu_memory, context, concurrency, kv_cache_dtype, deploy)

@@ -14,6 +14,7 @@ from kvdoctor.errors import InputError
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.fit import FitRow, Gpu, Request
+    from kvdoctor.engines.deploy import Deploy
     from kvdoctor.model import ModelSpec
 
 COUNTS = (1, 2, 4, 8)
@@ -70,3 +71,44 @@ def fit_document(spec: ModelSpec, engine: str, gpu: Gpu, gpus: int | None, reque
         "rows": [r.to_json() for r in asked],
         "recommendation": best.to_json() if best is not None else None,
     }
+
+
+def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None, gpu_memory: str | None,
+                     context: int | None, concurrency: int | None, kv_cache_dtype: str | None,
+                     deploy: Deploy) -> dict[str, Any]:
+    """The fit document for the command line's (or the API's) options over the deploy file's settings."""
+    from kvdoctor.engines import fit_engines
+    from kvdoctor.engines.budget.fit import Request
+    from kvdoctor.engines.budget.fit import gpu as gpu_preset
+    from kvdoctor.load.loader import load_model
+
+    if engine not in fit_engines():
+        raise InputError(f"--engine {engine!r}: expected one of {', '.join(fit_engines())}")
+    for name, value in (("--context", context), ("--concurrency", concurrency), ("--gpus", gpus)):
+        if value is not None and value <= 0:
+            raise InputError(f"{name} {value}: expected a positive number")
+    asked = deploy.budget
+    section: dict[str, Any] = deploy.settings(engine).model_dump()
+    memory = gpu_memory or (str(asked.gpu_memory) if asked and asked.gpu_memory is not None else None)
+    chosen = gpu_preset(gpu or (asked.gpu if asked else None), memory)
+    settings = {k: v for k, v in section.items() if v is not None}
+    layout = layout_of(section)
+    if layout is not None and gpus is None:
+        settings["layout"] = layout
+        gpus = int(layout["tp"]) * int(layout["pp"]) * int(layout["dp"])
+    request = Request(context=context or (asked.context if asked else None) or section.get("max_model_len")
+                      or section.get("context_length"),
+                      concurrency=concurrency or (asked.concurrency if asked else None),
+                      kv_cache_dtype=kv_cache_dtype or (section.get("kv_cache_dtype")
+                                                        if section.get("kv_cache_dtype") not in (None, "auto") else None))
+    return fit_document(load_model(target), engine, chosen, gpus or (asked.gpus if asked else None), request, settings)
+
+
+def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:
+    """The parallel layout a deploy file's engine section fixes (vLLM's spellings), or None."""
+    tp = section.get("tensor_parallel_size") or section.get("tp_size") or 1
+    pp = section.get("pipeline_parallel_size") or 1
+    dp = section.get("data_parallel_size") or 1
+    if (tp, pp, dp) == (1, 1, 1) and not section.get("enable_expert_parallel"):
+        return None
+    return {"tp": int(tp), "pp": int(pp), "dp": int(dp), "expert_parallel": bool(section.get("enable_expert_parallel"))}
