@@ -101,7 +101,10 @@ def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None
                       concurrency=concurrency or (asked.concurrency if asked else None),
                       kv_cache_dtype=kv_cache_dtype or (section.get("kv_cache_dtype")
                                                         if section.get("kv_cache_dtype") not in (None, "auto") else None))
-    return fit_document(load_model(target), engine, chosen, gpus or (asked.gpus if asked else None), request, settings)
+    # the headers are parsed and checked entry by entry; the safetensors library's second opinion (an import of
+    # numpy and a map of every shard) is for check, not for pricing them
+    return fit_document(load_model(target, library_check=False), engine, chosen,
+                        gpus or (asked.gpus if asked else None), request, settings)
 
 
 def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:

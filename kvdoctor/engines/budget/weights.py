@@ -43,6 +43,7 @@ COMMON_RULES: tuple[tuple[str, str], ...] = (
 )
 KINDS = ("column", "kv_column", "row", "replicated", "vocab", "expert")
 LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_NUMBERS = re.compile(r"\.\d+\.")
 
 
 class ShardRules(msgspec.Struct, frozen=True):
@@ -164,6 +165,7 @@ def _classify(ckpt: Checkpoint, rules: ShardRules) -> _Classified:
 
     groups: dict[tuple, _Group] = {}
     unmatched: list[str] = []
+    kinds: dict[str, str | None] = {}  # by the name with its layer and expert numbers blanked: a few hundred
     total = 0
     for name, dtype, shape, _file in ckpt.tensors.values():
         numel = 1
@@ -171,7 +173,8 @@ def _classify(ckpt: Checkpoint, rules: ShardRules) -> _Classified:
             numel *= d
         nbytes = (numel * DTYPE_BITS[dtype] + 7) // 8
         total += nbytes
-        kind = rules.kind(name)
+        pattern = _NUMBERS.sub("#", name)
+        kind = kinds[pattern] if pattern in kinds else kinds.setdefault(pattern, rules.kind(name))
         if kind is None:
             kind = "replicated"
             if len(unmatched) < 20:
