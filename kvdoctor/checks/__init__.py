@@ -46,6 +46,7 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.sglang_swa_memory",
     "kvdoctor.checks.lim",
     "kvdoctor.checks.budget",
+    "kvdoctor.checks.fit",
 )
 
 
