@@ -22,9 +22,9 @@ CORPUS = ROOT / "tests" / "data" / "startup-logs"
 DOC = ROOT / "docs" / "fit.md"
 BEGIN, END = "<!-- fit-logs:begin -->", "<!-- fit-logs:end -->"
 GIB = 1 << 30
-# vLLM's flags as a log passes them -> fit's settings (the rest are the engine's defaults at that version).
-VLLM_KEYS = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "enforce_eager",
-             "enable_prefix_caching")
+# The engines' flags as a log passes them that fit reads (the rest are the engine's defaults at that version).
+SETTING_KEYS = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "enforce_eager",
+                "enable_prefix_caching", "mem_fraction_static", "chunked_prefill_size", "max_running_requests")
 
 sys.path.insert(0, str(ROOT))
 
@@ -85,21 +85,24 @@ def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
     d = model_dir(tmp, log["model"])
     if d is None:
         return {"skip": "config not stored"}
-    if log["engine"] not in ("vllm",):
-        return {"skip": f"{log['engine']}: no fit model yet"}
+    from kvdoctor.engines import fit_engines
+    from kvdoctor.engines.budget.fit import layout_of
+
+    if log["engine"] not in fit_engines():
+        return {"skip": f"{log['engine']}: no fit model"}
     s = log["settings"]
-    layout = {"tp": s.get("tensor_parallel_size", 1), "pp": s.get("pipeline_parallel_size", 1),
-              "dp": s.get("data_parallel_size", 1), "expert_parallel": bool(s.get("enable_expert_parallel"))}
-    settings = {k: s[k] for k in VLLM_KEYS if k in s}
+    layout = layout_of(s) or {"tp": 1, "pp": 1, "dp": 1}
+    settings = {k: v for k, v in s.items() if k in SETTING_KEYS}
     kv_dtype = s.get("kv_cache_dtype") if s.get("kv_cache_dtype") not in (None, "auto") else None
     try:
         spec = load_model(str(d))
-        prof = profile("vllm")
+        prof = profile(log["engine"])
         facts = prof.budget_facts(spec)
-        request = Request(context=s.get("max_model_len"), kv_cache_dtype=kv_dtype)
+        request = Request(context=s.get("max_model_len") or s.get("context_length"), kv_cache_dtype=kv_dtype)
         row = prof.fit(spec, facts, gpu(log["gpu"]), layout, request, {**settings, "version": log["version"]})
         out["weights_gib"] = row.weights.bytes_per_rank / GIB
         out["available_kv_gib"] = row.kv_bytes / GIB
+        out["kv_tokens"] = row.kv_tokens
         observed = log["observed"].get("available_kv_gib")
         if isinstance(observed, (int, float)) and observed > 0:
             given = prof.fit(spec, facts, gpu(log["gpu"]), layout, request,
@@ -130,7 +133,11 @@ def rows() -> list[dict[str, Any]]:
                         "kv": (p.get("available_kv_gib"), obs.get("available_kv_gib"),
                                error(p.get("available_kv_gib"), obs.get("available_kv_gib"))),
                         "tokens": (p.get("kv_tokens_given_kv"), obs.get("kv_tokens"),
-                                   error(p.get("kv_tokens_given_kv"), obs.get("kv_tokens")))})
+                                   error(p.get("kv_tokens_given_kv"), obs.get("kv_tokens"))),
+                        "pool": (p.get("kv_tokens") if log["engine"] == "sglang" else None,
+                                 obs.get("max_total_num_tokens"),
+                                 error(p.get("kv_tokens") if log["engine"] == "sglang" else None,
+                                       obs.get("max_total_num_tokens")))})
         return out
 
 
@@ -143,13 +150,14 @@ def _cell(value: tuple) -> str:
 
 
 def table(data: list[dict[str, Any]]) -> str:
-    lines = ["| log | part | weights GiB: fit / log | available KV GiB: fit / log | KV tokens given the log's KV |",
-             "|---|---|---|---|---|"]
+    lines = ["| log | part | weights GiB: fit / log | available KV GiB: fit / log | KV tokens given the log's KV "
+             "| SGLang pool tokens: fit / log |", "|---|---|---|---|---|---|"]
     for r in data:
         if r["skip"]:
-            lines.append(f"| `{r['log']}` | {r['part']} | not predicted: {r['skip']} | | |")
+            lines.append(f"| `{r['log']}` | {r['part']} | not predicted: {r['skip']} | | | |")
             continue
-        lines.append(f"| `{r['log']}` | {r['part']} | {_cell(r['weights'])} | {_cell(r['kv'])} | {_cell(r['tokens'])} |")
+        lines.append(f"| `{r['log']}` | {r['part']} | {_cell(r['weights'])} | {_cell(r['kv'])} | {_cell(r['tokens'])} "
+                     f"| {_cell(r['pool'])} |")
     return "\n".join(lines) + "\n"
 
 

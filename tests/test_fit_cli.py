@@ -127,3 +127,29 @@ def test_api_fit_is_the_commands_document(llama: Path) -> None:
     assert doc == cli
     with pytest.raises(InputError, match="--gpu"):
         api.fit(llama, gpu="nope")
+
+
+def test_sglang_fit_uses_mem_fraction_static_and_its_launcher(llama: Path) -> None:
+    _, doc = _json(str(llama), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "2", "--context", "32768")
+    row = doc["rows"][0]
+    terms = {t["name"]: t["bytes"] for t in row["terms"]}
+    # SGLang keeps total x (1 - mem_fraction_static) back for activations and graphs; the pools get the rest
+    assert row["kv_bytes"] == doc["inputs"]["gpu_memory_bytes"] - terms["reserved"] - terms["weights"] - terms["non_torch"]
+    assert row["launch"][:4] == ["python", "-m", "sglang.launch_server", "--model-path"]
+    assert "--mem-fraction-static" in row["launch"] and row["launch"][row["launch"].index("--tp-size") + 1] == "2"
+    # the pool holds max_total_num_tokens shared by all requests: concurrency is tokens / context
+    assert row["max_concurrency"] == pytest.approx(row["kv_tokens"] / 32768)
+    _, fixed = _json(str(llama), "--engine", "sglang", "--gpu", "H100-80GB", "--context", "32768")
+    deploy_fraction = fixed["rows"][0]["deploy"]["mem_fraction_static"]
+    assert 0.8 < deploy_fraction < 0.9
+
+
+def test_sglang_attention_dp_is_offered_for_mla_models(tmp_path: Path) -> None:
+    kimi = make_model(tmp_path, "kimi-linear")
+    _, doc = _json(str(kimi), "--engine", "sglang", "--gpu", "H200", "--gpus", "4", "--context", "65536")
+    dpa = [r for r in doc["rows"] if r["layout"]["dp_attention"]]
+    assert dpa and dpa[0]["layout"]["dp"] == 4 and dpa[0]["gpus"] == 4
+    plain = next(r for r in doc["rows"] if r["layout"]["tp"] == 4 and not r["layout"]["dp_attention"]
+                 and r["layout"]["ep"] == 1)
+    # attention over one rank each: more attention weights per rank than TP 4
+    assert dpa[0]["weights"]["bytes_per_rank"] > plain["weights"]["bytes_per_rank"]

@@ -22,16 +22,16 @@ def run(ctx: Context) -> Iterable[Finding]:
     if asked is None or (asked.gpu is None and asked.gpu_memory is None):
         return []
     from kvdoctor.engines import fit_engines, profile
-    from kvdoctor.engines.budget.fit import Request, gpu
+    from kvdoctor.engines.budget.fit import Request, gpu, layout_of
     from kvdoctor.errors import InputError
 
     if ctx.engine not in fit_engines() or ctx.spec.checkpoint is None or not ctx.spec.checkpoint.tensors:
         return []
     section = {k: v for k, v in ctx.deploy.settings(ctx.engine).model_dump().items() if v is not None}
-    layout = {"tp": section.get("tensor_parallel_size", 1), "pp": section.get("pipeline_parallel_size", 1),
-              "dp": section.get("data_parallel_size", 1), "expert_parallel": bool(section.get("enable_expert_parallel"))}
+    layout = layout_of(section) or {"tp": 1, "pp": 1, "dp": 1}
     kv_dtype = section.get("kv_cache_dtype")
-    request = Request(context=asked.context or section.get("max_model_len"), concurrency=asked.concurrency,
+    request = Request(context=asked.context or section.get("max_model_len") or section.get("context_length"),
+                      concurrency=asked.concurrency,
                       kv_cache_dtype=kv_dtype if kv_dtype not in (None, "auto") else None)
     prof = profile(ctx.engine)
     try:

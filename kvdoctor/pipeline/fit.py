@@ -78,7 +78,7 @@ def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None
                      deploy: Deploy) -> dict[str, Any]:
     """The fit document for the command line's (or the API's) options over the deploy file's settings."""
     from kvdoctor.engines import fit_engines
-    from kvdoctor.engines.budget.fit import Request
+    from kvdoctor.engines.budget.fit import Request, layout_of
     from kvdoctor.engines.budget.fit import gpu as gpu_preset
     from kvdoctor.load.loader import load_model
 
@@ -95,7 +95,7 @@ def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None
     layout = layout_of(section)
     if layout is not None and gpus is None:
         settings["layout"] = layout
-        gpus = int(layout["tp"]) * int(layout["pp"]) * int(layout["dp"])
+        gpus = int(layout["tp"]) * int(layout["pp"]) * (1 if layout["dp_attention"] else int(layout["dp"]))
     request = Request(context=context or (asked.context if asked else None) or section.get("max_model_len")
                       or section.get("context_length"),
                       concurrency=concurrency or (asked.concurrency if asked else None),
@@ -105,13 +105,3 @@ def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None
     # numpy and a map of every shard) is for check, not for pricing them
     return fit_document(load_model(target, library_check=False), engine, chosen,
                         gpus or (asked.gpus if asked else None), request, settings)
-
-
-def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:
-    """The parallel layout a deploy file's engine section fixes (vLLM's spellings), or None."""
-    tp = section.get("tensor_parallel_size") or section.get("tp_size") or 1
-    pp = section.get("pipeline_parallel_size") or 1
-    dp = section.get("data_parallel_size") or 1
-    if (tp, pp, dp) == (1, 1, 1) and not section.get("enable_expert_parallel"):
-        return None
-    return {"tp": int(tp), "pp": int(pp), "dp": int(dp), "expert_parallel": bool(section.get("enable_expert_parallel"))}

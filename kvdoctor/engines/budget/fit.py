@@ -107,3 +107,17 @@ class FitRow(Record, kw_only=True):
 
 def gib(value: float) -> str:
     return f"{value / GiB:.2f} GiB"
+
+
+def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:
+    """The parallel layout an engine's deploy section fixes (vLLM's or SGLang's spellings), or None when
+    it leaves every size at 1."""
+    tp = section.get("tensor_parallel_size") or section.get("tp_size") or 1
+    pp = section.get("pipeline_parallel_size") or section.get("pp_size") or 1
+    dp = section.get("data_parallel_size") or section.get("dp_size") or 1
+    ep = section.get("ep_size") or 1
+    out = {"tp": int(tp), "pp": int(pp), "dp": int(dp), "ep": int(ep),
+           "expert_parallel": bool(section.get("enable_expert_parallel")),
+           "dp_attention": bool(section.get("enable_dp_attention"))}
+    plain = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "expert_parallel": False, "dp_attention": False}
+    return None if out == plain else out
