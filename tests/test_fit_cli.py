@@ -153,3 +153,17 @@ def test_sglang_attention_dp_is_offered_for_mla_models(tmp_path: Path) -> None:
                  and r["layout"]["ep"] == 1)
     # attention over one rank each: more attention weights per rank than TP 4
     assert dpa[0]["weights"]["bytes_per_rank"] > plain["weights"]["bytes_per_rank"]
+
+
+def test_mlx_lm_fit_on_unified_memory(llama: Path) -> None:
+    rc, doc = _json(str(llama), "--engine", "mlx-lm", "--gpu", "M-series-32GB", "--context", "32768")
+    row = doc["rows"][0]
+    terms = {t["name"]: t["bytes"] for t in row["terms"]}
+    assert rc == 0 and row["fits"]
+    assert terms["reserved"] + terms["weights"] + terms["kv"] == 32 << 30  # the working set, less the weights
+    assert row["launch"] == ["mlx_lm.server", "--model", str(llama)]
+    assert 32768 <= row["max_context"] <= 131072
+    rc, small = _json(str(llama), "--engine", "mlx-lm", "--gpu", "M-series-16GB", "--context", "32768")
+    assert rc == 1 and small["rows"][0]["refusal"]["message"].startswith("[METAL] Command buffer execution failed")
+    proc = run("fit", str(llama), "--engine", "mlx-lm", "--gpu", "M-series-32GB", "--gpus", "2")
+    assert proc.returncode == 2 and "no layout of 2 GPU(s)" in proc.stderr

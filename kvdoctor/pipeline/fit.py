@@ -38,14 +38,20 @@ def fit_rows(spec: ModelSpec, engine: str, gpu: Gpu, gpus: int, request: Request
     layout = settings.get("layout")
     layouts = [layout] if layout else prof.fit_layouts(facts, spec.config, gpus)
     if not layouts:
-        raise InputError(f"{spec.target}: no layout of {gpus} GPU(s) suits its {len(facts.layers)} layers")
+        raise InputError(f"{spec.target}: {engine} has no layout of {gpus} GPU(s) for its {len(facts.layers)} layers")
     return [prof.fit(spec, facts, gpu, lay, request, settings) for lay in layouts]
 
 
 def recommend(spec: ModelSpec, engine: str, gpu: Gpu, request: Request, settings: dict[str, Any],
               most: int) -> FitRow | None:
     """The first row that fits, over the smallest GPU counts first (and, in each, the plainest layout)."""
+    from kvdoctor.engines import profile
+
+    prof = profile(engine)
+    facts = prof.budget_facts(spec)
     for count in sorted({c for c in COUNTS if c <= most} | {most}):
+        if not prof.fit_layouts(facts, spec.config, count):
+            continue  # the engine has no layout of this many GPUs (mlx-lm: one device)
         for row in fit_rows(spec, engine, gpu, count, request, {k: v for k, v in settings.items() if k != "layout"}):
             if row.fits:
                 return row
