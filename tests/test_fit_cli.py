@@ -167,3 +167,33 @@ def test_mlx_lm_fit_on_unified_memory(llama: Path) -> None:
     assert rc == 1 and small["rows"][0]["refusal"]["message"].startswith("[METAL] Command buffer execution failed")
     proc = run("fit", str(llama), "--engine", "mlx-lm", "--gpu", "M-series-32GB", "--gpus", "2")
     assert proc.returncode == 2 and "no layout of 2 GPU(s)" in proc.stderr
+
+
+def test_the_recommended_deploy_file_passes_check_and_a_greedier_one_fails(llama: Path, tmp_path: Path) -> None:
+    proc = run("fit", str(llama), "--gpu", "H100-80GB", "--context", "131072", "--concurrency", "8")
+    assert proc.returncode == 1  # one H100 does not serve it; the recommendation does
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(proc.stdout[proc.stdout.index("engine: vllm"):])
+    ok = run("check", "--engine", "vllm", "--static", "--deploy", str(deploy), str(llama), "--format", "json")
+    assert ok.returncode == 0, ok.stdout[-2000:]
+    assert not [f for f in json.loads(ok.stdout)["results"][0]["findings"] if f["code"] == "MEM016"]
+    deploy.write_text(deploy.read_text().replace("concurrency: 8", "concurrency: 64"))
+    gate = run("check", "--engine", "vllm", "--static", "--deploy", str(deploy), str(llama), "--format", "json")
+    assert gate.returncode == 1
+    finding = next(f for f in json.loads(gate.stdout)["results"][0]["findings"] if f["code"] == "MEM016")
+    assert "the deploy file asks for 64" in finding["message"]
+    assert finding["line"] == 6  # budget.concurrency in the deploy file
+
+
+def test_tp_that_does_not_divide_the_heads_is_refused_and_kv_heads_replicate(tmp_path: Path) -> None:
+    qwen = make_model(tmp_path, "qwen2.5-7b")  # 28 query heads, 4 KV heads
+    _, doc = _json(str(qwen), "--gpu", "H100-80GB", "--gpus", "8", "--context", "8192")
+    tp8 = next(r for r in doc["rows"] if r["layout"]["tp"] == 8)
+    assert tp8["refusal"]["message"] == ("Total number of attention heads (28) must be divisible by tensor parallel "
+                                          "size (8).")
+    _, doc4 = _json(str(qwen), "--gpu", "H100-80GB", "--gpus", "4", "--context", "8192")
+    tp4 = next(r for r in doc4["rows"] if r["layout"]["tp"] == 4)
+    assert tp4["refusal"] is None
+    _, doc7 = _json(str(qwen), "--gpu", "H100-80GB", "--gpus", "7", "--context", "8192")
+    tp7 = next(r for r in doc7["rows"] if r["layout"]["tp"] == 7)
+    assert any("exceeds the 4 KV heads" in note for note in tp7["notes"])

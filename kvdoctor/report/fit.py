@@ -75,6 +75,20 @@ def render(doc: dict[str, Any], console: Console | None = None) -> None:
     console.print(Text(f"recommended: {best['gpus']} x {best['gpu']}, {layout_text(best)}: "
                        f"{best['max_concurrency']:.2f} requests at {best['context']:,} tokens", style="bold green"))
     console.print("  " + shlex.join(best["launch"]), markup=False, soft_wrap=True)
+    console.print(Text("deploy file (kvdoctor check --deploy gates on it):", style="bold"))
+    console.print(deploy_yaml(doc, best), markup=False, soft_wrap=True)
+
+
+def deploy_yaml(doc: dict[str, Any], row: dict[str, Any]) -> str:
+    """The deploy file that asks for this row: the budget: section MEM016 checks, and the engine's section."""
+    i = doc["inputs"]
+    budget = {"gpu": row["gpu"], "gpus": row["gpus"], "context": row["context"]}
+    if i.get("concurrency"):
+        budget["concurrency"] = i["concurrency"]
+    lines = ["engine: " + row["engine"], "budget:"] + [f"  {k}: {v}" for k, v in budget.items()]
+    if row["deploy"]:
+        lines += [row["engine"].replace("-", "_") + ":"] + [f"  {k}: {v}" for k, v in row["deploy"].items()]
+    return "\n".join(lines)
 
 
 def text(doc: dict[str, Any]) -> str:
