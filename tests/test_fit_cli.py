@@ -197,3 +197,12 @@ def test_tp_that_does_not_divide_the_heads_is_refused_and_kv_heads_replicate(tmp
     _, doc7 = _json(str(qwen), "--gpu", "H100-80GB", "--gpus", "7", "--context", "8192")
     tp7 = next(r for r in doc7["rows"] if r["layout"]["tp"] == 7)
     assert any("exceeds the 4 KV heads" in note for note in tp7["notes"])
+
+
+def test_budget_reads_the_gpu_preset_of_the_deploy_file(llama: Path, tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("budget:\n  gpu: H100-80GB\n  context: 32768\n  engines: [vllm]\n")
+    proc = run("budget", str(llama), "--deploy", str(deploy), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["engines"][0]["budget"]["gpu_memory_bytes"] == int(79.18 * (1 << 30))
