@@ -62,9 +62,9 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
                  gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
                  weights=weights, terms=terms, kv_bytes=kv, context=context)
     if weights.bytes_per_rank + non_torch > gpu.memory_bytes:
-        row.refusal = EngineRefusal("torch.OutOfMemoryError", f"CUDA out of memory: the weights need "
-                                    f"{weights.bytes_per_rank / GiB:.2f} GiB per rank on a {gpu.memory_bytes / GiB:.2f} "
-                                    "GiB GPU", stage="load")
+        row.refusal = EngineRefusal("torch.OutOfMemoryError", f"the weights, {weights.bytes_per_rank / GiB:.2f} GiB "
+                                    f"per rank, do not fit a {gpu.memory_bytes / GiB:.2f} GiB GPU: SGLang fails loading them "
+                                    "with CUDA out of memory", stage="load")
         return row
     if kv <= 0:
         row.refusal = sb.not_enough_memory()

@@ -140,16 +140,18 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
         row.notes.append(f"{len(weights.unmatched)}+ tensors no sharding rule names were priced whole on every rank "
                          f"(e.g. {weights.unmatched[0]})")
     if weights.bytes_per_rank + non_torch > gpu.memory_bytes:
-        row.refusal = EngineRefusal("torch.OutOfMemoryError", f"CUDA out of memory: the weights need "
-                                    f"{weights.bytes_per_rank / GiB:.2f} GiB per rank on a {gpu.memory_bytes / GiB:.2f} "
-                                    "GiB GPU", stage="load")
+        row.refusal = EngineRefusal("torch.OutOfMemoryError", f"the weights, {weights.bytes_per_rank / GiB:.2f} GiB "
+                                    f"per rank, do not fit a {gpu.memory_bytes / GiB:.2f} GiB GPU: vLLM fails loading them "
+                                    "with CUDA out of memory", stage="load")
         return row
     if kv <= 0:
         row.refusal = EngineRefusal("ValueError", vb.NO_MEMORY)
         return row
     _serve(row, facts, tp, pp, kv, context, request, s, tokens, seqs)
     row.launch = launch(spec, row, util, request, s)
-    row.deploy = {"tensor_parallel_size": tp, "max_model_len": context,
+    row.deploy = {"tensor_parallel_size": tp, **({"pipeline_parallel_size": pp} if pp > 1 else {}),
+                  **({"data_parallel_size": dp} if dp > 1 else {}), **({"enable_expert_parallel": True} if ep else {}),
+                  "max_model_len": context, **({"gpu_memory_utilization": util} if s.get("gpu_memory_utilization") else {}),
                   **({"kv_cache_dtype": request.kv_cache_dtype} if request.kv_cache_dtype else {})}
     return row
 
