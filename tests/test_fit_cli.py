@@ -206,3 +206,14 @@ def test_budget_reads_the_gpu_preset_of_the_deploy_file(llama: Path, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["engines"][0]["budget"]["gpu_memory_bytes"] == int(79.18 * (1 << 30))
+
+
+def test_checks_html_draws_the_rank_of_a_deploy_that_does_not_fit(llama: Path, tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("engine: vllm\nbudget:\n  gpu: H100-80GB\n  context: 131072\n  concurrency: 16\n")
+    page = tmp_path / "report.html"
+    proc = run("check", "--engine", "vllm", "--static", "--deploy", str(deploy), str(llama), "--html-output", str(page))
+    assert proc.returncode == 1
+    html = page.read_text()
+    assert "Memory of the fullest rank (MEM016)" in html
+    assert 'class="fit-bar"' in html and 'title="weights: 14.96 GiB"' in html
