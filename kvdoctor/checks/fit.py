@@ -54,6 +54,7 @@ def run(ctx: Context) -> Iterable[Finding]:
         message += f" (the longest context one request can have there is {row.max_context:,})"
     return [Finding.at("MEM016", message + "; `kvdoctor fit` gives the smallest layout that serves it", where,
                        evidence={"gpu_memory_bytes": row.gpu_memory_bytes, "kv_bytes": row.kv_bytes,
-                                 "max_concurrency": row.max_concurrency, "max_context": row.max_context, "weights_bytes_per_rank": row.weights.bytes_per_rank,
+                                 "max_concurrency": row.max_concurrency, "max_context": row.max_context,
+                                 "weights_bytes_per_rank": row.weights.bytes_per_rank,
                                  "terms": [t.to_json() for t in row.terms],
                                  "refusal": row.refusal.to_json() if row.refusal else None})]
