@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from kvdoctor.engines.deploy import Deploy
     from kvdoctor.pipeline.triage import Report as TriageReport
 
-API_VERSION = "1.0"
-__all__ = ["API_VERSION", "Finding", "InputError", "Result", "budget", "check", "report_schema", "triage"]
+API_VERSION = "1.1"
+__all__ = ["API_VERSION", "Finding", "InputError", "Result", "budget", "check", "fit", "report_schema", "triage"]
 
 PathLike = str | os.PathLike[str]
 
@@ -73,6 +73,18 @@ def budget(target: PathLike, *, engine: str = "all", mode: str = "default", kv_b
     settings = _deploy(deploy)
     return budget_document(load_model(os.fspath(target)), settings,
                            budget_inputs(settings, kv_budget, gpu_memory, context), engine, mode)
+
+
+def fit(target: PathLike, *, engine: str = "vllm", gpu: str | None = None, gpus: int | None = None,
+        gpu_memory: str | None = None, context: int | None = None, concurrency: int | None = None,
+        kv_cache_dtype: str | None = None, deploy: PathLike | None = None) -> dict[str, Any]:
+    """Whether the model starts on `gpus` GPUs of kind `gpu` (a preset, e.g. "H100-80GB"; `gpu_memory`
+    overrides its size), what it serves at `context` and `concurrency`, and the smallest layout that does:
+    the document `kvdoctor fit --format json` prints (`kvdoctor.fit/1`)."""
+    from kvdoctor.pipeline.fit import fit_from_options
+
+    return fit_from_options(os.fspath(target), engine, gpu, gpus, gpu_memory, context, concurrency, kv_cache_dtype,
+                            _deploy(deploy))
 
 
 def triage(log: PathLike | Iterable[str]) -> TriageReport:

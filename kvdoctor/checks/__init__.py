@@ -47,6 +47,7 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.sglang_swa_memory",
     "kvdoctor.checks.lim",
     "kvdoctor.checks.budget",
+    "kvdoctor.checks.fit",
 )
 
 

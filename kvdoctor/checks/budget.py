@@ -210,8 +210,8 @@ def _mlx(facts: ModelFacts, b: MlxBudget, where) -> Iterable[Finding]:
 
 def run(ctx: Context) -> Iterable[Finding]:
     settings = ctx.deploy.budget
-    if settings is None:
-        return []
+    if settings is None or (settings.kv_budget is None and settings.gpu_memory is None and settings.gpu is not None):
+        return []  # a GPU preset alone asks for the whole fit (kvdoctor.checks.fit), not a KV budget
     from kvdoctor.engines.budget.run import plan_engine
     from kvdoctor.engines import budget_engines
     from kvdoctor.errors import InputError

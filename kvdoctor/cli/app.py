@@ -1,4 +1,4 @@
-"""The typer application: `kvdoctor check | merge | config | triage | rules | explain | budget`.
+"""The typer application: `kvdoctor check | merge | config | triage | rules | explain | budget | fit`.
 
 Each command only parses its options and hands over to a module; heavy imports (torch, mlx) happen
 only inside the checks that need them. `cli.main` is the entry point.
@@ -274,8 +274,10 @@ def explain(code: str = typer.Argument(..., help="A rule code, e.g. SWA001."),
 
 
 from kvdoctor.cli.budget import budget_command  # noqa: E402  (light: typer only)
+from kvdoctor.cli.fit import fit_command  # noqa: E402  (light: typer only)
 
 app.command("budget")(budget_command)
+app.command("fit")(fit_command)
 
 from kvdoctor.cli.engines import engines_app  # noqa: E402  (light: typer only)
 

@@ -52,6 +52,11 @@ def budget_engines() -> list[str]:
     return [name for name in PROFILES if profile_class(name).can_budget()]
 
 
+def fit_engines() -> list[str]:
+    """Profiles `kvdoctor fit` models: weights per rank, the engine's reservations, its KV plan."""
+    return [name for name in PROFILES if profile_class(name).can_fit()]
+
+
 def is_reference(name: str) -> bool:
     """The profile is the model's own meaning (hf), not a serving engine: a report shows no engine row."""
     return name in PROFILES and profile_class(name).reference

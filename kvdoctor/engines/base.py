@@ -228,6 +228,16 @@ class EngineProfile(ABC):
 
         return facts_from_spec(spec)
 
+    def fit(self, spec: ModelSpec, facts: ModelFacts, gpu: Any, layout: Mapping[str, Any], request: Any,
+            settings: Mapping[str, Any]) -> Any:
+        """The whole start-up arithmetic of one parallel layout on one GPU (`engines.budget.fit.FitRow`):
+        weights per rank, the memory the engine leaves for KV caches, and what that serves."""
+        raise NotImplementedError(f"{self.name} has no fit model")
+
+    def fit_layouts(self, facts: ModelFacts, config: Mapping[str, Any], gpus: int) -> list[dict[str, Any]]:
+        """The parallel layouts of `gpus` GPUs the engine can start, plainest first."""
+        raise NotImplementedError(f"{self.name} has no fit model")
+
     def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         """The engine's part of the JSON `info`, from the plan and what the probes observed."""
         return {}
@@ -239,3 +249,7 @@ class EngineProfile(ABC):
     @classmethod
     def can_budget(cls) -> bool:
         return cls.budget is not EngineProfile.budget
+
+    @classmethod
+    def can_fit(cls) -> bool:
+        return cls.fit is not EngineProfile.fit

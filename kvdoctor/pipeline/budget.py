@@ -31,6 +31,10 @@ def budget_inputs(deploy: Deploy, kv_budget: str | None = None, gpu_memory: str 
             settings.kv_budget = None
     if context is not None:
         settings.context = context
+    if settings.kv_budget is None and settings.gpu_memory is None and settings.gpu is not None:
+        from kvdoctor.engines.budget.fit import gpu as gpu_preset  # a preset names the memory to estimate from
+
+        settings.gpu_memory = str(gpu_preset(settings.gpu).memory_bytes)
     return settings
 
 

@@ -370,6 +370,27 @@ def _finding(report: Report, result: Result, f) -> str:
 
 # ---- dry run -------------------------------------------------------------------------------------
 
+def fit_bars(result: Result) -> str:
+    """The memory of the fullest rank for each MEM016 finding (the deploy file's GPUs do not serve what it
+    asks): one stacked bar of the engine's terms, as `kvdoctor fit --format html` draws them."""
+    from kvdoctor.report.fit import SEGMENTS
+
+    parts = []
+    for f in result.findings:
+        evidence = f.evidence or {}
+        if f.code != "MEM016" or not evidence.get("gpu_memory_bytes"):
+            continue
+        total = evidence["gpu_memory_bytes"]
+        cells = "".join(
+            f'<div style="width:{100 * t["bytes"] / total:.3f}%;background:{colour};height:100%" '
+            f'title="{_e(t["name"])}: {t["bytes"] / (1 << 30):.2f} GiB"></div>'
+            for name, colour in SEGMENTS for t in evidence.get("terms", []) if t["name"] == name and t["bytes"] > 0)
+        legend = ", ".join(f'{_e(t["name"])} {t["bytes"] / (1 << 30):.2f} GiB' for t in evidence.get("terms", []))
+        parts.append(f'<div class="fit-bar" style="display:flex;height:1.2em;border:1px solid #999">{cells}</div>'
+                     f'<p class="note">{legend}</p>')
+    return f"<h3>Memory of the fullest rank (MEM016)</h3>{''.join(parts)}" if parts else ""
+
+
 def dry_run(result: Result) -> str:
     run = result.info.get("dry_run")
     if not run:
@@ -435,7 +456,7 @@ def model_section(report: Report, result: Result, index: int = 1) -> str:
     findings = "".join(_finding(report, result, f) for f in result.findings) or '<p class="note">no findings</p>'
     return (f"{opening}{_badges(result)}{_summary(result)}"
             f"<h3>Layer map</h3>{layer_map(result)}{state_table(result)}{memory(result, result.budget, result.budget_error)}"
-            f"{dry_run(result)}<h3>Findings</h3>{findings}</section>")
+            f"{fit_bars(result)}{dry_run(result)}<h3>Findings</h3>{findings}</section>")
 
 
 def index(report: Report) -> str:

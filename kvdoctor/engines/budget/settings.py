@@ -33,6 +33,11 @@ class BudgetSettings(_Section):
     kv_budget: Optional[Size] = Field(None, description="memory left for KV after weights, e.g. 40GiB")
     gpu_memory: Optional[Size] = Field(None, description="GPU size, e.g. 141GiB: KV memory is estimated")
     context: Optional[Tokens] = None
+    # What `fit` and check's deploy gate read: the GPU (a preset of kvdoctor/data/gpus.json), how many, and the
+    # requests at `context` served at once.
+    gpu: Optional[str] = Field(None, description="GPU preset, e.g. H100-80GB (kvdoctor fit --gpu)")
+    gpus: Optional[int] = Field(None, ge=1, description="GPUs of the deployment")
+    concurrency: Optional[int] = Field(None, ge=1, description="requests at `context` served at once")
     # None: every engine with a budget model. The names a file may give come from the registry, in the
     # validation context (kvdoctor.engines.deploy passes them), so this module needs no registry.
     engines: Optional[list[str]] = None

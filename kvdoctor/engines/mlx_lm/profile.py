@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from kvdoctor.engines.budget.common import Budget, BudgetView
     from kvdoctor.engines.budget.facts import ModelFacts
     from kvdoctor.engines.budget.settings import BudgetSettings
+    from kvdoctor.model import ModelSpec
 
 
 class MlxLmProfile(EngineProfile):
@@ -34,3 +35,14 @@ class MlxLmProfile(EngineProfile):
 
         assert isinstance(settings, MlxLmSettings)
         return budgets(facts, dict(config), settings, inputs, all_modes)
+
+    def fit(self, spec: ModelSpec, facts: ModelFacts, gpu: Any, layout: Mapping[str, Any], request: Any,
+            settings: Mapping[str, Any]) -> Any:
+        from kvdoctor.engines.mlx_lm import fit as fit_mlx
+
+        return fit_mlx.fit(spec, facts, gpu, dict(layout), request, dict(settings))
+
+    def fit_layouts(self, facts: ModelFacts, config: Mapping[str, Any], gpus: int) -> list[dict[str, Any]]:
+        from kvdoctor.engines.mlx_lm import fit as fit_mlx
+
+        return fit_mlx.layouts(facts, dict(config), gpus)

@@ -421,6 +421,17 @@ class SglangProfile(EngineProfile):
             settings = settings.model_copy(update={"page_size": default_page_size(bool(facts.kinds()["dsa"]), config)})
         return budgets(facts, settings, inputs, all_modes)
 
+    def fit(self, spec: ModelSpec, facts: ModelFacts, gpu: Any, layout: Mapping[str, Any], request: Any,
+            settings: Mapping[str, Any]) -> Any:
+        from kvdoctor.engines.sglang import fit as fit_sglang
+
+        return fit_sglang.fit(spec, facts, gpu, dict(layout), request, dict(settings))
+
+    def fit_layouts(self, facts: ModelFacts, config: Mapping[str, Any], gpus: int) -> list[dict[str, Any]]:
+        from kvdoctor.engines.sglang import fit as fit_sglang
+
+        return fit_sglang.layouts(facts, dict(config), gpus)
+
     def budget_facts(self, spec: ModelSpec) -> "ModelFacts":
         """The layers as SGLang builds them, with the Mamba-2 state and DSA layers its calculator
         prices (the reading `check --engine sglang` sizes its pools from)."""

@@ -33,6 +33,11 @@ class SglangSettings(Section):
 
     tp_size: Optional[TensorParallel] = Field(None, description="--tp-size; None: sglang's 1 for the budget, "
                                                                     "and the KDA checks try 1, 2, 4 and 8")
+    pp_size: Positive = Field(1, description="--pp-size (fit: weights and KV per stage)")
+    dp_size: Positive = Field(1, description="--dp-size (fit: replicas, or attention DP ranks)")
+    enable_dp_attention: Bool = Field(False, description="--enable-dp-attention (fit: attention over tp/dp ranks)")
+    ep_size: Positive = Field(1, description="--ep-size (fit: experts over this many ranks)")
+    mem_fraction_static: Optional[PositiveFloat] = Field(None, description="--mem-fraction-static (fit)")
     enable_linear_replayssm: Bool = False
     linear_replayssm_cache_len: SglangReplayCacheLen = Field(16, description="--linear-replayssm-cache-len")
     linear_attn_decode_backend: Literal["triton", "helion", "flashinfer", "cutedsl"] = "triton"

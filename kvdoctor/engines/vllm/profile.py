@@ -105,6 +105,17 @@ class VllmProfile(EngineProfile):
 
         return budget_vllm.budgets(facts, settings, inputs, all_modes, hma)
 
+    def fit(self, spec: ModelSpec, facts: ModelFacts, gpu: Any, layout: Mapping[str, Any], request: Any,
+            settings: Mapping[str, Any]) -> Any:
+        from kvdoctor.engines.vllm import fit as fit_vllm
+
+        return fit_vllm.fit(spec, facts, gpu, dict(layout), request, dict(settings))
+
+    def fit_layouts(self, facts: ModelFacts, config: Mapping[str, Any], gpus: int) -> list[dict[str, Any]]:
+        from kvdoctor.engines.vllm import fit as fit_vllm
+
+        return fit_vllm.layouts(facts, dict(config), gpus)
+
     def budget_facts(self, spec: ModelSpec) -> ModelFacts:
         """For a model class in kvdoctor's vLLM table, the layers as vLLM builds their specs (what
         `check --engine vllm` sizes): Mamba-2 and short-convolution mixers get MambaSpec state, chunked

@@ -45,6 +45,11 @@ class VllmSettings(Section):
         "prefix_caching": "enable_prefix_caching", "num_speculative_tokens": "speculative_config"}
 
     tensor_parallel_size: VllmTensorParallel = 1
+    pipeline_parallel_size: int = Field(1, ge=1, description="--pipeline-parallel-size (fit: weights and KV per stage)")
+    data_parallel_size: int = Field(1, ge=1, description="--data-parallel-size (fit: replicas)")
+    enable_expert_parallel: bool = Field(False, description="--enable-expert-parallel (fit: experts over TP x DP ranks)")
+    gpu_memory_utilization: Optional[float] = Field(None, gt=0, le=1, description="--gpu-memory-utilization (fit)")
+    enforce_eager: bool = Field(False, description="--enforce-eager: no CUDA graphs (fit subtracts none)")
     max_model_len: Optional[int] = Field(None, ge=1)
     disable_hybrid_kv_cache_manager: Optional[bool] = Field(
         None, description="true: --disable-hybrid-kv-cache-manager; false: --enable-...; null: vLLM decides")

@@ -1,0 +1,123 @@
+"""What every engine's `fit` shares: the GPU presets, the request, one memory term with where it came
+from, and the record of one parallel layout on one GPU (`FitRow`).
+
+An engine's fit (engines/<engine>/fit.py) prices the weights on each rank with its own sharding
+(`budget.weights`), subtracts its own reservations (each a `Term` that says whether it is read from the
+engine's code or calibrated on start-up logs), and hands the memory left to its KV budget model, which
+gives the tokens, the concurrency, the longest context that fits and the engine's refusal, if any.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from kvdoctor.engines.budget.common import GiB, EngineRefusal, Record
+from kvdoctor.engines.budget.weights import WeightsRecord
+from kvdoctor.errors import InputError
+
+
+class Gpu(msgspec.Struct, frozen=True):
+    name: str
+    memory_bytes: int  # what the device reports to the engine
+    vendor: str
+    large_tier: bool = False  # vLLM's >= 70 GiB non-A100 tier (its larger scheduler defaults)
+    unified: bool = False
+    source: str = ""
+
+
+@lru_cache(maxsize=1)
+def _presets() -> dict[str, Any]:
+    from kvdoctor.resources import data_dir
+
+    return json.loads((data_dir() / "gpus.json").read_text(encoding="utf-8"))["gpus"]
+
+
+def gpu_names() -> list[str]:
+    return list(_presets())
+
+
+def gpu(name: str | None, memory: str | None = None) -> Gpu:
+    """A preset by name (case-insensitive), its memory replaced by `memory` ("80GiB") when given; with no
+    name, a GPU of that memory alone. InputError for an unknown name."""
+    from kvdoctor.load.strict import parse_size
+
+    override = parse_size(memory, "--gpu-memory") if memory is not None else None
+    if name is None:
+        if override is None:
+            raise InputError(f"give --gpu (one of {', '.join(gpu_names())}) or --gpu-memory SIZE")
+        return Gpu(name=f"GPU-{memory}", memory_bytes=override, vendor="nvidia", large_tier=override >= 70 * GiB,
+                   source="--gpu-memory")
+    presets = {k.lower(): k for k in _presets()}
+    key = presets.get(name.lower())
+    if key is None:
+        raise InputError(f"--gpu {name!r}: expected one of {', '.join(gpu_names())} (or --gpu-memory SIZE)")
+    raw = _presets()[key]
+    size = int(raw["memory_gib"] * GiB) if override is None else override
+    return Gpu(name=key, memory_bytes=size, vendor=raw["vendor"], large_tier=bool(raw.get("large_tier")),
+               unified=bool(raw.get("unified")), source="--gpu-memory" if override is not None else raw["source"])
+
+
+class Request(msgspec.Struct, frozen=True):
+    """What the deployer asks for: a context per request (None: the model's longest) and a number of
+    requests at that context served at once (None: one)."""
+
+    context: int | None = None
+    concurrency: int | None = None
+    kv_cache_dtype: str | None = None  # the engine's own spelling (fp8, fp8_e4m3, ...); None: auto
+
+
+class Term(Record, kw_only=True):
+    """One part of a rank's memory, with where its figure came from."""
+
+    name: str  # requested | weights | activations | non_torch | cuda_graphs | reserved | kv | free
+    bytes: int
+    source: str  # "vllm/v1/worker/gpu_worker.py:752-756 @ 0.33.0", "calibrated on 3 logs (...)", ...
+
+
+class FitRow(Record, kw_only=True):
+    """One engine, one parallel layout, one GPU: the memory of the fullest rank and what it serves."""
+
+    engine: str
+    version: str
+    gpu: str
+    gpu_memory_bytes: int
+    gpus: int
+    layout: dict[str, int | bool]  # tp, pp, dp, ep, dp_attention, ... in the engine's own names
+    weights: WeightsRecord
+    terms: list[Term]  # the fullest rank, top to bottom: the engine's share of the GPU, then what it holds
+    kv_bytes: int  # memory left for the KV cache on that rank
+    context: int  # the context asked for (or the model's longest)
+    max_context: int | None = None  # the longest context one request can have (vLLM's --max-model-len auto)
+    kv_tokens: int | None = None  # the engine's own KV token figure (vLLM: GPU KV cache size; SGLang: #tokens)
+    max_concurrency: float | None = None  # requests at `context` served at once, all replicas together
+    fits: bool = False  # starts, and serves the requested context and concurrency
+    refusal: EngineRefusal | None = None
+    notes: list[str] = msgspec.field(default_factory=list)
+    launch: list[str] = msgspec.field(default_factory=list)  # the engine's own command line, one arg a string
+    deploy: dict[str, Any] = msgspec.field(default_factory=dict)  # the deploy file's engine section
+
+    def to_json(self) -> dict[str, Any]:
+        out = msgspec.to_builtins(msgspec.structs.replace(self, refusal=None))
+        out["refusal"] = self.refusal.to_json() if self.refusal is not None else None
+        return out
+
+
+def gib(value: float) -> str:
+    return f"{value / GiB:.2f} GiB"
+
+
+def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:
+    """The parallel layout an engine's deploy section fixes (vLLM's or SGLang's spellings), or None when
+    it leaves every size at 1."""
+    tp = section.get("tensor_parallel_size") or section.get("tp_size") or 1
+    pp = section.get("pipeline_parallel_size") or section.get("pp_size") or 1
+    dp = section.get("data_parallel_size") or section.get("dp_size") or 1
+    ep = section.get("ep_size") or 1
+    out = {"tp": int(tp), "pp": int(pp), "dp": int(dp), "ep": int(ep),
+           "expert_parallel": bool(section.get("enable_expert_parallel")),
+           "dp_attention": bool(section.get("enable_dp_attention"))}
+    plain = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "expert_parallel": False, "dp_attention": False}
+    return None if out == plain else out

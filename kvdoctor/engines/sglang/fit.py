@@ -1,0 +1,139 @@
+"""SGLang's start-up arithmetic for one parallel layout on one GPU: weights on each rank, the memory its
+`mem_fraction_static` leaves for the KV pools, and what those pools serve (through `sglang.budget`).
+
+KV pools = total x mem_fraction_static - (total - free memory after the weights load)
+                                         srt/model_executor/model_runner.py (profile_max_num_token)
+The memory in use after loading is the weights (exact, from the headers, split as SGLang's layers split
+them) and the CUDA context and communicators (the non-torch figure calibrated on vLLM's logs: the same CUDA
+runtime). Activations and CUDA graphs live in the (1 - mem_fraction_static) SGLang holds back. Without
+--mem-fraction-static, the reserve is kvdoctor's model of SGLang's default (`sglang.budget.usable_memory`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from msgspec.structs import replace
+
+from kvdoctor.engines.budget.common import MiB, EngineRefusal, GiB
+from kvdoctor.engines.budget.facts import ModelFacts
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term
+from kvdoctor.engines.budget.weights import weights_per_rank
+from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.sglang import budget as sb
+from kvdoctor.engines.sglang import weights as sw
+from kvdoctor.model import ModelSpec
+
+VERSION = PINS["sglang"]
+NON_TORCH = {False: 133 * MiB, True: 563 * MiB}  # the CUDA runtime's share, as calibrated for vLLM (docs/fit.md)
+KV_DTYPES = {"fp8": "fp8_e4m3"}  # fit's --kv-cache-dtype fp8 in SGLang's spelling
+
+
+def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], request: Request,
+        settings: dict[str, Any] | None = None) -> FitRow:
+    s = settings or {}
+    tp, pp, dp = int(layout.get("tp", 1)), int(layout.get("pp", 1)), int(layout.get("dp", 1))
+    ep, dpa = int(layout.get("ep", 1)), bool(layout.get("dp_attention", False))
+    assert spec.checkpoint is not None
+    par = sw.parallel(tp, pp, dp, ep, dpa)
+    weights = weights_per_rank(spec.checkpoint, spec.config, sw.RULES, par, spec.num_hidden_layers)
+    non_torch = NON_TORCH[tp * pp > 1]
+    chunked = int(s.get("chunked_prefill_size") or 8192)
+    if s.get("mem_fraction_static"):
+        mfs = float(s["mem_fraction_static"])
+        reserved = gpu.memory_bytes - math.floor(gpu.memory_bytes * mfs)
+        how = f"total x (1 - mem_fraction_static {mfs}): srt/model_executor/model_runner.py @ {VERSION}"
+    else:
+        reserved = gpu.memory_bytes - weights.bytes_per_rank - sb.usable_memory(gpu.memory_bytes, weights.bytes_per_rank,
+                                                                                chunked)[0]
+        mfs = round((gpu.memory_bytes - reserved) / gpu.memory_bytes, 3)
+        how = "SGLang's default reserve as kvdoctor models it (sglang.budget.usable_memory: max(10 GiB, 512 MiB + " \
+              "1.5 x chunked_prefill_size))"
+    kv = gpu.memory_bytes - reserved - weights.bytes_per_rank - non_torch
+    if s.get("kv_budget") is not None:
+        kv = int(s["kv_budget"])
+    terms = [Term(name="reserved", bytes=reserved, source=how),
+             Term(name="weights", bytes=weights.bytes_per_rank, source=f"exact: safetensors headers split as sglang "
+                  f"{VERSION}'s layers split them (sglang/weights.py)"),
+             Term(name="non_torch", bytes=non_torch, source="calibrated on vLLM 0.11 logs (the same CUDA runtime)"),
+             Term(name="kv", bytes=max(kv, 0), source="what is left for the pools: srt/model_executor/model_runner.py")]
+    context = request.context or facts.max_position or 0
+    row = FitRow(engine="sglang", version=VERSION, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
+                 gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
+                 weights=weights, terms=terms, kv_bytes=kv, context=context)
+    if weights.bytes_per_rank + non_torch > gpu.memory_bytes:
+        row.refusal = EngineRefusal("torch.OutOfMemoryError", f"the weights, {weights.bytes_per_rank / GiB:.2f} GiB "
+                                    f"per rank, do not fit a {gpu.memory_bytes / GiB:.2f} GiB GPU: SGLang fails loading them "
+                                    "with CUDA out of memory", stage="load")
+        return row
+    if kv <= 0:
+        row.refusal = sb.not_enough_memory()
+        return row
+    kv_dtype = KV_DTYPES.get(request.kv_cache_dtype or "auto", request.kv_cache_dtype or "auto")
+    attn_tp = tp // dp if dpa else tp
+    worst = None
+    for first, last in weights.stage_layers:
+        stage = replace(facts, layers=[layer for layer in facts.layers if first <= layer.index < last]) if pp > 1 else facts
+        mode = sb.Mode(context_length=context, kv_budget_bytes=kv, kv_cache_dtype=kv_dtype, tp=attn_tp,
+                       chunked_prefill_size=chunked, max_running_requests=s.get("max_running_requests"))
+        result = sb.plan(stage, mode)
+        if worst is None or result.error is not None or (result.capacity.max_total_num_tokens or 0) < (
+                worst.capacity.max_total_num_tokens or 0):
+            worst = result
+    assert worst is not None
+    row.notes.extend(worst.notes)
+    if worst.error is not None:
+        row.refusal = worst.error
+        return row
+    tokens = int(worst.capacity.max_total_num_tokens or 0)
+    replicas = dp  # each DP rank (or attention-DP rank) holds its own pool
+    row.kv_tokens = tokens
+    row.max_context = min(tokens, facts.max_position or tokens)
+    row.max_concurrency = tokens / context * replicas if context else None
+    if context > tokens:
+        row.refusal = EngineRefusal("ValueError", f"context_length ({context}) exceeds the {tokens} tokens of the KV "
+                                    "pool: no request of that length can be scheduled", stage="prefill")
+        return row
+    row.fits = (row.max_concurrency or 0) >= (request.concurrency or 1)
+    row.launch = launch(spec, row, mfs, kv_dtype, s)
+    row.deploy = {"tp_size": tp, "context_length": context, **({"pp_size": pp} if pp > 1 else {}),
+                  **({"dp_size": dp, "enable_dp_attention": True} if dpa else {}),
+                  **({"ep_size": ep} if ep > 1 else {}), "mem_fraction_static": mfs}
+    return row
+
+
+def launch(spec: ModelSpec, row: FitRow, mfs: float, kv_dtype: str, s: dict[str, Any]) -> list[str]:
+    out = ["python", "-m", "sglang.launch_server", "--model-path", spec.hf_id or str(spec.model_dir),
+           "--tp-size", str(row.layout["tp"])]
+    if row.layout["pp"] != 1:
+        out += ["--pp-size", str(row.layout["pp"])]
+    if row.layout["dp"] != 1:
+        out += ["--dp-size", str(row.layout["dp"])]
+    if row.layout["dp_attention"]:
+        out.append("--enable-dp-attention")
+    if row.layout["ep"] != 1:
+        out += ["--ep-size", str(row.layout["ep"])]
+    out += ["--context-length", str(row.context), "--mem-fraction-static", str(mfs)]
+    if kv_dtype != "auto":
+        out += ["--kv-cache-dtype", kv_dtype]
+    if s.get("max_running_requests"):
+        out += ["--max-running-requests", str(s["max_running_requests"])]
+    return out
+
+
+def layouts(facts: ModelFacts, config: dict[str, Any], gpus: int) -> list[dict[str, Any]]:
+    """TP alone; TP with expert parallelism (MoE); TP with attention DP (MLA models, whose latent KV TP
+    would replicate); TP x PP."""
+    out: list[dict[str, Any]] = []
+    experts = config.get("num_experts") or config.get("num_local_experts") or config.get("n_routed_experts")
+    for tp in sorted({d for d in range(1, gpus + 1) if gpus % d == 0}, reverse=True):
+        pp = gpus // tp
+        if pp > len(facts.layers):
+            continue
+        base = {"tp": tp, "pp": pp, "dp": 1, "ep": 1, "dp_attention": False}
+        out.append(base)
+        if pp == 1 and tp > 1 and experts:
+            out.append({**base, "ep": tp})
+        if pp == 1 and tp > 1 and facts.mla_latent:
+            out.append({**base, "dp": tp, "dp_attention": True})
+    return out

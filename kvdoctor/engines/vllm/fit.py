@@ -1,0 +1,228 @@
+"""vLLM's whole start-up arithmetic for one parallel layout on one GPU: weights on each rank, the memory
+its profiler leaves for the KV cache, and what that cache serves (through `vllm.budget`).
+
+available KV = ceil(total x gpu_memory_utilization)              v1/worker/utils.py:724-726
+               - (weights + non-torch memory + activation peak)  utils/mem_utils.py:305-321 (non_kv_cache_memory)
+               - CUDA graph estimate                              v1/worker/gpu_worker.py:702-756, on by default
+                                                                  since 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)
+The weights are exact (the checkpoint's headers, split as vLLM's layers split them). The activation
+peak, the non-torch memory and the CUDA graphs are measured by vLLM on the GPU; kvdoctor models them
+and says how each model was obtained (`Term.source`); docs/fit.md gives their error on real logs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from msgspec.structs import replace
+
+from kvdoctor.engines.budget.common import GiB, MiB, EngineRefusal
+from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term
+from kvdoctor.engines.budget.weights import weights_per_rank
+from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.vllm import budget as vb
+from kvdoctor.engines.vllm import weights as vw
+from kvdoctor.model import ModelSpec
+
+VERSION = PINS["vllm"]
+GPU_MEMORY_UTILIZATION = 0.92  # config/cache.py default at 0.33.0 (vllm.budget.GPU_UTILIZATION)
+# Scheduler defaults of the OpenAI server by GPU class (engine/arg_utils.py:2973-3006 @ 0.33.0).
+BATCHED_TOKENS = {"xl": 16384, "large": 8192, "small": 2048}
+MAX_NUM_SEQS = {"xl": 1024, "large": 1024, "small": 256}
+# Calibrated terms (docs/fit.md lists the logs): bytes per scheduled token of the forward pass's peak,
+# in units of the activation width, and the fixed non-torch memory (CUDA context, cuBLAS workspaces, NCCL).
+FORWARD_WIDTHS = (3, 3)  # (x intermediate per rank, x hidden): vllm-project/vllm#10517 at 20k and 29k tokens
+# Non-torch memory on one rank, alone and with the all-reduce buffers of a TP group: 0.13-0.14 GiB at TP 1 and
+# 0.54-0.55 GiB at TP 2 in the calibration logs of vLLM 0.11 on H100 (tests/data/startup-logs).
+NON_TORCH = {False: 133 * MiB, True: 563 * MiB}
+# The dummy sampler run over max_num_seqs rows of fp32 logits peaks at about this many copies of them (the
+# logits, probabilities, sorted values and indices of top-k/top-p): 9.62-9.73 on the three model families of the
+# calibration logs (vLLM 0.11, 1024 sequences); 10.3 with the V0 sampler and 256 sequences (vllm-project/vllm#10511).
+SAMPLER_COPIES_V1 = 9.7
+SAMPLER_COPIES_V0 = 10.3
+CUDA_GRAPHS = 512 * MiB  # not calibrated: no log of 0.21 or later prints it; 0.39-1.88 GiB in 0.10-0.11 logs
+SOURCES = {
+    "requested": "vllm/v1/worker/utils.py:724-726 @ 0.33.0 (ceil(total x gpu_memory_utilization))",
+    "weights": "exact: safetensors headers split as vllm 0.33.0's layers split them (vllm/weights.py)",
+    "activations": "max(forward peak, sampler peak): forward = max_num_batched_tokens x (3 x intermediate/TP "
+                   "+ 3 x hidden) x dtype (vllm-project/vllm#10517); sampler = max_num_seqs x vocab x 4 B x {copies} "
+                   "(v1/worker/gpu_model_runner.py:5866-5900), calibrated on 5 logs (docs/fit.md)",
+    "non_torch": "calibrated on 7 logs of vLLM 0.11 (docs/fit.md): 0.13 GiB alone, 0.55 GiB in a TP group",
+    "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21); size not calibrated: a "
+                   "placeholder of 0.5 GiB",
+    "kv": "what is left: v1/worker/gpu_worker.py:752-756 @ 0.33.0",
+}
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    major, minor = (version.split(".") + ["0"])[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def gpu_tier(gpu: Gpu) -> str:
+    if gpu.memory_bytes >= 160 * GiB:
+        return "xl"
+    return "large" if gpu.large_tier else "small"
+
+
+def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
+                    version: str) -> int:
+    """The profiling run's peak above the weights on one rank (modelled: see SOURCES)."""
+    hidden = int(config.get("hidden_size") or 0)
+    experts = config.get("num_experts_per_tok") or config.get("moe_topk")
+    inter = int(config.get("intermediate_size") or 0)
+    if experts and config.get("moe_intermediate_size"):
+        inter = int(config["moe_intermediate_size"]) * int(experts) + int(config.get("shared_expert_intermediate_size")
+                                                                          or 0)
+    width = dtype_bytes(facts.serving_dtype)
+    forward = tokens * (FORWARD_WIDTHS[0] * inter // tp + FORWARD_WIDTHS[1] * hidden) * width
+    copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
+    sampler = int(seqs * int(config.get("vocab_size") or 0) * 4 * copies)
+    return max(forward, sampler)
+
+
+def scheduler_defaults(version: str, gpu: Gpu, context: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of the OpenAI server when the deployer sets neither: the
+    pinned release's table by GPU class; before the V1 engine (0.8), 256 sequences and one whole prompt
+    of max_model_len tokens, or 512 with the chunked prefill it turned on above 32k."""
+    if version_tuple(version) < (0, 8):
+        return (max(context, 2048) if context <= 32768 else 512), 256
+    tier = gpu_tier(gpu)
+    return BATCHED_TOKENS[tier], MAX_NUM_SEQS[tier]
+
+
+def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], request: Request,
+        settings: dict[str, Any] | None = None) -> FitRow:
+    """One layout (tp, pp, dp, expert_parallel) on `gpu`: the fullest rank's memory and what it serves.
+    `settings` holds vLLM's own knobs (gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
+    enforce_eager, ...) where the deployer sets them; `kv_budget` replaces the modelled memory with the
+    engine's own figure; `version` prices an older release's defaults (start-up logs)."""
+    s = settings or {}
+    version = str(s.get("version") or VERSION)
+    tp, pp, dp = int(layout.get("tp", 1)), int(layout.get("pp", 1)), int(layout.get("dp", 1))
+    ep = bool(layout.get("expert_parallel", False))
+    util = float(s.get("gpu_memory_utilization") or GPU_MEMORY_UTILIZATION)
+    context = request.context or facts.max_position or 0
+    default_tokens, default_seqs = scheduler_defaults(version, gpu, context)
+    tokens = int(s.get("max_num_batched_tokens") or default_tokens)
+    seqs = int(s.get("max_num_seqs") or default_seqs)
+    assert spec.checkpoint is not None
+    weights = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, vw.parallel(tp, pp, dp, ep), spec.num_hidden_layers)
+    requested = math.ceil(gpu.memory_bytes * util)
+    activations = activation_peak(facts, spec.config, tp, tokens, seqs, version)
+    graphs = 0 if s.get("enforce_eager") or version_tuple(version) < (0, 21) else CUDA_GRAPHS
+    copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
+    non_torch = NON_TORCH[tp * pp * dp > 1]
+    kv = requested - weights.bytes_per_rank - activations - non_torch - graphs
+    if s.get("kv_budget") is not None:  # the engine's own figure, from a log or a profiled run
+        from kvdoctor.load.strict import parse_size
+
+        kv = parse_size(s["kv_budget"], "kv_budget") if isinstance(s["kv_budget"], str) else int(s["kv_budget"])
+        kv_source = "given (kv_budget)"
+    else:
+        kv_source = SOURCES["kv"]
+    terms = [Term(name="requested", bytes=requested, source=SOURCES["requested"] + f" with {util}"),
+             Term(name="weights", bytes=weights.bytes_per_rank, source=SOURCES["weights"]),
+             Term(name="activations", bytes=activations, source=SOURCES["activations"].format(copies=copies)),
+             Term(name="non_torch", bytes=non_torch, source=SOURCES["non_torch"]),
+             Term(name="cuda_graphs", bytes=graphs, source=SOURCES["cuda_graphs"] if graphs else "enforce_eager "
+                  "or before 0.21: not subtracted"),
+             Term(name="kv", bytes=max(kv, 0), source=kv_source),
+             Term(name="free", bytes=gpu.memory_bytes - requested, source="outside gpu_memory_utilization")]
+    row = FitRow(engine="vllm", version=version, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes, gpus=tp * pp * dp,
+                 layout={"tp": tp, "pp": pp, "dp": dp, "expert_parallel": ep}, weights=weights, terms=terms,
+                 kv_bytes=kv, context=context)
+    if facts.kv_heads and tp > facts.kv_heads and not facts.mla_latent:
+        row.notes.append(f"TP {tp} exceeds the {facts.kv_heads} KV heads: each rank keeps a copy of one KV head "
+                         f"({tp // facts.kv_heads} ranks share each head)")
+    if weights.unmatched:
+        row.notes.append(f"{len(weights.unmatched)}+ tensors no sharding rule names were priced whole on every rank "
+                         f"(e.g. {weights.unmatched[0]})")
+    if weights.bytes_per_rank + non_torch > gpu.memory_bytes:
+        row.refusal = EngineRefusal("torch.OutOfMemoryError", f"the weights, {weights.bytes_per_rank / GiB:.2f} GiB "
+                                    f"per rank, do not fit a {gpu.memory_bytes / GiB:.2f} GiB GPU: vLLM fails loading them "
+                                    "with CUDA out of memory", stage="load")
+        return row
+    if kv <= 0:
+        row.refusal = EngineRefusal("ValueError", vb.NO_MEMORY)
+        return row
+    _serve(row, facts, tp, pp, kv, context, request, s, tokens, seqs)
+    row.launch = launch(spec, row, util, request, s)
+    row.deploy = {"tensor_parallel_size": tp, **({"pipeline_parallel_size": pp} if pp > 1 else {}),
+                  **({"data_parallel_size": dp} if dp > 1 else {}), **({"enable_expert_parallel": True} if ep else {}),
+                  "max_model_len": context, **({"gpu_memory_utilization": util} if s.get("gpu_memory_utilization") else {}),
+                  **({"kv_cache_dtype": request.kv_cache_dtype} if request.kv_cache_dtype else {})}
+    return row
+
+
+def _plan_stages(row: FitRow, facts: ModelFacts, tp: int, pp: int, kv: int, length: int, request: Request,
+                 s: dict[str, Any], tokens: int, seqs: int) -> vb.VllmBudget:
+    """vLLM's KV plan on each pipeline stage's own layers; the stage that serves least (or refuses) decides."""
+    worst: vb.VllmBudget | None = None
+    for first, last in row.weights.stage_layers:
+        stage = replace(facts, layers=[layer for layer in facts.layers if first <= layer.index < last]) if pp > 1 else facts
+        mode = vb.Mode(max_model_len=length, kv_budget_bytes=kv, kv_cache_dtype=request.kv_cache_dtype or "auto",
+                       tp=tp, prefix_caching=s.get("enable_prefix_caching") is not False, max_num_batched_tokens=tokens,
+                       max_num_seqs=seqs)
+        result = vb.plan(stage, mode)
+        if worst is None or (result.error is not None and worst.error is None) or (
+                (result.error is None) == (worst.error is None)
+                and (result.capacity.max_concurrency or 0) < (worst.capacity.max_concurrency or 0)):
+            worst = result
+    assert worst is not None
+    return worst
+
+
+def _serve(row: FitRow, facts: ModelFacts, tp: int, pp: int, kv: int, context: int, request: Request,
+           s: dict[str, Any], tokens: int, seqs: int) -> None:
+    """Concurrency at the requested context, and the longest context one request can have (what
+    `--max-model-len auto` would pick, up to the model's own maximum)."""
+    longest = max(context, facts.max_position or context)
+    auto = _plan_stages(row, facts, tp, pp, kv, longest, request, s, tokens, seqs)
+    fit_len = auto.capacity.max_model_len_fit
+    row.max_context = fit_len if isinstance(fit_len, int) else None
+    worst = auto if longest == context else _plan_stages(row, facts, tp, pp, kv, context, request, s, tokens, seqs)
+    row.notes.extend(worst.notes)
+    if worst.error is not None:
+        row.refusal = worst.error
+        return
+    row.max_concurrency = float(worst.capacity.max_concurrency or 0.0) * int(row.layout["dp"])
+    row.kv_tokens = int(worst.capacity.tokens or 0)
+    row.fits = row.max_concurrency >= (request.concurrency or 1)
+
+
+def launch(spec: ModelSpec, row: FitRow, util: float, request: Request, s: dict[str, Any]) -> list[str]:
+    """`vllm serve` with the flags that give this row (every flag one vLLM 0.33.0's parser accepts)."""
+    out = ["vllm", "serve", spec.hf_id or str(spec.model_dir), "--tensor-parallel-size", str(row.layout["tp"])]
+    if row.layout["pp"] != 1:
+        out += ["--pipeline-parallel-size", str(row.layout["pp"])]
+    if row.layout["dp"] != 1:
+        out += ["--data-parallel-size", str(row.layout["dp"])]
+    if row.layout["expert_parallel"]:
+        out.append("--enable-expert-parallel")
+    out += ["--max-model-len", str(row.context), "--gpu-memory-utilization", str(util)]
+    if request.kv_cache_dtype:
+        out += ["--kv-cache-dtype", request.kv_cache_dtype]
+    if s.get("max_num_seqs"):
+        out += ["--max-num-seqs", str(s["max_num_seqs"])]
+    if s.get("max_num_batched_tokens"):
+        out += ["--max-num-batched-tokens", str(s["max_num_batched_tokens"])]
+    if s.get("enforce_eager"):
+        out.append("--enforce-eager")
+    return out
+
+
+def layouts(facts: ModelFacts, config: dict[str, Any], gpus: int) -> list[dict[str, Any]]:
+    """The layouts of `gpus` GPUs vLLM could start, plainest first: TP alone, TP with expert parallelism
+    (MoE), then TP x PP."""
+    out: list[dict[str, Any]] = []
+    experts = config.get("num_experts") or config.get("num_local_experts") or config.get("n_routed_experts")
+    for tp in sorted({d for d in range(1, gpus + 1) if gpus % d == 0}, reverse=True):
+        pp = gpus // tp
+        if pp > len(facts.layers):
+            continue
+        out.append({"tp": tp, "pp": pp, "dp": 1, "expert_parallel": False})
+        if experts and tp > 1 and pp == 1:
+            out.append({"tp": tp, "pp": 1, "dp": 1, "expert_parallel": True})
+    return out

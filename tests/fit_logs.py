@@ -1,0 +1,182 @@
+"""`kvdoctor fit` against real start-up logs (tests/data/startup-logs/*.yaml): each log's prediction next to
+what the engine printed, and the table of docs/fit.md.
+
+A log gives the engine, its version, the GPU, the settings as passed and the memory figures printed; the
+model's published config.json lies in configs/ORG__NAME/. Its checkpoint is synthesized from that config
+(kvdoctor.load.synth: the real tensor names and shapes of its family, quantized as its
+quantization_config says), so the weights are priced as the engine stores them.
+
+Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "data" / "startup-logs"
+DOC = ROOT / "docs" / "fit.md"
+BEGIN, END = "<!-- fit-logs:begin -->", "<!-- fit-logs:end -->"
+GIB = 1 << 30
+# The engines' flags as a log passes them that fit reads (the rest are the engine's defaults at that version).
+SETTING_KEYS = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "enforce_eager",
+                "enable_prefix_caching", "mem_fraction_static", "chunked_prefill_size", "max_running_requests")
+
+sys.path.insert(0, str(ROOT))
+
+
+def logs() -> list[tuple[str, dict[str, Any]]]:
+    return [(p.stem, yaml.safe_load(p.read_text())) for p in sorted(CORPUS.glob("*.yaml"))]
+
+
+def _quantize(layout: dict, config: dict) -> None:
+    """Store the synthesized tensors as the config's quantization_config says the published ones are."""
+    q = config.get("quantization_config") or {}
+    method = q.get("quant_method")
+    skip = tuple(q.get("modules_to_not_convert") or q.get("ignored_layers") or ())
+    for name, (_dtype, shape) in list(layout.items()):
+        linear = name.endswith("proj.weight") and ".layers." in name and not any(s in name for s in skip)
+        if not linear or len(shape) != 2:
+            continue
+        out, inp = shape
+        if method == "fp8":
+            layout[name] = ("F8_E4M3", shape)
+            block = q.get("weight_block_size") or [128, 128]
+            layout[name[:-len("weight")] + "weight_scale_inv"] = ("F32", [-(-out // block[0]), -(-inp // block[1])])
+        elif method == "mxfp4" and ".experts." in name:
+            del layout[name]
+            base = name[:-len(".weight")]
+            layout[base + "_blocks"] = ("U8", [out, inp // 32, 16])
+            layout[base + "_scales"] = ("U8", [out, inp // 32])
+
+
+def model_dir(tmp: Path, model: str) -> Path | None:
+    """The model's config and a sparse checkpoint of its tensors; None when the config is not stored."""
+    import json
+
+    from kvdoctor.load.synth import layout_for, write_checkpoint
+
+    src = CORPUS / "configs" / model.replace("/", "__") / "config.json"
+    if not src.exists():
+        return None
+    d = tmp / model.replace("/", "__")
+    if not d.exists():
+        d.mkdir(parents=True)
+        config = json.loads(src.read_text())
+        (d / "config.json").write_text(json.dumps(config))
+        layout = layout_for(d)
+        _quantize(layout, config)
+        write_checkpoint(d, layout)
+    return d
+
+
+def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """fit's figures for one log, and the same KV plan fed the available memory the log printed."""
+    from kvdoctor.engines import profile
+    from kvdoctor.engines.budget.fit import Request, gpu
+    from kvdoctor.errors import InputError
+    from kvdoctor.load.loader import load_model
+
+    out: dict[str, Any] = {}
+    d = model_dir(tmp, log["model"])
+    if d is None:
+        return {"skip": "config not stored"}
+    from kvdoctor.engines import fit_engines
+    from kvdoctor.engines.budget.fit import layout_of
+
+    if log["engine"] not in fit_engines():
+        return {"skip": f"{log['engine']}: no fit model"}
+    s = log["settings"]
+    layout = layout_of(s) or {"tp": 1, "pp": 1, "dp": 1}
+    settings = {k: v for k, v in s.items() if k in SETTING_KEYS}
+    kv_dtype = s.get("kv_cache_dtype") if s.get("kv_cache_dtype") not in (None, "auto") else None
+    try:
+        spec = load_model(str(d))
+        prof = profile(log["engine"])
+        facts = prof.budget_facts(spec)
+        request = Request(context=s.get("max_model_len") or s.get("context_length"), kv_cache_dtype=kv_dtype)
+        row = prof.fit(spec, facts, gpu(log["gpu"]), layout, request, {**settings, "version": log["version"]})
+        out["weights_gib"] = row.weights.bytes_per_rank / GIB
+        out["available_kv_gib"] = row.kv_bytes / GIB
+        out["kv_tokens"] = row.kv_tokens
+        observed = log["observed"].get("available_kv_gib")
+        if isinstance(observed, (int, float)) and observed > 0:
+            given = prof.fit(spec, facts, gpu(log["gpu"]), layout, request,
+                             {**settings, "version": log["version"], "kv_budget": int(observed * GIB)})
+            out["kv_tokens_given_kv"] = given.kv_tokens
+    except InputError as exc:  # the scratch copy's path varies from run to run: the table names the model
+        return {"skip": str(exc).replace(f"{tmp}/", "")}
+    return out
+
+
+def error(predicted: float | None, observed: Any) -> float | None:
+    if predicted is None or not isinstance(observed, (int, float)) or isinstance(observed, bool) or not observed:
+        return None
+    return (predicted - observed) / observed
+
+
+def rows() -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="kvdoctor-fit-logs-") as name:
+        tmp = Path(name)
+        out = []
+        for stem, log in logs():
+            p = predict(log, tmp)
+            obs = log["observed"]
+            out.append({"log": stem, "part": log["part"], "engine": log["engine"], "version": log["version"],
+                        "skip": p.get("skip"),
+                        "weights": (p.get("weights_gib"), obs.get("weights_gib"), error(p.get("weights_gib"),
+                                                                                       obs.get("weights_gib"))),
+                        "kv": (p.get("available_kv_gib"), obs.get("available_kv_gib"),
+                               error(p.get("available_kv_gib"), obs.get("available_kv_gib"))),
+                        "tokens": (p.get("kv_tokens_given_kv"), obs.get("kv_tokens"),
+                                   error(p.get("kv_tokens_given_kv"), obs.get("kv_tokens"))),
+                        "pool": (p.get("kv_tokens") if log["engine"] == "sglang" else None,
+                                 obs.get("max_total_num_tokens"),
+                                 error(p.get("kv_tokens") if log["engine"] == "sglang" else None,
+                                       obs.get("max_total_num_tokens")))})
+        return out
+
+
+def _cell(value: tuple) -> str:
+    predicted, observed, err = value
+    if err is None:
+        return "-" if observed is None else f"(obs. {observed})"
+    fmt = (lambda v: f"{v:,.0f}") if isinstance(observed, int) and observed > 1000 else (lambda v: f"{v:.2f}")
+    return f"{fmt(predicted)} / {fmt(observed)} ({100 * err:+.1f}%)"
+
+
+def table(data: list[dict[str, Any]]) -> str:
+    lines = ["| log | part | weights GiB: fit / log | available KV GiB: fit / log | KV tokens given the log's KV "
+             "| SGLang pool tokens: fit / log |", "|---|---|---|---|---|---|"]
+    for r in data:
+        if r["skip"]:
+            lines.append(f"| `{r['log']}` | {r['part']} | not predicted: {r['skip']} | | | |")
+            continue
+        lines.append(f"| `{r['log']}` | {r['part']} | {_cell(r['weights'])} | {_cell(r['kv'])} | {_cell(r['tokens'])} "
+                     f"| {_cell(r['pool'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def share_within(data: list[dict[str, Any]], key: str, bound: float, part: str | None = None) -> tuple[int, int]:
+    """(logs within `bound`, logs with both figures) for `key`, in one part or all."""
+    errs = [r[key][2] for r in data if r[key][2] is not None and (part is None or r["part"] == part)]
+    return sum(1 for e in errs if abs(e) <= bound), len(errs)
+
+
+def main() -> None:
+    text = table(rows())
+    if "--write" in sys.argv:
+        doc = DOC.read_text()
+        head, _, rest = doc.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        DOC.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+    else:
+        print(text, end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""`kvdoctor fit` as a user runs it (a real process): its JSON, HTML and exit codes, the deploy file, bad
+input, and every emitted `vllm serve` command parsed and configured by vLLM's own code where a vLLM
+Python is installed."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, make_model, run
+
+VLLM_PYTHON = Path(os.environ.get("KVDOCTOR_VLLM_PYTHON", "/tmp/ux/venvs/vllm/bin/python"))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory.mktemp("fit"), "llama-3.1-8b")
+
+
+def _json(*args: str) -> tuple[int, dict]:
+    proc = run("fit", *args, "--format", "json")
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_json_rows_terms_and_recommendation(llama: Path) -> None:
+    rc, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "131072", "--concurrency", "12")
+    assert doc["schema"] == "kvdoctor.fit/1"
+    assert {r["layout"]["tp"] for r in doc["rows"]} == {1, 2}  # tp 2, and tp 1 x pp 2
+    row = next(r for r in doc["rows"] if r["layout"]["tp"] == 2)
+    terms = {t["name"]: t["bytes"] for t in row["terms"]}
+    # the memory left is what the engine's share of the GPU keeps after its reservations
+    assert row["kv_bytes"] == terms["requested"] - terms["weights"] - terms["activations"] - terms["non_torch"] \
+        - terms["cuda_graphs"]
+    assert terms["weights"] == row["weights"]["bytes_per_rank"]
+    assert all(t["source"] for t in row["terms"])
+    # 12 requests of 128k do not fit on two GPUs; the recommendation uses more and serves them
+    assert rc == 1 and not any(r["fits"] for r in doc["rows"])
+    best = doc["recommendation"]
+    assert best["gpus"] > 2 and best["max_concurrency"] >= 12
+    assert best["launch"][:3] == ["vllm", "serve", str(llama)]
+
+
+def test_a_context_longer_than_memory_is_refused_with_vllms_text(llama: Path) -> None:
+    rc, doc = _json(str(llama), "--gpu", "RTX-4090", "--context", "131072")
+    row = doc["rows"][0]
+    assert rc == 1
+    assert row["refusal"]["class"] == "ValueError"
+    assert row["refusal"]["message"].startswith("To serve at least one request with the model's max seq len (131072)")
+    assert 0 < row["max_context"] < 131072  # what --max-model-len auto would choose
+
+
+def test_fp8_kv_cache_doubles_the_tokens(llama: Path) -> None:
+    _, auto = _json(str(llama), "--gpu", "H100-80GB", "--context", "8192")
+    _, fp8 = _json(str(llama), "--gpu", "H100-80GB", "--context", "8192", "--kv-cache-dtype", "fp8")
+    a, f = auto["rows"][0], fp8["rows"][0]
+    assert a["kv_bytes"] == f["kv_bytes"]
+    assert f["kv_tokens"] == pytest.approx(2 * a["kv_tokens"], rel=0.01)
+    assert "--kv-cache-dtype" in f["launch"]
+
+
+def test_gpu_memory_overrides_the_preset(llama: Path) -> None:
+    _, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpu-memory", "40GiB", "--context", "8192")
+    assert doc["inputs"]["gpu_memory_bytes"] == 40 << 30
+    assert doc["inputs"]["gpu_source"] == "--gpu-memory"
+
+
+def test_deploy_file_gives_layout_context_and_concurrency(llama: Path, tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("budget:\n  gpu: H100-80GB\n  context: 32768\n  concurrency: 4\n"
+                      "vllm:\n  tensor_parallel_size: 2\n  gpu_memory_utilization: 0.8\n")
+    rc, doc = _json(str(llama), "--deploy", str(deploy))
+    assert rc == 0
+    assert [r["layout"]["tp"] for r in doc["rows"]] == [2]
+    row = doc["rows"][0]
+    assert row["context"] == 32768 and row["fits"]
+    assert "0.8" in row["launch"]
+
+
+def test_html_has_a_stacked_bar_per_stage(llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fit.html"
+    proc = run("fit", str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "8192", "--format", "html",
+               "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    assert page.count('class="bar"') >= 3  # tp2: one bar; tp1 x pp2: one per stage
+    assert "weights:" in page and "kv:" in page
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--gpu", "H10"], "--gpu 'H10': expected one of"),
+    (["--gpu", "H100-80GB", "--engine", "hf"], "--engine"),
+    (["--gpu", "H100-80GB", "--gpus", "0"], "--gpus '0'"),
+    (["--gpu-memory", "lots"], "--gpu-memory"),
+    (["--gpu", "H100-80GB", "--format", "xml"], "--format 'xml'"),
+])
+def test_bad_input_is_one_line_and_exit_2(llama: Path, args: list[str], text: str) -> None:
+    proc = run("fit", str(llama), *args)
+    assert proc.returncode == 2
+    assert text in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM Python installed here")
+def test_launch_commands_parse_and_configure_in_vllm(llama: Path) -> None:
+    _, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "65536", "--kv-cache-dtype", "fp8")
+    commands = [r["launch"] for r in doc["rows"] if r["launch"]] + [doc["recommendation"]["launch"]]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"VLLM_TARGET_DEVICE": "cpu"}
+    proc = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_launch_child.py"), json.dumps(commands)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    configs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(configs) == len(commands)
+    for command, config in zip(commands, configs):
+        assert config["tp"] == int(command[command.index("--tensor-parallel-size") + 1])
+        assert config["max_model_len"] == 65536
+        assert config["kv_cache_dtype"] == "fp8"
+
+
+def test_api_fit_is_the_commands_document(llama: Path) -> None:
+    from kvdoctor import api
+    from kvdoctor.errors import InputError
+
+    doc = api.fit(llama, gpu="H100-80GB", gpus=2, context=32768, concurrency=4)
+    _, cli = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "32768", "--concurrency", "4")
+    assert doc == cli
+    with pytest.raises(InputError, match="--gpu"):
+        api.fit(llama, gpu="nope")
+
+
+def test_sglang_fit_uses_mem_fraction_static_and_its_launcher(llama: Path) -> None:
+    _, doc = _json(str(llama), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "2", "--context", "32768")
+    row = doc["rows"][0]
+    terms = {t["name"]: t["bytes"] for t in row["terms"]}
+    # SGLang keeps total x (1 - mem_fraction_static) back for activations and graphs; the pools get the rest
+    assert row["kv_bytes"] == doc["inputs"]["gpu_memory_bytes"] - terms["reserved"] - terms["weights"] - terms["non_torch"]
+    assert row["launch"][:4] == ["python", "-m", "sglang.launch_server", "--model-path"]
+    assert "--mem-fraction-static" in row["launch"] and row["launch"][row["launch"].index("--tp-size") + 1] == "2"
+    # the pool holds max_total_num_tokens shared by all requests: concurrency is tokens / context
+    assert row["max_concurrency"] == pytest.approx(row["kv_tokens"] / 32768)
+    _, fixed = _json(str(llama), "--engine", "sglang", "--gpu", "H100-80GB", "--context", "32768")
+    deploy_fraction = fixed["rows"][0]["deploy"]["mem_fraction_static"]
+    assert 0.8 < deploy_fraction < 0.9
+
+
+def test_sglang_attention_dp_is_offered_for_mla_models(tmp_path: Path) -> None:
+    kimi = make_model(tmp_path, "kimi-linear")
+    _, doc = _json(str(kimi), "--engine", "sglang", "--gpu", "H200", "--gpus", "4", "--context", "65536")
+    dpa = [r for r in doc["rows"] if r["layout"]["dp_attention"]]
+    assert dpa and dpa[0]["layout"]["dp"] == 4 and dpa[0]["gpus"] == 4
+    plain = next(r for r in doc["rows"] if r["layout"]["tp"] == 4 and not r["layout"]["dp_attention"]
+                 and r["layout"]["ep"] == 1)
+    # attention over one rank each: more attention weights per rank than TP 4
+    assert dpa[0]["weights"]["bytes_per_rank"] > plain["weights"]["bytes_per_rank"]
+
+
+def test_mlx_lm_fit_on_unified_memory(llama: Path) -> None:
+    rc, doc = _json(str(llama), "--engine", "mlx-lm", "--gpu", "M-series-32GB", "--context", "32768")
+    row = doc["rows"][0]
+    terms = {t["name"]: t["bytes"] for t in row["terms"]}
+    assert rc == 0 and row["fits"]
+    assert terms["reserved"] + terms["weights"] + terms["kv"] == 32 << 30  # the working set, less the weights
+    assert row["launch"] == ["mlx_lm.server", "--model", str(llama)]
+    assert 32768 <= row["max_context"] <= 131072
+    rc, small = _json(str(llama), "--engine", "mlx-lm", "--gpu", "M-series-16GB", "--context", "32768")
+    assert rc == 1 and small["rows"][0]["refusal"]["message"].startswith("[METAL] Command buffer execution failed")
+    proc = run("fit", str(llama), "--engine", "mlx-lm", "--gpu", "M-series-32GB", "--gpus", "2")
+    assert proc.returncode == 2 and "no layout of 2 GPU(s)" in proc.stderr
+
+
+def test_the_recommended_deploy_file_passes_check_and_a_greedier_one_fails(llama: Path, tmp_path: Path) -> None:
+    proc = run("fit", str(llama), "--gpu", "H100-80GB", "--context", "131072", "--concurrency", "8")
+    assert proc.returncode == 1  # one H100 does not serve it; the recommendation does
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(proc.stdout[proc.stdout.index("engine: vllm"):])
+    ok = run("check", "--engine", "vllm", "--static", "--deploy", str(deploy), str(llama), "--format", "json")
+    assert ok.returncode == 0, ok.stdout[-2000:]
+    assert not [f for f in json.loads(ok.stdout)["results"][0]["findings"] if f["code"] == "MEM016"]
+    deploy.write_text(deploy.read_text().replace("concurrency: 8", "concurrency: 64"))
+    gate = run("check", "--engine", "vllm", "--static", "--deploy", str(deploy), str(llama), "--format", "json")
+    assert gate.returncode == 1
+    finding = next(f for f in json.loads(gate.stdout)["results"][0]["findings"] if f["code"] == "MEM016")
+    assert "the deploy file asks for 64" in finding["message"]
+    assert finding["line"] == 6  # budget.concurrency in the deploy file
+
+
+def test_tp_that_does_not_divide_the_heads_is_refused_and_kv_heads_replicate(tmp_path: Path) -> None:
+    qwen = make_model(tmp_path, "qwen2.5-7b")  # 28 query heads, 4 KV heads
+    _, doc = _json(str(qwen), "--gpu", "H100-80GB", "--gpus", "8", "--context", "8192")
+    tp8 = next(r for r in doc["rows"] if r["layout"]["tp"] == 8)
+    assert tp8["refusal"]["message"] == ("Total number of attention heads (28) must be divisible by tensor parallel "
+                                          "size (8).")
+    _, doc4 = _json(str(qwen), "--gpu", "H100-80GB", "--gpus", "4", "--context", "8192")
+    tp4 = next(r for r in doc4["rows"] if r["layout"]["tp"] == 4)
+    assert tp4["refusal"] is None
+    _, doc7 = _json(str(qwen), "--gpu", "H100-80GB", "--gpus", "7", "--context", "8192")
+    tp7 = next(r for r in doc7["rows"] if r["layout"]["tp"] == 7)
+    assert any("exceeds the 4 KV heads" in note for note in tp7["notes"])
+
+
+def test_budget_reads_the_gpu_preset_of_the_deploy_file(llama: Path, tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("budget:\n  gpu: H100-80GB\n  context: 32768\n  engines: [vllm]\n")
+    proc = run("budget", str(llama), "--deploy", str(deploy), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["engines"][0]["budget"]["gpu_memory_bytes"] == int(79.18 * (1 << 30))
+
+
+def test_checks_html_draws_the_rank_of_a_deploy_that_does_not_fit(llama: Path, tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("engine: vllm\nbudget:\n  gpu: H100-80GB\n  context: 131072\n  concurrency: 16\n")
+    page = tmp_path / "report.html"
+    proc = run("check", "--engine", "vllm", "--static", "--deploy", str(deploy), str(llama), "--html-output", str(page))
+    assert proc.returncode == 1
+    html = page.read_text()
+    assert "Memory of the fullest rank (MEM016)" in html
+    assert 'class="fit-bar"' in html and 'title="weights: 14.96 GiB"' in html
