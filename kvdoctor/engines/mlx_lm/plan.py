@@ -61,7 +61,7 @@ class LayerCache(msgspec.Struct, frozen=True, omit_defaults=True):
         return self.cls == "KVCache"
 
     def json(self) -> dict[str, Any]:
-        out = {"mlx_class": self.cls}
+        out: dict[str, Any] = {"mlx_class": self.cls}
         for key in ("max_size", "keep", "chunk_size"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -155,7 +155,7 @@ def refusals(caches: tuple[LayerCache, ...], settings: MlxLmSettings) -> list[Re
     rotating = [c.layer for c in built if c.cls == "RotatingKVCache"]
     if settings.kv_bits is not None and rotating:
         out.append(Refusal(
-            "MLX128", "NotImplementedError", ROTATING_NYI, "prefill", layer=rotating[0], setting="mlx_lm.kv_bits",
+            "MEM011", "NotImplementedError", ROTATING_NYI, "prefill", layer=rotating[0], setting="mlx_lm.kv_bits",
             source=f"mlx_lm/models/cache.py:554 (called from generate.py:309-310) @ {VERSION}",
             evidence={"rotating_layers": rotating, "quantized_kv_start": settings.quantized_kv_start},
             explanation=(f"--kv-bits {settings.kv_bits} quantizes every cache that has `to_quantized` once a request "
@@ -216,12 +216,17 @@ def cache_label(cache: LayerCache) -> str | None:
             "CacheList": "list", None: "none"}.get(cache.cls)
 
 
-def plan_from(spec: ModelSpec, settings: MlxLmSettings) -> Plan[MlxLmFacts]:
+def make_cache_module(module: str) -> bool:
+    """The module's Model builds its own caches (the pinned wheel's list, tools/mlx_lm_models.py)."""
     from kvdoctor.engines.sglang_mlx.mlxlm import shipped_models
 
+    return module in shipped_models()["make_cache"]
+
+
+def plan_from(spec: ModelSpec, settings: MlxLmSettings) -> Plan[MlxLmFacts]:
     module = module_of(spec)
     load = load_refusal(spec, module)
-    make_cache = module in shipped_models()["make_cache"]
+    make_cache = make_cache_module(module)
     if load is not None:
         facts = MlxLmFacts(module=module, make_cache=make_cache, loads=False)
         layers = tuple(LayerPlan(index=l.index, engine_window=None, cache="unknown") for l in spec.layers)
@@ -232,3 +237,19 @@ def plan_from(spec: ModelSpec, settings: MlxLmSettings) -> Plan[MlxLmFacts]:
                              cache=cache_label(c), extra=c.json()) for c in caches)
     return Plan(engine="mlx-lm", versions={"mlx-lm": VERSION}, layers=layers,
                 refusals=tuple(refusals(caches, settings)), facts=facts, notes=tuple(notes(spec, facts, settings)))
+
+
+def summary(plan: Plan[object]) -> dict[str, Any]:
+    """The JSON `info` of an mlx-lm check: the notes, and the cache classes by count."""
+    out: dict[str, Any] = {"engine_notes": list(plan.notes)}
+    if plan.refusals:
+        first = plan.refusals[0]
+        out["engine_notes"].append(f"mlx-lm would fail at {first.stage}: {first.error_class}: {first.message}")
+    facts = plan.facts
+    if isinstance(facts, MlxLmFacts):
+        counts: dict[str, int] = {}
+        for cache in facts.built:
+            counts[cache.cls or ""] = counts.get(cache.cls or "", 0) + 1
+        out["mlx_lm"] = {"module": facts.module, "make_cache": facts.make_cache, "loads": facts.loads,
+                         "caches": len(facts.built), "classes": counts}
+    return out
