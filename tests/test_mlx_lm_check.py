@@ -128,3 +128,54 @@ def test_bad_mlx_lm_settings_are_one_line_errors(tmp_path, value):
     deploy.write_text(f"mlx_lm:\n  kv_bits: {value}\n")
     code, doc = check_json(str(model), "--engine", "mlx-lm", "--static", "--deploy", str(deploy))
     assert code == 2
+
+
+def _probe(tmp_path: Path, name: str, deploy: str) -> tuple[int, dict[str, Any]]:
+    model = make_model(tmp_path, name) if "/" not in name else _real(tmp_path, name)
+    path = tmp_path / "deploy.yaml"
+    path.write_text(deploy)
+    code, doc = check_json(str(model), "--engine", "mlx-lm", "--deploy", str(path))
+    return code, doc["results"][0]
+
+
+def _real(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(_config_path(name).read_bytes())
+    return folder
+
+
+def test_probe_drives_gemmas_rotating_cache_past_its_window_and_through_quantization(tmp_path):
+    code, result = _probe(tmp_path, "gemma-3-1b-it", "mlx_lm:\n  kv_bits: 4\n")
+    rotating, full = result["info"]["mlx_lm"]["probe"]
+    assert rotating["mlx_class"] == "RotatingKVCache" and len(rotating["layers"]) == 22 and full["mlx_class"] == "KVCache"
+    assert rotating["shape"] == [1, 256, 256] and rotating["dtype"] == "bfloat16"
+    assert rotating["window"]["detail"]["held"] == "5-516" == rotating["window"]["detail"]["expected"]
+    assert rotating["quantize"] == {"outcome": "error", "class": "NotImplementedError",
+                                    "message": "RotatingKVCache Quantization NYI"}
+    assert rotating["trim"]["detail"] == {"before_wrap": True, "trimmed": 2, "after_wrap": False}
+    assert rotating["merge"] == {"outcome": "ok", "detail": ["BatchRotatingKVCache"]}
+    assert full["quantize"] == {"outcome": "ok", "detail": "QuantizedKVCache"}
+    assert [f["code"] for f in result["findings"] if f["code"].startswith(("MEM", "MLX"))] == ["MEM011"]
+
+
+def test_probe_merges_a_recurrent_state_and_cannot_merge_a_chunked_cache(tmp_path):
+    _, result = _probe(tmp_path, "real/meta-llama__Llama-4-Scout-17B-16E-Instruct", "mlx_lm: {}\n")
+    chunked = next(g for g in result["info"]["mlx_lm"]["probe"] if g["mlx_class"] == "ChunkedKVCache")
+    assert chunked["merge"] == {"outcome": "error", "class": "ValueError", "message":
+                                "<class 'mlx_lm.models.cache.ChunkedKVCache'> does not yet support batching with history"}
+    assert not [f for f in result["findings"] if f["code"] == "MLX128"]  # the plan knows it
+    _, result = _probe(tmp_path / "next", "qwen3-next", "mlx_lm:\n  kv_bits: 4\n")
+    state = next(g for g in result["info"]["mlx_lm"]["probe"] if g["mlx_class"] == "ArraysCache")
+    assert state["trim"]["detail"]["before_wrap"] is False and state["merge"]["outcome"] == "ok"
+    assert "quantize" in state and state["quantize"]["detail"] == "ArraysCache"  # kept, not converted
+
+
+@pytest.mark.parametrize("group, fires", [(64, True), (32, False)])
+def test_probe_finds_a_head_size_the_kv_group_size_does_not_divide(tmp_path, group, fires):
+    _, result = _probe(tmp_path, "phi3-mini", f"mlx_lm:\n  kv_bits: 4\n  kv_group_size: {group}\n")
+    found = [f for f in result["findings"] if f["code"] == "MLX128"]
+    assert bool(found) == fires
+    if fires:
+        assert found[0]["engine_error"]["message"].startswith(
+            "[quantize] The last dimension of the matrix needs to be divisible by the quantization group size 64.")

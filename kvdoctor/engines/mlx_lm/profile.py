@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from kvdoctor.engines.base import EngineProfile, Plan
+from kvdoctor.engines.base import Cost, EngineProfile, Plan, Probe
 from kvdoctor.engines.mlx_lm.settings import MlxLmSettings
 from kvdoctor.engines.pins import PINS
 
@@ -20,8 +20,35 @@ if TYPE_CHECKING:
     from kvdoctor.model import ModelSpec
 
 
+class CacheProbe(Probe):
+    """mlx-lm's own cache objects, one per distinct layer cache, driven past the window, through
+    quantization, trim and a batch merge (kvdoctor.engines.mlx_lm.probes)."""
+
+    name = "mlx_lm_caches"
+
+    @staticmethod
+    def _groups(spec: ModelSpec, plan: Plan[object]) -> list[Any]:
+        from kvdoctor.engines.mlx_lm.plan import MlxLmFacts
+        from kvdoctor.engines.mlx_lm.probes import groups
+
+        facts = plan.facts
+        return groups(spec, facts.caches) if isinstance(facts, MlxLmFacts) and facts.loads else []
+
+    def costs(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel) -> Sequence[Cost]:
+        return [Cost(f"mlx-lm {g.cache.cls} for layers {list(g.layers)[:4]}", g.nbytes(), layer=g.layers[0],
+                     setting="mlx_lm.max_kv_size" if g.cache.keep == 4 else None)
+                for g in self._groups(spec, plan)]
+
+    def run(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel, fits: int) -> object:
+        from kvdoctor.engines.mlx_lm.probes import run_drives
+
+        assert isinstance(settings, MlxLmSettings)
+        return run_drives(self._groups(spec, plan)[:fits], settings)
+
+
 class MlxLmProfile(EngineProfile):
     name = "mlx-lm"
+    probe_extra = ("mlx", "its probes build mlx-lm's caches")
     pins = {"mlx-lm": PINS["mlx-lm"]}
     Settings = MlxLmSettings
 
@@ -35,10 +62,20 @@ class MlxLmProfile(EngineProfile):
         assert isinstance(settings, MlxLmSettings)
         return plan_from(spec, settings)
 
-    def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
-        from kvdoctor.engines.mlx_lm.plan import summary
+    def probes(self) -> Sequence[Probe]:
+        return (CacheProbe(),)
 
-        return summary(plan)
+    def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
+        import msgspec
+
+        from kvdoctor.engines.mlx_lm.plan import summary
+        from kvdoctor.engines.mlx_lm.probes import CacheDrive
+
+        out = summary(plan)
+        drive = observations.get(CacheProbe.name)
+        if isinstance(drive, CacheDrive) and "mlx_lm" in out:
+            out["mlx_lm"]["probe"] = msgspec.to_builtins(drive.groups)
+        return out
 
     def budget_view(self, row: Mapping[str, Any]) -> BudgetView:
         from kvdoctor.engines.mlx_lm.budget import view
