@@ -45,6 +45,7 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.sglang_pools",
     "kvdoctor.checks.sglang_swa_memory",
     "kvdoctor.checks.mlx_lm_probe",
+    "kvdoctor.checks.dryrun_mlx_lm",
     "kvdoctor.checks.lim",
     "kvdoctor.checks.budget",
 )

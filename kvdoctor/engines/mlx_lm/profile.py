@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from kvdoctor.engines.base import Cost, EngineProfile, Plan, Probe
+from kvdoctor.engines.base import Cost, DryRunner, EngineProfile, Plan, Probe
 from kvdoctor.engines.mlx_lm.settings import MlxLmSettings
 from kvdoctor.engines.pins import PINS
 
@@ -49,6 +49,7 @@ class CacheProbe(Probe):
 class MlxLmProfile(EngineProfile):
     name = "mlx-lm"
     probe_extra = ("mlx", "its probes build mlx-lm's caches")
+    dry_run_extra = "mlx"  # the dry run's child runs in kvdoctor's own Python
     pins = {"mlx-lm": PINS["mlx-lm"]}
     Settings = MlxLmSettings
 
@@ -64,6 +65,11 @@ class MlxLmProfile(EngineProfile):
 
     def probes(self) -> Sequence[Probe]:
         return (CacheProbe(),)
+
+    def dry_run(self) -> DryRunner | None:
+        from kvdoctor.engines.mlx_lm.dryrun import MlxLmDryRun
+
+        return MlxLmDryRun()
 
     def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         import msgspec
