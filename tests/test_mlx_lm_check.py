@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from helpers import ROOT, check_json, make_model
-from kvdoctor.engines.mlx_lm.plan import LayerCache, layer_caches, load_refusal, make_cache_module, module_of, refusals
+from kvdoctor.engines.mlx_lm.plan import (LayerCache, layer_caches, load_refusal, make_cache_module, module_of,
+                                          plan_from, refusals)
 from kvdoctor.engines.mlx_lm.settings import MlxLmSettings
 from kvdoctor.load.loader import load_model
 
@@ -172,10 +173,27 @@ def test_probe_merges_a_recurrent_state_and_cannot_merge_a_chunked_cache(tmp_pat
 
 
 @pytest.mark.parametrize("group, fires", [(64, True), (32, False)])
-def test_probe_finds_a_head_size_the_kv_group_size_does_not_divide(tmp_path, group, fires):
+def test_a_head_size_the_kv_group_size_does_not_divide_is_predicted_and_the_probe_agrees(tmp_path, group, fires):
     _, result = _probe(tmp_path, "phi3-mini", f"mlx_lm:\n  kv_bits: 4\n  kv_group_size: {group}\n")
-    found = [f for f in result["findings"] if f["code"] == "MLX128"]
-    assert bool(found) == fires
-    if fires:
-        assert found[0]["engine_error"]["message"].startswith(
-            "[quantize] The last dimension of the matrix needs to be divisible by the quantization group size 64.")
+    codes = [f["code"] for f in result["findings"] if f["code"].startswith("MLX")]
+    assert codes == (["MLX130"] if fires else [])  # the probe raised as predicted: no MLX128
+    probe = result["info"]["mlx_lm"]["probe"][0]
+    assert probe["quantize"]["outcome"] == ("error" if fires else "ok")
+
+
+def test_the_predicted_group_size_error_is_mlx_lms_own_text_at_the_threshold(tmp_path):
+    """A real KVCache of Phi-3's shape fed as generate_step feeds a 5001-token prompt (2048, 2048, 905),
+    then mlx-lm's own maybe_quantize_kv_cache: the text the plan predicts, shape included."""
+    import mlx.core as mx
+    from mlx_lm.generate import maybe_quantize_kv_cache
+    from mlx_lm.models.cache import KVCache
+
+    spec = load_model(str(make_model(tmp_path, "phi3-mini")), with_checkpoint=False)
+    settings = MlxLmSettings(kv_bits=4)
+    [predicted] = [r for r in plan_from(spec, settings).refusals if r.code == "MLX130"]
+    cache = KVCache()
+    for n in (2048, 2048, 905):
+        cache.update_and_fetch(mx.zeros((1, 32, n, 96), dtype=mx.bfloat16), mx.zeros((1, 32, n, 96), dtype=mx.bfloat16))
+    with pytest.raises(ValueError) as raised:
+        maybe_quantize_kv_cache([cache], settings.quantized_kv_start, settings.kv_group_size, settings.kv_bits)
+    assert str(raised.value) == predicted.message

@@ -1,6 +1,7 @@
 """MLX128: mlx-lm's own caches, built with the model's shapes and driven by the probe, did something the
 plan did not predict: an operation raised (named through the catalog's matcher where an entry knows the
-text), one the plan said raises did not, or a rotating cache held other positions than its window."""
+text) and the plan predicted no refusal of that code, one the plan said raises did not, or a rotating
+cache held other positions than its window."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -21,6 +22,7 @@ def run(ctx: Context) -> Iterable[Finding]:
     drive = ctx.observations.get("mlx_lm_caches")
     if not isinstance(drive, CacheDrive):
         return
+    planned = {refusal.code for refusal in ctx.plan.refusals}  # what the plan foresaw, the probe confirms
     for group in drive.groups:
         where = ctx.spec.key_source("model_type")
         if group.window is not None and group.window.outcome == "error":
@@ -35,8 +37,8 @@ def run(ctx: Context) -> Iterable[Finding]:
             # cannot join a batch (MLX102)
             raised = seen.outcome == "error"
             expected = group.mlx_class == "RotatingKVCache" if step == "quantize" else group.mlx_class in UNMERGEABLE
-            if raised and not expected:
-                known = code_for(builtin_catalog(), "mlx-lm", seen.cls or "", seen.message or "")
+            known = code_for(builtin_catalog(), "mlx-lm", seen.cls or "", seen.message or "") if raised else None
+            if raised and not expected and known not in planned:
                 named = f" (the catalog's {known})" if known else ""
                 yield Finding.at("MLX128", f"mlx-lm's {group.mlx_class} for layers {_layers(group.layers)} raised in "
                                  f"the probe's {step}, which the plan did not predict{named}", where,

@@ -27,6 +27,9 @@ WHEEL = f"mlx_lm {VERSION} wheel"
 # Exact texts of mlx-lm 0.32.2.
 ROTATING_NYI = "RotatingKVCache Quantization NYI"  # models/cache.py:554, RotatingKVCache.to_quantized
 NO_MERGE = "<class 'mlx_lm.models.cache.{cls}'> does not yet support batching with history"  # generate.py:836
+# mlx's own text (mlx/ops.cpp, quantize), raised through KVCache.to_quantized (models/cache.py:396-407)
+GROUP_SIZE = ("[quantize] The last dimension of the matrix needs to be divisible by the quantization group size "
+              "{group}. However the provided  matrix has shape ({shape})")
 NOT_TRIMMABLE = "Speculative decoding requires a trimmable prompt cache (got {types})."  # generate.py:542-546
 
 # The class a make_cache model builds for each layer kind (None: the block keeps no cache).
@@ -183,6 +186,45 @@ def refusals(caches: tuple[LayerCache, ...], settings: MlxLmSettings) -> list[Re
     return out
 
 
+def first_quantized_length(settings: MlxLmSettings) -> int:
+    """The token length of a KVCache's buffer when generate_step first converts it: for the shortest
+    request that reaches quantized_kv_start, fed in prefill_step_size chunks, the last token alone."""
+    from kvdoctor.engines.mlx_lm.budget import CacheSim
+
+    sim, start = CacheSim(kind="kv"), settings.quantized_kv_start
+    remaining = start + 1
+    while True:
+        n = min(settings.prefill_step_size, remaining - 1) if remaining > 1 else 1
+        sim.update(n)
+        remaining -= n
+        if sim.offset >= start:
+            return sim.length
+
+
+def group_refusal(spec: ModelSpec, caches: tuple[LayerCache, ...], settings: MlxLmSettings) -> Refusal | None:
+    """A KVCache whose key (or value) head size --kv-group-size does not divide: mx.quantize raises when
+    --kv-bits converts it (the first such layer in mlx-lm's cache order)."""
+    if settings.kv_bits is None:
+        return None
+    group = settings.kv_group_size
+    for cache in caches:
+        layer = spec.layers[cache.layer]
+        if not cache.quantized or layer.kv_lora_rank or layer.head_dim is None or layer.n_kv_heads is None:
+            continue
+        for dim in (layer.head_dim, layer.v_head_dim or layer.head_dim):
+            if dim % group:
+                shape = f"1,{layer.n_kv_heads},{first_quantized_length(settings)},{dim}"
+                return Refusal("MLX130", "ValueError", GROUP_SIZE.format(group=group, shape=shape), "prefill",
+                               layer=cache.layer, setting="mlx_lm.kv_group_size",
+                               source=f"mlx_lm/models/cache.py:396-407 @ {VERSION}",
+                               evidence={"head_dim": dim, "kv_group_size": group},
+                               explanation=(f"--kv-bits {settings.kv_bits} quantizes layer {cache.layer}'s KVCache in "
+                                            f"groups of {group} along its head size {dim}, which {group} does not "
+                                            "divide: the first request that reaches "
+                                            f"{settings.quantized_kv_start} tokens fails"))
+    return None
+
+
 def notes(spec: ModelSpec, facts: MlxLmFacts, settings: MlxLmSettings) -> list[str]:
     """What mlx-lm does silently with these settings: knobs it ignores, layers it leaves as they are."""
     built = facts.built
@@ -235,8 +277,10 @@ def plan_from(spec: ModelSpec, settings: MlxLmSettings) -> Plan[MlxLmFacts]:
     facts = MlxLmFacts(module=module, make_cache=make_cache, caches=caches)
     layers = tuple(LayerPlan(index=c.layer, engine_window=c.max_size if c.cls == "RotatingKVCache" else None,
                              cache=cache_label(c), extra=c.json()) for c in caches)
-    return Plan(engine="mlx-lm", versions={"mlx-lm": VERSION}, layers=layers,
-                refusals=tuple(refusals(caches, settings)), facts=facts, notes=tuple(notes(spec, facts, settings)))
+    group = group_refusal(spec, caches, settings)
+    found = refusals(caches, settings) + ([group] if group is not None else [])
+    return Plan(engine="mlx-lm", versions={"mlx-lm": VERSION}, layers=layers, refusals=tuple(found), facts=facts,
+                notes=tuple(notes(spec, facts, settings)))
 
 
 def summary(plan: Plan[object]) -> dict[str, Any]:

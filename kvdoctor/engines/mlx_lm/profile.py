@@ -54,7 +54,7 @@ class MlxLmProfile(EngineProfile):
     Settings = MlxLmSettings
 
     budget_setting_keys = {"kv_bits": "kv_bits", "max_kv_size": "max_kv_size"}
-    refusal_codes = ("ENG001", "ENG002", "MLX102", "MLX103")
+    refusal_codes = ("ENG001", "ENG002", "MLX102", "MLX103", "MLX130")
     shared_refusal_codes = ("MEM011",)  # checks.budget's entry: the plan reports it without a budget too
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[MlxLmFacts]:
