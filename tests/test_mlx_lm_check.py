@@ -197,3 +197,21 @@ def test_the_predicted_group_size_error_is_mlx_lms_own_text_at_the_threshold(tmp
     with pytest.raises(ValueError) as raised:
         maybe_quantize_kv_cache([cache], settings.quantized_kv_start, settings.kv_group_size, settings.kv_bits)
     assert str(raised.value) == predicted.message
+
+
+def test_the_shipped_make_cache_list_is_the_installed_classes():
+    """tools/mlx_lm_models.py reads which Model classes build their own caches from the wheel's source
+    (inherited ones included); the installed classes themselves say the same."""
+    from kvdoctor.engines.sglang_mlx.mlxlm import import_model_module, shipped_models
+
+    def load(name: str) -> Any:
+        try:
+            return import_model_module(name)
+        except (Exception, SystemExit):  # a module whose own extra dependency is absent (olmo exits)
+            return None
+
+    imported = {name: load(name) for name in shipped_models()["modules"]}
+    real = {name for name, module in imported.items()
+            if module is not None and hasattr(getattr(module, "Model", None), "make_cache")}
+    assert sum(module is not None for module in imported.values()) > 120
+    assert set(shipped_models()["make_cache"]) == real

@@ -45,7 +45,8 @@ def installed_models() -> dict:
 
 def make_cache_modules(models: Path) -> list[str]:
     """Modules whose `Model` class builds its own caches: it defines `make_cache`, or inherits it from a
-    sibling module's `Model` (`from .qwen3_5 import Model as Qwen3_5Model`). mlx-lm's make_prompt_cache
+    sibling module's `Model` (`from .qwen3_5 import Model as Qwen3_5Model`, or `qwen3_5.Model` after
+    `from . import qwen3_5`). mlx-lm's make_prompt_cache
     then ignores --max-kv-size (the mlx-lm profile's plan reads this list)."""
     own: set[str] = set()
     bases: dict[str, set[str]] = {}
@@ -54,11 +55,16 @@ def make_cache_modules(models: Path) -> list[str]:
         imported = {alias.asname or alias.name: node.module for node in tree.body
                     if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
                     for alias in node.names if alias.name == "Model"}
+        siblings = {alias.asname or alias.name: alias.name for node in tree.body  # `from . import qwen3_5`
+                    if isinstance(node, ast.ImportFrom) and node.level == 1 and not node.module
+                    for alias in node.names}
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name == "Model":
                 if any(isinstance(f, ast.FunctionDef) and f.name == "make_cache" for f in node.body):
                     own.add(path.stem)
                 bases[path.stem] = {imported[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in imported}
+                bases[path.stem] |= {siblings[b.value.id] for b in node.bases if isinstance(b, ast.Attribute)
+                                     and b.attr == "Model" and isinstance(b.value, ast.Name) and b.value.id in siblings}
             elif isinstance(node, ast.ImportFrom) and node.level == 1 and any(
                     a.name == "Model" and a.asname is None for a in node.names):
                 bases.setdefault(path.stem, set()).add(node.module or "")
