@@ -215,3 +215,14 @@ def test_the_shipped_make_cache_list_is_the_installed_classes():
             if module is not None and hasattr(getattr(module, "Model", None), "make_cache")}
     assert sum(module is not None for module in imported.values()) > 120
     assert set(shipped_models()["make_cache"]) == real
+
+
+def test_notes_say_what_mlx_lm_does_silently(tmp_path):
+    qwen = load_model(str(make_model(tmp_path / "q", "qwen2.5-7b")), with_checkpoint=False)
+    gemma = load_model(str(make_model(tmp_path / "g", "gemma-3-1b-it")), with_checkpoint=False)
+    nxt = load_model(str(make_model(tmp_path / "n", "qwen3-next")), with_checkpoint=False)
+    assert "keeps the first 4 tokens and the latest 4092" in plan_from(qwen, MlxLmSettings(max_kv_size=4096)).notes[0]
+    assert plan_from(gemma, MlxLmSettings(max_kv_size=4096)).notes[0].startswith("mlx-lm ignores max_kv_size")
+    notes = plan_from(nxt, MlxLmSettings(kv_bits=4)).notes
+    assert any(n.startswith("--kv-bits 4 converts 12 of 48 caches to QuantizedKVCache") for n in notes)
+    assert any("36 recurrent-state caches cannot be trimmed" in n for n in notes)

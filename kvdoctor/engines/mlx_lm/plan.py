@@ -231,6 +231,9 @@ def notes(spec: ModelSpec, facts: MlxLmFacts, settings: MlxLmSettings) -> list[s
     out = []
     if settings.max_kv_size is not None and facts.make_cache:
         out.append(f"mlx-lm ignores max_kv_size for {facts.module}: its class builds its own caches (make_cache)")
+    if settings.max_kv_size is not None and not facts.make_cache:
+        out.append(f"max_kv_size {settings.max_kv_size}: every layer gets a RotatingKVCache that keeps the first 4 "
+                   f"tokens and the latest {max(settings.max_kv_size - 4, 0)}; a longer context forgets the rest")
     if not facts.make_cache and any(l.kind == SLIDING for l in spec.layers) and settings.max_kv_size is None:
         out.append(f"mlx-lm's {facts.module} class keeps every key of its sliding-window layers (KVCache): the "
                    "window is applied by the mask, the cache grows with the context")
