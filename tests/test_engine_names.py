@@ -26,7 +26,7 @@ def test_help_lists_the_engines_the_command_takes(command, names, tmp_path):
 
 
 def test_check_engines_and_budget_engines_differ_as_the_profiles_do():
-    assert check_engines() == ["hf", "vllm", "sglang", "sglang-mlx"]
+    assert check_engines() == ["hf", "vllm", "sglang", "sglang-mlx", "mlx-lm"]
     assert budget_engines() == ["vllm", "sglang", "mlx-lm"]
 
 

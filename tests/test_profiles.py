@@ -38,9 +38,9 @@ def test_every_profile_reads_its_pins_and_declares_a_section():
         cls = engines.profile_class(name)
         assert cls.name == name and issubclass(cls.Settings, Section)
         assert all(PINS[dist] == version for dist, version in cls.pins.items())
-    assert engines.check_engines() == ["hf", "vllm", "sglang", "sglang-mlx"]
+    assert engines.check_engines() == ["hf", "vllm", "sglang", "sglang-mlx", "mlx-lm"]
     assert engines.budget_engines() == ["vllm", "sglang", "mlx-lm"]
-    assert engines.dry_run_engines() == ["vllm", "sglang", "sglang-mlx"]
+    assert engines.dry_run_engines() == ["vllm", "sglang", "sglang-mlx", "mlx-lm"]
 
 
 def test_the_plan_is_frozen():

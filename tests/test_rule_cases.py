@@ -54,7 +54,7 @@ from kvdoctor.pipeline.check import Options, check_target
 
 CASES_DIR = Path(__file__).resolve().parent / "rule_cases"
 REAL_CONFIGS = ROOT / "fixtures" / "configs" / "real"
-FAMILIES = ("CFG", "CKPT", "SWA", "POOL", "KDA", "ENG", "VLM", "SGL", "MEM", "LIM")
+FAMILIES = ("CFG", "CKPT", "SWA", "POOL", "KDA", "ENG", "VLM", "SGL", "MEM", "LIM", "MLX")
 REQUIRED = {"name", "model", "expect"}
 OPTIONAL = {"engine", "checkpoint", "shards", "static", "edit", "tensors", "files", "deploy", "select"}
 EDIT_OPS = {"set", "delete", "truncate"}

@@ -39,7 +39,41 @@ def installed_models() -> dict:
         "modules": sorted(p.stem for p in (package / "models").glob("*.py") if p.stem != "__init__"),
         "remapping": dict(sorted(remaps.get("MODEL_REMAPPING", {}).items())),
         "architecture_remapping": sorted([t, a, m] for (t, a), m in remaps.get("MODEL_ARCHITECTURE_REMAPPING", {}).items()),
+        "make_cache": make_cache_modules(package / "models"),
     }
+
+
+def make_cache_modules(models: Path) -> list[str]:
+    """Modules whose `Model` class builds its own caches: it defines `make_cache`, or inherits it from a
+    sibling module's `Model` (`from .qwen3_5 import Model as Qwen3_5Model`, or `qwen3_5.Model` after
+    `from . import qwen3_5`). mlx-lm's make_prompt_cache
+    then ignores --max-kv-size (the mlx-lm profile's plan reads this list)."""
+    own: set[str] = set()
+    bases: dict[str, set[str]] = {}
+    for path in models.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {alias.asname or alias.name: node.module for node in tree.body
+                    if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+                    for alias in node.names if alias.name == "Model"}
+        siblings = {alias.asname or alias.name: alias.name for node in tree.body  # `from . import qwen3_5`
+                    if isinstance(node, ast.ImportFrom) and node.level == 1 and not node.module
+                    for alias in node.names}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "Model":
+                if any(isinstance(f, ast.FunctionDef) and f.name == "make_cache" for f in node.body):
+                    own.add(path.stem)
+                bases[path.stem] = {imported[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in imported}
+                bases[path.stem] |= {siblings[b.value.id] for b in node.bases if isinstance(b, ast.Attribute)
+                                     and b.attr == "Model" and isinstance(b.value, ast.Name) and b.value.id in siblings}
+            elif isinstance(node, ast.ImportFrom) and node.level == 1 and any(
+                    a.name == "Model" and a.asname is None for a in node.names):
+                bases.setdefault(path.stem, set()).add(node.module or "")
+    found = set(own)
+    while True:
+        more = {name for name, parents in bases.items() if parents & found} - found
+        if not more:
+            return sorted(found)
+        found |= more
 
 
 def main() -> int:

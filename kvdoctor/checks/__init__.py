@@ -45,6 +45,8 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.sglang_layout",
     "kvdoctor.checks.sglang_pools",
     "kvdoctor.checks.sglang_swa_memory",
+    "kvdoctor.checks.mlx_lm_probe",
+    "kvdoctor.checks.dryrun_mlx_lm",
     "kvdoctor.checks.lim",
     "kvdoctor.checks.budget",
     "kvdoctor.checks.fit",
