@@ -257,3 +257,22 @@ def test_the_local_hugging_face_cache_comes_before_the_hub(hub, models, tmp_path
     assert doc["results"][0]["source"] == {"kind": "hf-cache", "commit": "c" * 40} and hub.requests == []
     code, doc, _ = check(hub_env(hub, home), "--static", "meta-llama/Llama-3.1-8B@v1")
     assert doc["results"][0]["source"]["kind"] == "hub" and hub.requests != []
+
+
+def test_fit_reads_a_hub_id_as_it_reads_the_same_files(hub, models, tmp_path):
+    """`kvdoctor fit` prices the weights from the headers it fetched: the answer equals the folder's."""
+    env = hub_env(hub, tmp_path)
+    args = ("--gpu", "H100-80GB", "--gpus", "2", "--format", "json")
+    local = run("fit", str(models["llama"]), *args, env=env)
+    remote = run("fit", "meta-llama/Llama-3.1-8B", *args, env=env)
+    assert local.returncode == remote.returncode == 0, remote.stderr
+    mine, theirs = json.loads(local.stdout), json.loads(remote.stdout)
+    for doc in (mine, theirs):
+        doc["model"] = {k: v for k, v in doc["model"].items() if k not in ("id", "target", "source")}
+    for doc, served in ((mine, str(models["llama"])), (theirs, "meta-llama/Llama-3.1-8B")):
+        for row in (*doc["rows"], doc["recommendation"]):  # `vllm serve MODEL`: the id, or the folder
+            assert row["launch"][2] == served
+            row["launch"][2] = "MODEL"
+    assert theirs == mine
+    offline = run("fit", "meta-llama/Llama-3.1-8B", *args, "--offline", env=env)
+    assert offline.returncode == 0 and json.loads(offline.stdout)["model"]["target"] == "meta-llama/Llama-3.1-8B"
