@@ -96,3 +96,20 @@ def test_a_note_names_its_models_and_layers_unless_it_is_everyones():
     assert "for all 2 models" in shown(result("a", None), result("b", None))
     assert "for 1 model(s): a (layer 1, 3)" in shown(result("a", 1, 3), result("b"))
     assert "for 2 model(s): a (layer 0-2), b" in shown(result("a", 0, 1, 2), result("b", None))
+
+
+def test_notes_are_printed_as_written_brackets_included():
+    """rich reads `[mlx]` as markup and drops it; a note is text."""
+    from rich.console import Console
+
+    from kvdoctor.model import Result
+    from kvdoctor.report.rich_report import model_summary
+
+    notes = {"engine_notes": ["pip install 'kvdoctor[mlx]' for the probes"], "notes": ["[sliding_attention] x3"],
+             "defaults": {"layer_types": ["full_attention"]}}
+    result = Result(target="t", model_type="llama", engine="hf", engine_versions={}, layers=[], findings=[],
+                    info=notes)
+    console = Console(record=True, width=200)
+    console.print(model_summary(result))
+    text = console.export_text()
+    assert "'kvdoctor[mlx]'" in text and "[sliding_attention] x3" in text and "['full_attention']" in text

@@ -102,12 +102,13 @@ def model_summary(result: Result) -> Table:
     if result.source and result.source.get("kind") != "directory":  # a directory: the panel's title says it
         table.add_row("source", source_line(result.source))
     table.add_row("engine", engine_line(result.engine, result.engine_versions))
+    # Text: a note may hold brackets ("[mlx]", a layer list) that rich would read as markup
     for key, value in (info.get("defaults") or {}).items():
-        table.add_row("default", f"{key} = {value!r} (absent from config.json; the family default)")
+        table.add_row("default", Text(f"{key} = {value!r} (absent from config.json; the family default)"))
     for note in info.get("notes") or []:
-        table.add_row("note", note)
+        table.add_row("note", Text(note))
     for note in info.get("engine_notes") or []:
-        table.add_row("engine note", note)
+        table.add_row("engine note", Text(note))
     return table
 
 
