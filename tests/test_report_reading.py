@@ -113,3 +113,14 @@ def test_notes_are_printed_as_written_brackets_included():
     console.print(model_summary(result))
     text = console.export_text()
     assert "'kvdoctor[mlx]'" in text and "[sliding_attention] x3" in text and "['full_attention']" in text
+
+
+def test_the_html_of_a_fleet_writes_each_note_once_after_the_models(fleet, tmp_path):
+    _, targets = fleet
+    page = tmp_path / "fleet.html"
+    run("check", *targets, "--html-output", str(page))
+    html = page.read_text()
+    assert html.count("no safetensors checkpoint in the model directory") == 1
+    notes = html.index('id="notes"')
+    assert html.count('<a href="#notes">') == 3 and html.rindex('<a href="#notes">') < notes
+    assert "for all 3 models" in html[notes:] and "CFG001" in html[:notes]  # the error stays with its model

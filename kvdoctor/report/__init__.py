@@ -125,6 +125,39 @@ def top_code(result: Result) -> str | None:
     return max(dict.fromkeys(codes), key=codes.count) if codes else None
 
 
+def shared_notes(results: list[Result]) -> list[tuple[Finding, dict[str, list[int]]]]:
+    """A fleet's notes (info findings), each distinct one once, with the targets (and the layers) it was
+    given for: the reports write each note's text once, after the models."""
+    groups: dict[tuple, tuple[Finding, dict[str, list[int]]]] = {}
+    for r in results:
+        for f in r.findings:
+            if f.severity == "info":
+                key = (f.code, f.name, f.message, tuple(f.fixes), repr(f.engine_error))
+                layers = groups.setdefault(key, (f, {}))[1].setdefault(r.target, [])
+                if f.layer is not None:
+                    layers.append(f.layer)
+    return list(groups.values())
+
+
+def span(indices: list[int]) -> str:
+    """Layer indices as short ranges: [0, 1, 2, 4] -> '0-2, 4'."""
+    parts, start = [], None
+    for i, index in enumerate(indices):
+        start = index if start is None else start
+        if i + 1 == len(indices) or indices[i + 1] != index + 1:
+            parts.append(str(start) if start == index else f"{start}-{index}")
+            start = None
+    return ", ".join(parts)
+
+
+def for_whom(targets: dict[str, list[int]], checked: set[str]) -> str:
+    """The targets (and layers) a shared note was given for, or "all N models"."""
+    if set(targets) == checked and not any(targets.values()):
+        return f"all {len(checked)} models"
+    return f"{len(targets)} model(s): " + ", ".join(target + (f" (layer {span(layers)})" if layers else "")
+                                                    for target, layers in targets.items())
+
+
 def fleet_rows(results: list[Result]) -> list[dict[str, Any]]:
     """One row per model for a fleet's summary table: target, engine, errors, warnings, top code (None
     counts for a target that could not be checked)."""

@@ -17,7 +17,7 @@ from kvdoctor import __version__
 from kvdoctor.engines import is_reference
 from kvdoctor.limits import DTYPE_BYTES
 from kvdoctor.model import CHUNKED, FULL, SLIDING, Result
-from kvdoctor.report import Report, fleet_rows, summary, summary_line
+from kvdoctor.report import Report, fleet_rows, for_whom, shared_notes, span, summary, summary_line
 from kvdoctor.report.versions import engine_line
 
 KIND_COLOUR = {
@@ -231,22 +231,10 @@ def state_table(result: Result) -> str:
     body = []
     for state, indices in groups.values():
         for line in _state_text(state):
-            body.append(f"<tr><td>{_e(_span(indices))}</td><td>{_e(line)}</td></tr>")
+            body.append(f"<tr><td>{_e(span(indices))}</td><td>{_e(line)}</td></tr>")
     return ('<h3>State caches per slot</h3><div class="scroll"><table class="data"><tr><th>layers</th><th>shapes '
             f'(slot dimension left out)</th></tr>{"".join(body)}</table></div>')
 
-
-def _span(indices: list[int]) -> str:
-    parts, start = [], None
-    for i, index in enumerate(indices):
-        start = index if start is None else start
-        if i + 1 == len(indices) or indices[i + 1] != index + 1:
-            parts.append(str(start) if start == index else f"{start}-{index}")
-            start = None
-    return ", ".join(parts)
-
-
-# ---- memory --------------------------------------------------------------------------------------
 
 def _bars(items: list[tuple[str, float, str, str]], width: int = 640, unit: str = "") -> str:
     """Horizontal SVG bars: (label, value, value text, colour)."""
@@ -448,15 +436,34 @@ def anchor(index: int) -> str:
     return f"model-{index}"
 
 
-def model_section(report: Report, result: Result, index: int = 1) -> str:
+def model_section(report: Report, result: Result, index: int = 1, fleet: bool = False) -> str:
+    """One model's section; in a fleet (`fleet`) a note is one line linking to the notes after the models."""
     title = f'<h2>{_e(result.target)}</h2>'
     opening = f'<section class="model" id="{anchor(index)}" data-target="{_e(result.target)}">{title}'
     if result.error:
         return f'{opening}<p class="error-box">cannot check: {_e(result.error)}</p></section>'
-    findings = "".join(_finding(report, result, f) for f in result.findings) or '<p class="note">no findings</p>'
+    findings = "".join(_note_line(f) if fleet and f.severity == "info" else _finding(report, result, f)
+                       for f in result.findings) or '<p class="note">no findings</p>'
     return (f"{opening}{_badges(result)}{_summary(result)}"
             f"<h3>Layer map</h3>{layer_map(result)}{state_table(result)}{memory(result, result.budget, result.budget_error)}"
             f"{fit_bars(result)}{dry_run(result)}<h3>Findings</h3>{findings}</section>")
+
+
+def _note_line(f) -> str:
+    return (f'<div class="finding info"><div class="head"><code>{_e(f.code)}</code> {_e(f.name)} '
+            f'<a href="#notes">(in the notes after the models)</a></div></div>')
+
+
+def notes(report: Report) -> str:
+    """A fleet's notes, each written once with the models (and layers) it was given for."""
+    groups = shared_notes(report.results)
+    if not groups:
+        return ""
+    checked = {r.target for r in report.results if not r.error}
+    by_target = {r.target: r for r in report.results}
+    items = "".join(f'<p class="note">for {_e(for_whom(targets, checked))}</p>'
+                    + _finding(report, by_target[next(iter(targets))], f) for f, targets in groups)
+    return f'<section class="model" id="notes"><h2>Notes</h2>{items}</section>'
 
 
 def index(report: Report) -> str:
@@ -477,9 +484,10 @@ def index(report: Report) -> str:
 
 def render(report: Report) -> str:
     counts = summary(report.results)
-    body = "".join(model_section(report, r, i) for i, r in enumerate(report.results, 1))
-    if len(report.results) > 1:
-        body = index(report) + body
+    fleet = len(report.results) > 1
+    body = "".join(model_section(report, r, i, fleet) for i, r in enumerate(report.results, 1))
+    if fleet:
+        body = index(report) + body + notes(report)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>kvdoctor report: {counts['targets']} target(s)</title><style>{CSS}</style></head><body>"

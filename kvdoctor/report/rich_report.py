@@ -15,7 +15,7 @@ from rich.text import Text
 from kvdoctor.engines import is_reference
 from kvdoctor.limits import human_bytes
 from kvdoctor.model import Finding, Result
-from kvdoctor.report import closing_line, fleet_rows
+from kvdoctor.report import closing_line, fleet_rows, for_whom, shared_notes, span
 from kvdoctor.report.versions import engine_line
 
 KIND_STYLE = {
@@ -122,18 +122,6 @@ def source_line(source: dict) -> str:
     return f"{where}: {human_bytes(source.get('bytes_fetched') or 0)} fetched in {source.get('seconds')} s"
 
 
-def _span(indices: list[int]) -> str:
-    """Layer indices as short ranges: [0, 1, 2, 4] -> '0-2, 4'."""
-    parts, start = [], None
-    for i, index in enumerate(indices):
-        if start is None:
-            start = index
-        if i + 1 == len(indices) or indices[i + 1] != index + 1:
-            parts.append(str(start) if start == index else f"{start}-{index}")
-            start = None
-    return ", ".join(parts)
-
-
 def _shape(value) -> str:
     """[32, 128, 128] -> 32x128x128 (narrow enough for a column per TP size)."""
     return "x".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
@@ -154,7 +142,7 @@ def state_caches(result: Result) -> Group | None:
     tables = []
     for state, indices in groups.values():
         sizes = sorted(state, key=int)
-        table = Table(title=f"state caches per slot, layers {_span(indices)} (slot dimension left out)",
+        table = Table(title=f"state caches per slot, layers {span(indices)} (slot dimension left out)",
                       title_justify="left", box=None, padding=(0, 1))
         table.add_column("tensor", style="bold")
         for tp in sizes:
@@ -241,27 +229,15 @@ def panel_text(console: Console, result: Result, fleet: bool = False) -> str:
 
 def notes(results: list[Result]) -> Group | None:
     """Each distinct note of a fleet once, headed by the targets (and layers) it was given for."""
-    groups: dict[tuple, tuple[Finding, dict[str, list[int]]]] = {}
-    for r in results:
-        for f in r.findings:
-            if _gathered(f, True):
-                key = (f.code, f.name, f.message, tuple(f.fixes), repr(f.engine_error))
-                layers = groups.setdefault(key, (f, {}))[1].setdefault(r.target, [])
-                if f.layer is not None:
-                    layers.append(f.layer)
+    groups = shared_notes(results)
     if not groups:
         return None
     checked = {r.target for r in results if not r.error}
     parts: list[RenderableType] = [Text("Notes", style="bold underline")]
-    for f, targets in groups.values():
+    for f, targets in groups:
         note = Finding(f.code, f.message, engine_error=f.engine_error, severity=f.severity, name=f.name,
                        fixes=f.fixes)
-        if set(targets) == checked and not any(targets.values()):
-            said = f"all {len(checked)} models"
-        else:
-            said = f"{len(targets)} model(s): " + ", ".join(
-                target + (f" (layer {_span(layers)})" if layers else "") for target, layers in targets.items())
-        parts += [head_line(note), _hanging("  for ", said, style="dim"), *finding_body(note)]
+        parts += [head_line(note), _hanging("  for ", for_whom(targets, checked), style="dim"), *finding_body(note)]
     return Group(*parts)
 
 
