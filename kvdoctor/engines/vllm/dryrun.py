@@ -32,14 +32,10 @@ DEFAULT_BUDGET = 40 << 30  # the admission check needs a number; the deploy's kv
 def engine_args(settings: VllmSettings) -> dict[str, Any]:
     """The deploy section as EngineArgs keyword arguments (only the ones set). Never trust_remote_code: the
     child's model directory holds config.json alone, no code of the checkpoint's."""
-    args = settings.model_dump(exclude_none=True, exclude={"kv_budget", "cudagraph_full", "async_scheduling",
-                                                           "trust_remote_code"})
+    args = settings.model_dump(exclude_none=True, exclude_defaults=True,
+                               exclude={"kv_budget", "cudagraph_full", "async_scheduling", "trust_remote_code"})
     if not settings.async_scheduling:
         args["async_scheduling"] = False
-    if args.get("tensor_parallel_size") == 1:
-        args.pop("tensor_parallel_size")
-    if args.get("kv_cache_dtype") == "auto":
-        args.pop("kv_cache_dtype")
     return args
 
 
