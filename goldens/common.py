@@ -61,6 +61,7 @@ def write(name: str, engine: str, versions: dict[str, str], points: list[dict]) 
         "configs": "fixtures/models",
         "points": points,
     }
+    name = os.environ.get("KVDOCTOR_GOLDEN_NAME", name)  # goldens/releases.py: vllm-0.34.0 and so on
     path = HERE / f"{name}.json"
     path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
     print(f"wrote {path} ({len(points)} points)")

@@ -1,4 +1,4 @@
-"""vLLM oracle: run vLLM 0.33.0's own KV-cache planner on every config over a grid of settings.
+"""vLLM oracle: run a vLLM release's own KV-cache planner on every config over a grid of settings.
 
 Run in goldens/.venv/vllm (see README.md) with VLLM_TARGET_DEVICE=cpu. What comes from vLLM's
 code: the model facts (`create_engine_config`: dtype, head size, KV heads per rank, layer types,
@@ -85,7 +85,9 @@ def apply(cfg, point: dict) -> None:
     cfg.parallel_config.tensor_parallel_size = point["tp"]
     cc.cache_dtype = point["kv_cache_dtype"]
     cc.kv_cache_layout = "LBNHC"  # FlashAttention's default layout: layer-outermost, no page packing
-    cc.block_size = 16  # FlashAttention / FlashAttention-MLA on SM90: any multiple of 16, default 16
+    # FlashAttention / FlashAttention-MLA on SM90 take any multiple of 16, so the release's default stands: 16 up to
+    # 0.33, 64 from 0.34 (vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE at each tag)
+    cc.block_size = type(cc).DEFAULT_BLOCK_SIZE
     cc.mamba_ssm_cache_dtype = "auto"  # the CPU platform forces float32; CUDA keeps the model dtype
     cc.mamba_page_size_padded = None
     cc.mamba_block_size = cc.block_size if cc.mamba_cache_mode == "align" else point["max_model_len"]
@@ -168,8 +170,12 @@ def group_row(cfg, group) -> dict:
 
 def plan(base_cfg, point: dict) -> dict:
     from vllm.platforms import current_platform
-    from vllm.v1.core.kv_cache_planning import (_pool_bytes_per_block, get_global_kv_cache_groups,
-                                              get_kv_cache_configs)
+    try:  # the planning half of kv_cache_utils.py moved to kv_cache_planning.py in 0.33.0
+        from vllm.v1.core.kv_cache_planning import (_pool_bytes_per_block, get_global_kv_cache_groups,
+                                                  get_kv_cache_configs)
+    except ImportError:
+        from vllm.v1.core.kv_cache_utils import (_pool_bytes_per_block, get_global_kv_cache_groups,  # type: ignore
+                                               get_kv_cache_configs)
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
     cfg = copy.deepcopy(base_cfg)

@@ -101,7 +101,8 @@ def _severities(values: Optional[list[str]]) -> dict[str, str]:
     return out
 
 
-def resolve_settings(rules, engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated):
+def resolve_settings(rules, engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated,
+                     engine_python=None):
     """The settings in force: the command line's options over the config file's, their codes those of
     the catalog `rules`."""
     from kvdoctor.cli.settings import CommandLine, resolve
@@ -109,7 +110,7 @@ def resolve_settings(rules, engine, deploy, select, extend_select, ignore, sever
     cli = CommandLine(select=_split(select, "--select") if select else None,
                       extend_select=_split(extend_select, "--extend-select"), ignore=_split(ignore, "--ignore"),
                       severity=_severities(severity), engine=engine, deploy=deploy,
-                      fail_on=fail_on, config=config, isolated=isolated)
+                      fail_on=fail_on, config=config, isolated=isolated, engine_python=engine_python)
     settings = resolve(cli, rules.codes())
     for warning in settings.deploy.warnings:
         echo(f"kvdoctor: warning: {warning}", err=True)
@@ -139,7 +140,7 @@ def run_check(req: CheckRequest) -> int:
         raise InputError("--ray-address needs --executor ray")
     rules = run_catalog()
     settings = resolve_settings(rules, req.engine, req.deploy, req.select, req.extend_select, req.ignore, req.severity,
-                                req.fail_on, req.config, req.isolated)
+                                req.fail_on, req.config, req.isolated, req.engine_python)
     targets = list(req.targets or settings.targets)
     if not targets:
         raise InputError("no models to check: name model directories, or list them under `targets` in kvdoctor.toml")

@@ -1,0 +1,119 @@
+"""Engine releases as data: which releases each profile describes, which one a check is about and why, and
+values that hold over a release range.
+
+What differs between two releases of an engine (a decision, a default, a threshold, a message) is written once
+in that engine's package as a list of `Ranged` values, each with the release range it holds for and its
+public source; `at(values, release)` picks the one in force. No profile is copied per release.
+
+The release a check describes: the one named (`--engine vllm==0.31.0`, or `engine_version` in the deploy
+file), else the one installed in kvdoctor's own environment or in the `--engine-python` one, else the newest
+profiled. `Release.why` says which of these it was, and the reports print it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Sequence, TypeVar
+
+from kvdoctor.engines.pins import PINS, PROFILED
+from kvdoctor.errors import InputError
+
+T = TypeVar("T")
+
+
+def key(version: str) -> tuple[int, ...]:
+    """A release as a sortable tuple: 0.5.15.post1 -> (0, 5, 15, 1); only the release forms the engines use."""
+    parts: list[int] = []
+    for piece in version.replace(".post", ".").split("."):
+        if not piece.isdigit():
+            raise InputError(f"release {version!r}: expected numbers such as {PINS['vllm']}")
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class Ranged(Generic[T]):
+    """`value` from release `since` (inclusive, None: every profiled one before) up to `until` (exclusive,
+    None: every later one); `source` is where the change is seen (a pull request, the code at both tags)."""
+
+    value: T
+    since: str | None = None
+    until: str | None = None
+    source: str = ""
+
+    def holds(self, version: str) -> bool:
+        v = key(version)
+        return (self.since is None or key(self.since) <= v) and (self.until is None or v < key(self.until))
+
+
+def at(values: Sequence[Ranged[T]], version: str) -> T:
+    """The value in force at `version`: the first entry whose range holds it."""
+    for value in values:
+        if value.holds(version):
+            return value.value
+    raise LookupError(f"no value for release {version}")  # a table that does not cover a profiled release
+
+
+@dataclass(frozen=True)
+class Release:
+    """The engine release one check describes, and why that one."""
+
+    dist: str
+    version: str
+    why: str
+
+    def text(self) -> str:
+        return f"{self.dist} {self.version} ({self.why})"
+
+
+def newest(dist: str) -> str:
+    return PROFILED[dist][-1]
+
+
+def split_engine(value: str) -> tuple[str, str | None]:
+    """`vllm==0.31.0` -> ("vllm", "0.31.0"); `vllm` -> ("vllm", None)."""
+    name, sep, version = value.partition("==")
+    name, version = name.strip(), version.strip()
+    if sep and not version:
+        raise InputError(f"--engine {value!r}: expected ENGINE or ENGINE==RELEASE, e.g. vllm=={newest('vllm')}")
+    return name, (version or None)
+
+
+def check_profiled(dist: str, version: str, where: str) -> str:
+    """`version` if kvdoctor profiles that release of `dist`; InputError naming the ones it does otherwise."""
+    known = PROFILED.get(dist, ())
+    if version not in known:
+        shown = ", ".join(known) if known else "none"
+        raise InputError(f"{where}: {dist} {version} is not a profiled release; kvdoctor describes: {shown}")
+    return version
+
+
+def choose(dist: str, asked: str | None, asked_where: str, engine_python: str | None = None) -> Release:
+    """The release of `dist` a check describes (see the module's docstring for the order)."""
+    if asked is not None:
+        return Release(dist, check_profiled(dist, asked, asked_where), f"named by {asked_where}")
+    if engine_python is not None:
+        from kvdoctor.engines.venvs import installed_versions
+
+        have = installed_versions(Path(engine_python), [dist]).get(dist)
+        if have is not None:
+            return _installed(dist, have, f"installed in --engine-python {engine_python}")
+    have = _installed_here(dist)
+    if have is not None:
+        return _installed(dist, have, "installed in kvdoctor's environment")
+    return Release(dist, newest(dist), "the newest profiled release; none is installed here")
+
+
+def _installed_here(dist: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _installed(dist: str, have: str, where: str) -> Release:
+    if have in PROFILED.get(dist, ()):
+        return Release(dist, have, where)
+    return Release(dist, newest(dist), f"{dist} {have} {where} is not a profiled release: the newest profiled one")
