@@ -64,7 +64,16 @@ def engine_config(model_dir: Path, prefix_caching: bool, spec_tokens: int):
     if spec_tokens:
         kwargs["speculative_config"] = {"method": "ngram", "num_speculative_tokens": spec_tokens,
                                         "prompt_lookup_max": spec_tokens}
-    return EngineArgs(**kwargs).create_engine_config()
+    import vllm.triton_utils as triton_utils
+
+    # From 0.34.0 CpuPlatform refuses an x86 host without triton-cpu ("vLLM on x86 CPUs requires Triton
+    # (triton-cpu).": Model Runner V1 is gone); no kernel runs here, so the check sees Triton while the config is made.
+    had_triton = triton_utils.HAS_TRITON
+    triton_utils.HAS_TRITON = True
+    try:
+        return EngineArgs(**kwargs).create_engine_config()
+    finally:
+        triton_utils.HAS_TRITON = had_triton
 
 
 def backend_for(cfg):

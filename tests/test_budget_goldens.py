@@ -39,7 +39,11 @@ def ids(points: list[dict]) -> list[str]:
     return [f"{p['model'].split('__')[-1]}-{i}" for i, p in enumerate(points)]
 
 
+# vllm.json: the pinned release's points; vllm-<release>.json: each other release's (goldens/releases.py)
+RELEASE_FILES = sorted(GOLDENS.glob("vllm-*.json"))
 VLLM = golden("vllm")["points"]
+VLLM_RELEASES = [(golden(path.stem)["versions"]["vllm"], point) for path in RELEASE_FILES
+                 for point in golden(path.stem)["points"]]
 SGLANG = golden("sglang")["points"]
 MLX = golden("mlx")["points"]
 
@@ -59,12 +63,34 @@ def test_goldens_record_engine_versions():
 
 @pytest.mark.parametrize("point", VLLM, ids=ids(VLLM))
 def test_vllm_matches_engine(point):
+    assert_vllm_point(point, golden("vllm")["versions"]["vllm"])
+
+
+@pytest.mark.parametrize("release,point", VLLM_RELEASES,
+                         ids=[f"{r}-{i}" for r, i in zip((r for r, _ in VLLM_RELEASES), ids([p for _, p in VLLM_RELEASES]))])
+def test_vllm_release_matches_its_own_code(release, point):
+    """Each profiled release against the points its own code wrote."""
+    assert_vllm_point(point, release)
+
+
+def test_every_release_file_is_a_profiled_release():
+    from kvdoctor.engines.pins import PROFILED
+
+    assert RELEASE_FILES, "no goldens/vllm-<release>.json"
+    for path in RELEASE_FILES:
+        doc = golden(path.stem)
+        assert path.stem == f"vllm-{doc['versions']['vllm']}"
+        assert doc["versions"]["vllm"] in PROFILED["vllm"]
+        assert {p["model"] for p in doc["points"]} == {p["model"] for p in VLLM}
+
+
+def assert_vllm_point(point: dict, release: str) -> None:
     s, want = point["settings"], point["result"]
     mode = vllm.Mode(max_model_len=s["max_model_len"], kv_budget_bytes=s["kv_budget_bytes"],
                      kv_cache_dtype=s["kv_cache_dtype"], tp=s["tp"], hma=s["hma"],
                      prefix_caching=s["prefix_caching"], num_speculative_tokens=s["num_speculative_tokens"],
                      max_num_batched_tokens=s["max_num_batched_tokens"], async_scheduling=s["async_scheduling"],
-                     max_num_seqs=s["max_num_seqs"])
+                     max_num_seqs=s["max_num_seqs"], release=release)
     got = vllm.plan(facts(point["model"], "vllm")[0], mode)
     if "error" in want and got.error is None:
         pytest.fail(f"vLLM refuses ({want['error']['message'][:120]}) but kvdoctor planned it")

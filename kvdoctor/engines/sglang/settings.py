@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 
 from kvdoctor.engines.deploy import Section
 from kvdoctor.engines.pins import PINS
@@ -25,6 +25,11 @@ class Settings(BaseModel):
     """What changes SGLang's pools, windows and start-up checks for one model."""
 
     model_config = ConfigDict(extra="ignore")  # the section also holds the KDA keys of the existing profile
+    _release: Optional[str] = PrivateAttr(None)  # the SGLang release described (the section's); None: the pinned one
+
+    @property
+    def release(self) -> Optional[str]:
+        return self._release
 
     tp_size: Optional[int] = Field(None, ge=1)
     context_length: Optional[int] = Field(None, ge=1)
@@ -106,7 +111,9 @@ class SglangSettings(Section):
         fields = set(Settings.model_fields) - {"disable_radix_cache"}
         values = {k: v for k, v in self.model_dump().items() if k in fields}
         try:
-            return Settings(**values, disable_radix_cache=not self.radix_cache)
+            cuda = Settings(**values, disable_radix_cache=not self.radix_cache)
+            cuda._release = self.release
+            return cuda
         except ValidationError as exc:
             error = exc.errors()[0]
             where = ".".join(str(part) for part in error["loc"])
