@@ -177,14 +177,36 @@ def group_row(cfg, group) -> dict:
     }
 
 
+def groups_and_config(cfg, specs: dict, budget: int):
+    """The KV cache groups and the worker's KV cache config, through the release's own API: from 0.33.0
+    `get_global_kv_cache_groups` then `get_kv_cache_configs(..., groups)` in kv_cache_planning.py; before, in
+    kv_cache_utils.py, `get_kv_cache_groups` per worker and `get_kv_cache_configs`, which groups again itself.
+    Each call gets its own copy of the specs (the HMA-off promotion rewrites them in place)."""
+    try:
+        from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    except ImportError:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_configs, get_kv_cache_groups
+
+        return get_kv_cache_groups(cfg, dict(specs)), get_kv_cache_configs(cfg, [dict(specs)], [budget])[0]
+    groups = get_global_kv_cache_groups(cfg, [dict(specs)])
+    return groups, get_kv_cache_configs(cfg, [dict(specs)], [budget], groups)[0]
+
+
+def pool_bytes_per_block(cfg, groups) -> int:
+    """`_pool_bytes_per_block`: (vllm_config, groups) in most releases, (groups) in 0.29-0.31."""
+    try:
+        from vllm.v1.core.kv_cache_planning import _pool_bytes_per_block
+    except ImportError:
+        from vllm.v1.core.kv_cache_utils import _pool_bytes_per_block
+    import inspect
+
+    if len(inspect.signature(_pool_bytes_per_block).parameters) == 1:
+        return _pool_bytes_per_block(groups)
+    return _pool_bytes_per_block(cfg, groups)
+
+
 def plan(base_cfg, point: dict) -> dict:
     from vllm.platforms import current_platform
-    try:  # the planning half of kv_cache_utils.py moved to kv_cache_planning.py in 0.33.0
-        from vllm.v1.core.kv_cache_planning import (_pool_bytes_per_block, get_global_kv_cache_groups,
-                                                  get_kv_cache_configs)
-    except ImportError:
-        from vllm.v1.core.kv_cache_utils import (_pool_bytes_per_block, get_global_kv_cache_groups,  # type: ignore
-                                               get_kv_cache_configs)
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
     cfg = copy.deepcopy(base_cfg)
@@ -201,12 +223,11 @@ def plan(base_cfg, point: dict) -> dict:
         out["mamba_page_size_padded"] = cfg.cache_config.mamba_page_size_padded
         specs = layer_specs(cfg)
         out["layer_pages"] = sorted({(type(s).__name__, s.page_size_bytes) for s in specs.values()})
-        groups = get_global_kv_cache_groups(cfg, [dict(specs)])
+        groups, config = groups_and_config(cfg, specs, point["kv_budget_bytes"])
         out["groups"] = [group_row(cfg, g) for g in groups]
-        config = get_kv_cache_configs(cfg, [dict(specs)], [point["kv_budget_bytes"]], groups)[0]
         tokens, concurrency = get_kv_cache_capacity(cfg, config)
         out.update(num_blocks=config.num_blocks, max_concurrency=concurrency, tokens=tokens)
-        out["bytes_per_block"] = _pool_bytes_per_block(cfg, config.kv_cache_groups)
+        out["bytes_per_block"] = pool_bytes_per_block(cfg, config.kv_cache_groups)
     except (ValueError, NotImplementedError, AssertionError) as exc:
         out["error"] = {"class": type(exc).__name__, "message": str(exc)}
     return out
