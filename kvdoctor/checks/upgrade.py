@@ -60,20 +60,37 @@ def run(ctx: Context) -> Iterable[Finding]:
     return findings
 
 
+class Stop(msgspec.Struct, frozen=True):
+    """One way a release stops: a refusal of its plan (by catalog code) or its sizing at the KV budget."""
+
+    what: str  # the catalog code, or "at the KV budget"
+    error_class: str
+    message: str
+    key: str | None = None
+    source: str | None = None
+
+
+def _stops(side: Side) -> dict[str, Stop]:
+    out = {r.code: Stop(r.code, r.error_class, r.message, r.key, r.source) for r in side.plan.refusals}
+    error = (side.budget or {}).get("error")
+    if error and not out:  # a plan that stops before sizing says why itself
+        out["budget"] = Stop("at the KV budget", error["class"], error["message"])
+    return out
+
+
 def _refusals(step: str, a: Side, b: Side) -> Iterable[Finding]:
-    before = {r.code: r for r in a.plan.refusals}
-    after = {r.code: r for r in b.plan.refusals}
-    for code, refusal in after.items():
-        if code not in before:
-            yield Finding("UPG001", f"{step}: {b.release} refuses this model at start-up ({code}: "
-                          f"{refusal.error_class}: {refusal.message.splitlines()[0] if refusal.message else ''}); "
+    before, after = _stops(a), _stops(b)
+    for name, stop in after.items():
+        if name not in before:
+            yield Finding("UPG001", f"{step}: {b.release} refuses this model at start-up ({stop.what}: "
+                          f"{stop.error_class}: {stop.message.splitlines()[0] if stop.message else ''}); "
                           f"{a.release} {'starts it' if not before else 'refuses it otherwise'}",
-                          key=refusal.key, evidence={"code": code, "message": refusal.message,
-                                                     "source": refusal.source})
-    for code, refusal in before.items():
-        if code not in after:
-            yield Finding("UPG002", f"{step}: {a.release}'s refusal {code} ({refusal.error_class}) is gone in "
-                          f"{b.release}", key=refusal.key, evidence={"code": code, "message": refusal.message})
+                          key=stop.key, evidence={"refusal": stop.what, "message": stop.message,
+                                                  "source": stop.source})
+    for name, stop in before.items():
+        if name not in after:
+            yield Finding("UPG002", f"{step}: {a.release}'s refusal ({stop.what}: {stop.error_class}) is gone in "
+                          f"{b.release}", key=stop.key, evidence={"refusal": stop.what, "message": stop.message})
 
 
 def _layer_changes(a: Plan[Any], b: Plan[Any]) -> list[str]:
