@@ -77,7 +77,10 @@ class NoDeployFile:
         if engine in self._releases:
             from kvdoctor.engines import profile_class
 
-            return profile_class(engine).Settings().at_release(self._releases[engine].version)
+            from kvdoctor.engines.deploy import Section
+
+            section = profile_class(engine).Settings()
+            return section.at_release(self._releases[engine].version) if isinstance(section, Section) else section
         if engine not in self._sections:
             self._sections[engine] = DefaultSection(engine)
         return self._sections[engine]

@@ -11,9 +11,10 @@ profiled. `Release.why` says which of these it was, and the reports print it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Sequence, TypeVar
+
+import msgspec
 
 from kvdoctor.engines.pins import PINS, PROFILED
 from kvdoctor.errors import InputError
@@ -31,8 +32,7 @@ def key(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-@dataclass(frozen=True)
-class Ranged(Generic[T]):
+class Ranged(msgspec.Struct, Generic[T], frozen=True):
     """`value` from release `since` (inclusive, None: every profiled one before) up to `until` (exclusive,
     None: every later one); `source` is where the change is seen (a pull request, the code at both tags)."""
 
@@ -54,8 +54,7 @@ def at(values: Sequence[Ranged[T]], version: str) -> T:
     raise LookupError(f"no value for release {version}")  # a table that does not cover a profiled release
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(msgspec.Struct, frozen=True):
     """The engine release one check describes, and why that one."""
 
     dist: str

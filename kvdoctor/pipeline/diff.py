@@ -40,9 +40,10 @@ def diff_target(target: str, opts: Options) -> Result:
                       findings=[], error=str(exc))
     findings.sort(key=lambda f: (SEVERITIES.index(f.severity), f.code))
     dist = release_to.dist
-    info: dict[str, Any] = {"family": spec.family, "num_hidden_layers": spec.num_hidden_layers, "diff": {"engine": opts.engine, "from": before.release, "to": after.release,
-                                     "why_from": _why(opts.deploy.release(opts.engine)), "why_to": release_to.why,
-                                     "budget_before": before.budget, "budget_after": after.budget}}
+    compared = {"engine": opts.engine, "from": before.release, "to": after.release,
+                "why_from": _why(opts.deploy.release(opts.engine)), "why_to": release_to.why,
+                "budget_before": before.budget, "budget_after": after.budget}
+    info: dict[str, Any] = {"family": spec.family, "num_hidden_layers": spec.num_hidden_layers, "diff": compared}
     return Result(target=target, model_type=spec.model_type, engine=opts.engine,
                   engine_versions={dist: f"{before.release} -> {after.release}"}, layers=layer_rows(spec, after.plan),
                   findings=findings, info=info)
