@@ -84,7 +84,7 @@ def test_the_installed_release_is_found_in_kvdoctors_environment(tmp_path, monke
     assert (release.version, release.why) == ("0.30.0", "installed in kvdoctor's environment")
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.25.1\n")
     release = choose("vllm", None, "--engine")
-    assert release.version == PROFILED["vllm"][-1] and "0.25.1" in release.why and "not a profiled" in release.why
+    assert release.version == PINS["vllm"] and "0.25.1" in release.why and "not a profiled" in release.why
 
 
 def check_json(*args: str) -> tuple[int, dict, str]:

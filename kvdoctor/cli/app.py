@@ -153,7 +153,7 @@ def diff(
     targets: Optional[List[str]] = typer.Argument(None, click_type=strict_type("Name", metavar="TARGET"),
                                                   help="Model directories, folders of them, or Hugging Face ids."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="The release running now, e.g. vllm==0.30.0 "
-                                         "(default: the installed one, else the newest profiled)."),
+                                         "(default: the installed one, else kvdoctor's default)."),
     to: str = typer.Option(..., "--to", help="The release to upgrade to, e.g. vllm==0.33.0."),
     deploy: Optional[str] = DEPLOY,
     kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=strict_type("Size", metavar="SIZE"),

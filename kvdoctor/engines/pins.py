@@ -1,12 +1,13 @@
 """The engine releases kvdoctor describes, by distribution name: the only place each is written.
 
 `PROFILED` lists every release a profile knows, oldest first; what differs between them is data with a
-release range in each engine's package (`kvdoctor.engines.releases.Ranged`). `PINS` is the release a
-check describes when none is named and none is installed (the newest profiled), and the one whose
-source lines the catalog cites. Profiles take their `pins` from here, and so do the budget models, the
-dry run and the reports. A separate module rather than a constant in one profile because two profiles
-describe the same sglang release (its CUDA side and its MLX backend) and the budget modules import the
-pins without importing a profile.
+release range in each engine's package (`kvdoctor.engines.releases.Ranged`). `PINS` is the release a check
+describes when none is named and none is installed, the one whose source lines the catalog cites, and the
+one the suite's full goldens (goldens/vllm.json, vllm_check.json, sglang*.json) were made with; vLLM 0.34.0
+is profiled (goldens/vllm-0.34.0.json) but not yet the default. Profiles take their `pins` from here, and so
+do the budget models, the dry run and the reports. A separate module rather than a constant in one profile
+because two profiles describe the same sglang release (its CUDA side and its MLX backend) and the budget
+modules import the pins without importing a profile.
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ in that engine's package as a list of `Ranged` values, each with the release ran
 public source; `at(values, release)` picks the one in force. No profile is copied per release.
 
 The release a check describes: the one named (`--engine vllm==0.31.0`, or `engine_version` in the deploy
-file), else the one installed in kvdoctor's own environment or in the `--engine-python` one, else the newest
-profiled. `Release.why` says which of these it was, and the reports print it.
+file), else the one installed in kvdoctor's own environment or in the `--engine-python` one, else the pinned
+default (`PINS`: the release the whole test suite's goldens hold the profile to, and what a check without
+kvdoctor's CLI describes). `Release.why` says which of these it was, and the reports print it.
 """
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ class Release(msgspec.Struct, frozen=True):
         return f"{self.dist} {self.version} ({self.why})"
 
 
-def newest(dist: str) -> str:
-    return PROFILED[dist][-1]
+def default(dist: str) -> str:
+    return PINS[dist]
 
 
 def split_engine(value: str) -> tuple[str, str | None]:
@@ -74,7 +75,7 @@ def split_engine(value: str) -> tuple[str, str | None]:
     name, sep, version = value.partition("==")
     name, version = name.strip(), version.strip()
     if sep and not version:
-        raise InputError(f"--engine {value!r}: expected ENGINE or ENGINE==RELEASE, e.g. vllm=={newest('vllm')}")
+        raise InputError(f"--engine {value!r}: expected ENGINE or ENGINE==RELEASE, e.g. vllm=={PROFILED['vllm'][-1]}")
     return name, (version or None)
 
 
@@ -100,7 +101,7 @@ def choose(dist: str, asked: str | None, asked_where: str, engine_python: str | 
     have = _installed_here(dist)
     if have is not None:
         return _installed(dist, have, "installed in kvdoctor's environment")
-    return Release(dist, newest(dist), "the newest profiled release; none is installed here")
+    return Release(dist, default(dist), "kvdoctor's default release; none is installed here")
 
 
 def _installed_here(dist: str) -> str | None:
@@ -115,4 +116,4 @@ def _installed_here(dist: str) -> str | None:
 def _installed(dist: str, have: str, where: str) -> Release:
     if have in PROFILED.get(dist, ()):
         return Release(dist, have, where)
-    return Release(dist, newest(dist), f"{dist} {have} {where} is not a profiled release: the newest profiled one")
+    return Release(dist, default(dist), f"{dist} {have} {where} is not a profiled release: kvdoctor's default one")
