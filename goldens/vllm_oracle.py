@@ -12,6 +12,7 @@ H200 server defaults the CPU platform would otherwise replace.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import os
 import sys
@@ -149,8 +150,10 @@ def layer_specs(cfg) -> dict:
             probe = SlidingWindowSpec(block_size=1, num_kv_heads=heads, head_size=head, dtype=dtype,
                                       kv_quant_mode=quant, sliding_window=window)
             per_token = probe.real_page_size_bytes
+            # the spec to probe became a fifth argument after 0.30.0
+            extra = (probe,) if len(inspect.signature(_largest_kernel_block_within).parameters) == 5 else ()
             block = _largest_kernel_block_within(backend, per_token, per_token * cc.block_size,
-                                                 cc.block_size, probe)
+                                                 cc.block_size, *extra)
             specs[f"{name}.self_attn.attn"] = SlidingWindowSpec(
                 block_size=block, num_kv_heads=heads, head_size=head, dtype=dtype, kv_quant_mode=quant,
                 sliding_window=window)
@@ -198,8 +201,6 @@ def pool_bytes_per_block(cfg, groups) -> int:
         from vllm.v1.core.kv_cache_planning import _pool_bytes_per_block
     except ImportError:
         from vllm.v1.core.kv_cache_utils import _pool_bytes_per_block
-    import inspect
-
     if len(inspect.signature(_pool_bytes_per_block).parameters) == 1:
         return _pool_bytes_per_block(groups)
     return _pool_bytes_per_block(cfg, groups)
