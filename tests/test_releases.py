@@ -181,3 +181,19 @@ def test_diff_finds_a_refusal_the_upgrade_gains():
 def test_diff_compares_two_releases_of_one_engine():
     proc = run("diff", str(GEMMA3), "--engine", "vllm==0.33.0", "--to", "sglang==0.5.23")
     assert proc.returncode == 2 and "one engine" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_vllm_0_26_words_the_promotion_failure_its_own_way(tmp_path):
+    """Qwen3-Next with the hybrid manager off: both releases refuse (MEM002), each in its own words
+    (vllm/v1/core/kv_cache_utils.py @ v0.26.0 L1519 and @ v0.27.1 L1529)."""
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("engine: vllm\nvllm:\n  disable_hybrid_kv_cache_manager: true\n")
+    seen = {}
+    for release in ("0.26.0", "0.27.0"):
+        _, doc, _ = check_json(str(QWEN3_NEXT), "--deploy", str(deploy), "--engine", f"vllm=={release}",
+                               "--select", "MEM002")
+        (finding,) = doc["results"][0]["findings"]
+        seen[release] = finding["engine_error"]["message"]
+    assert seen == {"0.26.0": "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one "
+                              "unified type.",
+                    "0.27.0": "Failed to promote local KV cache specs to one unified type."}
