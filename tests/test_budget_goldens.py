@@ -45,6 +45,8 @@ VLLM = golden("vllm")["points"]
 VLLM_RELEASES = [(golden(path.stem)["versions"]["vllm"], point) for path in RELEASE_FILES
                  for point in golden(path.stem)["points"]]
 SGLANG = golden("sglang")["points"]
+SGLANG_RELEASES = [(golden(path.stem)["versions"]["sglang"], point) for path in sorted(GOLDENS.glob("sglang-*.json"))
+                   for point in golden(path.stem)["points"]]
 MLX = golden("mlx")["points"]
 
 
@@ -77,11 +79,12 @@ def test_every_release_file_is_a_profiled_release():
     from kvdoctor.engines.pins import PROFILED
 
     assert RELEASE_FILES, "no goldens/vllm-<release>.json"
-    for path in RELEASE_FILES:
+    for path in [*RELEASE_FILES, *sorted(GOLDENS.glob("sglang-*.json"))]:
         doc = golden(path.stem)
-        assert path.stem == f"vllm-{doc['versions']['vllm']}"
-        assert doc["versions"]["vllm"] in PROFILED["vllm"]
-        assert {p["model"] for p in doc["points"]} == {p["model"] for p in VLLM}
+        engine = doc["engine"]
+        assert path.stem == f"{engine}-{doc['versions'][engine]}"
+        assert doc["versions"][engine] in PROFILED[engine]
+        assert {p["model"] for p in doc["points"]} == {p["model"] for p in (VLLM if engine == "vllm" else SGLANG)}
 
 
 def assert_vllm_point(point: dict, release: str) -> None:
@@ -115,6 +118,17 @@ def assert_vllm_point(point: dict, release: str) -> None:
 
 @pytest.mark.parametrize("point", SGLANG, ids=ids(SGLANG))
 def test_sglang_matches_engine(point):
+    assert_sglang_point(point, golden("sglang")["versions"]["sglang"])
+
+
+@pytest.mark.parametrize("release,point", SGLANG_RELEASES,
+                         ids=[f"{r}-{i}" for r, i in zip((r for r, _ in SGLANG_RELEASES),
+                                                          ids([p for _, p in SGLANG_RELEASES]))])
+def test_sglang_release_matches_its_own_code(release, point):
+    assert_sglang_point(point, release)
+
+
+def assert_sglang_point(point: dict, release: str) -> None:
     s, want = point["settings"], point["result"]
     mode = sglang.Mode(context_length=s["context_length"], kv_budget_bytes=s["kv_budget_bytes"],
                        page_size=s["page_size"], swa_full_tokens_ratio=s["swa_full_tokens_ratio"],
@@ -123,7 +137,7 @@ def test_sglang_matches_engine(point):
                        max_mamba_cache_size=s["max_mamba_cache_size"],
                        mamba_full_memory_ratio=s["mamba_full_memory_ratio"], mamba_ssm_dtype=s["mamba_ssm_dtype"],
                        radix_cache=s["radix_cache"], max_running_requests=s["max_running_requests"],
-                       max_total_tokens=s["max_total_tokens"])
+                       max_total_tokens=s["max_total_tokens"], release=release)
     model_facts = facts(point["model"], "sglang")[0]
     got = sglang.plan(model_facts, mode)
     assert got.mode.hybrid_swa == (want.get("is_hybrid_swa", False) and model_facts.count("sliding") > 0)

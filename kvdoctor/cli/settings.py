@@ -221,25 +221,11 @@ def _load_deploy(path: str | None):
     return load_deploy(path)
 
 
-def _with_release(deploy: Any, engine: str, asked: str | None, where: str, engine_python: str | None) -> Any:
-    """The deploy settings with the release the check of `engine` describes (and why) chosen."""
-    from kvdoctor.engines import profile_class
-    from kvdoctor.engines.releases import choose
-
-    dist = profile_class(engine).release_dist
-    if dist is None:
-        if asked is not None:
-            pinned = ", ".join(f"{k} {v}" for k, v in profile_class(engine).pins.items()) or "none"
-            raise InputError(f"{where}: {engine} describes one release only ({pinned}); name it without ==")
-        return deploy
-    return deploy.with_release(engine, choose(dist, asked, where, engine_python))
-
-
 def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     """Merge defaults, the nearest config file (searched from the working directory) and the command
     line, validating every value."""
     from kvdoctor.engines import check_engines, is_check_engine
-    from kvdoctor.engines.releases import split_engine
+    from kvdoctor.engines.releases import for_engine, split_engine
 
     cwd = Path.cwd()
     config_path = None if cli.isolated else (Path(os.path.abspath(cli.config)) if cli.config else find_config(cwd))
@@ -317,9 +303,7 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     if not is_check_engine(engine):
         engines = check_engines()
         raise InputError(f"{engine_where}: unknown engine {engine!r}; expected one of: {', '.join(sorted(engines))}")
-    if asked is None and deploy.engine_version is not None and deploy.engine in (None, engine):
-        asked, engine_where = deploy.engine_version, f"engine_version in deploy file {deploy_path}"
-    deploy = _with_release(deploy, engine, asked, engine_where, cli.engine_python)
+    deploy = for_engine(deploy, engine, asked, engine_where, cli.engine_python)
 
     if cli.fail_on is not None:
         if cli.fail_on not in ("error", "warning", "info"):

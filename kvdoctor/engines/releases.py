@@ -13,7 +13,7 @@ kvdoctor's CLI describes). `Release.why` says which of these it was, and the rep
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Generic, Sequence, TypeVar
+from typing import Any, Generic, Sequence, TypeVar
 
 import msgspec
 
@@ -102,6 +102,23 @@ def choose(dist: str, asked: str | None, asked_where: str, engine_python: str | 
     if have is not None:
         return _installed(dist, have, "installed in kvdoctor's environment")
     return Release(dist, default(dist), "kvdoctor's default release; none is installed here")
+
+
+def for_engine(deploy: Any, engine: str, asked: str | None, where: str, engine_python: str | None = None) -> Any:
+    """The deploy settings (a `Deploy` or the no-file stand-in) with the release the check of `engine` describes
+    chosen: `asked` (from `where`), else the deploy file's `engine_version` when the file is about this engine,
+    else the installed or the default one."""
+    from kvdoctor.engines import profile_class
+
+    if asked is None and getattr(deploy, "engine_version", None) is not None and deploy.engine in (None, engine):
+        asked, where = deploy.engine_version, f"engine_version in deploy file {deploy.path}"
+    dist = profile_class(engine).release_dist
+    if dist is None:
+        if asked is not None:
+            pinned = ", ".join(f"{k} {v}" for k, v in profile_class(engine).pins.items()) or "none"
+            raise InputError(f"{where}: {engine} describes one release only ({pinned}); name it without ==")
+        return deploy
+    return deploy.with_release(engine, choose(dist, asked, where, engine_python))
 
 
 def _installed_here(dist: str) -> str | None:
