@@ -84,7 +84,9 @@ def test_every_release_file_is_a_profiled_release():
         engine = doc["engine"]
         assert path.stem == f"{engine}-{doc['versions'][engine]}"
         assert doc["versions"][engine] in PROFILED[engine]
-        assert {p["model"] for p in doc["points"]} == {p["model"] for p in (VLLM if engine == "vllm" else SGLANG)}
+        planned = {p["model"] for p in doc["points"]}
+        assert planned | set(doc.get("skipped", {})) == {p["model"] for p in (VLLM if engine == "vllm" else SGLANG)}
+        assert len(doc.get("skipped", {})) <= 1, doc.get("skipped")  # a CPU-only stop, each with its reason
 
 
 def assert_vllm_point(point: dict, release: str) -> None:
