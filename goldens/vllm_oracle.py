@@ -66,15 +66,25 @@ def engine_config(model_dir: Path, prefix_caching: bool, spec_tokens: int):
         kwargs["speculative_config"] = {"method": "ngram", "num_speculative_tokens": spec_tokens,
                                         "prompt_lookup_max": spec_tokens}
     import vllm.triton_utils as triton_utils
+    from vllm.platforms import current_platform
 
     # From 0.34.0 CpuPlatform refuses an x86 host without triton-cpu ("vLLM on x86 CPUs requires Triton
-    # (triton-cpu).": Model Runner V1 is gone); no kernel runs here, so the check sees Triton while the config is made.
-    had_triton = triton_utils.HAS_TRITON
-    triton_utils.HAS_TRITON = True
+    # (triton-cpu).": Model Runner V1 is gone). No kernel runs here, so that one check (and only it: the model
+    # registry's inspection must see the real answer) sees Triton.
+    update = current_platform.check_and_update_config
+
+    def with_triton(vllm_config):
+        had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
+        try:
+            return update(vllm_config)
+        finally:
+            triton_utils.HAS_TRITON = had
+
+    current_platform.check_and_update_config = with_triton
     try:
         return EngineArgs(**kwargs).create_engine_config()
     finally:
-        triton_utils.HAS_TRITON = had_triton
+        del current_platform.check_and_update_config
 
 
 def backend_for(cfg):
