@@ -258,7 +258,7 @@ def main() -> None:
         try:
             probe = engine_config(model_dir, True, 0)
         except ValueError as exc:
-            # 0.34.0's CpuPlatform turns prefix caching off for an MLA hybrid (Kimi-Linear) after the Mamba block
+            # CpuPlatform (0.30.0 and 0.34.0 at least) turns prefix caching off for an MLA hybrid (Kimi-Linear) after the Mamba block
             # was aligned for it, and its own validator then refuses the config: a CPU-only stop, recorded
             skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[1].strip() if chr(10) in str(exc) else exc}"
             print(name, "skipped:", skipped[name], flush=True)
