@@ -520,7 +520,8 @@ def plan(facts: ModelFacts, mode: Mode) -> VllmBudget:
     num_blocks = mode.kv_budget_bytes // stride
     budget.pool = PoolRecord(bytes_per_block=stride, num_blocks=num_blocks,
                              padding_bytes_per_block=sum(g.padding_layers * g.spec.page for g in groups))
-    check = mode.kv_budget_bytes - stride  # the null block the block pool holds back
+    # the null block the block pool holds back (from 0.29.0: releases.ADMISSION_RESERVES_NULL_BLOCK)
+    check = mode.kv_budget_bytes - (stride if at(R.ADMISSION_RESERVES_NULL_BLOCK, mode.release) else 0)
     fit = largest_fitting_length(groups, mode, stride, check) if check > 0 else 0
     budget.capacity.max_model_len_fit = fit
     budget.capacity.blocks_per_request = sum(per_request)

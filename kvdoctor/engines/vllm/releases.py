@@ -53,6 +53,14 @@ CONCURRENCY_PER_GROUP: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.27.0", source=src("0.27.1", "v1/core/kv_cache_utils.py#L937-L959")),
 )
 
+# The admission check (one request at max_model_len must fit): from 0.29.0 it holds back the null block the block
+# pool keeps for itself ("Reserve the null block BlockPool permanently holds back"); up to 0.28 it checks the whole
+# budget. Seen in goldens/vllm-0.28.0.json: "available KV cache memory (4.0 GiB)" where 0.29.0 on says 3.99.
+ADMISSION_RESERVES_NULL_BLOCK: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.29.0", source=src("0.28.0", "v1/core/kv_cache_utils.py#L854-L859")),
+    Ranged(True, since="0.29.0", source=src("0.29.0", "v1/core/kv_cache_utils.py#L975-L980")),
+)
+
 # The refusal when the hybrid manager is off and the specs do not unify (MEM002 / VLM004).
 PROMOTION_FAILED: tuple[Ranged[str], ...] = (
     Ranged("Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type.",
