@@ -62,8 +62,10 @@ def build(engine: str, version: str) -> Path:
     own_pins = {name_of(r): r.split(";")[0].strip() for r in own if "extra ==" not in r and name_of(r) in OWN_PINS}
     light = [own_pins.get(name_of(r), r) for r in LIGHT[engine]]
     subprocess.run([*pip, *light], check=True)
-    if NO_DEPS_AFTER[engine]:
-        subprocess.run([*pip, "--no-deps", *NO_DEPS_AFTER[engine]], check=True)
+    # SGLang up to 0.5.19 imports xgrammar while its server arguments load: its own pin, without the GPU stack
+    grammar = [own_pins["xgrammar"]] if engine == "sglang" and "xgrammar" in own_pins else []
+    if NO_DEPS_AFTER[engine] or grammar:
+        subprocess.run([*pip, "--no-deps", *NO_DEPS_AFTER[engine], *grammar], check=True)
     extra = HERE.parent / "goldens" / ".venv-extra" / "vllm"
     if engine == "vllm" and not extra.exists():
         subprocess.run([*pip, "--no-deps", "--target", str(extra), "mistral_common==1.13.1"], check=True)
