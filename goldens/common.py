@@ -52,7 +52,9 @@ def contexts(limit: int) -> list[int]:
     return sorted({c for c in (4096, 32768, 131072) if c <= limit} | {limit})
 
 
-def write(name: str, engine: str, versions: dict[str, str], points: list[dict]) -> Path:
+def write(name: str, engine: str, versions: dict[str, str], points: list[dict],
+          skipped: dict[str, str] | None = None) -> Path:
+    """`skipped`: models the release's code could not plan on the CPU, with why (only where there are any)."""
     doc = {
         "schema": "kvdoctor.goldens/1",
         "engine": engine,
@@ -60,7 +62,9 @@ def write(name: str, engine: str, versions: dict[str, str], points: list[dict]) 
         "generated": datetime.date.today().isoformat(),
         "configs": "fixtures/models",
         "points": points,
+        **({"skipped": skipped} if skipped else {}),
     }
+    name = os.environ.get("KVDOCTOR_GOLDEN_NAME", name)  # goldens/releases.py: vllm-0.34.0 and so on
     path = HERE / f"{name}.json"
     path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
     print(f"wrote {path} ({len(points)} points)")

@@ -94,6 +94,18 @@ def window_the_model_reports(model_config):
     return model_config.attention_chunk_size
 
 
+def pin_parallel(parallel, **fields) -> None:
+    """What the attention widths are for the rest of the run (no process groups exist): `override_permanently`
+    from 0.5.21; before, the `override` context entered and left open, with the fields that release knows."""
+    if hasattr(type(parallel), "override_permanently"):
+        parallel.override_permanently(**fields)
+        return
+    import sglang.srt.runtime_context as runtime
+
+    known = getattr(runtime, "_PARALLEL_FIELDS", set(fields))
+    parallel.override(**{k: v for k, v in fields.items() if k in known}).__enter__()
+
+
 def plan(model_dir: Path, point: dict) -> dict:
     import cudafake
     import torch
@@ -113,7 +125,7 @@ def plan(model_dir: Path, point: dict) -> dict:
         sa.resolve_once()  # what the launcher does: backend, Mamba cache strategy, chunk size, validation
         handle_environment_variables(sa)  # what launch does: --mamba-ssm-dtype becomes SGLANG_MAMBA_SSM_DTYPE
         get_context().set_server_args(sa)
-        get_parallel().override_permanently(attn_tp_size=point["tp"], attn_dcp_size=1, attn_cp_size=1)
+        pin_parallel(get_parallel(), attn_tp_size=point["tp"], attn_dcp_size=1, attn_cp_size=1)
         mc = ModelConfig.from_server_args(sa)
         kv_dtype = mc.dtype if point["kv_cache_dtype"] == "auto" else torch.float8_e4m3fn
         resolved = sa.resolved_dict()

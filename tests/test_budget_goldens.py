@@ -39,8 +39,14 @@ def ids(points: list[dict]) -> list[str]:
     return [f"{p['model'].split('__')[-1]}-{i}" for i, p in enumerate(points)]
 
 
+# vllm.json: the pinned release's points; vllm-<release>.json: each other release's (goldens/releases.py)
+RELEASE_FILES = sorted(GOLDENS.glob("vllm-*.json"))
 VLLM = golden("vllm")["points"]
+VLLM_RELEASES = [(golden(path.stem)["versions"]["vllm"], point) for path in RELEASE_FILES
+                 for point in golden(path.stem)["points"]]
 SGLANG = golden("sglang")["points"]
+SGLANG_RELEASES = [(golden(path.stem)["versions"]["sglang"], point) for path in sorted(GOLDENS.glob("sglang-*.json"))
+                   for point in golden(path.stem)["points"]]
 MLX = golden("mlx")["points"]
 
 
@@ -59,12 +65,37 @@ def test_goldens_record_engine_versions():
 
 @pytest.mark.parametrize("point", VLLM, ids=ids(VLLM))
 def test_vllm_matches_engine(point):
+    assert_vllm_point(point, golden("vllm")["versions"]["vllm"])
+
+
+@pytest.mark.parametrize("release,point", VLLM_RELEASES,
+                         ids=[f"{r}-{i}" for r, i in zip((r for r, _ in VLLM_RELEASES), ids([p for _, p in VLLM_RELEASES]))])
+def test_vllm_release_matches_its_own_code(release, point):
+    """Each profiled release against the points its own code wrote."""
+    assert_vllm_point(point, release)
+
+
+def test_every_release_file_is_a_profiled_release():
+    from kvdoctor.engines.pins import PROFILED
+
+    assert RELEASE_FILES, "no goldens/vllm-<release>.json"
+    for path in [*RELEASE_FILES, *sorted(GOLDENS.glob("sglang-*.json"))]:
+        doc = golden(path.stem)
+        engine = doc["engine"]
+        assert path.stem == f"{engine}-{doc['versions'][engine]}"
+        assert doc["versions"][engine] in PROFILED[engine]
+        planned = {p["model"] for p in doc["points"]}
+        assert planned | set(doc.get("skipped", {})) == {p["model"] for p in (VLLM if engine == "vllm" else SGLANG)}
+        assert len(doc.get("skipped", {})) <= 1, doc.get("skipped")  # a CPU-only stop, each with its reason
+
+
+def assert_vllm_point(point: dict, release: str) -> None:
     s, want = point["settings"], point["result"]
     mode = vllm.Mode(max_model_len=s["max_model_len"], kv_budget_bytes=s["kv_budget_bytes"],
                      kv_cache_dtype=s["kv_cache_dtype"], tp=s["tp"], hma=s["hma"],
                      prefix_caching=s["prefix_caching"], num_speculative_tokens=s["num_speculative_tokens"],
                      max_num_batched_tokens=s["max_num_batched_tokens"], async_scheduling=s["async_scheduling"],
-                     max_num_seqs=s["max_num_seqs"])
+                     max_num_seqs=s["max_num_seqs"], release=release)
     got = vllm.plan(facts(point["model"], "vllm")[0], mode)
     if "error" in want and got.error is None:
         pytest.fail(f"vLLM refuses ({want['error']['message'][:120]}) but kvdoctor planned it")
@@ -89,6 +120,17 @@ def test_vllm_matches_engine(point):
 
 @pytest.mark.parametrize("point", SGLANG, ids=ids(SGLANG))
 def test_sglang_matches_engine(point):
+    assert_sglang_point(point, golden("sglang")["versions"]["sglang"])
+
+
+@pytest.mark.parametrize("release,point", SGLANG_RELEASES,
+                         ids=[f"{r}-{i}" for r, i in zip((r for r, _ in SGLANG_RELEASES),
+                                                          ids([p for _, p in SGLANG_RELEASES]))])
+def test_sglang_release_matches_its_own_code(release, point):
+    assert_sglang_point(point, release)
+
+
+def assert_sglang_point(point: dict, release: str) -> None:
     s, want = point["settings"], point["result"]
     mode = sglang.Mode(context_length=s["context_length"], kv_budget_bytes=s["kv_budget_bytes"],
                        page_size=s["page_size"], swa_full_tokens_ratio=s["swa_full_tokens_ratio"],
@@ -97,7 +139,7 @@ def test_sglang_matches_engine(point):
                        max_mamba_cache_size=s["max_mamba_cache_size"],
                        mamba_full_memory_ratio=s["mamba_full_memory_ratio"], mamba_ssm_dtype=s["mamba_ssm_dtype"],
                        radix_cache=s["radix_cache"], max_running_requests=s["max_running_requests"],
-                       max_total_tokens=s["max_total_tokens"])
+                       max_total_tokens=s["max_total_tokens"], release=release)
     model_facts = facts(point["model"], "sglang")[0]
     got = sglang.plan(model_facts, mode)
     assert got.mode.hybrid_swa == (want.get("is_hybrid_swa", False) and model_facts.count("sliding") > 0)

@@ -27,10 +27,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kvdoctor"
 
 
 def test_every_pinned_version_is_written_once():
+    """In pins.py (PINS, and PROFILED beside it); elsewhere only as a boundary of the release data in an engine's
+    own releases.py, which cites the code at each tag."""
     sources = {p: p.read_text() for p in PACKAGE.rglob("*.py")}
     for version in PINS.values():
-        where = [str(p.relative_to(PACKAGE)) for p, text in sources.items() for _ in re.finditer(f'"{version}"', text)]
-        assert where == ["engines/pins.py"], (version, where)
+        where = {str(p.relative_to(PACKAGE)) for p, text in sources.items() if f'"{version}"' in text}
+        assert "engines/pins.py" in where
+        assert where - {"engines/pins.py"} <= {"engines/vllm/releases.py", "engines/sglang/releases.py"}, (version, where)
 
 
 def test_every_profile_reads_its_pins_and_declares_a_section():

@@ -39,6 +39,7 @@ def check(targets: PathLike | Sequence[PathLike], *, engine: str = "hf", deploy:
     from kvdoctor.catalog import builtin_catalog
     from kvdoctor.checks.selection import Selection, validate_selectors
     from kvdoctor.engines import check_profile, dry_run_engines, require_extras
+    from kvdoctor.engines.releases import for_engine, split_engine
     from kvdoctor.fleet.runner import expand_targets
     from kvdoctor.pipeline.check import Options, check_target
 
@@ -49,11 +50,13 @@ def check(targets: PathLike | Sequence[PathLike], *, engine: str = "hf", deploy:
     unknown = validate_selectors([*select, *ignore], catalog.codes())
     if unknown:
         raise InputError(f"unknown rule selector(s): {', '.join(unknown)}")
+    engine, asked = split_engine(engine)
     check_profile(engine)
     if dry_run and (static or engine not in dry_run_engines()):
         raise InputError(f"dry_run needs engine {' or '.join(dry_run_engines())} and cannot be combined with static")
     require_extras(engine, static, dry_run)
-    opts = Options(catalog=catalog, engine=engine, deploy=_deploy(deploy), static=static,
+    opts = Options(catalog=catalog, engine=engine, deploy=for_engine(_deploy(deploy), engine, asked, "engine"),
+                   static=static,
                    selection=Selection(select=tuple(select), ignore=tuple(ignore)),
                    extra={"dry_run": dry_run, "trust_remote_code": trust_remote_code})
     return [check_target(target, opts) for target in expand_targets(names)]

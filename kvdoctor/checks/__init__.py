@@ -51,6 +51,8 @@ RULE_MODULES: tuple[str, ...] = (
     "kvdoctor.checks.budget",
     "kvdoctor.checks.fit",
 )
+# Rules only `kvdoctor diff` runs (kvdoctor.pipeline.diff), on two releases' answers rather than one check's.
+DIFF_MODULES: tuple[str, ...] = ("kvdoctor.checks.upgrade",)
 
 
 class Rule(msgspec.Struct, frozen=True):
@@ -103,7 +105,7 @@ def all_checks() -> tuple[Check, ...]:
 def rule_modules_by_code() -> dict[str, tuple[str, ...]]:
     """Each code a registered rule emits -> the rule modules that emit it, in the order they run."""
     out: dict[str, tuple[str, ...]] = {}
-    for check in all_checks():
+    for check in (*all_checks(), *(load_check(module) for module in DIFF_MODULES)):
         for code in check.codes:
             out[code] = (*out.get(code, ()), check.module)
     return out

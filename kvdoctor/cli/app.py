@@ -149,6 +149,43 @@ def check(
 
 
 @app.command()
+def diff(
+    targets: Optional[List[str]] = typer.Argument(None, click_type=strict_type("Name", metavar="TARGET"),
+                                                  help="Model directories, folders of them, or Hugging Face ids."),
+    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="The release running now, e.g. vllm==0.30.0 "
+                                         "(default: the installed one, else kvdoctor's default)."),
+    to: str = typer.Option(..., "--to", help="The release to upgrade to, e.g. vllm==0.33.0."),
+    deploy: Optional[str] = DEPLOY,
+    kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=strict_type("Size", metavar="SIZE"),
+                                            help="KV memory per GPU the capacity is compared at (default: the deploy "
+                                            "file's budget, else 40GiB)."),
+    output_format: str = FORMAT,
+    output_file: Optional[str] = OUTPUT_FILE,
+    json_output: Optional[str] = JSON_OUTPUT,
+    sarif_output: Optional[str] = SARIF_OUTPUT,
+    junit_output: Optional[str] = JUNIT_OUTPUT,
+    select: Optional[List[str]] = SELECT,
+    ignore: Optional[List[str]] = IGNORE,
+    severity: Optional[List[str]] = SEVERITY,
+    fail_on: Optional[str] = FAIL_ON,
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings (never hides exit 2)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", click_type=strict_type("Jobs", int),
+                                       help="Targets compared at once (default: all cores)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    offline: bool = OFFLINE,
+    shard: Optional[str] = typer.Option(None, "--shard", help="K/N: compare only shard K of N."),
+    executor: str = typer.Option("local", "--executor", help="local (worker processes) or ray (Ray tasks)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join."),
+    config: Optional[str] = CONFIG,
+    isolated: bool = ISOLATED,
+) -> None:
+    """What upgrading the engine changes for each model: refusals gained or lost, the KV layout, and the
+    capacity at the budget (UPG findings; --fail-on gates on them)."""
+    options = {k: v for k, v in locals().items() if k != "to"}
+    raise typer.Exit(run_check(CheckRequest(static=True, **options), to=to))
+
+
+@app.command()
 def merge(
     parts: List[str] = typer.Argument(..., click_type=PATH, help="JSON reports of `check --shard K/N` runs."),
     output_format: str = FORMAT,

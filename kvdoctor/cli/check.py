@@ -101,7 +101,8 @@ def _severities(values: Optional[list[str]]) -> dict[str, str]:
     return out
 
 
-def resolve_settings(rules, engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated):
+def resolve_settings(rules, engine, deploy, select, extend_select, ignore, severity, fail_on, config, isolated,
+                     engine_python=None):
     """The settings in force: the command line's options over the config file's, their codes those of
     the catalog `rules`."""
     from kvdoctor.cli.settings import CommandLine, resolve
@@ -109,7 +110,7 @@ def resolve_settings(rules, engine, deploy, select, extend_select, ignore, sever
     cli = CommandLine(select=_split(select, "--select") if select else None,
                       extend_select=_split(extend_select, "--extend-select"), ignore=_split(ignore, "--ignore"),
                       severity=_severities(severity), engine=engine, deploy=deploy,
-                      fail_on=fail_on, config=config, isolated=isolated)
+                      fail_on=fail_on, config=config, isolated=isolated, engine_python=engine_python)
     settings = resolve(cli, rules.codes())
     for warning in settings.deploy.warnings:
         echo(f"kvdoctor: warning: {warning}", err=True)
@@ -121,8 +122,12 @@ def check_format(output_format: str) -> None:
         raise InputError(f"--format {output_format!r}: expected one of {', '.join(FORMATS)}")
 
 
-def run_check(req: CheckRequest) -> int:
-    """Check the request's models and report; the exit code."""
+DIFF_BUDGET = "40GiB"  # `kvdoctor diff` compares tokens and requests at this KV budget unless one is given
+
+
+def run_check(req: CheckRequest, to: str | None = None) -> int:
+    """Check the request's models and report; the exit code. With `to` (`vllm==0.33.0`), `kvdoctor diff`:
+    each model at the request's release and at `to`, compared (kvdoctor.pipeline.diff)."""
     from kvdoctor.pipeline.check import Options, checked_codes
     from kvdoctor.report.fingerprint import model_identity
     from kvdoctor.report import Report, exit_code
@@ -139,7 +144,7 @@ def run_check(req: CheckRequest) -> int:
         raise InputError("--ray-address needs --executor ray")
     rules = run_catalog()
     settings = resolve_settings(rules, req.engine, req.deploy, req.select, req.extend_select, req.ignore, req.severity,
-                                req.fail_on, req.config, req.isolated)
+                                req.fail_on, req.config, req.isolated, req.engine_python)
     targets = list(req.targets or settings.targets)
     if not targets:
         raise InputError("no models to check: name model directories, or list them under `targets` in kvdoctor.toml")
@@ -156,6 +161,14 @@ def run_check(req: CheckRequest) -> int:
              "dry_run_timeout": req.dry_run_timeout, "dry_run_budget": req.dry_run_budget,
              "engine_python": req.engine_python}
     budget = _budget_inputs(req, settings.deploy)
+    if to is not None:
+        from kvdoctor.pipeline.budget import budget_inputs
+        from kvdoctor.pipeline.diff import DIFF_TO
+
+        extra[DIFF_TO] = _release_to(settings.engine, to, req.engine_python)
+        budget = budget_inputs(settings.deploy, kv_budget=req.kv_budget)
+        if budget.kv_budget is None and budget.gpu_memory is None:
+            budget = budget_inputs(settings.deploy, kv_budget=DIFF_BUDGET)
     chosen = expand_targets(targets)
     if part is not None:
         chosen = [target for target in chosen if in_shard(model_identity(target, settings.root), part)]
@@ -194,6 +207,20 @@ def run_check(req: CheckRequest) -> int:
         if r.error:
             echo(f"kvdoctor: error: {r.error}", err=True)
     return exit_code(results, settings.fail_on, req.exit_zero or req.write_baseline is not None)
+
+
+def _release_to(engine: str, to: str, engine_python: str | None) -> Any:
+    """The release `--to` names: of the engine the check describes."""
+    from kvdoctor.engines import profile_class
+    from kvdoctor.engines.releases import choose, split_engine
+
+    name, version = split_engine(to)
+    if name != engine:
+        raise InputError(f"--to {to!r}: compare two releases of one engine, here {engine} (e.g. --to {engine}==X)")
+    dist = profile_class(engine).release_dist
+    if dist is None:
+        raise InputError(f"--to {to!r}: kvdoctor describes one release of {engine} only")
+    return choose(dist, version, "--to", engine_python)
 
 
 def _budget_inputs(req: CheckRequest, deploy: Any) -> Any:

@@ -58,11 +58,12 @@ class CommandLine(msgspec.Struct):
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     severity: dict[str, str] = msgspec.field(default_factory=dict)
-    engine: str | None = None
+    engine: str | None = None  # ENGINE or ENGINE==RELEASE
     deploy: str | None = None
     fail_on: str | None = None
     config: str | None = None
     isolated: bool = False
+    engine_python: str | None = None  # --engine-python: where the installed release is looked for
 
 
 class Settings(msgspec.Struct):
@@ -85,6 +86,10 @@ class Settings(msgspec.Struct):
             return self.selection
         return Selection(self.selection.select, self.selection.extend_select, self.selection.ignore + tuple(extra))
 
+    def _release_row(self) -> list[tuple[str, object, str]]:
+        release = self.deploy.release(self.engine)
+        return [] if release is None else [("engine release", f"{release.dist} {release.version}", release.why)]
+
     def shown(self) -> list[tuple[str, object, str]]:
         """(setting, value, where it came from), for `kvdoctor config`."""
         sel = self.selection
@@ -98,6 +103,7 @@ class Settings(msgspec.Struct):
              self.origins["per-model-ignores"]),
             ("severity", dict(self.severity), self.origins["severity"]),
             ("engine", self.engine, self.origins["engine"]),
+            *self._release_row(),
             ("deploy", self.deploy.path, self.origins["deploy"]),
             ("fail-on", self.fail_on, self.origins["fail-on"]),
             ("targets", list(self.targets), self.origins.get("targets", DEFAULT)),
@@ -219,6 +225,7 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     """Merge defaults, the nearest config file (searched from the working directory) and the command
     line, validating every value."""
     from kvdoctor.engines import check_engines, is_check_engine
+    from kvdoctor.engines.releases import for_engine, split_engine
 
     cwd = Path.cwd()
     config_path = None if cli.isolated else (Path(os.path.abspath(cli.config)) if cli.config else find_config(cwd))
@@ -291,10 +298,12 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
         engine, origins["engine"] = file.engine, from_file("engine")
     else:
         engine, origins["engine"] = DEFAULT_ENGINE, DEFAULT
+    engine_where = origins["engine"] if origins["engine"] != COMMAND_LINE else "--engine"
+    engine, asked = split_engine(engine)
     if not is_check_engine(engine):
         engines = check_engines()
-        raise InputError(f"{origins['engine'] if origins['engine'] != COMMAND_LINE else '--engine'}: unknown engine "
-                         f"{engine!r}; expected one of: {', '.join(sorted(engines))}")
+        raise InputError(f"{engine_where}: unknown engine {engine!r}; expected one of: {', '.join(sorted(engines))}")
+    deploy = for_engine(deploy, engine, asked, engine_where, cli.engine_python)
 
     if cli.fail_on is not None:
         if cli.fail_on not in ("error", "warning", "info"):

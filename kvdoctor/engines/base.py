@@ -188,6 +188,9 @@ class EngineProfile(ABC):
 
     name: ClassVar[str]
     pins: ClassVar[Mapping[str, str]]  # taken from kvdoctor.engines.pins.PINS
+    # the distribution whose releases (kvdoctor.engines.pins.PROFILED) the profile describes, each from the
+    # release data in its package; None: only the pinned one
+    release_dist: ClassVar[str | None] = None
     Settings: ClassVar[type[BaseModel]]  # its deploy-file section (named `name` with - as _)
     reference: ClassVar[bool] = False  # True: the model's own meaning, not a serving engine (no engine row)
     probe_extra: ClassVar[tuple[str, str] | None] = None  # (the pip extra its probes need, what they build)

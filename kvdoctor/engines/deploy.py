@@ -2,7 +2,8 @@
 
 One section per registered engine profile, named after it (`sglang-mlx` -> `sglang_mlx:`) and
 validated by that profile's `Settings` model; `check` and `budget` read the same section, so a knob
-has one name and one default. Top level: `engine`, `context_length` and `budget:` (the memory and
+has one name and one default. Top level: `engine`, `engine_version` (the
+release of that engine the file describes), `context_length` and `budget:` (the memory and
 context a budget is sized for). The old spelling of the engine knobs under `budget:` (`budget.vllm`,
 `budget.sglang` with `tp`, `budget.mlx_lm`) is still read, with a warning, and reported at its own
 line under its own name.
@@ -18,6 +19,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from kvdoctor.engines.budget.settings import BudgetSettings
+from kvdoctor.engines.releases import Release
 from kvdoctor.errors import InputError
 from kvdoctor.model import Source
 from kvdoctor.load.strict import Name, Tokens
@@ -30,15 +32,28 @@ RENAMED = {("sglang", "tp"): "tp_size"}
 
 
 class Section(BaseModel):
-    """Base of a profile's deploy section: unknown keys are refused."""
+    """Base of a profile's deploy section: unknown keys are refused. `release` is the engine release the
+    check describes (kvdoctor.engines.releases.choose); None: the pinned one."""
 
     model_config = ConfigDict(extra="forbid")
+    _release: Optional[str] = PrivateAttr(None)
+
+    @property
+    def release(self) -> Optional[str]:
+        return self._release
+
+    def at_release(self, version: Optional[str]) -> "Section":
+        """A copy describing `version` of the engine."""
+        copy = self.model_copy()
+        copy._release = version
+        return copy
 
 
 class Deploy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     engine: Optional[Name] = None
+    engine_version: Optional[str] = Field(None, pattern=r"^[0-9]+(\.[0-9]+)*(\.post[0-9]+)?$")
     context_length: Optional[Tokens] = None
     budget: Optional[BudgetSettings] = None
     path: Optional[str] = Field(None, exclude=True)
@@ -46,13 +61,29 @@ class Deploy(BaseModel):
     aliases: dict[str, str] = Field(default_factory=dict, exclude=True)  # setting -> its old spelling in the file
     warnings: list[str] = Field(default_factory=list, exclude=True)
     _sections: dict[str, BaseModel] = PrivateAttr(default_factory=dict)
+    # engine -> the release its check describes, once chosen (kvdoctor.engines.releases.choose)
+    _releases: dict[str, Release] = PrivateAttr(default_factory=dict)
 
     def settings(self, engine: str) -> BaseModel:
-        """The engine profile's section: from the file, else every setting at its default."""
+        """The engine profile's section: from the file, else every setting at its default; at the release
+        chosen for that engine, if one was."""
         from kvdoctor.engines import profile_class, section_name
 
         section = self._sections.get(section_name(engine))
-        return section if section is not None else profile_class(engine).Settings()
+        section = section if section is not None else profile_class(engine).Settings()
+        release = self._releases.get(engine)
+        if release is not None and isinstance(section, Section):
+            return section.at_release(release.version)
+        return section
+
+    def release(self, engine: str) -> Optional[Release]:
+        return self._releases.get(engine)
+
+    def with_release(self, engine: str, release: Release) -> "Deploy":
+        """A copy whose `engine` section describes `release`."""
+        copy = self.model_copy()
+        copy._releases = {**self._releases, engine: release}
+        return copy
 
     def source(self, dotted: str) -> Source:
         """Where a setting came from: its line in the deploy file, or the engine default."""

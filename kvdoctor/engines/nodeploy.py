@@ -57,6 +57,7 @@ class DefaultSection:
 class NoDeployFile:
     path = None
     engine = None
+    engine_version = None
     context_length = None
     budget = None
 
@@ -65,15 +66,32 @@ class NoDeployFile:
         self.aliases: dict[str, str] = {}
         self.warnings: list[str] = []
         self._sections: dict[str, DefaultSection] = {}
+        self._releases: dict[str, Any] = {}  # engine -> kvdoctor.engines.releases.Release, once chosen
 
     def source(self, dotted: str) -> Source:
         return Source("default", dotted)
 
     def settings(self, engine: str) -> Any:
-        """The engine profile's section, every setting at its default (as `Deploy().settings(engine)`)."""
+        """The engine profile's section, every setting at its default (as `Deploy().settings(engine)`), at
+        the release chosen for that engine if one was."""
+        if engine in self._releases:
+            from kvdoctor.engines import profile_class
+
+            from kvdoctor.engines.deploy import Section
+
+            section = profile_class(engine).Settings()
+            return section.at_release(self._releases[engine].version) if isinstance(section, Section) else section
         if engine not in self._sections:
             self._sections[engine] = DefaultSection(engine)
         return self._sections[engine]
+
+    def release(self, engine: str) -> Any:
+        return self._releases.get(engine)
+
+    def with_release(self, engine: str, release: Any) -> "NoDeployFile":
+        copy = NoDeployFile()
+        copy._releases = {**self._releases, engine: release}
+        return copy
 
     def __getattr__(self, name: str) -> Any:
         """Anything else a `Deploy` has: answered by a real `Deploy()`."""

@@ -1,11 +1,22 @@
-"""The engine versions kvdoctor describes, by distribution name: the only place each is written.
+"""The engine releases kvdoctor describes, by distribution name: the only place each is written.
 
-Profiles take their `pins` from here, and so do the budget models, the dry run and the reports. A
-separate module rather than a constant in one profile because two profiles describe the same sglang
-release (its CUDA side and its MLX backend) and the budget modules import the pins without importing
-a profile.
+`PROFILED` lists every release a profile knows, oldest first; what differs between them is data with a
+release range in each engine's package (`kvdoctor.engines.releases.Ranged`). `PINS` is the release a check
+describes when none is named and none is installed, the one whose source lines the catalog cites, and the
+one the suite's full goldens (goldens/vllm.json, vllm_check.json, sglang*.json) were made with; vLLM 0.34.0
+is profiled (goldens/vllm-0.34.0.json) but not yet the default. Profiles take their `pins` from here, and so
+do the budget models, the dry run and the reports. A separate module rather than a constant in one profile
+because two profiles describe the same sglang release (its CUDA side and its MLX backend) and the budget
+modules import the pins without importing a profile.
 """
 from __future__ import annotations
+
+PROFILED: dict[str, tuple[str, ...]] = {
+    "vllm": ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"),
+    "sglang": ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22",
+               "0.5.23"),
+    "mlx-lm": ("0.32.2",),
+}
 
 PINS: dict[str, str] = {
     "sglang": "0.5.23",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kvdoctor.pipeline.check import Options, check_target
+from kvdoctor.pipeline.diff import DIFF_TO, diff_target
 from kvdoctor import worker_exit
 from kvdoctor.model import Result
 
@@ -90,7 +91,7 @@ def check_one(target: str, opts: Options) -> tuple[Result, str | None]:
     """One target; an unexpected exception becomes that target's error (exit 2) with its traceback,
     so one bad model does not stop the others."""
     try:
-        return check_target(target, opts), None
+        return (diff_target if opts.extra.get(DIFF_TO) else check_target)(target, opts), None
     except Exception as exc:  # noqa: BLE001 - reported, never swallowed
         import traceback
 

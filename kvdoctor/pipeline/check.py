@@ -138,6 +138,9 @@ def check_target(target: str, opts: Options) -> Result:
             "files": len(spec.checkpoint.files), "tensors": len(spec.checkpoint.tensors),
             "bytes": spec.checkpoint.total_bytes}}
     info.update(profile.report(plan, observations))
+    release = opts.deploy.release(opts.engine)
+    if release is not None:
+        info["release"] = {"dist": release.dist, "version": release.version, "why": release.why}
     dry = observations.get(DRY_RUN)
     if isinstance(dry, DryRun):  # every engine's dry run leaves the same record, in every format
         info["dry_run"] = dry.to_json()

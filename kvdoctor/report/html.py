@@ -133,7 +133,7 @@ def _summary(result: Result) -> str:
     rows.append(("checkpoint", "none (config checks only)" if not ckpt else
                  f"{ckpt['tensors']:,} tensors in {ckpt['files']} file(s), {ckpt['bytes'] / 2**30:.2f} GiB "
                  "(headers read)"))
-    rows.append(("engine", engine_line(result.engine, result.engine_versions)))
+    rows.append(("engine", engine_line(result.engine, result.engine_versions, result.info.get("release"))))
     for key, value in (info.get("defaults") or {}).items():
         rows.append(("default", f"{key} = {value!r} (absent from config.json; the family default)"))
     rows += [("note", note) for note in info.get("notes") or []]

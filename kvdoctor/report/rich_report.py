@@ -101,7 +101,7 @@ def model_summary(result: Result) -> Table:
                   f"{ckpt['tensors']} tensors in {ckpt['files']} file(s), {ckpt['bytes'] / 2**30:.2f} GiB (headers read)")
     if result.source and result.source.get("kind") != "directory":  # a directory: the panel's title says it
         table.add_row("source", source_line(result.source))
-    table.add_row("engine", engine_line(result.engine, result.engine_versions))
+    table.add_row("engine", engine_line(result.engine, result.engine_versions, result.info.get("release")))
     # Text: a note may hold brackets ("[mlx]", a layer list) that rich would read as markup
     for key, value in (info.get("defaults") or {}).items():
         table.add_row("default", Text(f"{key} = {value!r} (absent from config.json; the family default)"))

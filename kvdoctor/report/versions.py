@@ -28,9 +28,12 @@ def differing(described: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def engine_line(engine: str, described: Mapping[str, str]) -> str:
-    """`sglang-mlx: sglang 0.5.23, mlx-lm 0.32.2 (installed: mlx-lm 0.33.0)`."""
+def engine_line(engine: str, described: Mapping[str, str], release: Mapping[str, str] | None = None) -> str:
+    """`sglang-mlx: sglang 0.5.23, mlx-lm 0.32.2 (installed: mlx-lm 0.33.0)`; with the release the check
+    chose (JSON info.release), why that one: `vllm: vllm 0.31.0 (named by --engine)`."""
     line = engine + (": " + ", ".join(f"{k} {v}" for k, v in described.items()) if described else "")
+    if release:
+        return f"{line} ({release['why']})"
     other = differing(described)
     if other:
         line += " (installed: " + ", ".join(f"{k} {v}" for k, v in other.items()) + ")"

@@ -23,7 +23,8 @@ from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, G
 from kvdoctor.engines.budget.facts import Layer, ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
-from kvdoctor.engines.sglang.archs import EXTRA_BUFFER_ARCHS, HYBRID_SWA_ARCHS
+from kvdoctor.engines.sglang.archs import EXTRA_BUFFER_ARCHS
+from kvdoctor.engines.sglang.releases import hybrid_swa_archs
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.settings import BudgetSettings
@@ -74,6 +75,7 @@ class Mode(msgspec.Struct, frozen=True):
     max_total_tokens: int | None = None
     chunked_prefill_size: int = 8192
     overlap_schedule: bool = True
+    release: str = VERSION  # the SGLang release sized (what differs: kvdoctor.engines.sglang.releases)
 
 
 class ModeRecord(Record, kw_only=True):
@@ -155,7 +157,7 @@ def kv_bytes(facts: ModelFacts, mode: Mode) -> int:
 
 
 def hybrid_swa(facts: ModelFacts, mode: Mode) -> bool:
-    return bool(set(facts.architectures) & HYBRID_SWA_ARCHS) and not mode.disable_hybrid_swa_memory
+    return bool(set(facts.architectures) & hybrid_swa_archs(mode.release)) and not mode.disable_hybrid_swa_memory
 
 
 def ssm_dtype(facts: ModelFacts, mode: Mode) -> str:
@@ -397,7 +399,7 @@ def describe_mode(facts: ModelFacts, mode: Mode) -> ModeRecord:
 
 
 def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
-    budget = SglangBudget(engine="sglang", version=VERSION, mode=describe_mode(facts, mode),
+    budget = SglangBudget(engine="sglang", version=mode.release, mode=describe_mode(facts, mode),
                           capacity=CapacityRecord(context_length=mode.context_length,
                                                   kv_budget_bytes=mode.kv_budget_bytes),
                           provenance={"formula": "kvdoctor.engines.sglang.budget",
@@ -471,7 +473,8 @@ def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_m
                 kv_cache_dtype=s.kv_cache_dtype, tp=s.tp_size or 1, max_mamba_cache_size=s.max_mamba_cache_size,
                 mamba_full_memory_ratio=s.mamba_full_memory_ratio, mamba_ssm_dtype=s.mamba_ssm_dtype,
                 radix_cache=s.radix_cache, max_running_requests=s.max_running_requests,
-                max_total_tokens=s.max_total_tokens, chunked_prefill_size=s.chunked_prefill_size)
+                max_total_tokens=s.max_total_tokens, chunked_prefill_size=s.chunked_prefill_size,
+                release=s.release or VERSION)
     if not all_modes:
         return [base]
     out = [base]

@@ -323,6 +323,7 @@ class SglangProfile(EngineProfile):
     name = "sglang"
     probe_extra = ("torch", "its probes build torch state caches")
     pins = {"sglang": PINS["sglang"]}
+    release_dist = "sglang"
     Settings = SglangSettings
     refusal_codes = ("KDA060", "KDA061", "KDA062", "SGL001", "SGL002", "SGL003", "SGL005", "SGL009", "SGL010",
                      "SGL012")
@@ -359,7 +360,8 @@ class SglangProfile(EngineProfile):
                 notes.append(f"decode backend {settings.linear_attn_decode_backend!r} has no ReplaySSM kernel; the "
                              "rings were checked against the Helion wrapper's contract")
         refusals = (tuple(_refusals(kp)) if kp else ()) + tuple(cuda_refusals)
-        return Plan(engine=self.name, versions=dict(self.pins), layers=layers, refusals=refusals,
+        return Plan(engine=self.name, versions={"sglang": settings.release or PINS["sglang"]}, layers=layers,
+                    refusals=refusals,
                     facts=SglangFacts(pools=pools, kda=kp), notes=tuple(notes))
 
     def probes(self) -> Sequence[Probe]:

@@ -23,7 +23,7 @@ def mode(spec: ModelSpec, settings: SglangSettings, kv_budget: int) -> budget.Mo
         disable_hybrid_swa_memory=settings.disable_hybrid_swa_memory, kv_cache_dtype=settings.kv_cache_dtype,
         tp=settings.tp, max_mamba_cache_size=settings.max_mamba_cache_size, mamba_ssm_dtype=settings.mamba_ssm_dtype,
         radix_cache=settings.radix_cache, max_running_requests=settings.max_running_requests,
-        overlap_schedule=not settings.disable_overlap_schedule)
+        overlap_schedule=not settings.disable_overlap_schedule, release=settings.release or budget.VERSION)
 
 
 def as_sized(spec: ModelSpec, settings: SglangSettings) -> tuple[ModelSpec, bool]:

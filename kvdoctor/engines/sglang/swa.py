@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import msgspec
 
+from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import archs
+from kvdoctor.engines.sglang.releases import hybrid_swa_archs
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.model import SLIDING, ModelSpec
+
+VERSION = PINS["sglang"]
 
 ALLOW_LIST_REF = archs.ref("configs/model_config.py#L2651")
 FLAG_REF = archs.ref("configs/model_config.py#L1214")
@@ -32,8 +36,8 @@ def layer_types(spec: ModelSpec) -> list[str] | None:
     return list(value) if isinstance(value, list) else None
 
 
-def on_allow_list(arch: str, spec: ModelSpec) -> bool:
-    if arch not in archs.HYBRID_SWA_ARCHS:
+def on_allow_list(arch: str, spec: ModelSpec, release: str = VERSION) -> bool:
+    if arch not in hybrid_swa_archs(release):
         return bool(spec.config.get("is_hybrid_swa"))
     if arch == "BeamForCausalLM":
         return SLIDING in (layer_types(spec) or [])
@@ -61,9 +65,10 @@ def decide(spec: ModelSpec, settings: SglangSettings) -> SwaDecision:
     arch = archs.serving_arch(spec.raw_config)
     override = archs.OVERRIDE_DISABLES.get(arch)
     warning = override[0].format(arch=arch) if override else None
-    if not on_allow_list(arch, spec):
+    release = settings.release or VERSION
+    if not on_allow_list(arch, spec, release):
         return SwaDecision(False, "not-on-allow-list",
-                           f"{arch or spec.model_type} is not on SGLang's hybrid-SWA allow-list: every attention "
+                           f"{arch or spec.model_type} is not on SGLang {release}'s hybrid-SWA allow-list: every attention "
                            "layer keeps full-length slots in one pool", ALLOW_LIST_REF, warning)
     if settings.disable_hybrid_swa_memory:
         return SwaDecision(False, "disabled-by-flag", "disable_hybrid_swa_memory is set: sliding layers keep "

@@ -7,6 +7,7 @@ capacity as concurrency at max_model_len. File:line references are to the vllm 0
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -18,13 +19,14 @@ from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, G
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import at
+from kvdoctor.engines.vllm import releases as R
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.settings import BudgetSettings
     from kvdoctor.engines.vllm.settings import VllmSettings
 
 VERSION = PINS["vllm"]
-DEFAULT_BLOCK = 16  # CacheConfig.DEFAULT_BLOCK_SIZE; FlashAttention(-MLA) on SM90 take any multiple of 16
 KERNEL_BLOCK = 16  # the smallest kernel block those backends declare (MultipleOf(16))
 MLA_HYBRID_ALIGN = 128  # platforms/interface.py: MLA + Mamba hybrids keep blocks a multiple of 128
 FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")
@@ -56,7 +58,8 @@ class Mode(msgspec.Struct, frozen=True):
     max_num_batched_tokens: int = 8192  # OpenAI server on a >= 70 GiB non-A100 GPU
     async_scheduling: bool = True
     max_num_seqs: int = 1024
-    block_size: int | None = None  # None: the backend default (16)
+    block_size: int | None = None  # None: the backend default (releases.DEFAULT_BLOCK)
+    release: str = VERSION  # the vLLM release sized (what differs between releases: kvdoctor.engines.vllm.releases)
 
     @property
     def in_flight_tokens(self) -> int:
@@ -311,7 +314,7 @@ def own_geometry(facts: ModelFacts, mode: Mode, layer) -> tuple[int, int, int] |
 
 
 def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[Spec], Sizing]:
-    block = mode.block_size or DEFAULT_BLOCK
+    block = mode.block_size or at(R.DEFAULT_BLOCK, mode.release)
     heads, head_size, per_token = attention_per_token(facts, mode)
     info = Sizing(kv_heads_per_rank=heads, head_size=head_size, bytes_per_token=per_token)
     padded = None
@@ -369,20 +372,23 @@ def _mergeable(specs: list[Spec]) -> bool:
     return False
 
 
-def promote(specs: list[Spec], notes: list[str]) -> list[Spec]:
-    """Hybrid manager off: sliding layers become full-length reservations (window kept for compute)."""
+def promote(specs: list[Spec], notes: list[str], release: str = VERSION) -> list[Spec]:
+    """Hybrid manager off: sliding layers become full-length reservations (window kept for compute), at the
+    full-attention layers' block size from 0.27 (their own before)."""
     if _mergeable(specs):
         return specs
     classes = {s.cls for s in specs}
     local = {"SlidingWindowSpec", "ChunkedLocalAttentionSpec"}
     if "FullAttentionSpec" in classes and classes & local:
-        block = next(s.block_size for s in specs if s.cls == "FullAttentionSpec")
-        specs = [replace(s, cls="FullAttentionSpec", block_size=block) if s.cls in local else s for s in specs]
+        full_block = next(s.block_size for s in specs if s.cls == "FullAttentionSpec")
+        take = at(R.PROMOTED_TAKE_FULL_BLOCK, release)
+        specs = [replace(s, cls="FullAttentionSpec", block_size=full_block if take else s.block_size)
+                 if s.cls in local else s for s in specs]
         notes.append("Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any "
                      "optimizations for saving KV cache memory (e.g., dropping the KV cache outside the sliding "
                      "window). The compute of layers like sliding window is still saved.")
     if not _mergeable(specs):
-        raise EngineRefusal("ValueError", "Failed to promote local KV cache specs to one unified type.")
+        raise EngineRefusal("ValueError", at(R.PROMOTION_FAILED, release))
     return specs
 
 
@@ -405,7 +411,7 @@ def unify_pages(specs: list[Spec]) -> list[Spec]:
     return out
 
 
-def make_groups(specs: list[Spec], notes: list[str]) -> list[Group]:
+def make_groups(specs: list[Spec], notes: list[str], release: str = VERSION) -> list[Group]:
     indices = list(range(len(specs)))
     if _mergeable(specs):
         return [Group(specs[0], indices, list(specs))]
@@ -415,7 +421,7 @@ def make_groups(specs: list[Spec], notes: list[str]) -> list[Group]:
     for i, s in enumerate(specs):
         by_spec.setdefault(s, []).append(i)
     for spec, layers in by_spec.items():
-        for bucket_layers, bucket_specs in buckets:
+        for bucket_layers, bucket_specs in buckets if at(R.MERGE_COMPATIBLE_SPECS, release) else ():
             if _mergeable([*bucket_specs, spec]):
                 bucket_layers.extend(layers)
                 bucket_specs.append(spec)
@@ -458,21 +464,14 @@ def largest_fitting_length(groups: list[Group], mode: Mode, stride: int, memory:
     return best
 
 
-def admission_refusal(needed: int, available: int, length: int, estimate: int) -> EngineRefusal:
+def admission_refusal(needed: int, available: int, length: int, estimate: int, release: str = VERSION) -> EngineRefusal:
     hint = (f"Based on the available memory, the estimated maximum model length is {estimate}. "
             if estimate > 0 else "")
     return EngineRefusal(
         "ValueError",
         f"To serve at least one request with the model's max seq len ({length}), ({format_gib(needed)} GiB KV "
         f"cache is needed, which is larger than the available KV cache memory ({format_gib(available)} GiB). "
-        f"{hint}Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
-        f"decreasing `max_model_len` when initializing the engine. See "
-        f"https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
-
-
-NO_MEMORY = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing "
-             "the engine (this flag also controls CPU memory reservation on the CPU backend, despite its name). "
-             "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+        f"{hint}{at(R.ADMISSION_TAIL, release)}")
 
 
 def describe_mode(facts: ModelFacts, mode: Mode) -> ModeRecord:
@@ -483,12 +482,12 @@ def describe_mode(facts: ModelFacts, mode: Mode) -> ModeRecord:
                       num_speculative_tokens=mode.num_speculative_tokens,
                       max_num_batched_tokens=mode.max_num_batched_tokens, async_scheduling=mode.async_scheduling,
                       in_flight_tokens=mode.in_flight_tokens, max_num_seqs=mode.max_num_seqs,
-                      block_size=mode.block_size or DEFAULT_BLOCK)
+                      block_size=mode.block_size or at(R.DEFAULT_BLOCK, mode.release))
 
 
 def plan(facts: ModelFacts, mode: Mode) -> VllmBudget:
     """vLLM's plan for this model in this mode: groups, pool, capacity, or the error it raises."""
-    budget = VllmBudget(engine="vllm", version=VERSION, mode=describe_mode(facts, mode),
+    budget = VllmBudget(engine="vllm", version=mode.release, mode=describe_mode(facts, mode),
                         capacity=CapacityRecord(max_model_len=mode.max_model_len, kv_budget_bytes=mode.kv_budget_bytes),
                         provenance={"formula": "kvdoctor.engines.vllm.budget", "checked_against": "goldens/vllm.json",
                                     "refs": [f"vllm/{r}" for r in REFS.values()]})
@@ -506,9 +505,9 @@ def plan(facts: ModelFacts, mode: Mode) -> VllmBudget:
                                        + mode.num_speculative_tokens)
         _fill_layer_kinds(budget, facts, mode, specs)
         if not mode.hma:
-            specs = promote(specs, budget.notes)
+            specs = promote(specs, budget.notes, mode.release)
             _fill_layer_kinds(budget, facts, mode, specs)  # what each kind reserves once promoted
-        groups = make_groups(specs, budget.notes)
+        groups = make_groups(specs, budget.notes, mode.release)
     except EngineRefusal as refusal:
         budget.error = refusal
         return budget
@@ -521,19 +520,23 @@ def plan(facts: ModelFacts, mode: Mode) -> VllmBudget:
     num_blocks = mode.kv_budget_bytes // stride
     budget.pool = PoolRecord(bytes_per_block=stride, num_blocks=num_blocks,
                              padding_bytes_per_block=sum(g.padding_layers * g.spec.page for g in groups))
-    check = mode.kv_budget_bytes - stride  # the null block the block pool holds back
+    # the null block the block pool holds back (from 0.29.0: releases.ADMISSION_RESERVES_NULL_BLOCK)
+    check = mode.kv_budget_bytes - (stride if at(R.ADMISSION_RESERVES_NULL_BLOCK, mode.release) else 0)
     fit = largest_fitting_length(groups, mode, stride, check) if check > 0 else 0
     budget.capacity.max_model_len_fit = fit
     budget.capacity.blocks_per_request = sum(per_request)
     needed = stride * sum(per_request)
     info.num_blocks, info.needed_bytes, info.groups = num_blocks, needed, groups
     if check <= 0:
-        budget.error = EngineRefusal("ValueError", NO_MEMORY)
+        budget.error = EngineRefusal("ValueError", at(R.NO_MEMORY, mode.release))
         return budget
     if needed > check:
-        budget.error = admission_refusal(needed, check, mode.max_model_len, fit)
+        budget.error = admission_refusal(needed, check, mode.max_model_len, fit, mode.release)
         return budget
-    concurrency = num_blocks / sum(per_request)
+    if at(R.CONCURRENCY_PER_GROUP, mode.release):
+        concurrency = num_blocks / sum(per_request)
+    else:  # 0.26: the groups' bytes at max_model_len together, in pages of the first group
+        concurrency = num_blocks / cdiv(sum(n * g.spec.page for g, n in zip(groups, per_request)), groups[0].spec.page)
     budget.capacity.max_concurrency = concurrency
     budget.capacity.tokens = int(concurrency * mode.max_model_len)
     return budget
@@ -555,14 +558,12 @@ def _fill_layer_kinds(budget: VllmBudget, facts: ModelFacts, mode: Mode, specs: 
 
 # --- the budget half of the vLLM profile: the `vllm:` section's modes, the memory, one Budget per mode
 
-GPU_UTILIZATION = 0.92  # config/cache.py:215 default in 0.33.0
-
-
-def usable_memory(gpu: int, weights: int) -> tuple[int, str]:
+def usable_memory(gpu: int, weights: int, release: str = VERSION) -> tuple[int, str]:
     """What vLLM leaves for KV caches on a GPU of `gpu` bytes (before its activation profile)."""
-    return int(gpu * GPU_UTILIZATION) - weights, (
-        f"GPU {gpu} B x gpu_memory_utilization {GPU_UTILIZATION} - weights {weights} B per rank; "
-        "the activation peak vLLM profiles is not subtracted")
+    utilization = at(R.GPU_UTILIZATION, release)
+    return int(gpu * utilization) - weights, (
+        f"GPU {gpu} B x gpu_memory_utilization {utilization} (vLLM {release}'s default) - weights {weights} B per "
+        "rank; the activation peak vLLM profiles is not subtracted")
 
 
 def modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, all_modes: bool,
@@ -572,7 +573,7 @@ def modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, all_mod
     base = Mode(max_model_len=context, kv_budget_bytes=memory, kv_cache_dtype=s.kv_cache_dtype,
                 tp=s.tensor_parallel_size, hma=hma, prefix_caching=s.enable_prefix_caching is not False,
                 num_speculative_tokens=s.num_speculative_tokens, async_scheduling=s.async_scheduling,
-                block_size=s.block_size)
+                block_size=s.block_size, release=s.release or VERSION)
     given: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", s.max_num_batched_tokens),
                                ("max_num_seqs", s.max_num_seqs)) if v is not None}
     base = replace(base, **given)
@@ -594,7 +595,8 @@ def budgets(facts: ModelFacts, s: VllmSettings, inputs: BudgetSettings, all_mode
     when those are not given."""
     if inputs.kv_budget is None and s.kv_budget is not None:
         inputs = inputs.model_copy(update={"kv_budget": s.kv_budget})
-    memory, how = kv_memory("vllm", facts, inputs, usable_memory, tp=s.tensor_parallel_size)
+    memory, how = kv_memory("vllm", facts, inputs, partial(usable_memory, release=s.release or VERSION),
+                            tp=s.tensor_parallel_size)
     context = inputs.context or s.max_model_len or default_context(facts, inputs)
     return [plan(facts, m) for m in modes(facts, s, context, memory, all_modes, hma)], how
 

@@ -21,7 +21,9 @@ from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import Ranged, at
 from kvdoctor.engines.vllm import budget as vb
+from kvdoctor.engines.vllm import releases as R
 from kvdoctor.engines.vllm import weights as vw
 from kvdoctor.model import ModelSpec
 
@@ -53,6 +55,15 @@ SOURCES = {
                    "placeholder of 0.5 GiB",
     "kv": "what is left: v1/worker/gpu_worker.py:752-756 @ 0.33.0",
 }
+
+
+def in_force(values: tuple[Ranged[str], ...], version: str) -> str:
+    """A message as `version` words it; for a release older than the profiled ones (a start-up log's),
+    the pinned release's wording."""
+    try:
+        return at(values, version)
+    except LookupError:
+        return at(values, VERSION)
 
 
 def version_tuple(version: str) -> tuple[int, int]:
@@ -145,7 +156,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
                                     "with CUDA out of memory", stage="load")
         return row
     if kv <= 0:
-        row.refusal = EngineRefusal("ValueError", vb.NO_MEMORY)
+        row.refusal = EngineRefusal("ValueError", in_force(R.NO_MEMORY, version))
         return row
     _serve(row, facts, tp, pp, kv, context, request, s, tokens, seqs)
     row.launch = launch(spec, row, util, request, s)

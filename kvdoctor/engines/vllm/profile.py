@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from kvdoctor.engines.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
-from kvdoctor.engines.vllm import registry
+from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
@@ -74,6 +74,7 @@ class VllmProfile(EngineProfile):
     name = "vllm"
     probe_extra = ("torch", "its probe builds torch paged KV caches")
     pins = {"vllm": PINS["vllm"]}
+    release_dist = "vllm"
     Settings = VllmSettings
     # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
     # are checks.budget's, which leaves them to this plan under `check --engine vllm`
@@ -150,6 +151,8 @@ class VllmProfile(EngineProfile):
 
 
 def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
+    release = settings.release or VERSION
+    versions = {"vllm": release}
     notes: list[str] = []
     arch = S.architecture(spec)
     derived, key = derived_max_model_len(spec)
@@ -195,7 +198,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                 why_not = str(exc).partition(": ")[2] or str(exc)
         if why_not is not None:
             facts = msgspec.structs.replace(facts, unmodeled=why_not)
-            return Plan("vllm", {"vllm": VERSION}, layers, (), facts, (*notes, why_not))
+            return Plan("vllm", versions, layers, (), facts, (*notes, why_not))
         _check_kv_heads_split(bfacts, settings.tensor_parallel_size)
         from kvdoctor.engines.vllm import budget as budget_vllm
 
@@ -207,8 +210,10 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if budget.error is not None:
             raise from_budget(budget.error, is_hybrid)
     except Startup as stop:
-        return Plan("vllm", {"vllm": VERSION}, layers, (stop.refusal,), facts, tuple(notes))
-    return Plan("vllm", {"vllm": VERSION}, layers, (), facts, tuple(notes))
+        refused = msgspec.structs.replace(stop.refusal, source=releases.source(stop.refusal.code, release,
+                                                                                 stop.refusal.source or ""))
+        return Plan("vllm", versions, layers, (refused,), facts, tuple(notes))
+    return Plan("vllm", versions, layers, (), facts, tuple(notes))
 
 
 def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
@@ -350,7 +355,8 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
         max_model_len=length or 2048, kv_budget_bytes=budget if budget is not None else UNBOUNDED,
         kv_cache_dtype=kv_dtype, tp=settings.tensor_parallel_size, hma=hma,
         prefix_caching=True if settings.enable_prefix_caching is None else settings.enable_prefix_caching,
-        num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size)
+        num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size,
+        release=settings.release or VERSION)
     overrides: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
                                    ("max_num_seqs", settings.max_num_seqs)) if v is not None}
     return msgspec.structs.replace(mode, **overrides)

@@ -195,7 +195,10 @@ def qwen2_window_layers(max_window_layers, layers: int) -> Startup:
 
 
 # kvdoctor.engines.vllm.budget raises these with vLLM's text; the profile files them under their codes.
-BUDGET_CODES = (("Failed to promote local KV cache specs", "MEM002"), ("To serve at least one request", "MEM004"),
+# (vLLM 0.26.0 words the promotion failure "... failed to convert the KV cache specs to one unified type.":
+# kvdoctor.engines.vllm.releases.PROMOTION_FAILED)
+BUDGET_CODES = (("Failed to promote local KV cache specs", "MEM002"), ("failed to convert the KV cache specs", "MEM002"),
+                ("To serve at least one request", "MEM004"),
                 ("No available memory for the cache blocks", "VLM006"), ("cannot be padded", "VLM010"))
 KEYS = {"MEM002": "disable_hybrid_kv_cache_manager", "VLM004": "disable_hybrid_kv_cache_manager",
         "MEM004": "max_model_len", "VLM006": "kv_budget"}

@@ -1,0 +1,105 @@
+"""Goldens per engine release: one venv per release (cached under goldens/.venv/), built one at a time, then
+that release's own oracle writes goldens/<engine>-<version>.json.
+
+    python goldens/releases.py vllm==0.34.0 vllm==0.32.0 sglang==0.5.21
+    python goldens/releases.py --drop-venv vllm==0.30.0   # delete the venv once its goldens are written
+
+The recipe is the pinned release's (kvdoctor/engines/venvs.py, goldens/setup_venvs.sh): torch 2.13.0 (CPU),
+the engine with --no-deps, then the light requirements its CPU code imports. Where the release's own
+metadata pins one of those requirements differently (transformers, xgrammar, ...), its own pin wins, so an
+older release gets the libraries it was released against.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENVS = HERE / ".venv"
+TORCH = "torch==2.13.0"
+LIGHT = {
+    "vllm": ["packaging", "numpy", "regex", "pydantic", "cbor2", "psutil", "pyzmq", "urllib3",
+             "transformers>=5.16.1,<5.21", "aiohttp", "requests", "openai-harmony", "openai", "pillow", "pybase64",
+             "cachetools", "msgspec", "cloudpickle", "uvloop", "py-cpuinfo", "prometheus_client", "xgrammar==0.2.8",
+             "fastapi>=0.133,<0.137", "partial-json-parser", "llguidance>=1.7,<1.8", "einops",
+             "compressed-tensors==0.17.0", "jsonschema", "tiktoken", "pydantic-extra-types[pycountry]"],
+    "sglang": ["packaging", "numpy", "regex", "pydantic", "psutil", "pyzmq", "requests", "msgspec", "pybase64",
+               "transformers>=5.16,<5.21", "aiohttp", "orjson", "einops", "pillow", "python-dateutil", "ipython",
+               "dill", "sentencepiece", "starlette", "openai", "openai-harmony", "partial-json-parser"],
+}
+NO_DEPS_AFTER = {"vllm": [], "sglang": ["apache-tvm-ffi==0.1.11", "compressed-tensors", "loguru", "gguf"]}
+SGLANG_TRITON = "triton==3.7.1"
+ORACLE = {"vllm": ["vllm_oracle.py"], "sglang": ["sglang_oracle.py"]}
+OWN_PINS = ("transformers", "xgrammar", "fastapi", "llguidance", "compressed-tensors", "openai-harmony")
+
+QUERY = ("import json\nfrom importlib import metadata\n"
+         "print(json.dumps(metadata.requires(%r) or []))\n")
+
+
+def name_of(requirement: str) -> str:
+    return requirement.split(";")[0].split("[")[0].split("=")[0].split("<")[0].split(">")[0].split("!")[0] \
+        .split("~")[0].strip().lower()
+
+
+def build(engine: str, version: str) -> Path:
+    venv = VENVS / f"{engine}-{version}"
+    python = venv / "bin" / "python"
+    if python.exists() and (venv / ".complete").exists():
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, TORCH], check=True)
+    subprocess.run([*pip, "--no-deps", f"{engine}=={version}", *([SGLANG_TRITON] if engine == "sglang" else [])],
+                   check=True)
+    own = json.loads(subprocess.run([str(python), "-c", QUERY % engine], capture_output=True, text=True,
+                                    check=True).stdout)
+    own_pins = {name_of(r): r.split(";")[0].strip() for r in own if "extra ==" not in r and name_of(r) in OWN_PINS}
+    light = [own_pins.get(name_of(r), r) for r in LIGHT[engine]]
+    subprocess.run([*pip, *light], check=True)
+    # SGLang up to 0.5.19 imports xgrammar while its server arguments load: its own pin, without the GPU stack
+    grammar = [own_pins["xgrammar"]] if engine == "sglang" and "xgrammar" in own_pins else []
+    if NO_DEPS_AFTER[engine] or grammar:
+        subprocess.run([*pip, "--no-deps", *NO_DEPS_AFTER[engine], *grammar], check=True)
+    extra = HERE.parent / "goldens" / ".venv-extra" / "vllm"
+    if engine == "vllm" and not extra.exists():
+        subprocess.run([*pip, "--no-deps", "--target", str(extra), "mistral_common==1.13.1"], check=True)
+    (venv / ".complete").write_text(json.dumps({"light": light}) + "\n")
+    return python
+
+
+def goldens(engine: str, version: str, python: Path) -> None:
+    env = {**os.environ, "KVDOCTOR_GOLDEN_NAME": f"{engine}-{version}"}
+    if engine == "vllm":
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+    else:
+        env["PYTHONPATH"] = str(HERE / "stubs")
+    for script in ORACLE[engine]:
+        subprocess.run([str(python), str(HERE / script)], env=env, check=True, cwd=HERE)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("releases", nargs="+", help="ENGINE==VERSION")
+    parser.add_argument("--drop-venv", action="store_true", help="delete each venv once its goldens are written")
+    parser.add_argument("--venv-only", action="store_true", help="build the venvs, write no goldens")
+    args = parser.parse_args()
+    for release in args.releases:
+        engine, _, version = release.partition("==")
+        if engine not in ORACLE or not version:
+            parser.error(f"{release!r}: expected vllm==VERSION or sglang==VERSION")
+        python = build(engine, version)
+        print(f"{release}: venv {python.parent.parent}", flush=True)
+        if not args.venv_only:
+            goldens(engine, version, python)
+        if args.drop_venv:
+            shutil.rmtree(python.parent.parent)
+
+
+if __name__ == "__main__":
+    main()

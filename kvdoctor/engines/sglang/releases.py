@@ -1,0 +1,41 @@
+"""What changes in SGLang's KV layout between the profiled releases (0.5.15 to 0.5.23), as data with a
+release range, each read from the code at both tags (`python/sglang/srt/...` at vX.Y.Z on GitHub, the
+same files as in that release's wheel on PyPI).
+
+The hybrid-SWA allow-list (`is_hybrid_swa_model`, configs/model_config.py) decides whether a model's
+sliding layers get a pool of their own or full-length slots in the one pool; it only grew over these
+releases (architectures joined, none left), so each entry here is the release it joined in.
+"""
+from __future__ import annotations
+
+from kvdoctor.engines.releases import key
+from kvdoctor.engines.sglang import archs
+
+TAG = "https://github.com/sgl-project/sglang/blob/v{}/python/sglang/srt/"
+
+# architecture -> the first release whose is_hybrid_swa_model lists it (absent: listed in every profiled release)
+HYBRID_SWA_SINCE: dict[str, str] = {
+    "DeepseekV4ForCausalLMDSpark": "0.5.16", "InklingForConditionalGeneration": "0.5.16",
+    "InklingForConditionalGenerationMTP": "0.5.16", "MellumForCausalLM": "0.5.16",
+    "MuseGlimmerForCausalLM": "0.5.18", "MuseGlimmerForConditionalGeneration": "0.5.18",
+    "GraniteMoeSWAForCausalLM": "0.5.19", "GraniteSWAForCausalLM": "0.5.19",
+    "DiffusionGemmaForBlockDiffusion": "0.5.21", "IQuestQ1ForCausalLM": "0.5.21", "IQuestQ1MTP": "0.5.21",
+    "EmbeddingGemma2Model": "0.5.22",
+    "BeamForCausalLM": "0.5.23",
+}
+# is_hybrid_swa_model at each tag where the list changed
+HYBRID_SWA_SOURCES = {
+    "0.5.15": TAG.format("0.5.15") + "configs/model_config.py#L1833",
+    "0.5.16": TAG.format("0.5.16") + "configs/model_config.py",
+    "0.5.18": TAG.format("0.5.18") + "configs/model_config.py",
+    "0.5.19": TAG.format("0.5.19") + "configs/model_config.py#L2115",
+    "0.5.21": TAG.format("0.5.21") + "configs/model_config.py#L2454",
+    "0.5.22": TAG.format("0.5.22") + "configs/model_config.py",
+    "0.5.23": TAG.format("0.5.23") + "configs/model_config.py#L2651",
+}
+
+
+def hybrid_swa_archs(release: str) -> frozenset[str]:
+    """The architectures on `release`'s hybrid-SWA allow-list."""
+    return frozenset(arch for arch in archs.HYBRID_SWA_ARCHS
+                     if arch not in HYBRID_SWA_SINCE or key(HYBRID_SWA_SINCE[arch]) <= key(release))

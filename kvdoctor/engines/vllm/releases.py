@@ -1,0 +1,142 @@
+"""What changes in vLLM's KV layout, refusals and sizing between the profiled releases (0.26.0 to 0.34.0),
+as values with a release range; each is read from the code at both tags (`vllm/...` at vX.Y.Z on GitHub,
+the same files as in that release's wheel on PyPI) and cited so.
+
+The profile, the refusals and the budget ask `at(TABLE, release)`; nothing else in the vLLM package
+names a release other than the pinned one.
+"""
+from __future__ import annotations
+
+from kvdoctor.engines.releases import Ranged
+
+TAG = "https://github.com/vllm-project/vllm/blob/v{}/vllm/"
+
+
+def src(version: str, path: str) -> str:
+    return TAG.format(version) + path
+
+
+# CacheConfig.DEFAULT_BLOCK_SIZE: the block FlashAttention / FlashAttention-MLA keep unless --block-size is given
+# (they take any multiple of 16, so Platform._preferred_block_size_for_backends returns the default).
+DEFAULT_BLOCK: tuple[Ranged[int], ...] = (
+    Ranged(16, until="0.34.0", source=src("0.33.0", "config/cache.py#L185")),
+    Ranged(64, since="0.34.0", source=src("0.34.0", "config/cache.py#L185")),
+)
+
+# gpu_memory_utilization when unset: 0.92, then (0.34.0) 1.0 with the extensible KV cache that 0.34.0 turns on by
+# default on CUDA (`resolved_gpu_memory_utilization`), sizing the cache from memory measured after CUDA graphs.
+GPU_UTILIZATION: tuple[Ranged[float], ...] = (
+    Ranged(0.92, until="0.34.0", source=src("0.33.0", "config/cache.py#L215")),
+    Ranged(1.0, since="0.34.0", source=src("0.34.0", "config/cache.py#L216-L234")),
+)
+
+# Grouping: from 0.27 layers of one spec type whose specs merge (full-attention layers that differ only in their
+# window or chunk) share a bucket before groups are sized (`layer_buckets` in
+# _get_kv_cache_groups_uniform_page_size); 0.26.0 kept one bucket per distinct spec.
+MERGE_COMPATIBLE_SPECS: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.27.0", source=src("0.26.0", "v1/core/kv_cache_utils.py#L1208-L1234")),
+    Ranged(True, since="0.27.0", source=src("0.27.1", "v1/core/kv_cache_utils.py#L1212-L1232")),
+)
+
+# Hybrid manager off: from 0.27 a promoted sliding / chunked spec takes the full-attention layers' block size
+# (`full_attention_block_size` in _promote_local_kv_cache_specs); 0.26.0 kept each layer's own.
+PROMOTED_TAKE_FULL_BLOCK: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.27.0", source=src("0.26.0", "v1/core/kv_cache_utils.py#L1429-L1522")),
+    Ranged(True, since="0.27.0", source=src("0.27.1", "v1/core/kv_cache_utils.py#L1446-L1529")),
+)
+
+# The concurrency vLLM logs ("Maximum concurrency for N tokens per request"): 0.26.0 divides the pool by
+# cdiv(sum of the groups' bytes at max_model_len, the first group's page); from 0.27 by the sum over groups of
+# cdiv(group bytes, group page) (get_max_concurrency_for_kv_cache_config).
+CONCURRENCY_PER_GROUP: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.27.0", source=src("0.26.0", "v1/core/kv_cache_utils.py#L937-L955")),
+    Ranged(True, since="0.27.0", source=src("0.27.1", "v1/core/kv_cache_utils.py#L937-L959")),
+)
+
+# The admission check (one request at max_model_len must fit): from 0.29.0 it holds back the null block the block
+# pool keeps for itself ("Reserve the null block BlockPool permanently holds back"); up to 0.28 it checks the whole
+# budget. Seen in goldens/vllm-0.28.0.json: "available KV cache memory (4.0 GiB)" where 0.29.0 on says 3.99.
+ADMISSION_RESERVES_NULL_BLOCK: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.29.0", source=src("0.28.0", "v1/core/kv_cache_utils.py#L854-L859")),
+    Ranged(True, since="0.29.0", source=src("0.29.0", "v1/core/kv_cache_utils.py#L975-L980")),
+)
+
+# The refusal when the hybrid manager is off and the specs do not unify (MEM002 / VLM004).
+PROMOTION_FAILED: tuple[Ranged[str], ...] = (
+    Ranged("Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type.",
+           until="0.27.0", source=src("0.26.0", "v1/core/kv_cache_utils.py#L1519")),
+    Ranged("Failed to promote local KV cache specs to one unified type.", since="0.27.0",
+           source=src("0.27.1", "v1/core/kv_cache_utils.py#L1529")),
+)
+
+# What the two memory refusals tell the user to do: 0.34.0 words it per sizing mode (`_more_kv_cache_memory_hint`);
+# with a KV budget given (kv_cache_memory_bytes) the extensible cache is off and the hint is the older one, less
+# its "or decreasing max_model_len" tail, which moved after it.
+_HINT = ("Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory "
+         "reservation on the CPU backend, despite its name).")
+_DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+NO_MEMORY: tuple[Ranged[str], ...] = (
+    Ranged(f"No available memory for the cache blocks. {_HINT} {_DOCS}", until="0.34.0",
+           source=src("0.33.0", "v1/core/kv_cache_planning.py#L57")),
+    Ranged(f"No available memory for the cache blocks. {_HINT} {_DOCS}", since="0.34.0",
+           source=src("0.34.0", "v1/core/kv_cache_planning.py#L64-L117")),
+)
+ADMISSION_TAIL: tuple[Ranged[str], ...] = (
+    Ranged("Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+           f"decreasing `max_model_len` when initializing the engine. {_DOCS}", until="0.34.0",
+           source=src("0.33.0", "v1/core/kv_cache_planning.py#L77")),
+    Ranged(f"{_HINT} Decreasing `max_model_len` also reduces what is needed. {_DOCS}", since="0.34.0",
+           source=src("0.34.0", "v1/core/kv_cache_planning.py#L124")),
+)
+
+# Where each refusal is raised, per release (the raise statement's line, found by its message in each wheel): the
+# planning half of kv_cache_utils.py moved to kv_cache_planning.py in 0.33.0.
+_LINES: dict[str, dict[str, str]] = {
+    "0.26.0": {"VLM006": "v1/core/kv_cache_utils.py#L758", "MEM004": "v1/core/kv_cache_utils.py#L778",
+               "VLM010": "v1/core/kv_cache_utils.py#L1120", "MEM002": "v1/core/kv_cache_utils.py#L1519",
+               "VLM008": "config/vllm.py#L1628", "VLM011": "config/vllm.py#L2285", "VLM012": "config/vllm.py#L2301",
+               "MEM014": "config/model.py#L1231"},
+    "0.27.0": {"VLM006": "v1/core/kv_cache_utils.py#L758", "MEM004": "v1/core/kv_cache_utils.py#L778",
+               "VLM010": "v1/core/kv_cache_utils.py#L1123", "MEM002": "v1/core/kv_cache_utils.py#L1529",
+               "VLM008": "config/vllm.py#L1667", "VLM011": "config/vllm.py#L2316", "VLM012": "config/vllm.py#L2332",
+               "MEM014": "config/model.py#L1316"},
+    "0.28.0": {"VLM006": "v1/core/kv_cache_utils.py#L738", "MEM004": "v1/core/kv_cache_utils.py#L758",
+               "VLM010": "v1/core/kv_cache_utils.py#L1089", "MEM002": "v1/core/kv_cache_utils.py#L1482",
+               "VLM008": "config/vllm.py#L1778", "VLM011": "config/vllm.py#L2536", "VLM012": "config/vllm.py#L2552",
+               "MEM014": "config/model.py#L1368"},
+    "0.29.0": {"VLM006": "v1/core/kv_cache_utils.py#L859", "MEM004": "v1/core/kv_cache_utils.py#L879",
+               "VLM010": "v1/core/kv_cache_utils.py#L1190", "MEM002": "v1/core/kv_cache_utils.py#L1570",
+               "VLM008": "config/vllm.py#L1840", "VLM011": "config/vllm.py#L2828", "VLM012": "config/vllm.py#L2844",
+               "MEM014": "config/model.py#L1414"},
+    "0.30.0": {"VLM006": "v1/core/kv_cache_utils.py#L879", "MEM004": "v1/core/kv_cache_utils.py#L899",
+               "VLM010": "v1/core/kv_cache_utils.py#L1420", "MEM002": "v1/core/kv_cache_utils.py#L1880",
+               "VLM008": "config/vllm.py#L2041", "VLM011": "config/vllm.py#L3188", "VLM012": "config/vllm.py#L3205",
+               "MEM014": "config/model.py#L1427"},
+    "0.31.0": {"VLM006": "v1/core/kv_cache_utils.py#L905", "MEM004": "v1/core/kv_cache_utils.py#L925",
+               "VLM010": "v1/core/kv_cache_utils.py#L1438", "MEM002": "v1/core/kv_cache_utils.py#L1901",
+               "VLM008": "config/vllm.py#L2279", "VLM011": "config/vllm.py#L3424", "VLM012": "config/vllm.py#L3441",
+               "MEM014": "config/model.py#L1505"},
+    "0.32.0": {"VLM006": "v1/core/kv_cache_utils.py#L1010", "MEM004": "v1/core/kv_cache_utils.py#L1030",
+               "VLM010": "v1/core/kv_cache_utils.py#L1347", "MEM002": "v1/core/kv_cache_utils.py#L1760",
+               "VLM008": "config/vllm.py#L2198", "VLM011": "config/vllm.py#L3296", "VLM012": "config/vllm.py#L3313",
+               "MEM014": "config/model.py#L1547"},
+    "0.33.0": {"VLM006": "v1/core/kv_cache_planning.py#L57", "MEM004": "v1/core/kv_cache_planning.py#L77",
+               "VLM010": "v1/core/kv_cache_planning.py#L401", "MEM002": "v1/core/kv_cache_planning.py#L814",
+               "VLM008": "config/vllm.py#L2285", "VLM011": "config/vllm.py#L3432", "VLM012": "config/vllm.py#L3449",
+               "MEM014": "config/model.py#L1560"},
+    "0.34.0": {"VLM006": "v1/core/kv_cache_planning.py#L107", "MEM004": "v1/core/kv_cache_planning.py#L124",
+               "VLM010": "v1/core/kv_cache_planning.py#L447", "MEM002": "v1/core/kv_cache_planning.py#L854",
+               "VLM008": "config/vllm.py#L2206", "VLM011": "config/vllm.py#L3574", "VLM012": "config/vllm.py#L3591",
+               "MEM014": "config/model.py#L1580"},
+}
+_LINES["0.27.1"] = _LINES["0.27.0"]
+_LINES["0.34.0"]["VLM004"] = _LINES["0.34.0"]["MEM002"]
+for _lines in _LINES.values():
+    _lines.setdefault("VLM004", _lines["MEM002"])
+
+
+def source(code: str, release: str, pinned: str) -> str:
+    """Where `release` raises the refusal `code`: its own line where this table has it, else `pinned`'s
+    (the catalog's citation)."""
+    path = _LINES.get(release, {}).get(code)
+    return src(release, path) if path else pinned
