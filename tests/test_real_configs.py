@@ -230,15 +230,69 @@ def test_a_string_transformers_accepts_but_kvdoctor_cannot_size_is_a_warning(tmp
     assert findings["CFG011"]["severity"] == "warning" and findings["CFG011"]["layer"] == 1
 
 
-def test_values_transformers_adjusts_or_derives_say_so(dirs):
-    """MiMo-V2-Flash configures sliding_window 128; its transformers class makes it 129 (keys
-    including the query's own), and kvdoctor reports that value with its provenance."""
+def test_values_a_family_derives_say_so(dirs):
+    """MiMo-V2-Flash configures sliding_window 128 and sliding_window_size 128; its class (and kvdoctor's
+    family, which both installs read) makes the window 129 (keys including the query's own) and says why.
+    Qwen3-VL's text config leaves sliding_window to its transformers class, and the source says so."""
     spec = _spec(dirs, "XiaomiMiMo__MiMo-V2-Flash")
-    assert spec.semantics == "transformers" and spec.config["sliding_window"] == 128
+    assert spec.semantics == "table" and spec.config["sliding_window"] == 128
     sliding = next(l for l in spec.layers if l.kind == SLIDING)
     assert sliding.window == 129
     src = sliding.sources["window"]
-    assert src.kind == "transformers" and "MiMoV2FlashConfig.sliding_window (adjusted" in src.ref
-    assert src.line == spec.key_lines["sliding_window"]
-    derived = sliding.sources["kind"]
-    assert derived.kind == "transformers" and "layer_types (default" in derived.ref
+    assert src.kind == "derived" and src.ref == "sliding_window_size + 1"
+    assert src.line == spec.key_lines["sliding_window_size"]
+    assert sliding.sources["kind"].kind == "default"
+    spec = _spec(dirs, "Qwen__Qwen3-VL-30B-A3B-Instruct")
+    if spec.semantics == "transformers":  # only where transformers is installed
+        refs = {s.ref for layer in spec.layers for s in layer.sources.values() if s.kind == "transformers"}
+        assert any("sliding_window (default, transformers" in ref for ref in refs), refs
+
+def _drop(*keys):
+    return lambda cfg: {k: v for k, v in cfg.items() if k not in keys}
+
+
+# kvdoctor's own families for model types transformers 5.25 also reads (so the base install, without
+# transformers, reads them the same way): each real config, and each with the keys the family falls back on
+# removed (DeepSeek-V4 without compress_ratios takes the class's default pattern; MiMo-V2 without
+# sliding_window_size keeps sliding_window as set, without both takes the class's default window).
+OWN_FAMILY_CASES = {
+    "v4-pro": ("deepseek-ai__DeepSeek-V4-Pro", _drop()),
+    "v4-flash": ("deepseek-ai__DeepSeek-V4-Flash", _drop()),
+    "v4-no-ratios": ("deepseek-ai__DeepSeek-V4-Flash", _drop("compress_ratios")),
+    "v4-defaults": ("deepseek-ai__DeepSeek-V4-Flash", _drop("compress_ratios", "sliding_window", "head_dim",
+                                                             "num_attention_heads", "num_key_value_heads")),
+    "mimo-v2": ("XiaomiMiMo__MiMo-V2-Flash", _drop()),
+    "mimo-v2-no-size": ("XiaomiMiMo__MiMo-V2-Flash", _drop("sliding_window_size")),
+    "mimo-v2-defaults": ("XiaomiMiMo__MiMo-V2-Flash", _drop("sliding_window_size", "sliding_window", "head_dim",
+                                                          "v_head_dim", "num_key_value_heads")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OWN_FAMILY_CASES))
+def test_own_families_read_layers_as_transformers_does(tmp_path, case):
+    """Every layer (kind, window, heads, widths) from kvdoctor's family equals what transformers' class
+    gives the same config, read through the class as kvdoctor reads types it has no family for."""
+    import msgspec
+
+    from kvdoctor.load import hf_config
+    from kvdoctor.load.families import ResolvedLookup, build_layers, family_for, transformers_family
+    from kvdoctor.model import Source
+
+    if not hf_config.installed():  # kvdoctor imports it its own way (torch hidden): not importorskip
+        pytest.skip("transformers is not installed")
+
+    name, edit = OWN_FAMILY_CASES[case]
+    cfg = edit(json.loads((CORPUS / f"{name}.json").read_text()))
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = load_model(str(tmp_path), with_checkpoint=False)
+    assert spec.semantics == "table" and family_for(spec.model_type) is not None
+    view = hf_config.read(spec.model_type, cfg)
+    assert view is not None, spec.model_type
+    theirs = build_layers(transformers_family(view), ResolvedLookup(cfg, view, lambda k: Source("key", k)),
+                          spec.num_hidden_layers)
+
+    def shape(layer):
+        return {k: v for k, v in msgspec.structs.asdict(layer).items() if k not in ("sources", "dtype")}
+
+    assert [shape(layer) for layer in spec.layers] == [shape(layer) for layer in theirs]
+    assert len({layer.kind for layer in spec.layers}) > 1 or case in ("v4-pro", "v4-no-ratios", "v4-defaults")

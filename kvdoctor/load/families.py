@@ -110,6 +110,8 @@ class Family(msgspec.Struct):
     semantics: str = "table"  # "table": kvdoctor's own; "transformers": its configuration class; "guess"
     # the config's own spelling of the common keys (its class's attribute_map), from the config itself
     aliases: Callable[[dict[str, Any]], dict[str, str]] | None = None
+    # (window, source) of the sliding layers where the class derives it; `sliding_window` otherwise
+    window: Callable[[Lookup], tuple[Any, Source]] | None = None
 
     def key_aliases(self, cfg: dict[str, Any]) -> dict[str, str]:
         """Common key -> the key this config spells it with ({} for the families that use the common ones)."""
@@ -236,6 +238,37 @@ def _sparse_mla_everywhere(look: Lookup, n: int) -> list[tuple[str, Source]]:
     return _all(SPARSE_MLA, n, Source("default", "every layer MLA with a DSA indexer"))
 
 
+# DeepSeek-V4's legacy per-layer `compress_ratios` -> kinds, as DeepseekV4Config maps them (0: sliding
+# window only; 4: compressed sparse; 128: heavily compressed).
+V4_RATIOS = {0: SLIDING, 4: COMPRESSED, 128: COMPRESSED}
+
+
+def _deepseek_v4(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    """DeepSeek-V4 without `layer_types`: its `compress_ratios`; absent, every layer compressed (the
+    class's default alternates heavily compressed and compressed sparse, both compressed kinds)."""
+    ratios, src = look.get("compress_ratios"), look.source("compress_ratios")
+    if not isinstance(ratios, list):
+        return _all(COMPRESSED, n, Source("default", "layer_types (every layer compressed)"))
+    return [(V4_RATIOS.get(ratios[i], UNKNOWN) if i < len(ratios) else UNKNOWN, src) for i in range(n)]
+
+
+def _mimo_v2(look: Lookup, n: int) -> list[tuple[str, Source]]:
+    """MiMo-V2-Flash: full attention at layer 0 and every sixth layer, sliding elsewhere. The class
+    derives this whatever `hybrid_layer_pattern` says (the real config's pattern agrees)."""
+    src = Source("default", "layer_types (full at layer 0 and every sixth layer)")
+    return [((FULL if i == 0 or (i + 1) % 6 == 0 else SLIDING), src) for i in range(n)]
+
+
+def _mimo_v2_window(look: Lookup) -> tuple[Any, Source]:
+    """MiMoV2FlashConfig takes `sliding_window_size` + 1 (keys before the query plus its own) over
+    `sliding_window` when the config sets it."""
+    size = look.get("sliding_window_size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        at = look.source("sliding_window_size")
+        return size + 1, Source("derived", "sliding_window_size + 1", at.file, at.line)
+    return look.get("sliding_window"), look.source("sliding_window")
+
+
 def _chatglm_keys(cfg: dict[str, Any]) -> dict[str, str]:
     """ChatGLM2/3 (vLLM's own ChatGLMConfig, transformers_utils/configs/chatglm.py; transformers has none):
     num_layers, kv_channels and seq_length; KV heads are multi_query_group_num only with multi-query
@@ -290,6 +323,11 @@ FAMILIES = [
     # Kimi K2 ships model_type "kimi_k2" with DeepSeek-V3's code (auto_map); transformers has no class for it.
     Family("deepseek_v3", ("deepseek_v2", "deepseek_v3", "kimi_k2"), {}, _mla_everywhere, mla=True),
     Family("deepseek_v32", ("deepseek_v32", "glm_moe_dsa"), {}, _sparse_mla_everywhere, mla=True),
+    Family("deepseek_v4", ("deepseek_v4",), {"sliding_window": 128, "head_dim": 512, "num_attention_heads": 64,
+                                             "num_key_value_heads": 1}, _deepseek_v4),
+    Family("mimo_v2_flash", ("mimo_v2_flash",), {"sliding_window": 129, "head_dim": 192, "v_head_dim": 128,
+                                                 "num_attention_heads": 64, "num_key_value_heads": 4},
+           _mimo_v2, window=_mimo_v2_window),
     Family("llama4", ("llama4_text",), {"attention_chunk_size": 8192, "no_rope_layer_interval": 4}, _llama4),
     Family("lfm2", ("lfm2", "lfm2_moe"), {"conv_L_cache": 3}, _lfm2),
     Family("nemotron_nas", ("nemotron-nas",), {}, _decilm, uses_layer_types=False),
@@ -362,7 +400,8 @@ def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
     hd_src = look.source("head_dim")
     if head_dim is None and isinstance(hidden, int) and isinstance(n_heads, int) and n_heads > 0:
         head_dim, hd_src = hidden // n_heads, Source("derived", "hidden_size // num_attention_heads")
-    window = look.get("sliding_window")
+    window, window_src = family.window(look) if family.window else (look.get("sliding_window"),
+                                                                      look.source("sliding_window"))
     if window is None and family.name == "unknown":
         window = look.get("window_size")
     chunk = look.get("attention_chunk_size")
@@ -376,7 +415,7 @@ def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
                                    "n_kv_heads": kv_src, "head_dim": hd_src})
         if kind == SLIDING:
             layer.window = window
-            layer.sources["window"] = look.source("sliding_window")
+            layer.sources["window"] = window_src
         elif kind == CHUNKED:
             layer.window = chunk
             layer.sources["window"] = look.source("attention_chunk_size")
