@@ -72,7 +72,7 @@ def test_list_shows_a_real_venv_and_what_it_lacks(tmp_path):
     assert listed.returncode == 0, listed.stderr
     rows = {row["engine"]: row for row in json.loads(listed.stdout)}
     assert list(rows) == ["hf", "vllm", "sglang", "sglang-mlx", "mlx-lm"]
-    assert rows["hf"]["dry_run"] is None and rows["mlx-lm"]["dry_run"] is None
+    assert rows["hf"]["dry_run"] is None
     vllm = rows["vllm"]
     assert vllm["python"] == str(tmp_path / "venvs" / "vllm" / "bin" / "python")
     assert vllm["found_by"] == str(tmp_path / "venvs") and not vllm["ready"]
@@ -90,6 +90,28 @@ def test_list_shows_a_real_venv_and_what_it_lacks(tmp_path):
     text = run("engines", "list", env=_env(tmp_path)).stdout
     assert f"vllm        {tmp_path / 'venvs' / 'vllm' / 'bin' / 'python'}" in text
     assert "no vllm; dry run not ready: missing vllm" in text and "kvdoctor engines install vllm" in text
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def test_list_says_the_mlx_lm_dry_run_runs_in_kvdoctors_own_python_with_the_mlx_extra(tmp_path):
+    """`check --engine mlx-lm --dry-run` runs its child in kvdoctor's own Python once kvdoctor[mlx] is in."""
+    listed = run("engines", "list", "--format", "json", env=_env(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    row = {r["engine"]: r for r in json.loads(listed.stdout)}["mlx-lm"]
+    assert row["dry_run"] == "kvdoctor's Python" and row["python"] == sys.executable
+    assert row["found_by"] == "kvdoctor's own Python" and row["install"] == "pip install 'kvdoctor[mlx]'"
+    assert row["versions"] == {"mlx-lm": _installed("mlx-lm"), "mlx": _installed("mlx")}
+    assert row["describes"] == PINS["mlx-lm"] and row["ready"] == all(row["versions"].values())
+    line = next(l for l in run("engines", "list", env=_env(tmp_path)).stdout.splitlines() if l.startswith("mlx-lm "))
+    assert "no dry run" not in line and f"{sys.executable} (kvdoctor's own Python)" in line
+    assert ("dry run ready" in line) == row["ready"]
+    assert row["ready"] or "pip install 'kvdoctor[mlx]'" in line
 
 
 def _dry_run_codes(tmp_path, engine: str, python: str) -> list[dict]:

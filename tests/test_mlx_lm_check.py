@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from helpers import ROOT, check_json, make_model
-from kvdoctor.engines.mlx_lm.plan import (LayerCache, layer_caches, load_refusal, make_cache_module, module_of,
-                                          plan_from, refusals)
+from kvdoctor.engines.mlx_lm.plan import LayerCache, layer_caches, load_refusal, module_of, plan_from, refusals
 from kvdoctor.engines.mlx_lm.settings import MlxLmSettings
+from kvdoctor.engines.sglang_mlx.mlxlm import make_cache_module
 from kvdoctor.load.loader import load_model
 
 GOLDENS = json.loads((ROOT / "goldens" / "mlx_check.json").read_text())

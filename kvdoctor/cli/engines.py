@@ -30,9 +30,9 @@ def _engine_type():
 @engines_app.command("list")
 def list_cmd(output_format: str = typer.Option("text", "--format", help="text or json")) -> None:
     """Each engine profile, the Python its dry run uses, the versions there, and whether it can run."""
-    from kvdoctor.engines import PROFILES, budget_engines
+    from kvdoctor.engines import PROFILES, budget_engines, profile
     from kvdoctor.engines.pins import PINS
-    from kvdoctor.engines.venvs import RECIPES, find
+    from kvdoctor.engines.venvs import RECIPES, find, find_with_extra
 
     if output_format not in ("text", "json"):
         raise InputError(f"--format {output_format!r}: expected text or json")
@@ -40,12 +40,20 @@ def list_cmd(output_format: str = typer.Option("text", "--format", help="text or
     for engine in PROFILES:
         row: dict[str, Any] = {"engine": engine, "budget": engine in budget_engines(), "dry_run": None,
                                "python": None, "found_by": None, "versions": {}, "missing": [], "ready": False}
+        prof = profile(engine)
         if engine in RECIPES:
             found, dist = find(engine), RECIPES[engine].dist
             row.update(dry_run="kvdoctor's Python" if RECIPES[engine].env_var is None else "child process",
-                       python=str(found.python) if found.python else None, versions=found.versions,
-                       found_by=found.source if found.python else None, missing=found.missing, ready=found.ready,
-                       engine_dist=dist, describes=PINS[dist])
+                       install=f"kvdoctor engines install {engine}")
+        elif prof.dry_run() is not None and prof.dry_run_extra is not None:  # mlx-lm: kvdoctor[mlx]
+            found, dist = find_with_extra(engine, prof.dry_run_extra), next(iter(prof.pins))
+            row.update(dry_run="kvdoctor's Python", install=f"pip install 'kvdoctor[{prof.dry_run_extra}]'")
+        else:
+            rows.append(row)
+            continue
+        row.update(python=str(found.python) if found.python else None, versions=found.versions,
+                   found_by=found.source if found.python else None, missing=found.missing, ready=found.ready,
+                   engine_dist=dist, describes=PINS[dist])
         rows.append(row)
     if output_format == "json":
         typer.echo(json.dumps(rows, indent=2))
@@ -59,7 +67,7 @@ def _line(row: dict) -> str:
     if row["dry_run"] is None:
         return f"{engine:<11} no dry run (static plan{' and budget' if row['budget'] else ''} only)"
     if row["python"] is None:
-        return f"{engine:<11} dry run: no Python found; kvdoctor engines install {engine}"
+        return f"{engine:<11} dry run: no Python found; {row['install']}"
     dist = row["engine_dist"]
     have = row["versions"].get(dist)
     described = f"{dist} {have}" if have else f"no {dist}"
@@ -67,7 +75,7 @@ def _line(row: dict) -> str:
         described += f" (kvdoctor describes {row['describes']})"
     state = "dry run ready" if row["ready"] else (
         f"dry run not ready: missing {', '.join(row['missing'][:6])}"
-        f"{' ...' if len(row['missing']) > 6 else ''}; kvdoctor engines install {engine}")
+        f"{' ...' if len(row['missing']) > 6 else ''}; {row['install']}")
     return f"{engine:<11} {row['python']} ({row['found_by']}): {described}; {state}"
 
 

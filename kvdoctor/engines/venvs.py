@@ -50,6 +50,10 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+# The distributions a kvdoctor extra installs (pyproject.toml's optional-dependencies), the engine first.
+EXTRA_DISTS = {"mlx": ("mlx-lm", "mlx")}
+
+
 def dist_name(requirement: str) -> str:
     from packaging.requirements import Requirement
 
@@ -96,6 +100,13 @@ def find(engine: str, explicit: str | None = None) -> Found:
              *(dist_name(r) for r in recipe.no_deps if r != "{engine}")]
     versions = installed_versions(python, dists) if python is not None else dict.fromkeys(dists)
     return Found(engine, python, source, versions)
+
+
+def find_with_extra(engine: str, extra: str) -> Found:
+    """An engine whose dry run runs in kvdoctor's own Python once a pip extra is installed, with no recipe
+    here (mlx-lm: kvdoctor[mlx]): the extra's distributions as this Python holds them."""
+    python = Path(sys.executable)
+    return Found(engine, python, "kvdoctor's own Python", installed_versions(python, list(EXTRA_DISTS[extra])))
 
 
 QUERY = ("import json, sys\nfrom importlib import metadata\nout = {}\nfor name in sys.argv[1:]:\n"

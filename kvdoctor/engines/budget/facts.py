@@ -93,6 +93,7 @@ class ModelFacts(msgspec.Struct):
     short_conv: ShortConvDims | None = None  # set by the vLLM profile only (its plan for LFM2)
     dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
+    mlx_lm_module: str | None = None  # set by the mlx-lm profile: the mlx_lm.models module its loader picks
     weights_bytes: int | None = None
     sources: dict[str, Any] = msgspec.field(default_factory=dict)
 

@@ -20,6 +20,7 @@ from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, Re
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.sglang_mlx.mlxlm import make_cache_module, module_name_for
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.settings import BudgetSettings
@@ -27,18 +28,6 @@ if TYPE_CHECKING:
 
 VERSION = PINS["mlx-lm"]
 STEP = 256  # KVCache / RotatingKVCache / QuantizedKVCache growth step
-# Model types whose mlx-lm class defines make_cache (mlx_lm/models/*.py), after MODEL_REMAPPING
-# (mistral -> llama). For these, --max-kv-size changes nothing.
-MAKE_CACHE_TYPES = frozenset({
-    "afm7", "afmoe", "baichuan_m1", "bailing_hybrid", "bailing_moe_linear", "bailing_moe_v3", "cohere2",
-    "deepseek_v32", "deepseek_v41", "exaone4", "exaone_moe", "falcon_h1", "gear", "gemma3", "gemma3_text",
-    "gemma3n", "gemma4", "gemma4_text", "gpt_oss", "granitemoehybrid", "iquestloopcoder", "jamba", "kimi_k3",
-    "kimi_linear", "laguna", "lfm2-vl", "lfm2", "lfm2_moe", "llama", "llama4", "longcat_flash",
-    "longcat_flash_ngram", "mamba", "mamba2", "mellum", "mimo_v2_flash", "minimax_m3_vl", "ministral3",
-    "muse_glimmer", "muse_spark", "nanbeige", "nemotron-nas", "nemotron_h", "olmo3", "olmo_hybrid", "plamo2",
-    "plamo3", "qwen3_5", "qwen3_next", "recurrent_gemma", "rwkv7", "spark2_5", "step3p5",
-})
-REMAP = {"mistral": "llama", "iquestcoder": "llama", "xverse": "llama"}
 REFS = {
     "make_prompt_cache": "mlx_lm/models/cache.py:15-40",
     "kv_cache": "mlx_lm/models/cache.py:339-420",
@@ -70,7 +59,7 @@ class Prefill(msgspec.Struct):
 class ModeRecord(Record, kw_only=True):
     context: int
     max_kv_size: int | None
-    max_kv_size_honored: bool | None  # None: no --max-kv-size given, or the mode failed before the caches
+    max_kv_size_honored: bool | None  # None: no --max-kv-size given
     kv_bits: int | None
     kv_group_size: int
     quantized_kv_start: int
@@ -163,27 +152,42 @@ class CacheSim(msgspec.Struct):
         self.idx += n
 
 
-def layer_caches(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> tuple[list[str], bool]:
-    """Each layer's cache kind ('kv', 'rotating:W', 'state') and whether max_kv_size is honoured."""
-    model_type = REMAP.get(facts.model_type, facts.model_type)
+def honours_max_kv_size(facts: ModelFacts) -> bool:
+    """mlx-lm gives every layer a RotatingKVCache of --max-kv-size unless the class it loads builds its
+    own caches (the pinned wheel's list, as the mlx-lm plan reads it)."""
+    return not make_cache_module(loaded_module(facts))
+
+
+def loaded_module(facts: ModelFacts) -> str:
+    """The mlx_lm.models module mlx-lm loads: the profile's reading of the whole config (a VLM's outer
+    model_type); facts made without the profile have only the text model's."""
+    return facts.mlx_lm_module or text_module(facts)
+
+
+def text_module(facts: ModelFacts) -> str:
+    """The mlx_lm.models module of the text model, whose class lays out the layers' caches."""
+    return module_name_for({"model_type": facts.model_type, "architectures": facts.architectures})
+
+
+def layer_caches(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> list[str]:
+    """Each layer's cache kind: 'kv', 'rotating:W:keep' or 'state'."""
     n = len(facts.layers)
-    if model_type not in MAKE_CACHE_TYPES:
-        if mode.max_kv_size is not None:
-            return [f"rotating:{mode.max_kv_size}:4"] * n, True
-        return ["kv"] * n, True
+    if honours_max_kv_size(facts):
+        return [f"rotating:{mode.max_kv_size}:4"] * n if mode.max_kv_size is not None else ["kv"] * n
+    model_type = text_module(facts)
     window = config.get("sliding_window")
     if model_type in ("qwen3_next", "kimi_linear"):
-        return ["state" if layer.kind in ("gdn", "kda") else "kv" for layer in facts.layers], False
+        return ["state" if layer.kind in ("gdn", "kda") else "kv" for layer in facts.layers]
     if model_type == "gemma3_text":
         pattern = config.get("sliding_window_pattern", 6)
-        return ["kv" if i % pattern == pattern - 1 else f"rotating:{window}:0" for i in range(n)], False
+        return ["kv" if i % pattern == pattern - 1 else f"rotating:{window}:0" for i in range(n)]
     if model_type in ("llama", "olmo3", "gpt_oss"):
         types = config.get("layer_types")
         if not isinstance(types, list):
             types = (["full_attention"] * n if model_type == "llama"
                      else ["sliding_attention" if layer.kind == "sliding" else "full_attention"
                            for layer in facts.layers])
-        return ["kv" if t == "full_attention" else f"rotating:{window}:0" for t in types[:n]], False
+        return ["kv" if t == "full_attention" else f"rotating:{window}:0" for t in types[:n]]
     raise EngineRefusal("kvdoctor", f"mlx-lm model type {facts.model_type!r} builds its own caches "
                                     "(make_cache), which kvdoctor does not price yet", stage="load")
 
@@ -276,11 +280,13 @@ def plan(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> MlxBudget:
                        capacity=CapacityRecord(context=mode.context, kv_budget_bytes=mode.kv_budget_bytes),
                        provenance={"formula": "kvdoctor.engines.mlx_lm.budget", "checked_against": "goldens/mlx.json",
                                    "refs": [f"mlx_lm/{r}" for r in REFS.values()]})
+    if mode.max_kv_size is not None:
+        budget.mode.max_kv_size_honored = honours_max_kv_size(facts)
+        if not budget.mode.max_kv_size_honored:
+            budget.notes.append(f"mlx-lm's {loaded_module(facts)} class builds its own caches "
+                                f"(make_cache): --max-kv-size {mode.max_kv_size} is ignored")
     try:
-        kinds, honoured = layer_caches(facts, mode, config)
-        budget.mode.max_kv_size_honored = honoured if mode.max_kv_size is not None else None
-        if mode.max_kv_size is not None and not honoured:
-            budget.notes.append(f"{facts.model_type} defines make_cache: --max-kv-size {mode.max_kv_size} is ignored")
+        kinds = layer_caches(facts, mode, config)
         rows: dict[str, LayerKindRecord] = {}
         for layer, kind in zip(facts.layers, kinds):
             label = kind.split(":")[0]
@@ -342,7 +348,7 @@ def max_context_fit(facts: ModelFacts, config: dict, mode: Mode, budget: MlxBudg
     prefill peak (as vLLM searches up to max_model_len); None when the mode fails."""
     if budget.error is not None:
         return None
-    kinds, _ = layer_caches(facts, mode, config)
+    kinds = layer_caches(facts, mode, config)
 
     def fits(t: int) -> bool:
         try:

@@ -261,14 +261,9 @@ def cache_label(cache: LayerCache) -> str | None:
             "CacheList": "list", None: "none"}.get(cache.cls)
 
 
-def make_cache_module(module: str) -> bool:
-    """The module's Model builds its own caches (the pinned wheel's list, tools/mlx_lm_models.py)."""
-    from kvdoctor.engines.sglang_mlx.mlxlm import shipped_models
-
-    return module in shipped_models()["make_cache"]
-
-
 def plan_from(spec: ModelSpec, settings: MlxLmSettings) -> Plan[MlxLmFacts]:
+    from kvdoctor.engines.sglang_mlx.mlxlm import make_cache_module
+
     module = module_of(spec)
     load = load_refusal(spec, module)
     make_cache = make_cache_module(module)

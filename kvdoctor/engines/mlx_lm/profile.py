@@ -83,6 +83,15 @@ class MlxLmProfile(EngineProfile):
             out["mlx_lm"]["probe"] = msgspec.to_builtins(drive.groups)
         return out
 
+    def budget_facts(self, spec: ModelSpec) -> ModelFacts:
+        """The config's layers, with the module mlx-lm loads for the whole config (a VLM's outer
+        model_type, not its text model's): whether that class builds its own caches decides --max-kv-size."""
+        from kvdoctor.engines.mlx_lm.plan import module_of
+
+        facts = super().budget_facts(spec)
+        facts.mlx_lm_module = module_of(spec)
+        return facts
+
     def budget_view(self, row: Mapping[str, Any]) -> BudgetView:
         from kvdoctor.engines.mlx_lm.budget import view
 

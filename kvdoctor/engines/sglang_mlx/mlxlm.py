@@ -55,6 +55,12 @@ def shipped_models() -> dict[str, Any]:
     return data
 
 
+def make_cache_module(module: str) -> bool:
+    """The module's Model builds its own caches, so mlx-lm ignores --max-kv-size (the pinned wheel's list,
+    tools/mlx_lm_models.py): the one answer the mlx-lm plan and budget both read."""
+    return module in shipped_models()["make_cache"]
+
+
 def use_cheap_import() -> None:
     """Make `import mlx_lm.models.<type>` cost ~50 ms instead of ~2.7 s.
 
