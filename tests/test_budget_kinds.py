@@ -108,3 +108,17 @@ def test_sglang_budget_matches_sglangs_own_sizing_at_40GiB(tmp_path, point):
     else:
         assert pools == {"full": want["max_total_num_tokens"]}
     assert (row.get("state") or {}).get("slots") == want.get("max_mamba_cache_size")
+
+
+def test_an_engine_that_cannot_size_a_config_is_listed_not_fatal(tmp_path):
+    """Gemma-3 without sliding_window: mlx-lm would take its own ModelArgs default, which kvdoctor does not
+    read. Alone that engine is one line and exit 2; beside the others it is listed as not priced."""
+    from helpers import make_model
+
+    model = make_model(tmp_path, "gemma-3-1b-it", checkpoint=False, edit=lambda cfg: cfg.pop("sliding_window"))
+    alone = run("budget", str(model), "--engine", "mlx-lm", "--kv-budget", "10GiB")
+    assert alone.returncode == 2 and alone.stderr.count("\n") == 1 and "gives no sliding_window" in alone.stderr
+    every = run("budget", str(model), "--kv-budget", "10GiB", "--format", "json")
+    assert every.returncode == 0, every.stderr
+    doc = json.loads(every.stdout)
+    assert [row["engine"] for row in doc["not_priced"]] == ["mlx-lm"] and doc["engines"]

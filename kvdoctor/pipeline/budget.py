@@ -67,14 +67,14 @@ def budget_document(spec: ModelSpec, deploy: Deploy, settings: BudgetSettings, e
     for name in engines:
         try:  # each engine sizes the layers as it builds them; one that cannot price a kind says why
             facts = profile(name).budget_facts(spec)
+            budgets, how = plan_engine(name, facts, spec.config, settings, deploy.settings(name),
+                                       all_modes=mode == "all")
         except InputError as exc:
             if len(engines) == 1:
                 raise
             not_priced[name] = str(exc)
             continue
         priced.append(facts)
-        budgets, how = plan_engine(name, facts, spec.config, settings, deploy.settings(name),
-                                   all_modes=mode == "all")
         results[name] = (budgets, how)
         where = deploy_sources(deploy, name)
         findings[name] = [[finding_json(catalog.complete(f)) for f in findings_for(facts, b, where)] for b in budgets]

@@ -20,6 +20,7 @@ from kvdoctor.engines.budget.common import Budget, BudgetView, EngineRefusal, Re
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
+from kvdoctor.errors import InputError
 from kvdoctor.engines.sglang_mlx.mlxlm import make_cache_module, module_name_for
 
 if TYPE_CHECKING:
@@ -176,6 +177,10 @@ def layer_caches(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> list[
         return [f"rotating:{mode.max_kv_size}:4"] * n if mode.max_kv_size is not None else ["kv"] * n
     model_type = text_module(facts)
     window = config.get("sliding_window")
+    if model_type in ("gemma3_text", "llama", "olmo3", "gpt_oss") and any(l.kind == "sliding" for l in facts.layers) \
+            and not (isinstance(window, int) and window > 0):
+        raise InputError(f"{facts.name}: config.json gives no sliding_window, so mlx-lm's {model_type} takes the "
+                         "default of its own ModelArgs, which kvdoctor budget does not read; give sliding_window")
     if model_type in ("qwen3_next", "kimi_linear"):
         return ["state" if layer.kind in ("gdn", "kda") else "kv" for layer in facts.layers]
     if model_type == "gemma3_text":
