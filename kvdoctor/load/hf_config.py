@@ -79,6 +79,18 @@ def _per_layer(obj: Any, n: Any) -> dict[int, dict[str, int]]:
     return out
 
 
+# Architectures whose transformers configuration class declares `sliding_window: int` in a strict dataclass:
+# a null is refused while the config loads ("Validation error for field 'sliding_window'"), before any
+# engine reaches the model class. Known here even where kvdoctor reads the family itself (no transformers).
+STRICT_WINDOW_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "MiMoV2FlashForCausalLM",
+                                 "LagunaForCausalLM"})
+
+
+def refuses_null_window(architecture: str, config: dict[str, Any]) -> bool:
+    """Whether transformers' class for `architecture` refuses this config's `sliding_window: null`."""
+    return architecture in STRICT_WINDOW_ARCHS and "sliding_window" in config and config["sliding_window"] is None
+
+
 def installed() -> bool:
     return importlib.util.find_spec("transformers") is not None
 

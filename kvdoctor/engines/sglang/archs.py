@@ -120,7 +120,3 @@ INTERVAL_ARCHS = {
     "Qwen3_5MoeForCausalLM": "configs/qwen3_5.py#L119",
 }
 
-# Config classes that declare `sliding_window: int` strictly (transformers' strict dataclasses): a null is
-# refused while the config loads, before the model class is reached.
-STRICT_WINDOW_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "MiMoV2FlashForCausalLM",
-                                 "LagunaForCausalLM"})

@@ -8,6 +8,7 @@ from __future__ import annotations
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.sglang import archs, pools, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
+from kvdoctor.load import hf_config
 from kvdoctor.model import ModelSpec
 
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
@@ -98,7 +99,7 @@ def layer_types_length(spec: ModelSpec) -> Refusal | None:
 
 def strict_null_window(spec: ModelSpec) -> Refusal | None:
     arch = archs.serving_arch(spec.raw_config)
-    if arch in archs.STRICT_WINDOW_ARCHS and "sliding_window" in spec.config and spec.config["sliding_window"] is None:
+    if hf_config.refuses_null_window(arch, spec.config):
         message = ("Validation error for field 'sliding_window':\n    TypeError: Field 'sliding_window' expected "
                    "int, got NoneType (value: None)")
         return Refusal("SGL005", "StrictDataclassFieldValidationError", message, "startup",

@@ -21,10 +21,11 @@ from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
-                                            nvfp4_with_mla, remote_code_not_trusted, tp_heads,
+                                            nvfp4_with_mla, remote_code_not_trusted, strict_null_window, tp_heads,
                                             unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
+from kvdoctor.load import hf_config
 from kvdoctor.load.families import family_for
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
@@ -166,6 +167,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             raise remote_code_not_trusted(str(spec.model_dir))
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
+        if hf_config.refuses_null_window((spec.raw_config.get("architectures") or [""])[0], spec.config):
+            raise strict_null_window()
         S.check_layer_types(spec)
         unsupported = registry.architecture_refusal(spec.raw_config)
         if unsupported is not None:
@@ -260,8 +263,6 @@ def length_values(spec: ModelSpec) -> dict[str, Any]:
     given = {name: value for name, value in values.items() if _number(value)}
     if given:
         return given
-    from kvdoctor.load import hf_config
-
     try:
         view = hf_config.read(spec.model_type, spec.config, attrs=LENGTH_KEYS)
     except hf_config.Rejected:

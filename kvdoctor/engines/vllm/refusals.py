@@ -137,6 +137,15 @@ def config_class_rejects(rejected) -> Startup:
                    inner=f"{rejected.error_class}: {rejected.message}")
 
 
+def strict_null_window() -> Startup:
+    """`sliding_window: null` where transformers' class for the model is a strict dataclass (kvdoctor.load.
+    hf_config.STRICT_WINDOW_ARCHS): vLLM's config parse stops with the class's error, as raised. The same
+    error `config_class_rejects` reports where kvdoctor ran the class itself."""
+    return refusal("VLM032", "StrictDataclassFieldValidationError",
+                   "Validation error for field 'sliding_window':\n    TypeError: Field 'sliding_window' expected int, "
+                   "got NoneType (value: None)", key="sliding_window")
+
+
 def max_model_len_over(requested: int, key: str, derived: float, model_max_length: int | None) -> Startup:
     message = (f"User-specified max_model_len ({requested}) is greater than the derived max_model_len ({key}="
                f"{derived} or model_max_length={model_max_length} in model's config.json). To allow overriding "
