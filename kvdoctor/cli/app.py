@@ -18,6 +18,7 @@ from kvdoctor.cli.check import (RUN, CheckRequest, apply_baselines, check_format
                                     run_catalog, run_check)
 from kvdoctor.errors import InputError
 from kvdoctor.report import FORMATS
+from kvdoctor.cli.options import OFFLINE
 from kvdoctor.cli.types import engine_type, strict_type
 
 
@@ -54,8 +55,6 @@ JSON_OUTPUT = typer.Option(None, "--json-output", help="Also write JSON to this 
 SARIF_OUTPUT = typer.Option(None, "--sarif-output", help="Also write SARIF to this file.")
 JUNIT_OUTPUT = typer.Option(None, "--junit-output", help="Also write JUnit XML to this file.")
 GITLAB_OUTPUT = typer.Option(None, "--gitlab-output", help="Also write GitLab Code Quality JSON.")
-OFFLINE = typer.Option(False, "--offline", help="Fetch nothing from a Hub (as HF_HUB_OFFLINE=1): a Hugging Face "
-                       "id is read from the local cache or what kvdoctor fetched before.")
 HTML_OUTPUT = typer.Option(None, "--html-output", click_type=PATH, help="Also write the HTML report to this file.")
 
 

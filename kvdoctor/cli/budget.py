@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import typer
 
+from kvdoctor.cli.options import MODEL, OFFLINE
 from kvdoctor.cli.types import engine_type, strict_type
 from kvdoctor.errors import InputError
 
@@ -22,9 +23,7 @@ def _budget_engines() -> list[str]:
 
 
 def budget_command(
-    target: str = typer.Argument(..., click_type=strict_type("Name", metavar="TARGET"),
-                                 help="A model directory or Hugging Face id (org/name[@revision]: the local "
-                                      "cache, else the Hub's metadata)."),
+    target: str = MODEL,
     engine: str = typer.Option("all", "--engine", "-e", click_type=engine_type(_budget_engines),
                                help="An engine profile with a budget model, or all."),
     mode: str = typer.Option("default", "--mode", help="default (one mode per engine) or all (the knobs that "
@@ -42,7 +41,7 @@ def budget_command(
     output_format: str = typer.Option("rich", "--format", "--output-format", help="rich or json."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show groups, pools, state and capacity "
                                                                  "per engine and mode."),
-    offline: bool = typer.Option(False, "--offline", help="Fetch nothing from a Hub (as HF_HUB_OFFLINE=1)."),
+    offline: bool = OFFLINE,
 ) -> None:
     """KV budget per engine and mode: bytes per token per layer kind, groups or pools, state, capacity."""
     if offline:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import typer
 
+from kvdoctor.cli.options import MODEL, OFFLINE
 from kvdoctor.cli.types import engine_type, strict_type
 from kvdoctor.errors import InputError
 
@@ -23,9 +24,7 @@ def _fit_engines() -> list[str]:
 
 
 def fit_command(
-    target: str = typer.Argument(..., click_type=strict_type("Name", metavar="TARGET"),
-                                 help="A model directory or Hugging Face id (org/name[@revision]: the local "
-                                      "cache, else the Hub's metadata)."),
+    target: str = MODEL,
     engine: str = typer.Option("vllm", "--engine", "-e", click_type=engine_type(_fit_engines),
                                help="The serving engine."),
     gpu: Optional[str] = typer.Option(None, "--gpu", click_type=strict_type("Name", metavar="GPU"),
@@ -46,7 +45,7 @@ def fit_command(
     output_format: str = typer.Option("rich", "--format", "--output-format", help="rich, json or html."),
     output_file: Optional[str] = typer.Option(None, "--output-file", "-o", click_type=strict_type("Name", metavar="PATH"),
                                               help="Write the report here, not to stdout."),
-    offline: bool = typer.Option(False, "--offline", help="Fetch nothing from a Hub (as HF_HUB_OFFLINE=1)."),
+    offline: bool = OFFLINE,
 ) -> None:
     """Weights per rank, the memory the engine leaves for KV caches, the tokens, concurrency and longest
     context that fit, the engine's refusals, and the smallest layout with its launch command."""

@@ -109,6 +109,15 @@ def gib(value: float) -> str:
     return f"{value / GiB:.2f} GiB"
 
 
+def weights_do_not_fit(weights: WeightsRecord, non_torch: int, gpu: Gpu, engine: str) -> EngineRefusal | None:
+    """The out-of-memory error an engine stops with while loading weights larger than the GPU."""
+    if weights.bytes_per_rank + non_torch <= gpu.memory_bytes:
+        return None
+    return EngineRefusal("torch.OutOfMemoryError", f"the weights, {weights.bytes_per_rank / GiB:.2f} GiB per rank, do "
+                         f"not fit a {gpu.memory_bytes / GiB:.2f} GiB GPU: {engine} fails loading them with CUDA out "
+                         "of memory", stage="load")
+
+
 def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:
     """The parallel layout an engine's deploy section fixes (vLLM's or SGLang's spellings), or None when
     it leaves every size at 1."""

@@ -15,9 +15,9 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import MiB, EngineRefusal, GiB
+from kvdoctor.engines.budget.common import MiB, EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts
-from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import budget as sb
@@ -61,10 +61,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     row = FitRow(engine="sglang", version=VERSION, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
                  gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
                  weights=weights, terms=terms, kv_bytes=kv, context=context)
-    if weights.bytes_per_rank + non_torch > gpu.memory_bytes:
-        row.refusal = EngineRefusal("torch.OutOfMemoryError", f"the weights, {weights.bytes_per_rank / GiB:.2f} GiB "
-                                    f"per rank, do not fit a {gpu.memory_bytes / GiB:.2f} GiB GPU: SGLang fails loading them "
-                                    "with CUDA out of memory", stage="load")
+    row.refusal = weights_do_not_fit(weights, non_torch, gpu, "SGLang")
+    if row.refusal is not None:
         return row
     if kv <= 0:
         row.refusal = sb.not_enough_memory()

@@ -18,7 +18,7 @@ from msgspec.structs import replace
 
 from kvdoctor.engines.budget.common import GiB, MiB, EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
-from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import Ranged, at
@@ -150,10 +150,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     if weights.unmatched:
         row.notes.append(f"{len(weights.unmatched)}+ tensors no sharding rule names were priced whole on every rank "
                          f"(e.g. {weights.unmatched[0]})")
-    if weights.bytes_per_rank + non_torch > gpu.memory_bytes:
-        row.refusal = EngineRefusal("torch.OutOfMemoryError", f"the weights, {weights.bytes_per_rank / GiB:.2f} GiB "
-                                    f"per rank, do not fit a {gpu.memory_bytes / GiB:.2f} GiB GPU: vLLM fails loading them "
-                                    "with CUDA out of memory", stage="load")
+    row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
+    if row.refusal is not None:
         return row
     if kv <= 0:
         row.refusal = EngineRefusal("ValueError", in_force(R.NO_MEMORY, version))
