@@ -19,11 +19,13 @@ from kvdoctor.pipeline.check import Options, check_target
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "fixtures" / "configs" / "real"
-# One of each kind of answer: the table (gpt-oss, gemma-3, DeepSeek-V3's ENG003), the class only
-# (Qwen3-VL-8B: mlx-lm's class refuses this config, ENG002), a model type the pinned mlx-lm lacks
-# (chatglm: ENG001 either way), a refused quantization.
+# One of each kind of answer: the table (gpt-oss, gemma-3, DeepSeek-V3's ENG003, MiMo-V2-Flash's ENG004 and
+# ENG005, Nemotron-Super's make_cache count, SGL120), the class only (Qwen3-8B: a note), the shipped
+# ModelArgs fields (Qwen3-VL-8B: its text_config lacks tie_word_embeddings, ENG002), a model type the pinned
+# mlx-lm lacks (chatglm: ENG001 either way), a refused quantization.
 NAMES = ("openai__gpt-oss-20b", "google__gemma-3-1b-it", "deepseek-ai__DeepSeek-V3", "THUDM__chatglm2-6b",
-         "poolside__Laguna-XS.2-FP8", "Qwen__Qwen3-8B", "Qwen__Qwen3-VL-8B-Instruct")
+         "poolside__Laguna-XS.2-FP8", "Qwen__Qwen3-8B", "Qwen__Qwen3-VL-8B-Instruct", "XiaomiMiMo__MiMo-V2-Flash",
+         "nvidia__Llama-3_3-Nemotron-Super-49B-v1")
 
 
 def _errors_and_warnings(target: Path) -> tuple[set[tuple[str, str]], list[str], set[str]]:
@@ -48,7 +50,7 @@ def _without_mlx_lm(monkeypatch) -> None:
     mlxlm._remappings.cache_clear()
 
 
-def test_without_mlx_lm_no_error_is_one_the_full_install_does_not_give(models, monkeypatch):
+def test_without_mlx_lm_the_errors_and_warnings_are_the_full_installs(models, monkeypatch):
     full = {name: _errors_and_warnings(path) for name, path in models.items()}
     _without_mlx_lm(monkeypatch)
     try:
@@ -56,17 +58,15 @@ def test_without_mlx_lm_no_error_is_one_the_full_install_does_not_give(models, m
     finally:
         mlxlm._remappings.cache_clear()
     for name in NAMES:
-        assert base[name][0] <= full[name][0], name
-    # The table answers as mlx-lm's class does; the pinned mlx-lm's missing model types are still refused.
-    for name in NAMES[:-1]:
         assert base[name][0] == full[name][0], name
     assert ("ENG001", "error") in base["THUDM__chatglm2-6b"][0]
     assert ("ENG063", "error") in base["poolside__Laguna-XS.2-FP8"][0]
     assert ("ENG003", "error") in base["deepseek-ai__DeepSeek-V3"][0]
-    assert ("ENG002", "error") in full["Qwen__Qwen3-VL-8B-Instruct"][0]
-    assert base["Qwen__Qwen3-VL-8B-Instruct"][0] == set()
+    assert ("ENG002", "error") in base["Qwen__Qwen3-VL-8B-Instruct"][0]
+    assert {("ENG004", "error"), ("ENG005", "error")} <= base["XiaomiMiMo__MiMo-V2-Flash"][0]
+    assert ("SGL120", "error") in base["nvidia__Llama-3_3-Nemotron-Super-49B-v1"][0]
     notes = " ".join(note for _, found, _ in base.values() for note in found)
-    assert "kvdoctor's mlx extra" in base["Qwen__Qwen3-VL-8B-Instruct"][1][0]
+    assert "kvdoctor's mlx extra" in base["Qwen__Qwen3-8B"][1][0]
     assert "mlx-lm is not installed" in base["deepseek-ai__DeepSeek-V3"][1][0]
     assert base["Qwen__Qwen3-8B"][2] == {"unknown"} and full["Qwen__Qwen3-8B"][2] == {"contiguous"}  # not "none"
     assert "installed mlx-lm" not in notes and PINS["mlx-lm"] not in notes

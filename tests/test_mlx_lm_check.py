@@ -4,6 +4,8 @@ can_trim_prompt_cache over every real config and setting), and the command line 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +228,58 @@ def test_notes_say_what_mlx_lm_does_silently(tmp_path):
     notes = plan_from(nxt, MlxLmSettings(kv_bits=4)).notes
     assert any(n.startswith("--kv-bits 4 converts 12 of 48 caches to QuantizedKVCache") for n in notes)
     assert any("36 recurrent-state caches cannot be trimmed" in n for n in notes)
+
+
+def _real_configs() -> list[Path]:
+    root = Path(__file__).resolve().parent.parent / "fixtures"
+    return sorted((root / "configs" / "real").glob("*.json")) + sorted((root / "models").glob("*/config.json"))
+
+
+def test_the_shipped_model_args_fields_predict_the_real_classes_load_errors():
+    """Without mlx-lm, the fields each ModelArgs cannot do without (tools/mlx_lm_models.py) predict the
+    TypeError mlx-lm's own class raises on every real config, word for word, and on nothing else; and on
+    the same configs with each required field of the wrapped text model dropped in turn."""
+    from kvdoctor.engines.sglang_mlx.mlxlm import (ModuleExit, build_skeleton, module_name_for, shipped_args_error,
+                                                   shipped_models)
+
+    def cases():
+        for path in _real_configs():
+            config = json.loads(path.read_text())
+            yield path.stem, config
+            text = config.get("text_config")
+            entry = shipped_models()["model_args"].get(module_name_for(config), {})
+            for name in entry.get("text_args", {}).get("required", [])[:3] if isinstance(text, dict) else []:
+                if name in text:
+                    yield f"{path.stem}-{name}", {**config, "text_config": {k: v for k, v in text.items() if k != name}}
+
+    predicted_errors = 0
+    for name, config in cases():
+        try:
+            real = build_skeleton(config)
+        except ModuleExit:
+            continue
+        if real.missing_module or real.unreadable:
+            continue
+        predicted = shipped_args_error(module_name_for(config), config)
+        if predicted is not None:
+            predicted_errors += 1
+            assert (real.error_class, real.error_message) == ("TypeError", predicted), name
+        else:
+            assert not (real.error_class == "TypeError" and "required positional" in (real.error_message or "")), name
+    assert predicted_errors >= 4  # the Qwen3-VL configs without tie_word_embeddings in their text_config
+
+
+def test_an_mlx_lm_module_that_exits_at_import_is_a_note_not_an_exit(tmp_path):
+    """mlx-lm's olmo module ends the process when ai2-olmo is absent: kvdoctor says so and goes on."""
+    model = tmp_path / "olmo"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "olmo", "architectures": ["OLMoForCausalLM"], "hidden_size": 256, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 128,
+        "max_position_embeddings": 2048, "torch_dtype": "float32"}))
+    for engine in ("sglang-mlx", "mlx-lm"):
+        proc = subprocess.run([sys.executable, "-m", "kvdoctor", "check", str(model), "--engine", engine, "--static",
+                               "--format", "json"], capture_output=True, text=True)
+        assert proc.returncode == 0, (engine, proc.stdout[-500:], proc.stderr[-500:])
+        document = json.loads(proc.stdout)
+        assert document["summary"]["errors"] == 0

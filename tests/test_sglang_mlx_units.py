@@ -123,13 +123,14 @@ def test_every_table_entry_meets_a_real_config():
 def test_fallback_table_agrees_with_the_real_mlx_lm_class(config, tmp_path):
     (tmp_path / "config.json").write_bytes(config.read_bytes())
     spec = load_model(str(tmp_path), with_checkpoint=False)
-    real_view = read_view(build_skeleton(mlx_config(spec), expected=geometry_check(spec)).model)
+    real_model = build_skeleton(mlx_config(spec), expected=geometry_check(spec)).model
+    real_view = read_view(real_model)
     table = table_view(module_name_for(mlx_config(spec)), spec)
     assert table is not None and table.source == "table"
     real_layout, table_layout = build_layout(real_view), build_layout(table)
     assert (table_layout.attention, table_layout.windows) == (real_layout.attention, real_layout.windows)
     kv = {i: kv_config(spec, real_view.layers[i]) for i in real_layout.attention}
-    expect = [(r.code, r.message) for r in startup_refusals(real_view, real_layout, kv, None)]
+    expect = [(r.code, r.message) for r in startup_refusals(real_view, real_layout, kv, real_model)]
     assert [(r.code, r.message) for r in startup_refusals(table, table_layout, kv, None)] == expect
 
 

@@ -1,5 +1,6 @@
 """Write kvdoctor/data/mlx_lm_models.json from the installed mlx-lm: the names of its model modules
-(`mlx_lm/models/*.py`) and its model_type remaps, read from `mlx_lm/utils.py` without running it.
+(`mlx_lm/models/*.py`), its model_type remaps (read from `mlx_lm/utils.py` without running it), the
+modules whose Model builds its own caches, and the config keys each module's ModelArgs cannot do without.
 
 The sglang-mlx plan reads this file when mlx-lm is not installed (the base install), so a model type
 mlx-lm has is never reported as one it lacks. Run it with the pinned mlx-lm (kvdoctor.engines.pins):
@@ -14,6 +15,7 @@ import json
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,6 +42,7 @@ def installed_models() -> dict:
         "remapping": dict(sorted(remaps.get("MODEL_REMAPPING", {}).items())),
         "architecture_remapping": sorted([t, a, m] for (t, a), m in remaps.get("MODEL_ARCHITECTURE_REMAPPING", {}).items()),
         "make_cache": make_cache_modules(package / "models"),
+        "model_args": model_args(package / "models"),
     }
 
 
@@ -74,6 +77,55 @@ def make_cache_modules(models: Path) -> list[str]:
         if not more:
             return sorted(found)
         found |= more
+
+
+def model_args(models: Path) -> dict[str, dict]:
+    """Per module, the ModelArgs fields without a default (in signature order) and whether ModelArgs has its
+    own `from_dict`; for a wrapper whose Model builds its language model from `args.text_config` through one
+    other ModelArgs class (`qwen3.ModelArgs.from_dict(args.text_config)`), that class's name and fields too.
+    mlx-lm's loader passes only the keys a ModelArgs names, so a missing one is a TypeError at load."""
+    import dataclasses  # noqa: TID251 - reads mlx-lm's own dataclasses, defines none
+
+    from kvdoctor.engines.sglang_mlx.mlxlm import ModuleExit, import_model_module
+
+    def load(name: str) -> Any:
+        try:
+            return import_model_module(name)
+        except ModuleExit:  # olmo.py exits without ai2-olmo: its fields cannot be read here
+            return None
+
+    def required(cls: type) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+
+    out: dict[str, dict] = {}
+    for path in sorted(models.glob("*.py")):
+        module = load(path.stem) if path.stem != "__init__" else None
+        args = getattr(module, "ModelArgs", None)
+        if not dataclasses.is_dataclass(args):
+            continue
+        entry: dict = {"required": required(args), "own_from_dict": "from_dict" in vars(args)}
+        targets = {_text_args_call(node) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))} - {None}
+        if len(targets) == 1:
+            owner, name = targets.pop()
+            inner = getattr(load(owner) if owner else module, name, None)
+            if dataclasses.is_dataclass(inner):
+                entry["text_args"] = {"class": inner.__name__, "required": required(inner)}
+        out[path.stem] = entry
+    return out
+
+
+def _text_args_call(node: ast.AST) -> tuple[str | None, str] | None:
+    """(sibling module or None, class name) of a `X.from_dict(args.text_config)` call."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "from_dict"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Attribute) and node.args[0].attr == "text_config"):
+        return None
+    owner = node.func.value
+    if isinstance(owner, ast.Name):
+        return None, owner.id
+    if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name):
+        return owner.value.id, owner.attr
+    return None
 
 
 def main() -> int:

@@ -132,16 +132,15 @@ def module_of(spec: ModelSpec) -> str:
 
 
 def load_refusal(spec: ModelSpec, module: str) -> Refusal | None:
-    """mlx-lm's own refusal to build the class: no module of that name (the pinned release's list), or,
-    where mlx-lm is installed, the class's constructor raising on this config (weightless)."""
-    from kvdoctor.engines.sglang_mlx.mlxlm import build_skeleton, mlx_lm_installed, shipped_models
+    """mlx-lm's own refusal to build the class: no module of that name (the pinned release's list), or the
+    class's constructor raising on this config (weightless; without mlx-lm, the fields its ModelArgs
+    cannot do without, from the pinned release's list)."""
+    from kvdoctor.engines.sglang_mlx.mlxlm import build_skeleton, shipped_models
 
     evidence = {"mlx_lm_module": module}
     if module not in shipped_models()["modules"]:
         return Refusal("ENG001", "ValueError", f"Model type {module} not supported.", "load",
                        source=f"mlx_lm/utils.py:224 @ {VERSION}", evidence=evidence)
-    if not mlx_lm_installed():
-        return None
     cfg = dict(spec.raw_config)
     cfg.setdefault("model_type", spec.model_type)
     skeleton = build_skeleton(cfg)

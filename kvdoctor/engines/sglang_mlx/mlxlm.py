@@ -8,7 +8,9 @@ the config and reads the same attributes. MLX parameters are lazy: nothing here 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
+import io
 import json
 import importlib.util
 import re
@@ -134,15 +136,23 @@ def module_name_for(config: dict[str, Any]) -> str:
     return remap.get(model_type, model_type)
 
 
+class ModuleExit(Exception):
+    """An mlx-lm model module ended the process while it was imported (olmo.py does without ai2-olmo)."""
+
+
 def import_model_module(name: str) -> types.ModuleType | None:
     """The mlx-lm model module, or None when mlx-lm has none of that name (mlx-lm then refuses)."""
     if not MODULE_NAME.match(name):
         return None
     use_cheap_import()
+    printed = io.StringIO()
     try:
-        return importlib.import_module(f"mlx_lm.models.{name}")
+        with contextlib.redirect_stdout(printed):
+            return importlib.import_module(f"mlx_lm.models.{name}")
     except ImportError:
         return None
+    except SystemExit as exc:
+        raise ModuleExit(printed.getvalue().strip() or f"exit status {exc.code}") from None
 
 
 def shrunk_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -183,6 +193,7 @@ class Skeleton(msgspec.Struct):
     missing_module: bool = False
     shrunk: bool = True
     not_installed: bool = False  # mlx-lm is not installed; the pinned release has this module (shipped list)
+    unreadable: str | None = None  # why the installed module could not be imported here (its own exit)
 
 
 def build_skeleton(config: dict[str, Any], expected: Callable[[Any], bool] | None = None,
@@ -195,11 +206,17 @@ def build_skeleton(config: dict[str, Any], expected: Callable[[Any], bool] | Non
     """
     name = module_name_for(config)
     if not mlx_lm_installed() and importer is import_model_module:
-        if name in shipped_models()["modules"]:
-            return Skeleton(name, not_installed=True)
-        return Skeleton(name, error_class="ValueError", error_message=f"Model type {name} not supported.",
-                        missing_module=True)
-    module = importer(name)
+        if name not in shipped_models()["modules"]:
+            return Skeleton(name, error_class="ValueError", error_message=f"Model type {name} not supported.",
+                            missing_module=True)
+        missing = shipped_args_error(name, config)
+        if missing is not None:
+            return Skeleton(name, error_class="TypeError", error_message=missing, not_installed=True)
+        return Skeleton(name, not_installed=True)
+    try:
+        module = importer(name)
+    except ModuleExit as exc:
+        return Skeleton(name, unreadable=f"importing mlx_lm.models.{name} ended the process here: {exc}")
     if module is None:
         # mlx_lm.utils._get_classes words it this way (ValueError) when the import fails.
         return Skeleton(name, error_class="ValueError", error_message=f"Model type {name} not supported.",
@@ -215,6 +232,33 @@ def build_skeleton(config: dict[str, Any], expected: Callable[[Any], bool] | Non
     except Exception as exc:  # noqa: BLE001 - mlx-lm's own construction error, reported verbatim
         return Skeleton(name, error_class=type(exc).__name__, error_message=str(exc))
     return Skeleton(name, model=model, shrunk=False)
+
+
+def shipped_args_error(module: str, config: dict[str, Any]) -> str | None:
+    """The TypeError mlx-lm raises building the module's ModelArgs (or its wrapped language model's, from
+    `text_config`) when config.json lacks a field without a default, from the pinned release's list
+    (tools/mlx_lm_models.py): its loader passes only the keys a ModelArgs names."""
+    entry = shipped_models().get("model_args", {}).get(module)
+    if entry is None:
+        return None
+    checks = [] if entry["own_from_dict"] else [("ModelArgs", entry["required"], config)]
+    text = config.get("text_config")
+    if "text_args" in entry and isinstance(text, dict):
+        checks.append((entry["text_args"]["class"], entry["text_args"]["required"], text))
+    for cls, required, given in checks:
+        missing = [name for name in required if name not in given]
+        if missing:
+            return missing_arguments(cls, missing)
+    return None
+
+
+def missing_arguments(cls: str, names: list[str]) -> str:
+    """Python's own wording of a dataclass __init__ called without required fields."""
+    quoted = [f"'{name}'" for name in names]
+    listed = quoted[0] if len(quoted) == 1 else (
+        f"{quoted[0]} and {quoted[1]}" if len(quoted) == 2 else ", ".join(quoted[:-1]) + f", and {quoted[-1]}")
+    plural = "argument" if len(names) == 1 else "arguments"
+    return f"{cls}.__init__() missing {len(names)} required positional {plural}: {listed}"
 
 
 # ---- mlx-lm's loader: the quantization it reads before the weights ----------------------------------
@@ -323,6 +367,7 @@ class ModelView(msgspec.Struct):
     layers: list[LayerView]
     has_make_cache: bool
     source: str = "mlx-lm"  # or "table" when read from kvdoctor's fallback table
+    cache_entries: int | None = None  # the table's count of the caches make_cache() returns (no model object)
 
     def window_map(self) -> dict[int, int | None]:
         """The per-layer window map: {} unless the container has a non-empty layer_types and a window."""

@@ -22,7 +22,7 @@ from kvdoctor.engines.deploy import Section
 from kvdoctor.engines.base import Cost, DryRun, DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.load.loader import layer_tensor
-from kvdoctor.model import SLIDING, ModelSpec, Source
+from kvdoctor.model import NO_ATTENTION, SLIDING, ModelSpec, Source
 
 SGLANG_VERSION = PINS["sglang"]
 MLX_LM_VERSION = PINS["mlx-lm"]
@@ -202,7 +202,10 @@ def geometry_check(spec: ModelSpec) -> Callable[[Any], bool]:
 # class, when no child meets the attention contract (fused QKV); auxiliary: which layers' attention
 # misses the contract (AUXILIARY), so the backend keeps their caches as auxiliary state; make_cache:
 # the model defines make_cache(); flags "layer_types": the layers mlx-lm's own layer_types marks sliding
-# (the config's list, else its default of `mlx_pattern` = (config key, default period): P-1 sliding, 1 full).
+# (the config's list, else its default of `mlx_pattern` = (config key, default period): P-1 sliding, 1 full);
+# flag_attr: the attribute that flags a sliding layer (default `self_attn.is_sliding`); cache_entries
+# "attention": make_cache() returns one cache per attention layer. A layer the config gives no attention
+# (a Nemotron-NAS no-op block) has no attention child in any class.
 FALLBACK_TABLE: dict[str, dict[str, Any]] = {
     "gpt_oss": {"layer_types": "config", "default": "alternating", "window": "window_size"},
     "olmo3": {"layer_types": "config", "default": "three-to-one", "window": "sliding_window"},
@@ -220,6 +223,9 @@ FALLBACK_TABLE: dict[str, dict[str, Any]] = {
                      "auxiliary": "ropeless", "make_cache": True},
     "mimo": {"layer_types": None, "window": None},
     "starcoder2": {"layer_types": None, "window": None},
+    "mimo_v2_flash": {"layer_types": None, "window": None, "flags": "pattern", "flag_attr": "is_sliding_window",
+                      "make_cache": True},
+    "nemotron-nas": {"layer_types": None, "window": None, "make_cache": True, "cache_entries": "attention"},
     # Layers whose attention child misses the backend's contract (MLA, fused or linear attention).
     **{module: {"layer_types": None, "window": None, "no_attention": f"mlx_lm.models.{layer_class}"} for module, layer_class in (
         ("phi", "phi.PhiDecoderLayer"), ("deepseek_v2", "deepseek_v2.DeepseekV2DecoderLayer"),
@@ -296,16 +302,18 @@ def table_view(module_name: str, spec: ModelSpec) -> Any:
         view = LayerView(index=spec_layer.index, layer_class=entry.get("no_attention", f"{module_name} layer"))
         slides = sliding[spec_layer.index]
         auxiliary = "auxiliary" in entry and AUXILIARY[entry["auxiliary"]](cfg, spec_layer.index, n, slides)
-        if "no_attention" not in entry and not auxiliary:
+        if "no_attention" not in entry and not auxiliary and spec_layer.kind != NO_ATTENTION:
             view.attention_attr, view.contract_children = "self_attn", ["self_attn"]
             view.n_heads, view.n_kv_heads = spec_layer.n_heads, spec_layer.n_kv_heads
             view.head_dim = spec_layer.head_dim
             if entry.get("flags") in ("pattern", "layer_types") and slides:
-                view.sliding_flag = "self_attn.is_sliding"
+                view.sliding_flag = entry.get("flag_attr", "self_attn.is_sliding")
         layers.append(view)
     return ModelView(model_class=f"mlx_lm.models.{module_name}.Model", container_class=f"{module_name} container",
                      layer_types=layer_types, window=window, window_attr=window_attr, layers=layers,
-                     has_make_cache=entry.get("make_cache", False), source="table")
+                     has_make_cache=entry.get("make_cache", False), source="table",
+                     cache_entries=sum(layer.attention_attr is not None for layer in layers)
+                     if entry.get("cache_entries") == "attention" else None)
 
 
 # ---- the runner's decisions ----------------------------------------------------------------------
@@ -373,7 +381,9 @@ def startup_refusals(view: Any, layout: Layout, kv: dict[int, KvConfig], model: 
                                evidence={"first": first, "first_config": list(kv[first].key()),
                                          "config": list(kv[i].key())}))
             break
-    entries = _make_cache_entries(model) if layout.auxiliary and view.has_make_cache else None
+    entries = None
+    if layout.auxiliary and view.has_make_cache:
+        entries = _make_cache_entries(model) if model is not None else view.cache_entries
     if entries is not None and entries != layout.num_layers:
         out.append(Refusal("SGL120", "RuntimeError", CACHE_COUNT.format(entries=entries, layers=layout.num_layers),
                            "prefill", evidence={"make_cache_entries": entries, "layers": layout.num_layers,
@@ -449,6 +459,8 @@ def _cache_label(layout: Layout | None, index: int) -> str | None:
 
 def _lacking(skeleton: Any) -> str:
     """Why the installed mlx-lm's class was not read, as a note says it."""
+    if skeleton.unreadable:
+        return skeleton.unreadable
     if skeleton.not_installed:
         return "mlx-lm is not installed"
     return f"the installed mlx-lm has no mlx_lm.models.{skeleton.module_name}"
@@ -471,6 +483,8 @@ def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Pl
     view, basis = None, "mlx-lm"
     if skeleton.model is not None:
         view = read_view(skeleton.model)
+    elif skeleton.error_class is not None:
+        pass
     elif skeleton.not_installed or (skeleton.missing_module and installed_version("mlx-lm") != MLX_LM_VERSION):
         view = table_view(skeleton.module_name, spec)
         if view is not None:
@@ -480,7 +494,7 @@ def plan_from(spec: ModelSpec, settings: SglangMlxSettings, skeleton: Any) -> Pl
     quantization = quantization_refusal(spec.raw_config)
     quantization_refusals = [] if quantization is None else [
         Refusal(QUANTIZATION_CODES[quantization[0]], "ValueError", quantization[1], "load", key="quantization_config")]
-    if view is None and skeleton.not_installed:
+    if view is None and skeleton.error_class is None and (skeleton.not_installed or skeleton.unreadable):
         # The pinned mlx-lm has this model class, but only the class itself tells the layout.
         notes.append(f"{_lacking(skeleton)}, so its {skeleton.module_name} class was not read: the layout, and what "
                      "sglang's MLX backend refuses at start-up, need kvdoctor's mlx extra (mlx and mlx-lm)")
