@@ -144,3 +144,21 @@ def test_a_version_mismatch_names_both_versions():
         "the Ray cluster at 127.0.0.1:6379 runs Ray 2.59.0 on Python 3.12.3, this process Ray 2.60.0 on Python 3.11.7: "
         "run kvdoctor where ray==2.59.0 and Python 3.12.3 are installed")
     assert join_error("127.0.0.1:6379", ConnectionError("something else")) is None
+
+
+@pytest.mark.skipif(not os.environ.get("KVDOCTOR_OTHER_RAY"), reason="set KVDOCTOR_OTHER_RAY to the `ray` command "
+                    "of another Ray release (e.g. a venv with ray==2.59.0) to join a real head of that release")
+def test_a_real_head_of_another_ray_release_is_one_line(fleet, tmp_path):
+    other = os.environ["KVDOCTOR_OTHER_RAY"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    port = "6391"
+    subprocess.run([other, "start", "--head", "--port", port, "--num-cpus", "1", "--include-dashboard", "false",
+                    "--disable-usage-stats"], check=True, capture_output=True, env=env)
+    try:
+        proc = run("check", "models", "--static", "--executor", "ray", "--ray-address", f"127.0.0.1:{port}",
+                   cwd=fleet, env=env)
+    finally:
+        subprocess.run([other, "stop"], capture_output=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"kvdoctor: error: the Ray cluster at 127.0.0.1:{port} runs Ray ") and "this process Ray" in line
