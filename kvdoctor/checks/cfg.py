@@ -6,7 +6,7 @@ from typing import Iterable
 from kvdoctor.checks import Rule
 from kvdoctor.checks.context import Context
 from kvdoctor.load.families import TRANSFORMERS_LAYER_TYPES, TYPE_STRINGS, LINEAR_TYPE, Lookup, every_nth_full, family_for
-from kvdoctor.model import CHUNKED, SLIDING, Finding
+from kvdoctor.model import CHUNKED, COMPRESSED, SLIDING, Finding
 
 # Strings transformers accepts are not CFG002 even where kvdoctor cannot size them (CFG011 says so).
 KNOWN_TYPE_STRINGS = set(TYPE_STRINGS) | {LINEAR_TYPE} | TRANSFORMERS_LAYER_TYPES
@@ -57,7 +57,10 @@ def run(ctx: Context) -> Iterable[Finding]:
                          evidence={"layers": chunked})
 
     window_key = next((k for k in WINDOW_KEYS if cfg.get(k) is not None), None)
-    if window_key and not sliding and cfg.get("use_sliding_window") is not False:
+    # DeepSeek-V4's compressed layers keep a sliding-window branch of recent tokens beside the compressed
+    # ones (DeepseekV4Config: "used in every attention block's sliding-window branch"): the window is theirs.
+    windowed = sliding or any(layer.kind == COMPRESSED for layer in spec.layers)
+    if window_key and not windowed and cfg.get("use_sliding_window") is not False:
         yield Finding.at(
             "CFG004",
             f"{window_key} = {cfg[window_key]} is set but no layer is sliding; an engine that applies the "
