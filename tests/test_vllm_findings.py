@@ -464,3 +464,27 @@ def test_the_window_flag_table_is_transformers_own():
                          env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert set(json.loads(out.stdout.strip().splitlines()[-1])) == WINDOW_NEEDS_FLAG - composite
+
+
+def test_the_read_only_layer_types_table_is_transformers_own():
+    """specs.LAYER_TYPES_READ_ONLY against transformers 5.20.2 (the vLLM oracle venv's): the configuration
+    classes whose `layer_types` (itself or through attribute_map) is a property without a setter, which a
+    config.json that sets it makes raise (set 7: Jamba with every layer sliding)."""
+    import subprocess
+
+    from kvdoctor.engines.vllm.specs import LAYER_TYPES_READ_ONLY
+
+    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
+    probe = (
+        "import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
+        "found = []\nfor mt in sorted(CONFIG_MAPPING.keys()):\n    cls = CONFIG_MAPPING[mt]\n"
+        "    attr = getattr(cls, 'attribute_map', {}).get('layer_types', 'layer_types')\n"
+        "    prop = getattr(cls, attr, None)\n"
+        "    if isinstance(prop, property) and prop.fset is None:\n        found.append(mt)\n"
+        "print(json.dumps(found))\n")
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert set(json.loads(out.stdout.strip().splitlines()[-1])) == LAYER_TYPES_READ_ONLY

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import msgspec
 from pydantic import BaseModel
 
-from kvdoctor.engines.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec
+from kvdoctor.engines.budget.facts import (POSITION_KEYS, Layer, Mamba1Dims, Mamba2Dims, ShortConvDims,
+                                           facts_from_spec)
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import registry, releases
@@ -365,7 +366,8 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.engines.budget's facts with the layers as vLLM builds them (not as the model means them)."""
-    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION}.get(interp.rule, GDN)
+    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION, "jamba": NO_ATTENTION}.get(
+        interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}
     shadow = [msgspec.structs.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
@@ -374,6 +376,8 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     facts = facts_from_spec(msgspec.structs.replace(spec, layers=shadow))
     if interp.rule == "nemotron_h":
         facts.mamba = mamba2_dims(spec)
+    if interp.rule == "jamba":
+        facts.mamba1 = jamba_dims(spec)
     if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache
         dim, kernel = spec.config.get("conv_dim") or spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
         if not (isinstance(dim, int) and isinstance(kernel, int) and dim > 0 and kernel > 1):
@@ -422,6 +426,19 @@ def mamba2_dims(spec: ModelSpec) -> Mamba2Dims:
     ssm = cfg.get("mamba_ssm_cache_dtype")
     return Mamba2Dims(cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["n_groups"], cfg["ssm_state_size"],
                       cfg["conv_kernel"], ssm if isinstance(ssm, str) and ssm != "auto" else "float32")
+
+
+def jamba_dims(spec: ModelSpec) -> Mamba1Dims:
+    """Jamba's Mamba-1 mixer as jamba.py reads it (get_mamba_state_shape_from_config): mamba_expand x
+    hidden_size channels, mamba_d_state, mamba_d_conv (JambaConfig's defaults 2, 16, 4 where unset)."""
+    cfg = spec.config
+    values: dict[str, int] = {}
+    for key, default in (("mamba_expand", 2), ("hidden_size", None), ("mamba_d_state", 16), ("mamba_d_conv", 4)):
+        value = cfg.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(f"config.json: {key} must be a positive integer for Jamba's Mamba state")
+        values[key] = value
+    return Mamba1Dims(values["mamba_expand"] * values["hidden_size"], values["mamba_d_state"], values["mamba_d_conv"])
 
 
 def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[LayerPlan, ...]:
