@@ -16,6 +16,8 @@ corpus, the mutations and the settings grid.
 `python vllm_check_oracle.py --model NAME OUT.json` runs one model and writes its points to OUT.json.
 `KVDOCTOR_CHECK_CONFIGS=DIR[:DIR...]` takes the configs from those folders instead (a held-out set kept
 outside the repo) and `KVDOCTOR_CHECK_OUT=FILE.json` writes the points there instead of vllm_check.json.
+`KVDOCTOR_CHECK_MORE_SETTINGS=1` adds, on the unmutated config, `block_size` 32, `max_num_batched_tokens`
+2048 (chunked prefill) and ngram speculation with 3 tokens (held-out set 8).
 """
 from __future__ import annotations
 
@@ -107,6 +109,9 @@ def settings_for(cfg: dict, hybrid: bool) -> dict[str, dict]:
            "fp8": {"kv_cache_dtype": "fp8"}}
     if hybrid:
         out["prefix_caching"] = {"enable_prefix_caching": True}
+    if os.environ.get("KVDOCTOR_CHECK_MORE_SETTINGS"):  # set 8's additions: page size, chunked prefill, speculation
+        out.update(block32={"block_size": 32}, chunked2k={"max_num_batched_tokens": 2048},
+                   ngram3={"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}})
     return out
 
 

@@ -8,6 +8,8 @@ Prints the rows docs/vllm.md reports per set: points that agree on every compare
 start-up outcome, the per-layer KV specs (points where vLLM built specs) and the KV cache groups (points
 where it built groups), each as agreeing / compared. The fields are those tests/test_vllm_profile.py
 holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
+`--merge` then appends the points that agree to goldens/vllm_check.json (models already there are left as they are),
+where tests/test_vllm_profile.py holds the profile to them.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def _inner(outcome: dict) -> str:
 
 def _norm(text: str, root: str) -> str:
     text = text.replace(root, "DIR")
-    text = re.sub(r"/tmp/\S+?(?=[ '\"]|$)", "DIR", text)
+    text = re.sub(r"/tmp/kvdoctor-vllm-check-[\w/-]+", "DIR", text)  # the oracle's scratch folder
     return re.sub(r"\d+(\.\d+)?", "N", text)
 
 
@@ -114,6 +116,19 @@ def main() -> None:
         print(f"  {field}: {good} / {total}")
     if "--misses" in sys.argv:
         print("\n".join(misses))
+    if "--merge" in sys.argv:  # the points that agree: a miss stays in the report, not in the goldens
+        merge([p for p in json.loads(path.read_text())["points"] if f"{p['model']} {p['mutation']} {p['setting']}"
+               not in {" ".join(m.split()[:3]) for m in misses}])
+
+
+def merge(points: list[dict]) -> None:
+    golden = Path(__file__).resolve().parent.parent / "goldens" / "vllm_check.json"
+    doc = json.loads(golden.read_text())
+    held = {p["model"] for p in doc["points"]}
+    new = [p for p in points if p["model"] not in held]
+    doc["points"] += new
+    golden.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    print(f"{golden}: {len(new)} points added ({len({p['model'] for p in new})} models), {len(doc['points'])} in all")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
-                                            nvfp4_with_mla, remote_code_not_trusted, strict_null_window, tp_heads,
+                                            nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown,
+                                            strict_null_window, text_config_not_a_config, tp_heads,
                                             unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
@@ -80,8 +81,10 @@ class VllmProfile(EngineProfile):
     Settings = VllmSettings
     # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
     # are checks.budget's, which leaves them to this plan under `check --engine vllm`
-    refusal_codes = tuple(code for code in CODES if not code.startswith("MEM"))
-    shared_refusal_codes = tuple(code for code in CODES if code.startswith("MEM"))
+    # MEM codes are checks.budget's entries, CFG023 checks.cfg_geometry's (an unknown RoPE type, which vLLM
+    # refuses while it builds the model): the plan predicts them too
+    refusal_codes = tuple(code for code in CODES if not code.startswith(("MEM", "CFG")))
+    shared_refusal_codes = tuple(code for code in CODES if code.startswith(("MEM", "CFG")))
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
         return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
@@ -171,6 +174,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if hf_config.refuses_null_window((spec.raw_config.get("architectures") or [""])[0], spec.config):
             raise strict_null_window()
         S.check_layer_types(spec)
+        if _text_config_left_a_dict(spec.raw_config):
+            raise text_config_not_a_config(str(spec.raw_config.get("model_type")))
         unsupported = registry.architecture_refusal(spec.raw_config)
         if unsupported is not None:
             raise unsupported
@@ -187,6 +192,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         hma, why = hma_decision(spec.config, settings)
         facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
+        _check_rope_type(spec)
         is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
         facts = msgspec.structs.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
                                     layer_types=interp.layer_types,
@@ -237,6 +243,43 @@ def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
             f"{', '.join(odd)} layers, whose specs vLLM's model class decides")
 
 
+def _text_config_left_a_dict(raw: Mapping[str, Any]) -> bool:
+    """A `text_config` under a top-level model_type that is the text model's own (a composite config whose
+    outer type was replaced by the inner one): that text-only class keeps the mapping as a plain dict,
+    which vLLM then takes for the text config. Asked of transformers' class only in that case."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict) or text.get("model_type") != raw.get("model_type"):
+        return False
+    try:
+        view = hf_config.read(str(raw.get("model_type")), dict(raw), attrs=("text_config",))
+    except hf_config.Rejected:
+        return False  # the class's own refusal is reported where kvdoctor reads the config
+    return view is not None and isinstance(view.resolved.get("text_config"), dict)
+
+
+# The scaling types vLLM 0.33.0's get_rope builds (layers/rotary_embedding/__init__.py), and the legacy names
+# its config patching renames before the model is built ("su" -> longrope, "mrope" -> default).
+VLLM_ROPE_TYPES = frozenset({"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "ntk",
+                             "deepseek_yarn", "deepseek_llama_scaling", "mllama4", "bailing_mrope", "openpangu",
+                             "su", "mrope"})
+
+
+def _rope_type(cfg: Mapping[str, Any]) -> Any:
+    """The RoPE mapping's type (`rope_type`, or the legacy `type`), None without one."""
+    for key in ("rope_parameters", "rope_scaling"):
+        params = cfg.get(key)
+        if isinstance(params, dict):
+            return params.get("rope_type", params.get("type"))
+    return None
+
+
+def _check_rope_type(spec: ModelSpec) -> None:
+    """The model class passes the config's RoPE mapping to get_rope while it is built (stage `specs`)."""
+    rope_type = _rope_type(spec.config)
+    if isinstance(rope_type, str) and rope_type not in VLLM_ROPE_TYPES:
+        raise rope_type_unknown(rope_type, "rope_parameters" if "rope_parameters" in spec.config else "rope_scaling")
+
+
 def _uses_mla(spec: ModelSpec) -> bool:
     """ModelConfig.use_mla: a DeepSeek-style latent attention (the config has a kv_lora_rank)."""
     return S.RULES.get(S.architecture(spec)) in ("mla", "kimi_linear") or bool(spec.config.get("kv_lora_rank"))
@@ -255,22 +298,23 @@ def _number(value: Any) -> bool:
 def length_values(spec: ModelSpec) -> dict[str, Any]:
     """The length keys as vLLM sees them. vLLM reads attributes of the transformers config object, so a
     config.json that gives none of them still has its configuration class's defaults (Gemma 3's text
-    config: max_position_embeddings 131072). The class is asked only then: a config that names a key
-    keeps the table families free of transformers (docs/model-semantics.md). A family whose class maps a
-    key to its own spelling (ChatGLM's seq_length is also its max_position_embeddings) has both."""
+    config: max_position_embeddings 131072). For a table family the class is asked only then: a config that
+    names a key keeps the table families free of transformers (docs/model-semantics.md). A family whose
+    class maps a key to its own spelling (ChatGLM's seq_length is also its max_position_embeddings) has both.
+    A type outside the table is read through its class, whose attribute_map may alias a key."""
     family = family_for(spec.model_type)
     aliases = family.key_aliases(spec.config) if family is not None else {}
     values = {name: spec.config.get(name, spec.config.get(aliases.get(name, name))) for name in LENGTH_KEYS}
     given = {name: value for name, value in values.items() if _number(value)}
-    if given:
+    if given and spec.semantics != "transformers":
         return given
+    # GPT-J's max_position_embeddings reads n_positions: vLLM names the key it asked for
     try:
         view = hf_config.read(spec.model_type, spec.config, attrs=LENGTH_KEYS)
     except hf_config.Rejected:
-        return {}  # the class refuses the config: vLLM stops before it derives a length (VLM032 / VLM001)
-    if view is None:
-        return {}
-    return {name: view.resolved[name] for name in LENGTH_KEYS if _number(view.resolved.get(name))}
+        return given  # the class refuses the config: vLLM stops before it derives a length (VLM032 / VLM001)
+    resolved = {name: view.resolved[name] for name in LENGTH_KEYS if _number(view.resolved.get(name))} if view else {}
+    return resolved or given
 
 
 def derived_max_model_len(spec: ModelSpec) -> tuple[float | None, str | None]:
@@ -297,6 +341,11 @@ def derived_max_model_len(spec: ModelSpec) -> tuple[float | None, str | None]:
 
 def _max_model_len(spec: ModelSpec, settings: VllmSettings, derived: float | None, key: str | None) -> int | None:
     if settings.max_model_len is None:
+        if derived is not None and _rope_type(spec.config) in ("longrope", "su"):
+            # _get_and_verify_max_len: LongRoPE models default to original_max_position_embeddings (Phi-3.5's
+            # 4096 of 131072) "to avoid performance degradation for shorter sequences"
+            original = spec.config.get("original_max_position_embeddings")
+            return int(original) if _number(original) else int(derived)
         return int(derived) if derived is not None else 2048
     if derived is not None and settings.max_model_len > derived:
         model_max = spec.config.get("model_max_length")

@@ -39,6 +39,8 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM138": HF_SRC + "models/auto/configuration_auto.py#L430",
     "VLM143": HF_SRC + "dynamic_module_utils.py#L788",
     "VLM142": SRC + "model_executor/models/llama.py#L151",
+    "CFG023": SRC + "model_executor/layers/rotary_embedding/__init__.py#L350",
+    "VLM151": SRC + "transformers_utils/config.py#L1264",
     "VLM139": SRC + "model_executor/models/registry.py#L1249",
     "VLM140": SRC + "model_executor/models/registry.py#L1234",
     "VLM141": SRC + "model_executor/models/registry.py#L1243",
@@ -163,6 +165,23 @@ def kv_heads_split(heads: int, tp: int, layer: int) -> Startup:
     `divide` ("10 is not divisible by 8")."""
     return refusal("VLM142", "AssertionError", "", key="tensor_parallel_size", layer=layer,
                    num_key_value_heads=heads, tensor_parallel_size=tp)
+
+
+def rope_type_unknown(rope_type: object, key: str) -> Startup:
+    """get_rope, called by the model class's attention while vLLM builds the model, knows a fixed set of
+    scaling types; any other stops it (GPT-J's published `rope_scaling: {"rope_type": "gptj"}`)."""
+    return refusal("CFG023", "ValueError", f"Unknown RoPE scaling type {rope_type}", key=key, rope_type=rope_type)
+
+
+def text_config_not_a_config(model_type: str) -> Startup:
+    """get_hf_text_config: the class config.json's top-level model_type names has no text sub-config, so it
+    keeps `text_config` as the plain dict it was given, which get_text_config returns; ModelConfig is a
+    pydantic dataclass, so the ValueError reaches the user as a ValidationError."""
+    return refusal("VLM151", "ValidationError",
+                   "The text_config extracted from the model config does not have `num_attention_heads` attribute. "
+                   "This indicates a mismatch between the model config and vLLM's expectations. Please ensure that "
+                   "the model config is compatible with vLLM.", key="model_type",
+                   wrapped_in="1 validation error for ModelConfig", model_type=model_type)
 
 
 def tp_heads(heads: int, tp: int) -> Startup:
