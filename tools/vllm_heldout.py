@@ -8,7 +8,7 @@ Prints the rows docs/vllm.md reports per set: points that agree on every compare
 start-up outcome, the per-layer KV specs (points where vLLM built specs) and the KV cache groups (points
 where it built groups), each as agreeing / compared. The fields are those tests/test_vllm_profile.py
 holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
-`--merge` then appends the points that agree to goldens/vllm_check.json (models already there are left as they are),
+`--merge` then appends the points that agree to goldens/vllm_check.json (points already there are left as they are),
 where tests/test_vllm_profile.py holds the profile to them.
 """
 from __future__ import annotations
@@ -124,8 +124,11 @@ def main() -> None:
 def merge(points: list[dict]) -> None:
     golden = Path(__file__).resolve().parent.parent / "goldens" / "vllm_check.json"
     doc = json.loads(golden.read_text())
-    held = {p["model"] for p in doc["points"]}
-    new = [p for p in points if p["model"] not in held]
+    def key(p: dict) -> tuple:
+        return p["model"], p["mutation"], p["setting"], json.dumps(p["engine_args"], sort_keys=True), p["kv_budget_bytes"]
+
+    held = {key(p) for p in doc["points"]}
+    new = [p for p in points if key(p) not in held]
     doc["points"] += new
     golden.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
     print(f"{golden}: {len(new)} points added ({len({p['model'] for p in new})} models), {len(doc['points'])} in all")

@@ -9,7 +9,7 @@ a CPU start-up picks other blocks. Imports no torch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
 
 import msgspec
 from pydantic import BaseModel
@@ -181,6 +181,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             raise unsupported
         length = _max_model_len(spec, settings, derived, key)
         heads = spec.config.get("num_attention_heads")
+        if heads is None:  # the class's own spelling (GPT-2's n_head), as the loader read it
+            heads = next((layer.n_heads for layer in spec.layers if layer.n_heads), None)
         if isinstance(heads, int) and heads % settings.tensor_parallel_size:
             raise tp_heads(heads, settings.tensor_parallel_size)
         dtype = settings.kv_cache_dtype
@@ -291,7 +293,7 @@ LENGTH_KEYS = (*POSITION_KEYS[:4], "model_max_length", "max_target_positions", "
                "max_seq_length", "seq_len")
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

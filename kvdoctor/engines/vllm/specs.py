@@ -157,6 +157,10 @@ DERIVATION_CAN_FAIL = {"exaone4", "exaone4_5_text"}
 # sets it stops in the class ("property 'layer_types' of 'JambaConfig' object has no setter"). A test reads
 # the set off the classes.
 LAYER_TYPES_READ_ONLY = {"bamba", "falcon_h1", "falcon_mamba", "jamba", "mamba", "mamba2"}
+# Mamba hybrids kvdoctor's family table reads itself whose transformers class validates the mixer's geometry
+# (FalconH1Config.validate_architecture: "mamba_n_heads must divide mamba_expand * hidden_size"): vLLM parses
+# config.json with that class, so the plan asks it too.
+MAMBA_CLASS_CHECKED = {"falcon_h1", "bamba", "granitemoehybrid", "zamba2"}
 
 
 def check_layer_types(spec: ModelSpec) -> None:
@@ -164,7 +168,7 @@ def check_layer_types(spec: ModelSpec) -> None:
     derivation of the list where a configuration class that can fail at it derives it."""
     if spec.model_type in DERIVATION_CAN_FAIL and "layer_types" not in spec.config:
         _config_class_check(spec)
-    if spec.model_type in LAYER_TYPES_READ_ONLY and "layer_types" in spec.config:
+    if spec.model_type in MAMBA_CLASS_CHECKED or (spec.model_type in LAYER_TYPES_READ_ONLY and "layer_types" in spec.config):
         _config_class_check(spec)
     types = _transformers_layer_types(spec)
     if types is not None and len(types) != spec.num_hidden_layers:
