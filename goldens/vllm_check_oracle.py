@@ -125,6 +125,13 @@ def extra_points(name: str, cfg: dict) -> list[tuple[str, dict, str, dict, int]]
         out.append(("qwen2_partial_window", partial, "default", {}, BUDGET))
     if text_of(cfg).get("kv_lora_rank"):  # an MLA model with the plain nvfp4 KV layout
         out.append(("none", cfg, "nvfp4", {"kv_cache_dtype": "nvfp4"}, BUDGET))
+    if text_of(cfg).get("hidden_act") == "situ" and (text_of(cfg).get("linear_attn_config") or {}).get("kda_layers"):
+        # Kimi-K3: no CPU MoE backend takes its `situ` experts ("No Unquantized MoE backend supports the
+        # deployment configuration."), so every grid point is CPU-only; with `silu` (the MLP's activation never
+        # enters a KV spec) vLLM builds it and its KDA / MLA layout can be compared
+        silu = copy.deepcopy(cfg)
+        text_of(silu)["hidden_act"] = "silu"
+        out.append(("moe_act_silu", silu, "default", {}, BUDGET))
     if name == "meta-llama__Llama-3.1-8B":  # budgets below one request, and below one block
         out.append(("none", cfg, "kv_budget_4gib", {}, 4 * GiB))
         out.append(("none", cfg, "kv_budget_256kib", {}, 256 << 10))
