@@ -23,11 +23,15 @@ from kvdoctor.load.loader import load_model
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "fixtures" / "models"
 REAL = ROOT / "fixtures" / "configs" / "real"
+FRESH = ROOT / "fixtures" / "configs" / "fresh"  # held-out sets 7 and 8
 
 
 def config(name: str) -> dict:
     path = MODELS / name / "config.json"
-    return json.loads((path if path.exists() else REAL / f"{name}.json").read_text())
+    for candidate in (path, REAL / f"{name}.json", FRESH / f"{name}.json"):
+        if candidate.exists():
+            return json.loads(candidate.read_text())
+    raise FileNotFoundError(name)
 
 
 def spec_of(tmp_path: Path, cfg: dict, name: str = "model"):
@@ -67,6 +71,10 @@ REFUSALS = [  # code, config, settings that make it fire; the same config with h
     # LagunaConfig (a type outside kvdoctor's table) checks the layer_types length with its own validator
     ("VLM032", lambda: edited("poolside__Laguna-XS.2-FP8",
                               layer_types=config("poolside__Laguna-XS.2-FP8")["layer_types"][:-1]), {}),
+    # mlc-llm's Ministral-3 preset: the text model's type at the top level keeps text_config a plain dict
+    ("VLM151", lambda: config("mistralai__Ministral-3-3B-Instruct-2512"), {}),
+    # GPT-J's published rope_type, which get_rope does not build (the rule's own entry, shared by the plan)
+    ("CFG023", lambda: config("EleutherAI__gpt-j-6b"), {}),
 ]
 
 
@@ -92,6 +100,14 @@ def _healthy(code: str) -> str:
             "VLM011": "deepseek-ai__DeepSeek-V3",
             "VLM012": "Qwen__Qwen3-Next-80B-A3B-Instruct",
             "VLM032": "poolside__Laguna-XS.2-FP8"}.get(code, "google__gemma-3-1b-it")
+
+
+def test_healthy_twins_of_the_set_7_refusals(tmp_path):
+    """The configs VLM151 and CFG023 fire on, with the one key fixed, plan without a refusal."""
+    composite = edited("mistralai__Ministral-3-3B-Instruct-2512", model_type="mistral3")
+    assert plan(spec_of(tmp_path, composite, "mistral3"), VllmSettings()).refusals == ()
+    gptj = edited("EleutherAI__gpt-j-6b", rope_scaling=None)
+    assert plan(spec_of(tmp_path, gptj, "gptj"), VllmSettings()).refusals == ()
 
 
 def test_hma_forced_on_with_chunked_eagle_is_refused(tmp_path):
