@@ -23,7 +23,7 @@ from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown,
-                                            strict_null_window, text_config_not_a_config, tp_heads,
+                                            strict_null_window, text_config_not_a_config, tp_heads, vision_heads_split,
                                             unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
@@ -211,6 +211,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if why_not is not None:
             facts = msgspec.structs.replace(facts, unmodeled=why_not)
             return Plan("vllm", versions, layers, (), facts, (*notes, why_not))
+        _check_vision_heads_split(spec, settings.tensor_parallel_size)
         _check_kv_heads_split(bfacts, settings.tensor_parallel_size)
         from kvdoctor.engines.vllm import budget as budget_vllm
 
@@ -456,6 +457,18 @@ def _check_kv_heads_split(facts, tp: int) -> None:
         heads = layer.kv_heads or facts.kv_heads
         if layer.kind in KV_HEAD_KINDS and heads and (heads % tp if heads >= tp else tp % heads):
             raise kv_heads_split(heads, tp, layer.index)
+
+
+# Model classes whose vision tower splits its attention heads over the TP ranks (the default
+# mm_encoder_tp_mode "weights"), asserting that the TP size divides them (glm4_1v.py)
+VISION_TP_SPLIT = {"Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration"}
+
+
+def _check_vision_heads_split(spec: ModelSpec, tp: int) -> None:
+    vision = spec.raw_config.get("vision_config")
+    heads = vision.get("num_heads") if isinstance(vision, dict) else None
+    if S.architecture(spec) in VISION_TP_SPLIT and _number(heads) and heads > 0 and heads % tp:
+        raise vision_heads_split(int(heads), tp)
 
 
 def _mimo_v2_geometry(cfg: Mapping[str, Any], sliding: bool) -> tuple[Any, Any, Any]:

@@ -184,6 +184,13 @@ def text_config_not_a_config(model_type: str) -> Startup:
                    wrapped_in="1 validation error for ModelConfig", model_type=model_type)
 
 
+def vision_heads_split(heads: int, tp: int) -> Startup:
+    """The vision tower's attention splits its heads over the TP ranks with `divide` (glm4_1v.py
+    Glm4vVisionAttention), which asserts with this text while the model is built."""
+    return refusal("VLM142", "AssertionError", f"{heads} is not divisible by {tp}", key="tensor_parallel_size",
+                   vision_num_heads=heads, tensor_parallel_size=tp)
+
+
 def tp_heads(heads: int, tp: int) -> Startup:
     return refusal("MEM014", "ValidationError",
                    f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp}).",
