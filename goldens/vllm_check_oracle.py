@@ -132,6 +132,12 @@ def extra_points(name: str, cfg: dict) -> list[tuple[str, dict, str, dict, int]]
         silu = copy.deepcopy(cfg)
         text_of(silu)["hidden_act"] = "silu"
         out.append(("moe_act_silu", silu, "default", {}, BUDGET))
+    if text_of(cfg).get("model_type") == "falcon_h1" and "mamba_d_ssm" not in text_of(cfg):
+        # Megatron-Bridge's Falcon-H1-0.5B config has no mamba_d_ssm, so FalconH1Config's default (1024) fails its
+        # own validation at every grid point; the bridge's export writes heads x head_dim, which vLLM builds
+        sized = copy.deepcopy(cfg)
+        text_of(sized)["mamba_d_ssm"] = text_of(cfg)["mamba_n_heads"] * text_of(cfg)["mamba_d_head"]
+        out.append(("mamba_d_ssm_from_heads", sized, "default", {}, BUDGET))
     if name == "meta-llama__Llama-3.1-8B":  # budgets below one request, and below one block
         out.append(("none", cfg, "kv_budget_4gib", {}, 4 * GiB))
         out.append(("none", cfg, "kv_budget_256kib", {}, 256 << 10))

@@ -6,7 +6,8 @@
 
 Prints the rows docs/vllm.md reports per set: points that agree on every compared field, then the
 start-up outcome, the per-layer KV specs (points where vLLM built specs) and the KV cache groups (points
-where it built groups), each as agreeing / compared. The fields are those tests/test_vllm_profile.py
+where it built groups), each as agreeing / compared, and the points of a model class the profile leaves to
+`--dry-run` (specs.NOT_PLANNED, VLM024), whose specs are not compared. The fields are those tests/test_vllm_profile.py
 holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
 `--merge` then appends the points that agree to goldens/vllm_check.json (points already there are left as they are),
 where tests/test_vllm_profile.py holds the profile to them.
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
+from kvdoctor.engines.vllm.specs import NOT_PLANNED
 from kvdoctor.load.loader import load_model
 
 
@@ -59,6 +61,8 @@ def compare(point: dict, scratch: Path) -> dict[str, str | None]:
         mine = got.refusals[0]
         same = mine.error_class == want["class"] and _norm(mine.message, str(model)) == _norm(_inner(want), str(model))
         out["outcome"] = None if same else f"{mine.error_class}: {mine.message[:80]} | vLLM {want['class']}: {_inner(want)[:80]}"
+    if got.facts.unmodeled and not got.refusals and (point["config"].get("architectures") or [""])[0] in NOT_PLANNED:
+        return {**out, "unmodelled": None}  # VLM024 says kvdoctor leaves it to --dry-run: specs not compared
     if point.get("layers"):
         by_index = {layer.index: layer for layer in got.layers if "engine_spec" in layer.extra}
         reason = None
@@ -99,7 +103,7 @@ def main() -> None:
     path = Path(sys.argv[1])
     points = [p for p in json.loads(path.read_text())["points"]
               if p["outcome"]["start"] or not p["outcome"].get("cpu_only")]
-    rows = {"outcome": [0, 0], "layers": [0, 0], "groups": [0, 0]}
+    rows = {"outcome": [0, 0], "layers": [0, 0], "groups": [0, 0], "unmodelled": [0, 0]}
     whole = 0
     misses = []
     with tempfile.TemporaryDirectory() as scratch:

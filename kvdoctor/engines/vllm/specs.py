@@ -64,6 +64,8 @@ NOT_PLANNED = {
                              "its key compressors (167 specs for DeepSeek-V4-Flash's 43 layers)",
     "DeciLMForCausalLM": "its config class ships with the model (auto_map), which vLLM runs only with "
                          "trust_remote_code",
+    "FalconH1ForCausalLM": "vLLM's model class gives every decoder layer both an attention KV cache and a "
+                           "Mamba-2 state (two specs per layer)",
 }
 # model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
