@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE / "stubs"))  # transformers' image processors import
 from common import CONFIGS, GiB, write  # noqa: E402
 
 REAL = HERE.parent / "fixtures" / "configs" / "real"
+FRESH = HERE.parent / "fixtures" / "configs" / "fresh"  # held-out sets 7 and 8, merged after they were measured
 BUDGET = 40 * GiB
 DEFAULT_WINDOW = 4096  # the window a mutation adds where the config has none
 
@@ -46,7 +47,7 @@ DEFAULT_WINDOW = 4096  # the window a mutation adds where the config has none
 def corpus() -> dict[str, dict]:
     out = {}
     chosen = [Path(d) for d in os.environ.get("KVDOCTOR_CHECK_CONFIGS", "").split(os.pathsep) if d]
-    for folder in chosen or (CONFIGS, REAL):
+    for folder in chosen or (CONFIGS, REAL, FRESH):
         for path in sorted(folder.iterdir()):
             src = path / "config.json" if path.is_dir() else path
             if src.suffix == ".json" and src.exists():
