@@ -75,6 +75,8 @@ REFUSALS = [  # code, config, settings that make it fire; the same config with h
     ("VLM151", lambda: config("mistralai__Ministral-3-3B-Instruct-2512"), {}),
     # GPT-J's published rope_type, which get_rope does not build (the rule's own entry, shared by the plan)
     ("CFG023", lambda: config("EleutherAI__gpt-j-6b"), {}),
+    # DeepSeek-V4 is left to --dry-run, but vLLM's promotion of its sliding MLA specs with HMA off is known
+    ("VLM152", lambda: config("deepseek-ai__DeepSeek-V4-Flash"), {"disable_hybrid_kv_cache_manager": True}),
 ]
 
 
@@ -99,7 +101,8 @@ def _healthy(code: str) -> str:
             "MEM004": "meta-llama__Llama-3.1-8B", "VLM006": "meta-llama__Llama-3.1-8B",
             "VLM011": "deepseek-ai__DeepSeek-V3",
             "VLM012": "Qwen__Qwen3-Next-80B-A3B-Instruct",
-            "VLM032": "poolside__Laguna-XS.2-FP8"}.get(code, "google__gemma-3-1b-it")
+            "VLM032": "poolside__Laguna-XS.2-FP8",
+            "VLM152": "deepseek-ai__DeepSeek-V4-Flash"}.get(code, "google__gemma-3-1b-it")
 
 
 def test_healthy_twins_of_the_set_7_refusals(tmp_path):

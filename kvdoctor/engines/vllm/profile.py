@@ -22,14 +22,15 @@ from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
-                                            nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown,
+                                            nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown, sliding_mla_promotion,
                                             strict_null_window, text_config_not_a_config, tp_heads, vision_heads_split,
                                             unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
 from kvdoctor.load import hf_config
 from kvdoctor.load.families import family_for
-from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import (CHUNKED, COMPRESSED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA,
+                            ModelSpec)
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.common import Budget, BudgetView
@@ -171,7 +172,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             raise remote_code_not_trusted(str(spec.model_dir))
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
-        if hf_config.refuses_null_window((spec.raw_config.get("architectures") or [""])[0], spec.config):
+        if hf_config.refuses_null_window(arch, spec.config) or (
+                arch in S.STRICT_WINDOW_VLLM and "sliding_window" in spec.config and spec.config["sliding_window"] is None):
             raise strict_null_window()
         S.check_layer_types(spec)
         if _text_config_left_a_dict(spec.raw_config):
@@ -208,6 +210,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                 bfacts = budget_facts(spec, interp)
             except InputError as exc:
                 why_not = str(exc).partition(": ")[2] or str(exc)
+        if arch == "DeepseekV4ForCausalLM" and not hma and any(l.kind == COMPRESSED for l in spec.layers):
+            raise sliding_mla_promotion()  # what vLLM does with its specs, which kvdoctor does not plan
         if why_not is not None:
             facts = msgspec.structs.replace(facts, unmodeled=why_not)
             return Plan("vllm", versions, layers, (), facts, (*notes, why_not))

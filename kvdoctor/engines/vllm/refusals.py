@@ -41,6 +41,7 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM142": SRC + "model_executor/models/llama.py#L151",
     "CFG023": SRC + "model_executor/layers/rotary_embedding/__init__.py#L350",
     "VLM151": SRC + "transformers_utils/config.py#L1264",
+    "VLM152": SRC + "v1/kv_cache_interface.py#L175",
     "VLM139": SRC + "model_executor/models/registry.py#L1249",
     "VLM140": SRC + "model_executor/models/registry.py#L1234",
     "VLM141": SRC + "model_executor/models/registry.py#L1243",
@@ -189,6 +190,15 @@ def vision_heads_split(heads: int, tp: int) -> Startup:
     Glm4vVisionAttention), which asserts with this text while the model is built."""
     return refusal("VLM142", "AssertionError", f"{heads} is not divisible by {tp}", key="tensor_parallel_size",
                    vision_num_heads=heads, tensor_parallel_size=tp)
+
+
+def sliding_mla_promotion() -> Startup:
+    """HMA off promotes each SlidingWindowMLASpec to an MLAAttentionSpec when full MLA layers exist
+    (kv_cache_planning.py _promote_local_kv_cache_specs); `replace_as` carries the sliding spec's
+    `bounded_replay` field over, which MLAAttentionSpec does not take (DeepSeek-V4's compressed layers)."""
+    return refusal("VLM152", "TypeError",
+                   "MLAAttentionSpec.__init__() got an unexpected keyword argument 'bounded_replay'",
+                   key="disable_hybrid_kv_cache_manager")
 
 
 def tp_heads(heads: int, tp: int) -> Startup:

@@ -67,6 +67,9 @@ NOT_PLANNED = {
     "FalconH1ForCausalLM": "vLLM's model class gives every decoder layer both an attention KV cache and a "
                            "Mamba-2 state (two specs per layer)",
 }
+# Architectures beside load.hf_config.STRICT_WINDOW_ARCHS whose transformers 5.20.2 class (the one vLLM
+# loads) refuses `sliding_window: null` as a strict int field (goldens: DeepSeek-V4-Flash and -Pro)
+STRICT_WINDOW_VLLM = {"DeepseekV4ForCausalLM"}
 # model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
                        "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4", "exaone4_5_text"}
