@@ -81,9 +81,8 @@ class VllmProfile(EngineProfile):
     release_dist = "vllm"
     Settings = VllmSettings
     # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
-    # are checks.budget's, which leaves them to this plan under `check --engine vllm`
-    # MEM codes are checks.budget's entries, CFG023 checks.cfg_geometry's (an unknown RoPE type, which vLLM
-    # refuses while it builds the model): the plan predicts them too
+    # are checks.budget's, which leaves them to this plan under `check --engine vllm`, and CFG023
+    # checks.cfg_geometry's (an unknown RoPE type, which vLLM refuses while it builds the model)
     refusal_codes = tuple(code for code in CODES if not code.startswith(("MEM", "CFG")))
     shared_refusal_codes = tuple(code for code in CODES if code.startswith(("MEM", "CFG")))
 
