@@ -507,3 +507,22 @@ def test_the_read_only_layer_types_table_is_transformers_own():
                          env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert set(json.loads(out.stdout.strip().splitlines()[-1])) == LAYER_TYPES_READ_ONLY
+
+
+def test_the_mamba_hybrids_asked_of_their_class_are_the_validating_ones():
+    """specs.MAMBA_CLASS_CHECKED: of the Mamba hybrids kvdoctor's family table reads, those whose transformers
+    5.20.2 class defines `validate_architecture` (set 8: Falcon-H1 refused by its own class)."""
+    import subprocess
+
+    from kvdoctor.engines.vllm.specs import MAMBA_CLASS_CHECKED
+
+    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
+    hybrids = ["bamba", "falcon_h1", "granitemoehybrid", "jamba", "zamba", "zamba2", "nemotron_h"]
+    probe = ("import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
+             f"print(json.dumps([mt for mt in {hybrids!r} if 'validate_architecture' in vars(CONFIG_MAPPING[mt])]))\n")
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert set(json.loads(out.stdout.strip().splitlines()[-1])) == MAMBA_CLASS_CHECKED

@@ -162,10 +162,11 @@ DERIVATION_CAN_FAIL = {"exaone4", "exaone4_5_text"}
 # sets it stops in the class ("property 'layer_types' of 'JambaConfig' object has no setter"). A test reads
 # the set off the classes.
 LAYER_TYPES_READ_ONLY = {"bamba", "falcon_h1", "falcon_mamba", "jamba", "mamba", "mamba2"}
-# Mamba hybrids kvdoctor's family table reads itself whose transformers class validates the mixer's geometry
-# (FalconH1Config.validate_architecture: "mamba_n_heads must divide mamba_expand * hidden_size"): vLLM parses
-# config.json with that class, so the plan asks it too.
-MAMBA_CLASS_CHECKED = {"falcon_h1", "bamba", "granitemoehybrid", "zamba2"}
+# Mamba hybrids kvdoctor's family table reads itself whose transformers 5.20.2 class has a
+# `validate_architecture` (FalconH1Config's "mamba_n_heads must divide mamba_expand * hidden_size", JambaConfig's
+# attn_layer_offset below attn_layer_period): vLLM parses config.json with that class, so the plan asks it
+# too. A test reads the set off the classes.
+MAMBA_CLASS_CHECKED = {"falcon_h1", "bamba", "granitemoehybrid", "jamba", "zamba"}
 
 
 def check_layer_types(spec: ModelSpec) -> None:
