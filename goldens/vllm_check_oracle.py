@@ -16,6 +16,8 @@ corpus, the mutations and the settings grid.
 `python vllm_check_oracle.py --model NAME OUT.json` runs one model and writes its points to OUT.json.
 `KVDOCTOR_CHECK_CONFIGS=DIR[:DIR...]` takes the configs from those folders instead (a held-out set kept
 outside the repo) and `KVDOCTOR_CHECK_OUT=FILE.json` writes the points there instead of vllm_check.json.
+`KVDOCTOR_CHECK_MORE_SETTINGS=1` adds, on the unmutated config, `block_size` 32, `max_num_batched_tokens`
+2048 (chunked prefill) and ngram speculation with 3 tokens (held-out set 8).
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ sys.path.insert(0, str(HERE / "stubs"))  # transformers' image processors import
 from common import CONFIGS, GiB, write  # noqa: E402
 
 REAL = HERE.parent / "fixtures" / "configs" / "real"
+FRESH = HERE.parent / "fixtures" / "configs" / "fresh"  # held-out sets 7 and 8, merged after they were measured
 BUDGET = 40 * GiB
 DEFAULT_WINDOW = 4096  # the window a mutation adds where the config has none
 
@@ -44,7 +47,7 @@ DEFAULT_WINDOW = 4096  # the window a mutation adds where the config has none
 def corpus() -> dict[str, dict]:
     out = {}
     chosen = [Path(d) for d in os.environ.get("KVDOCTOR_CHECK_CONFIGS", "").split(os.pathsep) if d]
-    for folder in chosen or (CONFIGS, REAL):
+    for folder in chosen or (CONFIGS, REAL, FRESH):
         for path in sorted(folder.iterdir()):
             src = path / "config.json" if path.is_dir() else path
             if src.suffix == ".json" and src.exists():
@@ -107,6 +110,9 @@ def settings_for(cfg: dict, hybrid: bool) -> dict[str, dict]:
            "fp8": {"kv_cache_dtype": "fp8"}}
     if hybrid:
         out["prefix_caching"] = {"enable_prefix_caching": True}
+    if os.environ.get("KVDOCTOR_CHECK_MORE_SETTINGS"):  # set 8's additions: page size, chunked prefill, speculation
+        out.update(block32={"block_size": 32}, chunked2k={"max_num_batched_tokens": 2048},
+                   ngram3={"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}})
     return out
 
 
@@ -120,6 +126,19 @@ def extra_points(name: str, cfg: dict) -> list[tuple[str, dict, str, dict, int]]
         out.append(("qwen2_partial_window", partial, "default", {}, BUDGET))
     if text_of(cfg).get("kv_lora_rank"):  # an MLA model with the plain nvfp4 KV layout
         out.append(("none", cfg, "nvfp4", {"kv_cache_dtype": "nvfp4"}, BUDGET))
+    if text_of(cfg).get("hidden_act") == "situ" and (text_of(cfg).get("linear_attn_config") or {}).get("kda_layers"):
+        # Kimi-K3: no CPU MoE backend takes its `situ` experts ("No Unquantized MoE backend supports the
+        # deployment configuration."), so every grid point is CPU-only; with `silu` (the MLP's activation never
+        # enters a KV spec) vLLM builds it and its KDA / MLA layout can be compared
+        silu = copy.deepcopy(cfg)
+        text_of(silu)["hidden_act"] = "silu"
+        out.append(("moe_act_silu", silu, "default", {}, BUDGET))
+    if text_of(cfg).get("model_type") == "falcon_h1" and "mamba_d_ssm" not in text_of(cfg):
+        # Megatron-Bridge's Falcon-H1-0.5B config has no mamba_d_ssm, so FalconH1Config's default (1024) fails its
+        # own validation at every grid point; the bridge's export writes heads x head_dim, which vLLM builds
+        sized = copy.deepcopy(cfg)
+        text_of(sized)["mamba_d_ssm"] = text_of(cfg)["mamba_n_heads"] * text_of(cfg)["mamba_d_head"]
+        out.append(("mamba_d_ssm_from_heads", sized, "default", {}, BUDGET))
     if name == "meta-llama__Llama-3.1-8B":  # budgets below one request, and below one block
         out.append(("none", cfg, "kv_budget_4gib", {}, 4 * GiB))
         out.append(("none", cfg, "kv_budget_256kib", {}, 256 << 10))

@@ -23,11 +23,15 @@ from kvdoctor.load.loader import load_model
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "fixtures" / "models"
 REAL = ROOT / "fixtures" / "configs" / "real"
+FRESH = ROOT / "fixtures" / "configs" / "fresh"  # held-out sets 7 and 8
 
 
 def config(name: str) -> dict:
     path = MODELS / name / "config.json"
-    return json.loads((path if path.exists() else REAL / f"{name}.json").read_text())
+    for candidate in (path, REAL / f"{name}.json", FRESH / f"{name}.json"):
+        if candidate.exists():
+            return json.loads(candidate.read_text())
+    raise FileNotFoundError(name)
 
 
 def spec_of(tmp_path: Path, cfg: dict, name: str = "model"):
@@ -67,6 +71,12 @@ REFUSALS = [  # code, config, settings that make it fire; the same config with h
     # LagunaConfig (a type outside kvdoctor's table) checks the layer_types length with its own validator
     ("VLM032", lambda: edited("poolside__Laguna-XS.2-FP8",
                               layer_types=config("poolside__Laguna-XS.2-FP8")["layer_types"][:-1]), {}),
+    # mlc-llm's Ministral-3 preset: the text model's type at the top level keeps text_config a plain dict
+    ("VLM151", lambda: config("mistralai__Ministral-3-3B-Instruct-2512"), {}),
+    # GPT-J's published rope_type, which get_rope does not build (the rule's own entry, shared by the plan)
+    ("CFG023", lambda: config("EleutherAI__gpt-j-6b"), {}),
+    # DeepSeek-V4 is left to --dry-run, but vLLM's promotion of its sliding MLA specs with HMA off is known
+    ("VLM152", lambda: config("deepseek-ai__DeepSeek-V4-Flash"), {"disable_hybrid_kv_cache_manager": True}),
 ]
 
 
@@ -91,7 +101,16 @@ def _healthy(code: str) -> str:
             "MEM004": "meta-llama__Llama-3.1-8B", "VLM006": "meta-llama__Llama-3.1-8B",
             "VLM011": "deepseek-ai__DeepSeek-V3",
             "VLM012": "Qwen__Qwen3-Next-80B-A3B-Instruct",
-            "VLM032": "poolside__Laguna-XS.2-FP8"}.get(code, "google__gemma-3-1b-it")
+            "VLM032": "poolside__Laguna-XS.2-FP8",
+            "VLM152": "deepseek-ai__DeepSeek-V4-Flash"}.get(code, "google__gemma-3-1b-it")
+
+
+def test_healthy_twins_of_the_set_7_refusals(tmp_path):
+    """The configs VLM151 and CFG023 fire on, with the one key fixed, plan without a refusal."""
+    composite = edited("mistralai__Ministral-3-3B-Instruct-2512", model_type="mistral3")
+    assert plan(spec_of(tmp_path, composite, "mistral3"), VllmSettings()).refusals == ()
+    gptj = edited("EleutherAI__gpt-j-6b", rope_scaling=None)
+    assert plan(spec_of(tmp_path, gptj, "gptj"), VllmSettings()).refusals == ()
 
 
 def test_hma_forced_on_with_chunked_eagle_is_refused(tmp_path):
@@ -464,3 +483,46 @@ def test_the_window_flag_table_is_transformers_own():
                          env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert set(json.loads(out.stdout.strip().splitlines()[-1])) == WINDOW_NEEDS_FLAG - composite
+
+
+def test_the_read_only_layer_types_table_is_transformers_own():
+    """specs.LAYER_TYPES_READ_ONLY against transformers 5.20.2 (the vLLM oracle venv's): the configuration
+    classes whose `layer_types` (itself or through attribute_map) is a property without a setter, which a
+    config.json that sets it makes raise (set 7: Jamba with every layer sliding)."""
+    import subprocess
+
+    from kvdoctor.engines.vllm.specs import LAYER_TYPES_READ_ONLY
+
+    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
+    probe = (
+        "import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
+        "found = []\nfor mt in sorted(CONFIG_MAPPING.keys()):\n    cls = CONFIG_MAPPING[mt]\n"
+        "    attr = getattr(cls, 'attribute_map', {}).get('layer_types', 'layer_types')\n"
+        "    prop = getattr(cls, attr, None)\n"
+        "    if isinstance(prop, property) and prop.fset is None:\n        found.append(mt)\n"
+        "print(json.dumps(found))\n")
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert set(json.loads(out.stdout.strip().splitlines()[-1])) == LAYER_TYPES_READ_ONLY
+
+
+def test_the_mamba_hybrids_asked_of_their_class_are_the_validating_ones():
+    """specs.MAMBA_CLASS_CHECKED: of the Mamba hybrids kvdoctor's family table reads, those whose transformers
+    5.20.2 class defines `validate_architecture` (set 8: Falcon-H1 refused by its own class)."""
+    import subprocess
+
+    from kvdoctor.engines.vllm.specs import MAMBA_CLASS_CHECKED
+
+    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
+    hybrids = ["bamba", "falcon_h1", "granitemoehybrid", "jamba", "zamba", "zamba2", "nemotron_h"]
+    probe = ("import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
+             f"print(json.dumps([mt for mt in {hybrids!r} if 'validate_architecture' in vars(CONFIG_MAPPING[mt])]))\n")
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert set(json.loads(out.stdout.strip().splitlines()[-1])) == MAMBA_CLASS_CHECKED

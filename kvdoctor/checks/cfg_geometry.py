@@ -47,8 +47,10 @@ def _number(value: Any) -> TypeGuard[int | float]:
 
 def run(ctx: Context) -> Iterable[Finding]:
     spec = ctx.spec
-    # transformers' classes only warn about these: every family, a guessed one lowered by guess_guard
-    yield from _rope(spec)
+    # transformers' classes only warn about these: every family, a guessed one lowered by guess_guard; an
+    # unknown RoPE type the engine's plan already refuses (vLLM's, CFG023) is reported once, by the plan
+    planned = {(r.code, r.message) for r in ctx.plan.refusals}
+    yield from (f for f in _rope(spec) if not (f.engine_error and (f.code, f.engine_error.get("message")) in planned))
     yield from _text_layers(spec)
     if spec.semantics != "table":
         return  # the class transformers read the config with validated the rest (CFG012 when it refused)

@@ -155,6 +155,17 @@ def owns(model_type: str, name: str) -> bool | None:
         return None
 
 
+def attribute_map(model_type: str) -> dict[str, str]:
+    """The class's own spellings of common keys (GPT-2's `num_hidden_layers` is `n_layer`), read off the
+    class without building it: what a config the class refuses still means by them. Empty when absent."""
+    if not knows(model_type):
+        return {}
+    _, mapping = _registry()
+    with _without_torch():
+        found = getattr(mapping[model_type], "attribute_map", None)
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
 def _innermost(exc: BaseException) -> BaseException:
     """huggingface_hub's strict-dataclass errors wrap the validator's own ValueError."""
     while exc.__cause__ is not None:

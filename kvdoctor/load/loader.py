@@ -286,8 +286,8 @@ def _semantics(model_type: str, cfg: dict[str, Any], source_of) -> tuple[Any, Lo
         return family, Lookup(cfg, family.defaults, source_of, family.key_aliases(cfg)), None
     try:
         view = hf_config.read(model_type, cfg)
-    except hf_config.Rejected as rejected:
-        return UNKNOWN_FAMILY, Lookup(cfg, {}, source_of), rejected
+    except hf_config.Rejected as rejected:  # the plan reports the refusal; the layer count is still the class's key
+        return UNKNOWN_FAMILY, Lookup(cfg, {}, source_of, hf_config.attribute_map(model_type)), rejected
     if view is None:
         return UNKNOWN_FAMILY, Lookup(cfg, {}, source_of), None
     return transformers_family(view), ResolvedLookup(cfg, view, source_of), None

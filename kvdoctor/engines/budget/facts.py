@@ -57,6 +57,14 @@ class Mamba2Dims(msgspec.Struct, frozen=True):
     ssm_dtype: str | None = None
 
 
+class Mamba1Dims(msgspec.Struct, frozen=True):
+    """A Mamba-1 mixer's state (Jamba): intermediate channels x state_size, a conv_kernel - 1 convolution window."""
+
+    intermediate: int
+    state_size: int
+    conv_kernel: int
+
+
 class ShortConvDims(msgspec.Struct, frozen=True):
     """LFM2's short-convolution state: the last conv_kernel - 1 inputs of conv_dim channels."""
 
@@ -91,6 +99,7 @@ class ModelFacts(msgspec.Struct):
     kda: KdaDims | None = None
     mamba: Mamba2Dims | None = None  # for the engines that price Mamba-2 state (SGLang; vLLM's Nemotron-H plan)
     short_conv: ShortConvDims | None = None  # set by the vLLM profile only (its plan for LFM2)
+    mamba1: Mamba1Dims | None = None  # set by the vLLM profile only (its plan for Jamba)
     dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     mlx_lm_module: str | None = None  # set by the mlx-lm profile: the mlx_lm.models module its loader picks
@@ -107,7 +116,7 @@ class ModelFacts(msgspec.Struct):
     def state_kind(self) -> str | None:
         if self.gdn or self.kda:
             return "gdn" if self.gdn else "kda"
-        return "mamba" if self.mamba else "short_conv" if self.short_conv else None
+        return "mamba" if self.mamba or self.mamba1 else "short_conv" if self.short_conv else None
 
     @property
     def windows(self) -> set[int]:

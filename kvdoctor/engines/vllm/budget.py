@@ -250,6 +250,10 @@ def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[StateTensor]]:
         conv_len = m.conv_kernel - 1 + mode.num_speculative_tokens
         tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
                    ("ssm", (_split(m.heads, mode.tp), m.head_dim, m.state_size), dtype_bytes(m.ssm_dtype or "float32"))]
+    elif facts.mamba1:  # MambaStateShapeCalculator.mamba1_state_shape: no speculative slots; both in the model dtype
+        j = facts.mamba1
+        tensors = [("conv", (j.conv_kernel - 1, _split(j.intermediate, mode.tp)), act),
+                   ("ssm", (_split(j.intermediate, mode.tp), j.state_size), act)]
     elif facts.short_conv:  # MambaStateShapeCalculator.short_conv_state_shape
         c = facts.short_conv
         conv_len = c.conv_kernel - 1 + mode.num_speculative_tokens

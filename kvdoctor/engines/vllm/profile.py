@@ -9,25 +9,28 @@ a CPU start-up picks other blocks. Imports no torch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
 
 import msgspec
 from pydantic import BaseModel
 
-from kvdoctor.engines.budget.facts import POSITION_KEYS, Layer, Mamba2Dims, ShortConvDims, facts_from_spec
+from kvdoctor.engines.budget.facts import (POSITION_KEYS, Layer, Mamba1Dims, Mamba2Dims, ShortConvDims,
+                                           facts_from_spec)
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
-                                            nvfp4_with_mla, remote_code_not_trusted, strict_null_window, tp_heads,
+                                            nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown, sliding_mla_promotion,
+                                            strict_null_window, text_config_not_a_config, tp_heads, vision_heads_split,
                                             unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
 from kvdoctor.load import hf_config
 from kvdoctor.load.families import family_for
-from kvdoctor.model import CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import (CHUNKED, COMPRESSED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA,
+                            ModelSpec)
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.common import Budget, BudgetView
@@ -78,9 +81,10 @@ class VllmProfile(EngineProfile):
     release_dist = "vllm"
     Settings = VllmSettings
     # the codes plan() can put in Plan.refusals whose entries the refusal rule owns; MEM002/MEM004/MEM014
-    # are checks.budget's, which leaves them to this plan under `check --engine vllm`
-    refusal_codes = tuple(code for code in CODES if not code.startswith("MEM"))
-    shared_refusal_codes = tuple(code for code in CODES if code.startswith("MEM"))
+    # are checks.budget's, which leaves them to this plan under `check --engine vllm`, and CFG023
+    # checks.cfg_geometry's (an unknown RoPE type, which vLLM refuses while it builds the model)
+    refusal_codes = tuple(code for code in CODES if not code.startswith(("MEM", "CFG")))
+    shared_refusal_codes = tuple(code for code in CODES if code.startswith(("MEM", "CFG")))
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
         return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
@@ -167,14 +171,19 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             raise remote_code_not_trusted(str(spec.model_dir))
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
-        if hf_config.refuses_null_window((spec.raw_config.get("architectures") or [""])[0], spec.config):
+        if hf_config.refuses_null_window(arch, spec.config) or (
+                arch in S.STRICT_WINDOW_VLLM and "sliding_window" in spec.config and spec.config["sliding_window"] is None):
             raise strict_null_window()
         S.check_layer_types(spec)
+        if _text_config_left_a_dict(spec.raw_config):
+            raise text_config_not_a_config(str(spec.raw_config.get("model_type")))
         unsupported = registry.architecture_refusal(spec.raw_config)
         if unsupported is not None:
             raise unsupported
         length = _max_model_len(spec, settings, derived, key)
         heads = spec.config.get("num_attention_heads")
+        if heads is None:  # the class's own spelling (GPT-2's n_head), as the loader read it
+            heads = next((layer.n_heads for layer in spec.layers if layer.n_heads), None)
         if isinstance(heads, int) and heads % settings.tensor_parallel_size:
             raise tp_heads(heads, settings.tensor_parallel_size)
         dtype = settings.kv_cache_dtype
@@ -186,6 +195,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         hma, why = hma_decision(spec.config, settings)
         facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
+        _check_rope_type(spec)
         is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
         facts = msgspec.structs.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
                                     layer_types=interp.layer_types,
@@ -199,9 +209,12 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                 bfacts = budget_facts(spec, interp)
             except InputError as exc:
                 why_not = str(exc).partition(": ")[2] or str(exc)
+        if arch == "DeepseekV4ForCausalLM" and not hma and any(l.kind == COMPRESSED for l in spec.layers):
+            raise sliding_mla_promotion()  # what vLLM does with its specs, which kvdoctor does not plan
         if why_not is not None:
             facts = msgspec.structs.replace(facts, unmodeled=why_not)
             return Plan("vllm", versions, layers, (), facts, (*notes, why_not))
+        _check_vision_heads_split(spec, settings.tensor_parallel_size)
         _check_kv_heads_split(bfacts, settings.tensor_parallel_size)
         from kvdoctor.engines.vllm import budget as budget_vllm
 
@@ -236,6 +249,43 @@ def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
             f"{', '.join(odd)} layers, whose specs vLLM's model class decides")
 
 
+def _text_config_left_a_dict(raw: Mapping[str, Any]) -> bool:
+    """A `text_config` under a top-level model_type that is the text model's own (a composite config whose
+    outer type was replaced by the inner one): that text-only class keeps the mapping as a plain dict,
+    which vLLM then takes for the text config. Asked of transformers' class only in that case."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict) or text.get("model_type") != raw.get("model_type"):
+        return False
+    try:
+        view = hf_config.read(str(raw.get("model_type")), dict(raw), attrs=("text_config",))
+    except hf_config.Rejected:
+        return False  # the class's own refusal is reported where kvdoctor reads the config
+    return view is not None and isinstance(view.resolved.get("text_config"), dict)
+
+
+# The scaling types vLLM 0.33.0's get_rope builds (layers/rotary_embedding/__init__.py), and the legacy names
+# its config patching renames before the model is built ("su" -> longrope, "mrope" -> default).
+VLLM_ROPE_TYPES = frozenset({"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "ntk",
+                             "deepseek_yarn", "deepseek_llama_scaling", "mllama4", "bailing_mrope", "openpangu",
+                             "su", "mrope"})
+
+
+def _rope_type(cfg: Mapping[str, Any]) -> Any:
+    """The RoPE mapping's type (`rope_type`, or the legacy `type`), None without one."""
+    for key in ("rope_parameters", "rope_scaling"):
+        params = cfg.get(key)
+        if isinstance(params, dict):
+            return params.get("rope_type", params.get("type"))
+    return None
+
+
+def _check_rope_type(spec: ModelSpec) -> None:
+    """The model class passes the config's RoPE mapping to get_rope while it is built (stage `specs`)."""
+    rope_type = _rope_type(spec.config)
+    if isinstance(rope_type, str) and rope_type not in VLLM_ROPE_TYPES:
+        raise rope_type_unknown(rope_type, "rope_parameters" if "rope_parameters" in spec.config else "rope_scaling")
+
+
 def _uses_mla(spec: ModelSpec) -> bool:
     """ModelConfig.use_mla: a DeepSeek-style latent attention (the config has a kv_lora_rank)."""
     return S.RULES.get(S.architecture(spec)) in ("mla", "kimi_linear") or bool(spec.config.get("kv_lora_rank"))
@@ -247,29 +297,30 @@ LENGTH_KEYS = (*POSITION_KEYS[:4], "model_max_length", "max_target_positions", "
                "max_seq_length", "seq_len")
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def length_values(spec: ModelSpec) -> dict[str, Any]:
     """The length keys as vLLM sees them. vLLM reads attributes of the transformers config object, so a
     config.json that gives none of them still has its configuration class's defaults (Gemma 3's text
-    config: max_position_embeddings 131072). The class is asked only then: a config that names a key
-    keeps the table families free of transformers (docs/model-semantics.md). A family whose class maps a
-    key to its own spelling (ChatGLM's seq_length is also its max_position_embeddings) has both."""
+    config: max_position_embeddings 131072). For a table family the class is asked only then: a config that
+    names a key keeps the table families free of transformers (docs/model-semantics.md). A family whose
+    class maps a key to its own spelling (ChatGLM's seq_length is also its max_position_embeddings) has both.
+    A type outside the table is read through its class, whose attribute_map may alias a key."""
     family = family_for(spec.model_type)
     aliases = family.key_aliases(spec.config) if family is not None else {}
     values = {name: spec.config.get(name, spec.config.get(aliases.get(name, name))) for name in LENGTH_KEYS}
     given = {name: value for name, value in values.items() if _number(value)}
-    if given:
+    if given and spec.semantics != "transformers":
         return given
+    # GPT-J's max_position_embeddings reads n_positions: vLLM names the key it asked for
     try:
         view = hf_config.read(spec.model_type, spec.config, attrs=LENGTH_KEYS)
     except hf_config.Rejected:
-        return {}  # the class refuses the config: vLLM stops before it derives a length (VLM032 / VLM001)
-    if view is None:
-        return {}
-    return {name: view.resolved[name] for name in LENGTH_KEYS if _number(view.resolved.get(name))}
+        return given  # the class refuses the config: vLLM stops before it derives a length (VLM032 / VLM001)
+    resolved = {name: view.resolved[name] for name in LENGTH_KEYS if _number(view.resolved.get(name))} if view else {}
+    return resolved or given
 
 
 def derived_max_model_len(spec: ModelSpec) -> tuple[float | None, str | None]:
@@ -296,6 +347,11 @@ def derived_max_model_len(spec: ModelSpec) -> tuple[float | None, str | None]:
 
 def _max_model_len(spec: ModelSpec, settings: VllmSettings, derived: float | None, key: str | None) -> int | None:
     if settings.max_model_len is None:
+        if derived is not None and _rope_type(spec.config) in ("longrope", "su"):
+            # _get_and_verify_max_len: LongRoPE models default to original_max_position_embeddings (Phi-3.5's
+            # 4096 of 131072) "to avoid performance degradation for shorter sequences"
+            original = spec.config.get("original_max_position_embeddings")
+            return int(original) if _number(original) else int(derived)
         return int(derived) if derived is not None else 2048
     if derived is not None and settings.max_model_len > derived:
         model_max = spec.config.get("model_max_length")
@@ -365,7 +421,8 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.engines.budget's facts with the layers as vLLM builds them (not as the model means them)."""
-    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION}.get(interp.rule, GDN)
+    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION, "jamba": NO_ATTENTION}.get(
+        interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}
     shadow = [msgspec.structs.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
@@ -374,6 +431,8 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     facts = facts_from_spec(msgspec.structs.replace(spec, layers=shadow))
     if interp.rule == "nemotron_h":
         facts.mamba = mamba2_dims(spec)
+    if interp.rule == "jamba":
+        facts.mamba1 = jamba_dims(spec)
     if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache
         dim, kernel = spec.config.get("conv_dim") or spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
         if not (isinstance(dim, int) and isinstance(kernel, int) and dim > 0 and kernel > 1):
@@ -403,6 +462,18 @@ def _check_kv_heads_split(facts, tp: int) -> None:
             raise kv_heads_split(heads, tp, layer.index)
 
 
+# Model classes whose vision tower splits its attention heads over the TP ranks (the default
+# mm_encoder_tp_mode "weights"), asserting that the TP size divides them (glm4_1v.py)
+VISION_TP_SPLIT = {"Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration"}
+
+
+def _check_vision_heads_split(spec: ModelSpec, tp: int) -> None:
+    vision = spec.raw_config.get("vision_config")
+    heads = vision.get("num_heads") if isinstance(vision, dict) else None
+    if S.architecture(spec) in VISION_TP_SPLIT and _number(heads) and heads > 0 and heads % tp:
+        raise vision_heads_split(int(heads), tp)
+
+
 def _mimo_v2_geometry(cfg: Mapping[str, Any], sliding: bool) -> tuple[Any, Any, Any]:
     """mimo_v2.py builds a layer's attention from the `swa_*` keys where hybrid_layer_pattern makes it
     sliding and from the plain keys elsewhere, whatever layer_types says (the loader follows layer_types)."""
@@ -422,6 +493,19 @@ def mamba2_dims(spec: ModelSpec) -> Mamba2Dims:
     ssm = cfg.get("mamba_ssm_cache_dtype")
     return Mamba2Dims(cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["n_groups"], cfg["ssm_state_size"],
                       cfg["conv_kernel"], ssm if isinstance(ssm, str) and ssm != "auto" else "float32")
+
+
+def jamba_dims(spec: ModelSpec) -> Mamba1Dims:
+    """Jamba's Mamba-1 mixer as jamba.py reads it (get_mamba_state_shape_from_config): mamba_expand x
+    hidden_size channels, mamba_d_state, mamba_d_conv (JambaConfig's defaults 2, 16, 4 where unset)."""
+    cfg = spec.config
+    values: dict[str, int] = {}
+    for key, default in (("mamba_expand", 2), ("hidden_size", None), ("mamba_d_state", 16), ("mamba_d_conv", 4)):
+        value = cfg.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(f"config.json: {key} must be a positive integer for Jamba's Mamba state")
+        values[key] = value
+    return Mamba1Dims(values["mamba_expand"] * values["hidden_size"], values["mamba_d_state"], values["mamba_d_conv"])
 
 
 def layer_plans(interp: S.Interpretation, facts, budget, hma: bool) -> tuple[LayerPlan, ...]:

@@ -39,6 +39,9 @@ CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it;
     "VLM138": HF_SRC + "models/auto/configuration_auto.py#L430",
     "VLM143": HF_SRC + "dynamic_module_utils.py#L788",
     "VLM142": SRC + "model_executor/models/llama.py#L151",
+    "CFG023": SRC + "model_executor/layers/rotary_embedding/__init__.py#L350",
+    "VLM151": SRC + "transformers_utils/config.py#L1264",
+    "VLM152": SRC + "v1/kv_cache_interface.py#L175",
     "VLM139": SRC + "model_executor/models/registry.py#L1249",
     "VLM140": SRC + "model_executor/models/registry.py#L1234",
     "VLM141": SRC + "model_executor/models/registry.py#L1243",
@@ -163,6 +166,39 @@ def kv_heads_split(heads: int, tp: int, layer: int) -> Startup:
     `divide` ("10 is not divisible by 8")."""
     return refusal("VLM142", "AssertionError", "", key="tensor_parallel_size", layer=layer,
                    num_key_value_heads=heads, tensor_parallel_size=tp)
+
+
+def rope_type_unknown(rope_type: object, key: str) -> Startup:
+    """get_rope, called by the model class's attention while vLLM builds the model, knows a fixed set of
+    scaling types; any other stops it (GPT-J's published `rope_scaling: {"rope_type": "gptj"}`)."""
+    return refusal("CFG023", "ValueError", f"Unknown RoPE scaling type {rope_type}", key=key, rope_type=rope_type)
+
+
+def text_config_not_a_config(model_type: str) -> Startup:
+    """get_hf_text_config: the class config.json's top-level model_type names has no text sub-config, so it
+    keeps `text_config` as the plain dict it was given, which get_text_config returns; ModelConfig is a
+    pydantic dataclass, so the ValueError reaches the user as a ValidationError."""
+    return refusal("VLM151", "ValidationError",
+                   "The text_config extracted from the model config does not have `num_attention_heads` attribute. "
+                   "This indicates a mismatch between the model config and vLLM's expectations. Please ensure that "
+                   "the model config is compatible with vLLM.", key="model_type",
+                   wrapped_in="1 validation error for ModelConfig", model_type=model_type)
+
+
+def vision_heads_split(heads: int, tp: int) -> Startup:
+    """The vision tower's attention splits its heads over the TP ranks with `divide` (glm4_1v.py
+    Glm4vVisionAttention), which asserts with this text while the model is built."""
+    return refusal("VLM142", "AssertionError", f"{heads} is not divisible by {tp}", key="tensor_parallel_size",
+                   vision_num_heads=heads, tensor_parallel_size=tp)
+
+
+def sliding_mla_promotion() -> Startup:
+    """HMA off promotes each SlidingWindowMLASpec to an MLAAttentionSpec when full MLA layers exist
+    (kv_cache_planning.py _promote_local_kv_cache_specs); `replace_as` carries the sliding spec's
+    `bounded_replay` field over, which MLAAttentionSpec does not take (DeepSeek-V4's compressed layers)."""
+    return refusal("VLM152", "TypeError",
+                   "MLAAttentionSpec.__init__() got an unexpected keyword argument 'bounded_replay'",
+                   key="disable_hybrid_kv_cache_manager")
 
 
 def tp_heads(heads: int, tp: int) -> Startup:

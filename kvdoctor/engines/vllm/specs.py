@@ -52,6 +52,10 @@ RULES = {
     # mimo_v2.py: sliding where hybrid_layer_pattern[i] == 1, with sliding_window_size as its window (not
     # the config class's sliding_window, which transformers sets one larger); the others plain full
     "MiMoV2FlashForCausalLM": "mimo_v2",
+    # jamba.py: a Mamba-1 mixer or attention per layers_block_type (attn_layer_period / attn_layer_offset)
+    "JambaForCausalLM": "jamba",
+    # kimi_k3.py builds Kimi-Linear's text model: KDA state on linear_attn_config.kda_layers, MLA elsewhere
+    "KimiK3ForConditionalGeneration": "kimi_linear",
 }
 # Model classes the table leaves to `--dry-run` whatever their layers look like (goldens/vllm_check.json
 # holds what vLLM 0.33.0 does with them): why, in a few words.
@@ -60,7 +64,12 @@ NOT_PLANNED = {
                              "its key compressors (167 specs for DeepSeek-V4-Flash's 43 layers)",
     "DeciLMForCausalLM": "its config class ships with the model (auto_map), which vLLM runs only with "
                          "trust_remote_code",
+    "FalconH1ForCausalLM": "vLLM's model class gives every decoder layer both an attention KV cache and a "
+                           "Mamba-2 state (two specs per layer)",
 }
+# Architectures beside load.hf_config.STRICT_WINDOW_ARCHS whose transformers 5.20.2 class (the one vLLM
+# loads) refuses `sliding_window: null` as a strict int field (goldens: DeepSeek-V4-Flash and -Pro)
+STRICT_WINDOW_VLLM = {"DeepseekV4ForCausalLM"}
 # model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
                        "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4", "exaone4_5_text"}
@@ -75,7 +84,8 @@ WINDOW_NEEDS_FLAG = {"deepseek_ocr2_encoder", "inkling_text", "modernbert", "qwe
 # model classes vLLM marks IsHybrid (Mamba-style state)
 HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
           "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "NemotronHForCausalLM",
-          "Lfm2ForCausalLM", "Lfm2VlForConditionalGeneration"}
+          "Lfm2ForCausalLM", "Lfm2VlForConditionalGeneration", "JambaForCausalLM",
+          "KimiK3ForConditionalGeneration"}
 
 
 class LayerSpecPlan(msgspec.Struct, frozen=True):
@@ -147,12 +157,24 @@ CONFIG_CLASS_TYPE = {"exaone4_5_text": "exaone4"}
 # that can fail, when config.json has none: Exaone4Config takes `(i + 1) % sliding_window_pattern`, which
 # a pattern string ("LLLG") makes a TypeError and a null sliding_window (pattern 0) a ZeroDivisionError.
 DERIVATION_CAN_FAIL = {"exaone4", "exaone4_5_text"}
+# Types whose transformers 5.20.2 configuration class answers `layer_types` with a read-only property (Jamba's
+# from attn_layer_period, Falcon-H1's through attribute_map to layers_block_type, ...): a config.json that
+# sets it stops in the class ("property 'layer_types' of 'JambaConfig' object has no setter"). A test reads
+# the set off the classes.
+LAYER_TYPES_READ_ONLY = {"bamba", "falcon_h1", "falcon_mamba", "jamba", "mamba", "mamba2"}
+# Mamba hybrids kvdoctor's family table reads itself whose transformers 5.20.2 class has a
+# `validate_architecture` (FalconH1Config's "mamba_n_heads must divide mamba_expand * hidden_size", JambaConfig's
+# attn_layer_offset below attn_layer_period): vLLM parses config.json with that class, so the plan asks it
+# too. A test reads the set off the classes.
+MAMBA_CLASS_CHECKED = {"falcon_h1", "bamba", "granitemoehybrid", "jamba", "zamba"}
 
 
 def check_layer_types(spec: ModelSpec) -> None:
     """transformers' checks while vLLM reads config.json: one `layer_types` entry per layer, and the
     derivation of the list where a configuration class that can fail at it derives it."""
     if spec.model_type in DERIVATION_CAN_FAIL and "layer_types" not in spec.config:
+        _config_class_check(spec)
+    if spec.model_type in MAMBA_CLASS_CHECKED or (spec.model_type in LAYER_TYPES_READ_ONLY and "layer_types" in spec.config):
         _config_class_check(spec)
     types = _transformers_layer_types(spec)
     if types is not None and len(types) != spec.num_hidden_layers:
@@ -196,6 +218,8 @@ def rule_for(spec: ModelSpec, arch: str, types: list[str] | None) -> str:
     `linear_attention` entries, else the per-layer `layer_types` reading of Llama-like classes."""
     if arch in RULES:
         return RULES[arch]
+    if (spec.config.get("linear_attn_config") or {}).get("kda_layers"):
+        return "kimi_linear"  # KDA state on the listed layers whatever the class: not MLA throughout
     if spec.config.get("kv_lora_rank"):
         return "mla"
     if types and "linear_attention" in types:
@@ -209,6 +233,8 @@ def _layer(spec: ModelSpec, rule: str, i: int, types: list[str] | None, window: 
     kind = types[i] if types else None
     if rule == "lfm2":
         return _attention(i, None, None) if kind == "full_attention" else LayerSpecPlan(i, MAMBA)
+    if rule == "jamba":  # JambaConfig.layer_types is a property (linear / full attention): no model-level window
+        return LayerSpecPlan(i, MAMBA) if spec.layers[i].kind == MAMBA_KIND else _attention(i, None, None)
     if rule == "nemotron_h":
         mixer = spec.layers[i].kind
         if mixer == MAMBA_KIND:

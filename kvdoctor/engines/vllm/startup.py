@@ -87,8 +87,10 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
 # Refusals the CPU box raises where a GPU would not (no workaround): kept, marked `cpu_only`, not compared.
 # The Mamba block-size message is one of them here: no point sets --mamba-block-size, so it only comes from
 # CpuPlatform turning off the prefix caching the point asked for (MLA + linear-attention hybrids).
+# A custom op missing from the CPU build (GPT-2's gelu_new: "'_OpNamespace' '_C' object has no attribute
+# 'gelu_new'") is one too: vLLM's CUDA build has its own kernel.
 CPU_ONLY = ("on CPU", "No Unquantized MoE backend supports the deployment configuration",
-            "--mamba-block-size can only be set with --enable-prefix-caching")
+            "--mamba-block-size can only be set with --enable-prefix-caching", "'_OpNamespace' '_C' object has no attribute")
 
 
 SKIPPED: list[str] = []  # CPU-only checks skipped during the current point
@@ -258,7 +260,8 @@ def fields(vc) -> dict:
 
 
 def layer_index(name: str) -> int | None:
-    match = re.search(r"layers\.(\d+)\.", name)
+    """`model.layers.3.self_attn.attn` and GPT-2-style `transformer.h.3.attn.attn` -> 3."""
+    match = re.search(r"(?:layers|\bh)\.(\d+)\.", name)
     return int(match.group(1)) if match else None
 
 

@@ -1,0 +1,142 @@
+"""Compare the vLLM profile with a held-out set's oracle points (goldens/vllm_check_oracle.py's output).
+
+    KVDOCTOR_CHECK_CONFIGS=DIR KVDOCTOR_CHECK_OUT=/tmp/set.json VLLM_TARGET_DEVICE=cpu \
+        goldens/.venv/vllm/bin/python goldens/vllm_check_oracle.py
+    PYTHONPATH=. .venv/bin/python tools/vllm_heldout.py /tmp/set.json [--misses]
+
+Prints the rows docs/vllm.md reports per set: points that agree on every compared field, then the
+start-up outcome, the per-layer KV specs (points where vLLM built specs) and the KV cache groups (points
+where it built groups), each as agreeing / compared, and the points of a model class the profile leaves to
+`--dry-run` (specs.NOT_PLANNED, VLM024), whose specs are not compared. The fields are those tests/test_vllm_profile.py
+holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
+`--merge` then appends the points that agree to goldens/vllm_check.json (points already there are left as they are),
+where tests/test_vllm_profile.py holds the profile to them.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from kvdoctor.engines.vllm.profile import plan
+from kvdoctor.engines.vllm.settings import VllmSettings
+from kvdoctor.engines.vllm.specs import NOT_PLANNED
+from kvdoctor.load.loader import load_model
+
+
+def _inner(outcome: dict) -> str:
+    text = outcome.get("message") or ""
+    if outcome.get("class") == "ValidationError" and "Value error, " in text:
+        text = text.split("Value error, ", 1)[1].rsplit(" [type=value_error", 1)[0]
+    return text
+
+
+def _norm(text: str, root: str) -> str:
+    text = text.replace(root, "DIR")
+    text = re.sub(r"/tmp/kvdoctor-vllm-check-[\w/-]+", "DIR", text)  # the oracle's scratch folder
+    return re.sub(r"\d+(\.\d+)?", "N", text)
+
+
+def compare(point: dict, scratch: Path) -> dict[str, str | None]:
+    """Each compared field -> None (agrees), a short reason (differs); absent: not compared."""
+    model = scratch / point["model"] / f"{point['mutation']}-{point['setting']}"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(point["config"]))
+    out: dict[str, str | None] = {}
+    try:
+        spec = load_model(str(model), library_check=False)
+        args = point.get("engine_args_effective", point["engine_args"])
+        got = plan(spec, VllmSettings(kv_budget=point["kv_budget_bytes"], **args))
+    except Exception as exc:  # noqa: BLE001 - a held-out config kvdoctor cannot read is a miss, not a crash
+        return {"outcome": f"kvdoctor: {type(exc).__name__}: {exc}"[:160]}
+    want = point["outcome"]
+    if want["start"]:
+        out["outcome"] = None if not got.refusals else f"kvdoctor refuses: {got.refusals[0].message[:120]}"
+    elif not got.refusals:
+        out["outcome"] = f"vLLM refuses ({want['class']}): {_inner(want)[:120]}"
+    else:
+        mine = got.refusals[0]
+        same = mine.error_class == want["class"] and _norm(mine.message, str(model)) == _norm(_inner(want), str(model))
+        out["outcome"] = None if same else f"{mine.error_class}: {mine.message[:80]} | vLLM {want['class']}: {_inner(want)[:80]}"
+    if got.facts.unmodeled and not got.refusals and (point["config"].get("architectures") or [""])[0] in NOT_PLANNED:
+        return {**out, "unmodelled": None}  # VLM024 says kvdoctor leaves it to --dry-run: specs not compared
+    if point.get("layers"):
+        by_index = {layer.index: layer for layer in got.layers if "engine_spec" in layer.extra}
+        reason = None
+        for row in point["layers"]:
+            mine = by_index.get(row["index"])
+            if mine is None:
+                reason = f"layer {row['index']}: no spec (vLLM {row['spec']})"
+                break
+            if mine.extra["engine_spec"] != row["spec"]:
+                reason = f"layer {row['index']}: {mine.extra['engine_spec']} (vLLM {row['spec']})"
+                break
+            if row["spec"] == "MambaSpec":
+                if mine.extra.get("state_shapes") != row["shapes"]:
+                    reason = f"layer {row['index']}: state {mine.extra.get('state_shapes')} (vLLM {row['shapes']})"
+                    break
+                continue
+            window = row["window"] if row["spec"] == "SlidingWindowSpec" else row["attention_chunk_size"]
+            have = (mine.engine_window, mine.extra["num_kv_heads"], mine.extra["head_size"], mine.extra["dtype"])
+            if have != (window, row["num_kv_heads"], row["head_size"], row["dtype"]):
+                reason = f"layer {row['index']}: {have} (vLLM {(window, row['num_kv_heads'], row['head_size'], row['dtype'])})"
+                break
+            if mine.extra["page_size_bytes"] // mine.extra["block_size"] != row["page_size_bytes"] // row["block_size"]:
+                reason = f"layer {row['index']}: bytes per token differ"
+                break
+        if reason is None and len(by_index) != len(point["layers"]):
+            reason = f"{len(by_index)} specs (vLLM {len(point['layers'])})"
+        out["layers"] = reason
+    if point.get("groups"):
+        want_groups = Counter((g["spec"], frozenset(g["layer_ids"])) for g in point["groups"])
+        have_groups = Counter((g.spec, frozenset(g.layer_ids)) for g in got.facts.groups)
+        out["groups"] = None if want_groups == have_groups and got.facts.hma == point["hma"]["on"] else (
+            f"{len(have_groups)} groups {sorted({s for s, _ in have_groups})} "
+            f"(vLLM {len(want_groups)} {sorted({s for s, _ in want_groups})})")
+    return out
+
+
+def main() -> None:
+    path = Path(sys.argv[1])
+    points = [p for p in json.loads(path.read_text())["points"]
+              if p["outcome"]["start"] or not p["outcome"].get("cpu_only")]
+    rows = {"outcome": [0, 0], "layers": [0, 0], "groups": [0, 0], "unmodelled": [0, 0]}
+    whole = 0
+    misses = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for point in points:
+            result = compare(point, Path(scratch))
+            for field, reason in result.items():
+                rows[field][1] += 1
+                rows[field][0] += reason is None
+                if reason is not None:
+                    misses.append(f"{point['model']} {point['mutation']} {point['setting']} [{field}] {reason}")
+            whole += all(reason is None for reason in result.values())
+    print(f"{path.name}: {whole} / {len(points)} points agree on every compared field")
+    for field, (good, total) in rows.items():
+        print(f"  {field}: {good} / {total}")
+    if "--misses" in sys.argv:
+        print("\n".join(misses))
+    if "--merge" in sys.argv:  # the points that agree: a miss stays in the report, not in the goldens
+        merge([p for p in json.loads(path.read_text())["points"] if f"{p['model']} {p['mutation']} {p['setting']}"
+               not in {" ".join(m.split()[:3]) for m in misses}])
+
+
+def merge(points: list[dict]) -> None:
+    golden = Path(__file__).resolve().parent.parent / "goldens" / "vllm_check.json"
+    doc = json.loads(golden.read_text())
+    def key(p: dict) -> tuple:
+        return p["model"], p["mutation"], p["setting"], json.dumps(p["engine_args"], sort_keys=True), p["kv_budget_bytes"]
+
+    held = {key(p) for p in doc["points"]}
+    new = [p for p in points if key(p) not in held]
+    doc["points"] += new
+    golden.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    print(f"{golden}: {len(new)} points added ({len({p['model'] for p in new})} models), {len(doc['points'])} in all")
+
+
+if __name__ == "__main__":
+    main()
