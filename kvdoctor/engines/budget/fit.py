@@ -25,6 +25,7 @@ class Gpu(msgspec.Struct, frozen=True):
     vendor: str
     large_tier: bool = False  # vLLM's >= 70 GiB non-A100 tier (its larger scheduler defaults)
     unified: bool = False
+    sm: int = 0  # CUDA compute capability x 10 (90: Hopper); 0: not NVIDIA or not known
     source: str = ""
 
 
@@ -57,7 +58,8 @@ def gpu(name: str | None, memory: str | None = None) -> Gpu:
     raw = _presets()[key]
     size = int(raw["memory_gib"] * GiB) if override is None else override
     return Gpu(name=key, memory_bytes=size, vendor=raw["vendor"], large_tier=bool(raw.get("large_tier")),
-               unified=bool(raw.get("unified")), source="--gpu-memory" if override is not None else raw["source"])
+               unified=bool(raw.get("unified")), sm=int(raw.get("sm", 0)),
+               source="--gpu-memory" if override is not None else raw["source"])
 
 
 class Request(msgspec.Struct, frozen=True):

@@ -1,12 +1,14 @@
 """SGLang's start-up arithmetic for one parallel layout on one GPU: weights on each rank, the memory its
 `mem_fraction_static` leaves for the KV pools, and what those pools serve (through `sglang.budget`).
 
-KV pools = total x mem_fraction_static - (total - free memory after the weights load)
-                                         srt/model_executor/model_runner.py (profile_max_num_token)
+KV pools = free memory after loading - free memory before loading x (1 - mem_fraction_static)
+          = (total - non-torch) x mem_fraction_static - weights
+            srt/model_executor/model_runner.py (profile_max_num_token) up to 0.5.22,
+            srt/mem_cache/kv_cache_configurator.py (_profile_available_bytes) at 0.5.23
 The memory in use after loading is the weights (exact, from the headers, split as SGLang's layers split
 them) and the CUDA context and communicators (the non-torch figure calibrated on vLLM's logs: the same CUDA
 runtime). Activations and CUDA graphs live in the (1 - mem_fraction_static) SGLang holds back. Without
---mem-fraction-static, the reserve is kvdoctor's model of SGLang's default (`sglang.budget.usable_memory`).
+--mem-fraction-static, the fraction is SGLang's own default for the release, GPU and layout (`sglang.reserve`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, weights_do_n
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import budget as sb
+from kvdoctor.engines.sglang import reserve
 from kvdoctor.engines.sglang import weights as sw
 from kvdoctor.model import ModelSpec
 
@@ -38,18 +41,24 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     par = sw.parallel(tp, pp, dp, ep, dpa)
     weights = weights_per_rank(spec.checkpoint, spec.config, sw.RULES, par, spec.num_hidden_layers)
     non_torch = NON_TORCH[tp * pp > 1]
-    chunked = int(s.get("chunked_prefill_size") or 8192)
+    release = str(s.get("version") or VERSION)
+    d = reserve.defaults(gpu.memory_bytes / MiB, tp, pp, dp, dpa, bool(facts.mla_latent), release,
+                         chunked=s.get("chunked_prefill_size"), max_running=s.get("max_running_requests"),
+                         cuda_graph=not s.get("disable_cuda_graph"))
+    chunked = d.chunked_prefill_size
     if s.get("mem_fraction_static"):
         mfs = float(s["mem_fraction_static"])
-        reserved = gpu.memory_bytes - math.floor(gpu.memory_bytes * mfs)
-        how = f"total x (1 - mem_fraction_static {mfs}): srt/model_executor/model_runner.py @ {VERSION}"
+        how = f"(total - non-torch) x (1 - mem_fraction_static {mfs}): srt/model_executor/model_runner.py"
     else:
-        reserved = gpu.memory_bytes - weights.bytes_per_rank - sb.usable_memory(gpu.memory_bytes, weights.bytes_per_rank,
-                                                                                chunked)[0]
-        mfs = round((gpu.memory_bytes - reserved) / gpu.memory_bytes, 3)
-        how = "SGLang's default reserve as kvdoctor models it (sglang.budget.usable_memory: max(10 GiB, 512 MiB + " \
-              "1.5 x chunked_prefill_size))"
-    kv = gpu.memory_bytes - reserved - weights.bytes_per_rank - non_torch
+        mfs = d.mem_fraction_static
+        how = (f"(total - non-torch) x (1 - mem_fraction_static {mfs}), SGLang's default: " +
+               (f"{d.reserved_mib:.0f} MiB reserved for activations and CUDA graphs, " if d.reserved_mib else "") +
+               d.source)
+    # The pools get what the weights leave of the memory free before loading, less (1 - mfs) of it
+    # (profile_max_num_token / _profile_available_bytes: rest = free after loading - pre-load free x (1 - mfs)).
+    before = gpu.memory_bytes - non_torch
+    reserved = before - math.floor(before * mfs)
+    kv = before - reserved - weights.bytes_per_rank
     if s.get("kv_budget") is not None:
         kv = int(s["kv_budget"])
     terms = [Term(name="reserved", bytes=reserved, source=how),
@@ -58,7 +67,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
              Term(name="non_torch", bytes=non_torch, source="calibrated on vLLM 0.11 logs (the same CUDA runtime)"),
              Term(name="kv", bytes=max(kv, 0), source="what is left for the pools: srt/model_executor/model_runner.py")]
     context = request.context or facts.max_position or 0
-    row = FitRow(engine="sglang", version=VERSION, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
+    row = FitRow(engine="sglang", version=release, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
                  gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
                  weights=weights, terms=terms, kv_bytes=kv, context=context)
     row.refusal = weights_do_not_fit(weights, non_torch, gpu, "SGLang")

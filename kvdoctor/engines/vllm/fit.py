@@ -43,7 +43,12 @@ NON_TORCH = {False: 133 * MiB, True: 563 * MiB}
 # calibration logs (vLLM 0.11, 1024 sequences); 10.3 with the V0 sampler and 256 sequences (vllm-project/vllm#10511).
 SAMPLER_COPIES_V1 = 9.7
 SAMPLER_COPIES_V0 = 10.3
-CUDA_GRAPHS = 512 * MiB  # not calibrated: no log of 0.21 or later prints it; 0.39-1.88 GiB in 0.10-0.11 logs
+# CUDA graphs (subtracted from the KV memory since 0.21): vLLM captures the first two graphs of each mode and
+# extrapolates to all (v1/worker/gpu_model_runner.py:6268-6380 @ 0.33.0). kvdoctor prices each graph at this
+# many bytes per layer and unit of activation width (hidden + active intermediate per rank): 9-14 on the
+# calibration logs' captured graphs (Qwen2-7B 0.10.1, gpt-oss-20b 0.11, Qwen3-8B 0.2x's estimate; gpt-oss-120b
+# 0.11 measured 20), docs/fit.md.
+GRAPH_BYTES_PER_LAYER_WIDTH = 12
 SOURCES = {
     "requested": "vllm/v1/worker/utils.py:724-726 @ 0.33.0 (ceil(total x gpu_memory_utilization))",
     "weights": "exact: safetensors headers split as vllm 0.33.0's layers split them (vllm/weights.py)",
@@ -51,8 +56,9 @@ SOURCES = {
                    "+ 3 x hidden) x dtype (vllm-project/vllm#10517); sampler = max_num_seqs x vocab x 4 B x {copies} "
                    "(v1/worker/gpu_model_runner.py:5866-5900), calibrated on 5 logs (docs/fit.md)",
     "non_torch": "calibrated on 7 logs of vLLM 0.11 (docs/fit.md): 0.13 GiB alone, 0.55 GiB in a TP group",
-    "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21); size not calibrated: a "
-                   "placeholder of 0.5 GiB",
+    "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21): {graphs} graphs (capture sizes "
+                   "of config/vllm.py:2398-2470, FULL and PIECEWISE) x layers x (hidden + intermediate/TP) x 12 B, "
+                   "calibrated on 4 logs (docs/fit.md)",
     "kv": "what is left: v1/worker/gpu_worker.py:752-756 @ 0.33.0",
 }
 
@@ -77,15 +83,37 @@ def gpu_tier(gpu: Gpu) -> str:
     return "large" if gpu.large_tier else "small"
 
 
-def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
-                    version: str) -> int:
-    """The profiling run's peak above the weights on one rank (modelled: see SOURCES)."""
+def widths(config: dict[str, Any]) -> tuple[int, int]:
+    """(hidden, intermediate width one token activates: a dense MLP's, or top-k experts' plus the shared one)."""
     hidden = int(config.get("hidden_size") or 0)
     experts = config.get("num_experts_per_tok") or config.get("moe_topk")
     inter = int(config.get("intermediate_size") or 0)
     if experts and config.get("moe_intermediate_size"):
         inter = int(config["moe_intermediate_size"]) * int(experts) + int(config.get("shared_expert_intermediate_size")
                                                                           or 0)
+    return hidden, inter
+
+
+def capture_sizes(seqs: int, tokens: int, gpu: Gpu) -> tuple[int, int]:
+    """(PIECEWISE graphs, FULL decode graphs) vLLM 0.33.0 captures by default: sizes 1, 2, 4, then steps of 8 to
+    256 and of 16 above, up to min(2 x max_num_seqs, 512; 1024 on datacenter Blackwell, max_num_batched_tokens)
+    (config/vllm.py:2398-2470); the FULL graphs cover the decode batches up to max_num_seqs."""
+    largest = min(2 * seqs, 1024 if gpu.sm >= 100 else 512, tokens)
+    sizes = [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16)] if s <= largest]
+    return len(sizes), len([s for s in sizes if s <= seqs])
+
+
+def cuda_graphs(config: dict[str, Any], layers: int, tp: int, seqs: int, tokens: int, gpu: Gpu) -> tuple[int, int]:
+    """(bytes, graphs) of vLLM's CUDA graph estimate on one rank (modelled: see SOURCES)."""
+    hidden, inter = widths(config)
+    graphs = sum(capture_sizes(seqs, tokens, gpu))
+    return graphs * layers * (hidden + inter // tp) * GRAPH_BYTES_PER_LAYER_WIDTH, graphs
+
+
+def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
+                    version: str) -> int:
+    """The profiling run's peak above the weights on one rank (modelled: see SOURCES)."""
+    hidden, inter = widths(config)
     width = dtype_bytes(facts.serving_dtype)
     forward = tokens * (FORWARD_WIDTHS[0] * inter // tp + FORWARD_WIDTHS[1] * hidden) * width
     copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
@@ -120,9 +148,18 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     seqs = int(s.get("max_num_seqs") or default_seqs)
     assert spec.checkpoint is not None
     weights = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, vw.parallel(tp, pp, dp, ep), spec.num_hidden_layers)
+    padding, padding_source = vw.mxfp4_padding(spec.config, weights.by_kind.get("expert", 0), gpu.sm, tp,
+                                               ep, version)
+    if padding:  # the MoE kernel's tile padding of MXFP4 experts, loaded into the padded shapes
+        weights = replace(weights, bytes_per_rank=weights.bytes_per_rank + padding,
+                          by_kind={**weights.by_kind, "expert": weights.by_kind["expert"] + padding},
+                          source=f"{weights.source}; MXFP4 expert padding +{padding / GiB:.2f} GiB: {padding_source}")
     requested = math.ceil(gpu.memory_bytes * util)
     activations = activation_peak(facts, spec.config, tp, tokens, seqs, version)
-    graphs = 0 if s.get("enforce_eager") or version_tuple(version) < (0, 21) else CUDA_GRAPHS
+    graphs, graph_count = 0, 0
+    if not s.get("enforce_eager") and version_tuple(version) >= (0, 21):
+        layers = max(last - first for first, last in weights.stage_layers)
+        graphs, graph_count = cuda_graphs(spec.config, layers, tp, seqs, tokens, gpu)
     copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
     non_torch = NON_TORCH[tp * pp * dp > 1]
     kv = requested - weights.bytes_per_rank - activations - non_torch - graphs
@@ -137,8 +174,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
              Term(name="weights", bytes=weights.bytes_per_rank, source=SOURCES["weights"]),
              Term(name="activations", bytes=activations, source=SOURCES["activations"].format(copies=copies)),
              Term(name="non_torch", bytes=non_torch, source=SOURCES["non_torch"]),
-             Term(name="cuda_graphs", bytes=graphs, source=SOURCES["cuda_graphs"] if graphs else "enforce_eager "
-                  "or before 0.21: not subtracted"),
+             Term(name="cuda_graphs", bytes=graphs, source=SOURCES["cuda_graphs"].format(graphs=graph_count)
+                  if graphs else "enforce_eager or before 0.21: not subtracted"),
              Term(name="kv", bytes=max(kv, 0), source=kv_source),
              Term(name="free", bytes=gpu.memory_bytes - requested, source="outside gpu_memory_utilization")]
     row = FitRow(engine="vllm", version=version, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes, gpus=tp * pp * dp,
