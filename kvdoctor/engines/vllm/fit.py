@@ -12,7 +12,7 @@ and says how each model was obtained (`Term.source`); docs/fit.md gives their er
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 from msgspec.structs import replace
 
@@ -28,6 +28,7 @@ from kvdoctor.engines.vllm import weights as vw
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["vllm"]
+T = TypeVar("T")
 GPU_MEMORY_UTILIZATION = 0.92  # config/cache.py default at 0.33.0 (vllm.budget.GPU_UTILIZATION)
 # Scheduler defaults of the OpenAI server by GPU class (engine/arg_utils.py:2973-3006 @ 0.33.0).
 BATCHED_TOKENS = {"xl": 16384, "large": 8192, "small": 2048}
@@ -63,9 +64,9 @@ SOURCES = {
 }
 
 
-def in_force(values: tuple[Ranged[str], ...], version: str) -> str:
-    """A message as `version` words it; for a release older than the profiled ones (a start-up log's),
-    the pinned release's wording."""
+def in_force(values: tuple[Ranged[T], ...], version: str) -> T:
+    """A value (a message, a rule) as `version` has it; for a release outside the ranges (a start-up log's),
+    the pinned release's."""
     try:
         return at(values, version)
     except LookupError:
@@ -234,8 +235,25 @@ def _serve(row: FitRow, facts: ModelFacts, tp: int, pp: int, kv: int, context: i
         row.refusal = worst.error
         return
     row.max_concurrency = float(worst.capacity.max_concurrency or 0.0) * int(row.layout["dp"])
-    row.kv_tokens = int(worst.capacity.tokens or 0)
+    row.kv_tokens = printed_tokens(worst, str(row.version))
     row.fits = row.max_concurrency >= (request.concurrency or 1)
+
+
+# What "GPU KV cache size: N tokens" prints: the pool's blocks split evenly over the cache groups, times the
+# smallest block (vllm-project/vllm#40691 quotes it at 0.19.0, v1/core/kv_cache_utils.py _report_kv_cache_config),
+# then max_concurrency x max_model_len (v1/core/kv_cache_utils.py:1121-1128 @ 0.33.0). The release between 0.19.0
+# and 0.33.0 that changed it was not read; 0.20.0 is taken as the first.
+PRINTED_TOKENS_PER_GROUP: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.20.0", source="vllm-project/vllm#40691 (0.19.0)"),
+    Ranged(False, since="0.20.0", source="vllm 0.33.0 v1/core/kv_cache_utils.py:1121-1128"),
+)
+
+
+def printed_tokens(budget: vb.VllmBudget, version: str) -> int:
+    """vLLM's "GPU KV cache size" as the release prints it."""
+    if budget.pool is not None and budget.groups and in_force(PRINTED_TOKENS_PER_GROUP, version):
+        return budget.pool.num_blocks // len(budget.groups) * min(g.block_size for g in budget.groups)
+    return int(budget.capacity.tokens or 0)
 
 
 def launch(spec: ModelSpec, row: FitRow, util: float, request: Request, s: dict[str, Any]) -> list[str]:
