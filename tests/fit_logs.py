@@ -100,13 +100,14 @@ def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
         prof = profile(log["engine"])
         facts = prof.budget_facts(spec)
         request = Request(context=s.get("max_model_len") or s.get("context_length"), kv_cache_dtype=kv_dtype)
-        row = prof.fit(spec, facts, gpu(log["gpu"]), layout, request, {**settings, "version": log["version"]})
+        card = gpu(None, str(int(log['gpu_memory_gib'] * GIB))) if log.get("gpu_memory_gib") else gpu(log["gpu"])
+        row = prof.fit(spec, facts, card, layout, request, {**settings, "version": log["version"]})
         out["weights_gib"] = row.weights.bytes_per_rank / GIB
         out["available_kv_gib"] = row.kv_bytes / GIB
         out["kv_tokens"] = row.kv_tokens
         observed = log["observed"].get("available_kv_gib")
         if isinstance(observed, (int, float)) and observed > 0:
-            given = prof.fit(spec, facts, gpu(log["gpu"]), layout, request,
+            given = prof.fit(spec, facts, card, layout, request,
                              {**settings, "version": log["version"], "kv_budget": int(observed * GIB)})
             out["kv_tokens_given_kv"] = given.kv_tokens
     except InputError as exc:  # the scratch copy's path varies from run to run: the table names the model
