@@ -102,16 +102,25 @@ def test_bad_input_is_one_line_and_exit_2(llama: Path, args: list[str], text: st
     assert text in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM Python installed here")
-def test_launch_commands_parse_and_configure_in_vllm(llama: Path) -> None:
-    _, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "65536", "--kv-cache-dtype", "fp8")
-    commands = [r["launch"] for r in doc["rows"] if r["launch"]] + [doc["recommendation"]["launch"]]
+def _vllm_configs(commands: list[list[str]], tmp_path: Path) -> list[dict]:
+    """Each command through vLLM's own parser and create_engine_config (tests/vllm_launch_child.py)."""
+    listing = tmp_path / "commands.json"
+    listing.write_text(json.dumps(commands))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"VLLM_TARGET_DEVICE": "cpu"}
-    proc = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_launch_child.py"), json.dumps(commands)],
+    proc = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_launch_child.py"), str(listing)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     configs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(configs) == len(commands)
+    assert not [(c, r) for c, r in zip(commands, configs) if "error" in r]
+    return configs
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM Python installed here")
+def test_launch_commands_parse_and_configure_in_vllm(llama: Path, tmp_path: Path) -> None:
+    _, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "65536", "--kv-cache-dtype", "fp8")
+    commands = [r["launch"] for r in doc["rows"] if r["launch"]] + [doc["recommendation"]["launch"]]
+    configs = _vllm_configs(commands, tmp_path)
     for command, config in zip(commands, configs):
         assert config["tp"] == int(command[command.index("--tensor-parallel-size") + 1])
         assert config["max_model_len"] == 65536
@@ -217,3 +226,25 @@ def test_checks_html_draws_the_rank_of_a_deploy_that_does_not_fit(llama: Path, t
     html = page.read_text()
     assert "Memory of the fullest rank (MEM016)" in html
     assert 'class="fit-bar"' in html and 'title="weights: 14.96 GiB"' in html
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM Python installed here")
+def test_moe_pipeline_and_deploy_flags_parse_and_configure_in_vllm(llama: Path, tmp_path: Path) -> None:
+    """Expert parallelism (gpt-oss), pipeline stages, and the deploy file's scheduler and eager flags: every
+    emitted command is one vLLM 0.33.0 parses and configures with the layout kvdoctor priced."""
+    moe = make_model(tmp_path, "gpt-oss-20b")
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("vllm:\n  max_num_seqs: 64\n  max_num_batched_tokens: 4096\n  enforce_eager: true\n"
+                      "  gpu_memory_utilization: 0.85\n")
+    docs = [_json(str(moe), "--gpu", "H100-80GB", "--gpus", "2", "--context", "32768")[1],
+            _json(str(llama), "--gpu", "A100-40GB", "--gpus", "4", "--context", "16384", "--deploy", str(deploy))[1]]
+    rows = [r for d in docs for r in d["rows"] if r["launch"]]
+    assert any(r["layout"].get("expert_parallel") for r in rows) and any(r["layout"]["pp"] > 1 for r in rows)
+    configs = _vllm_configs([r["launch"] for r in rows], tmp_path)
+    for row, config in zip(rows, configs):
+        assert (config["tp"], config["pp"]) == (row["layout"]["tp"], row["layout"]["pp"])
+        assert config["expert_parallel"] == bool(row["layout"].get("expert_parallel"))
+        assert config["max_model_len"] == row["context"]
+    eager = [c for r, c in zip(rows, configs) if "--enforce-eager" in r["launch"]]
+    assert eager and all(c["enforce_eager"] and c["max_num_seqs"] == 64 and c["gpu_memory_utilization"] == 0.85
+                         for c in eager)
