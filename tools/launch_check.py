@@ -32,7 +32,11 @@ def commands_for(config_path: Path, scratch: Path, gpus: list[int]) -> tuple[lis
     (d / "config.json").write_text(json.dumps(config))
     out: list[list[str]] = []
     try:
-        write_checkpoint(d, layout_for(d))
+        layout = layout_for(d)
+    except (KeyError, TypeError, ValueError) as exc:  # a config synth cannot lay out: no checkpoint to price
+        return out, f"no synthetic checkpoint ({type(exc).__name__}: {exc})"
+    try:
+        write_checkpoint(d, layout)
         text = config.get("text_config") or config
         context = min(32768, int(text.get("max_position_embeddings") or 32768))
         for n in gpus:
