@@ -105,7 +105,7 @@ def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
         out["weights_gib"] = row.weights.bytes_per_rank / GIB
         out["available_kv_gib"] = row.kv_bytes / GIB
         out["kv_tokens"] = row.kv_tokens
-        observed = log["observed"].get("available_kv_gib")
+        observed = available_kv(log)
         if isinstance(observed, (int, float)) and observed > 0:
             given = prof.fit(spec, facts, card, layout, request,
                              {**settings, "version": log["version"], "kv_budget": int(observed * GIB)})
@@ -113,6 +113,24 @@ def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
     except InputError as exc:  # the scratch copy's path varies from run to run: the table names the model
         return {"skip": str(exc).replace(f"{tmp}/", "")}
     return out
+
+
+def available_kv(log: dict[str, Any]) -> float | None:
+    """The KV memory a log printed, in GiB: vLLM's "Available KV cache memory", or SGLang's K and V sizes
+    (its "GB" are 2^30 bytes) where it prints no total."""
+    obs = log["observed"]
+    if obs.get("available_kv_gib") is not None:
+        return obs["available_kv_gib"]
+    if log["engine"] == "sglang" and obs.get("k_size_gb") is not None:
+        return obs["k_size_gb"] + obs.get("v_size_gb", 0)
+    return None
+
+
+def pool_tokens(log: dict[str, Any]) -> int | None:
+    """SGLang's pool: max_total_num_tokens, or the "#tokens" of its "KV Cache is allocated" line."""
+    if log["engine"] != "sglang":
+        return None
+    return log["observed"].get("max_total_num_tokens") or log["observed"].get("kv_tokens")
 
 
 def error(predicted: float | None, observed: Any) -> float | None:
@@ -132,14 +150,14 @@ def rows() -> list[dict[str, Any]]:
                         "skip": p.get("skip"),
                         "weights": (p.get("weights_gib"), obs.get("weights_gib"), error(p.get("weights_gib"),
                                                                                        obs.get("weights_gib"))),
-                        "kv": (p.get("available_kv_gib"), obs.get("available_kv_gib"),
-                               error(p.get("available_kv_gib"), obs.get("available_kv_gib"))),
+                        "kv": (p.get("available_kv_gib"), available_kv(log),
+                               error(p.get("available_kv_gib"), available_kv(log))),
                         "tokens": (p.get("kv_tokens_given_kv"), obs.get("kv_tokens"),
                                    error(p.get("kv_tokens_given_kv"), obs.get("kv_tokens"))),
                         "pool": (p.get("kv_tokens") if log["engine"] == "sglang" else None,
-                                 obs.get("max_total_num_tokens"),
+                                 pool_tokens(log),
                                  error(p.get("kv_tokens") if log["engine"] == "sglang" else None,
-                                       obs.get("max_total_num_tokens")))})
+                                       pool_tokens(log)))})
         return out
 
 

@@ -28,7 +28,12 @@ from kvdoctor.engines.sglang import weights as sw
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["sglang"]
-NON_TORCH = {False: 133 * MiB, True: 563 * MiB}  # the CUDA runtime's share, as calibrated for vLLM (docs/fit.md)
+# Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
+# in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
+# avail mem=137.29 GB" of 139.80 GiB, sgl-project/sglang#11716); logs show 1-2.5 GiB across GPUs and releases.
+NON_TORCH = {False: 133 * MiB, True: 2570 * MiB}
+NON_TORCH_SOURCE = {False: "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
+                    True: "memory in use before loading in a TP group: sgl-project/sglang#11716 (2.51 GiB, H200, TP 8)"}
 KV_DTYPES = {"fp8": "fp8_e4m3"}  # fit's --kv-cache-dtype fp8 in SGLang's spelling
 
 
@@ -64,7 +69,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     terms = [Term(name="reserved", bytes=reserved, source=how),
              Term(name="weights", bytes=weights.bytes_per_rank, source=f"exact: safetensors headers split as sglang "
                   f"{VERSION}'s layers split them (sglang/weights.py)"),
-             Term(name="non_torch", bytes=non_torch, source="calibrated on vLLM 0.11 logs (the same CUDA runtime)"),
+             Term(name="non_torch", bytes=non_torch, source=NON_TORCH_SOURCE[tp * pp > 1]),
              Term(name="kv", bytes=max(kv, 0), source="what is left for the pools: srt/model_executor/model_runner.py")]
     context = request.context or facts.max_position or 0
     row = FitRow(engine="sglang", version=release, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
