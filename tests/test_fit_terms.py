@@ -2,6 +2,8 @@
 release, GPU memory and layout, vLLM's MXFP4 expert padding by GPU class and its CUDA graph capture sizes."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvdoctor.engines.budget.fit import gpu
@@ -85,3 +87,22 @@ def test_vllm_capture_sizes() -> None:
     assert vfit.capture_sizes(1024, 8192, h100) == (51, 51)
     assert vfit.capture_sizes(8, 8192, h100) == (5, 4)  # up to 2 x 8 tokens: 1, 2, 4, 8, 16; FULL up to 8
     assert vfit.capture_sizes(1024, 8192, gpu("B200"))[0] == 51 + 32  # 1024 on datacenter Blackwell
+
+
+def test_pipeline_stage_without_cache_layers_is_priced(tmp_path) -> None:
+    """Nemotron-NAS (Llama-3.3-Nemotron-Super-49B) has attention-free blocks: at PP 8 a stage may hold no KV
+    cache at all; fit prices the others instead of failing on the empty one."""
+    import json
+
+    from kvdoctor import api
+    from kvdoctor.load.synth import layout_for, write_checkpoint
+
+    d = tmp_path / "nemotron"
+    d.mkdir()
+    src = Path(__file__).resolve().parent.parent / "fixtures/configs/real/nvidia__Llama-3_3-Nemotron-Super-49B-v1.json"
+    (d / "config.json").write_text(src.read_text())
+    write_checkpoint(d, layout_for(d))
+    doc = api.fit(d, gpu="H100-80GB", gpus=8, context=32768)
+    pp8 = next(r for r in doc["rows"] if r["layout"]["pp"] == 8)
+    assert pp8["kv_tokens"] and pp8["refusal"] is None
+    assert json.loads((d / "config.json").read_text())["block_configs"]  # the attention-free blocks are there

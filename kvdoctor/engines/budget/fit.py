@@ -13,8 +13,10 @@ from functools import lru_cache
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
 from kvdoctor.engines.budget.common import GiB, EngineRefusal, Record
+from kvdoctor.engines.budget.facts import ModelFacts
 from kvdoctor.engines.budget.weights import WeightsRecord
 from kvdoctor.errors import InputError
 
@@ -132,3 +134,13 @@ def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:
            "dp_attention": bool(section.get("enable_dp_attention"))}
     plain = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "expert_parallel": False, "dp_attention": False}
     return None if out == plain else out
+
+
+def stage_facts(facts: ModelFacts, stage_layers: list[list[int]], pp: int) -> list[ModelFacts]:
+    """Each pipeline stage's cache layers; a stage with none (attention-free blocks, as Nemotron-NAS has) holds
+    no KV cache and is left out."""
+    if pp == 1:
+        return [facts]
+    stages = [replace(facts, layers=[layer for layer in facts.layers if first <= layer.index < last])
+              for first, last in stage_layers]
+    return [stage for stage in stages if stage.layers] or [facts]

@@ -15,11 +15,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from msgspec.structs import replace
-
 from kvdoctor.engines.budget.common import MiB, EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts
-from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, weights_do_not_fit
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import budget as sb
@@ -84,8 +82,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     kv_dtype = KV_DTYPES.get(request.kv_cache_dtype or "auto", request.kv_cache_dtype or "auto")
     attn_tp = tp // dp if dpa else tp
     worst = None
-    for first, last in weights.stage_layers:
-        stage = replace(facts, layers=[layer for layer in facts.layers if first <= layer.index < last]) if pp > 1 else facts
+    for stage in stage_facts(facts, weights.stage_layers, pp):
         mode = sb.Mode(context_length=context, kv_budget_bytes=kv, kv_cache_dtype=kv_dtype, tp=attn_tp,
                        chunked_prefill_size=chunked, max_running_requests=s.get("max_running_requests"))
         result = sb.plan(stage, mode)

@@ -18,7 +18,7 @@ from msgspec.structs import replace
 
 from kvdoctor.engines.budget.common import GiB, MiB, EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
-from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, weights_do_not_fit
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import Ranged, at
@@ -207,8 +207,7 @@ def _plan_stages(row: FitRow, facts: ModelFacts, tp: int, pp: int, kv: int, leng
                  s: dict[str, Any], tokens: int, seqs: int) -> vb.VllmBudget:
     """vLLM's KV plan on each pipeline stage's own layers; the stage that serves least (or refuses) decides."""
     worst: vb.VllmBudget | None = None
-    for first, last in row.weights.stage_layers:
-        stage = replace(facts, layers=[layer for layer in facts.layers if first <= layer.index < last]) if pp > 1 else facts
+    for stage in stage_facts(facts, row.weights.stage_layers, pp):
         mode = vb.Mode(max_model_len=length, kv_budget_bytes=kv, kv_cache_dtype=request.kv_cache_dtype or "auto",
                        tp=tp, prefix_caching=s.get("enable_prefix_caching") is not False, max_num_batched_tokens=tokens,
                        max_num_seqs=seqs)
