@@ -102,9 +102,10 @@ def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
         request = Request(context=s.get("max_model_len") or s.get("context_length"), kv_cache_dtype=kv_dtype)
         card = gpu(None, str(int(log['gpu_memory_gib'] * GIB))) if log.get("gpu_memory_gib") else gpu(log["gpu"])
         row = prof.fit(spec, facts, card, layout, request, {**settings, "version": log["version"]})
-        out["weights_gib"] = row.weights.bytes_per_rank / GIB
-        out["available_kv_gib"] = row.kv_bytes / GIB
-        out["kv_tokens"] = row.kv_tokens
+        if not log.get("kv_only"):  # kv_only: the stored config is not the checkpoint served (a quantized copy)
+            out["weights_gib"] = row.weights.bytes_per_rank / GIB
+            out["available_kv_gib"] = row.kv_bytes / GIB
+            out["kv_tokens"] = row.kv_tokens
         observed = available_kv(log)
         if isinstance(observed, (int, float)) and observed > 0:
             given = prof.fit(spec, facts, card, layout, request,

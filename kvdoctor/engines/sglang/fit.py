@@ -73,7 +73,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     row = FitRow(engine="sglang", version=release, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
                  gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
                  weights=weights, terms=terms, kv_bytes=kv, context=context)
-    row.refusal = weights_do_not_fit(weights, non_torch, gpu, "SGLang")
+    if s.get("kv_budget") is None:  # given the engine's own KV figure, the engine did load the weights
+        row.refusal = weights_do_not_fit(weights, non_torch, gpu, "SGLang")
     if row.refusal is not None:
         return row
     if kv <= 0:

@@ -188,7 +188,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     if weights.unmatched:
         row.notes.append(f"{len(weights.unmatched)}+ tensors no sharding rule names were priced whole on every rank "
                          f"(e.g. {weights.unmatched[0]})")
-    row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
+    if s.get("kv_budget") is None:  # given the engine's own KV figure, the engine did load the weights
+        row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
     if row.refusal is not None:
         return row
     if kv <= 0:
