@@ -6,7 +6,9 @@ model's published config.json lies in configs/ORG__NAME/. Its checkpoint is synt
 (kvdoctor.load.synth: the real tensor names and shapes of its family, quantized as its
 quantization_config says), so the weights are priced as the engine stores them.
 
-Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers.
+Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers;
+`--summary` prints how many logs meet each of issue 40's bounds, per part and for the logs collected after the
+last calibration (their `collected_after_calibration` field).
 """
 from __future__ import annotations
 
@@ -188,8 +190,32 @@ def share_within(data: list[dict[str, Any]], key: str, bound: float, part: str |
     return sum(1 for e in errs if abs(e) <= bound), len(errs)
 
 
+BOUNDS = (("weights", 0.02, "weights per rank within 2%"), ("kv", 0.05, "available KV within 5%"),
+          ("tokens", 0.02, "KV tokens within 2% given the logged KV memory"),
+          ("pool", 0.05, "SGLang pool tokens within 5%"))
+
+
+def summary(data: list[dict[str, Any]]) -> str:
+    late = {stem for stem, log in logs() if log.get("collected_after_calibration")}
+    groups = [("calibration", [r for r in data if r["part"] == "calibration"]),
+              ("validation", [r for r in data if r["part"] == "validation"]), ("all", data),
+              ("collected after the last calibration", [r for r in data if r["log"] in late])]
+    lines = [f"{len(data)} logs, {sum(1 for r in data if not r['skip'])} predicted"]
+    for name, group in groups:
+        cells = []
+        for key, bound, label in BOUNDS:
+            within, counted = share_within(group, key, bound)
+            cells.append(f"{label}: {within}/{counted}")
+        lines.append(f"{name} ({len(group)} logs): " + "; ".join(cells))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
-    text = table(rows())
+    data = rows()
+    if "--summary" in sys.argv:
+        print(summary(data), end="")
+        return
+    text = table(data)
     if "--write" in sys.argv:
         doc = DOC.read_text()
         head, _, rest = doc.partition(BEGIN)

@@ -106,3 +106,28 @@ def test_pipeline_stage_without_cache_layers_is_priced(tmp_path) -> None:
     pp8 = next(r for r in doc["rows"] if r["layout"]["pp"] == 8)
     assert pp8["kv_tokens"] and pp8["refusal"] is None
     assert json.loads((d / "config.json").read_text())["block_configs"]  # the attention-free blocks are there
+
+
+def test_qwen3_5_family_keeps_its_ssm_state_in_the_config_dtype(tmp_path) -> None:
+    """vLLM sets mamba_ssm_cache_dtype from mamba_ssm_dtype (float32) for the Qwen3.5/3.6 architectures, so the
+    GDN layers' SSM state is twice the bf16 figure; an architecture outside that family keeps the model dtype."""
+    import json
+
+    from kvdoctor.engines import profile
+    from kvdoctor.engines.vllm import budget as vb
+    from kvdoctor.load.loader import load_model
+
+    src = Path(__file__).resolve().parent.parent / "fixtures/configs/real/Qwen__Qwen3.6-35B-A3B.json"
+    config = json.loads(src.read_text())
+    assert config["text_config"]["mamba_ssm_dtype"] == "float32"
+    states = {}
+    for name, arch in (("qwen36", config["architectures"]), ("other", ["SomeOtherGdnForCausalLM"])):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({**config, "architectures": arch}))
+        facts = profile("vllm").budget_facts(load_model(str(d)))
+        _, tensors = vb.state_bytes(facts, vb.Mode(max_model_len=4096, kv_budget_bytes=1 << 30))
+        states[name] = {t.tensor: t for t in tensors}
+    assert states["qwen36"]["ssm"].dtype_bytes == 4 and states["other"]["ssm"].dtype_bytes == 2
+    assert states["qwen36"]["ssm"].bytes == 2 * states["other"]["ssm"].bytes
+    assert states["qwen36"]["conv"].bytes == states["other"]["conv"].bytes  # the conv state keeps the model dtype

@@ -46,9 +46,9 @@ SAMPLER_COPIES_V1 = 9.7
 SAMPLER_COPIES_V0 = 10.3
 # CUDA graphs (subtracted from the KV memory since 0.21): vLLM captures the first two graphs of each mode and
 # extrapolates to all (v1/worker/gpu_model_runner.py:6268-6380 @ 0.33.0). kvdoctor prices each graph at this
-# many bytes per layer and unit of activation width (hidden + active intermediate per rank): 9-14 on the
-# calibration logs' captured graphs (Qwen2-7B 0.10.1, gpt-oss-20b 0.11, Qwen3-8B 0.2x's estimate; gpt-oss-120b
-# 0.11 measured 20), docs/fit.md.
+# many bytes per layer and unit of activation width (hidden + active intermediate per rank): 9-14 on three
+# calibration logs (the graphs captured by Qwen2-7B at 0.10.1 and gpt-oss-20b at 0.11, and 0.21's estimate for
+# Qwen3-8B; gpt-oss-120b at 0.11 measured 20), docs/fit.md.
 GRAPH_BYTES_PER_LAYER_WIDTH = 12
 SOURCES = {
     "requested": "vllm/v1/worker/utils.py:724-726 @ 0.33.0 (ceil(total x gpu_memory_utilization))",
@@ -59,7 +59,7 @@ SOURCES = {
     "non_torch": "calibrated on 7 logs of vLLM 0.11 (docs/fit.md): 0.13 GiB alone, 0.55 GiB in a TP group",
     "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21): {graphs} graphs (capture sizes "
                    "of config/vllm.py:2398-2470, FULL and PIECEWISE) x layers x (hidden + intermediate/TP) x 12 B, "
-                   "calibrated on 4 logs (docs/fit.md)",
+                   "calibrated on 3 logs (docs/fit.md)",
     "kv": "what is left: v1/worker/gpu_worker.py:752-756 @ 0.33.0",
 }
 
