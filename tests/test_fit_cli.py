@@ -12,6 +12,18 @@ import pytest
 from helpers import ROOT, make_model, run
 
 VLLM_PYTHON = Path(os.environ.get("KVDOCTOR_VLLM_PYTHON", "/tmp/ux/venvs/vllm/bin/python"))
+# An SGLang venv's Python (`kvdoctor engines install sglang`, or a goldens venv): none is installed by default.
+SGLANG_PYTHON = os.environ.get("KVDOCTOR_SGLANG_PYTHON", "")
+
+
+def _sglang_missing() -> str:
+    """Why the SGLang launch test cannot run here ("" when it can)."""
+    if not SGLANG_PYTHON or not Path(SGLANG_PYTHON).exists():
+        return "no SGLang Python: set KVDOCTOR_SGLANG_PYTHON to an SGLang venv's python"
+    proc = subprocess.run([SGLANG_PYTHON, "-c", "import sglang.srt.server_args"], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=300)
+    return "" if proc.returncode == 0 else f"{SGLANG_PYTHON} cannot import sglang.srt.server_args: " + (
+        proc.stderr.strip().splitlines() or ["?"])[-1]
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +260,33 @@ def test_moe_pipeline_and_deploy_flags_parse_and_configure_in_vllm(llama: Path, 
     eager = [c for r, c in zip(rows, configs) if "--enforce-eager" in r["launch"]]
     assert eager and all(c["enforce_eager"] and c["max_num_seqs"] == 64 and c["gpu_memory_utilization"] == 0.85
                          for c in eager)
+
+
+@pytest.mark.skipif(not SGLANG_PYTHON, reason="no SGLang Python: set KVDOCTOR_SGLANG_PYTHON to an SGLang venv's python")
+def test_sglang_launch_commands_parse_and_build_server_args(llama: Path, tmp_path: Path) -> None:
+    """Every emitted `python -m sglang.launch_server` command through SGLang's own parser and ServerArgs
+    (prepare_server_args): TP, PP, expert parallelism (gpt-oss) and attention DP (an MLA model)."""
+    why = _sglang_missing()
+    if why:
+        pytest.skip(why)
+    mla = make_model(tmp_path, json.loads((ROOT / "fixtures/configs/real/deepseek-ai__DeepSeek-V2-Lite.json").read_text()),
+                     dirname="deepseek-v2-lite")
+    moe = make_model(tmp_path, "gpt-oss-20b")
+    docs = [_json(str(m), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "2", "--context", "16384",
+                  *extra)[1] for m, extra in ((llama, ["--kv-cache-dtype", "fp8"]), (moe, []), (mla, []))]
+    rows = [r for d in docs for r in d["rows"] if r["launch"]]
+    assert any(r["layout"]["ep"] > 1 for r in rows) and any(r["layout"]["dp_attention"] for r in rows)
+    assert any(r["layout"]["pp"] > 1 for r in rows)
+    listing = tmp_path / "commands.json"
+    listing.write_text(json.dumps([r["launch"] for r in rows]))
+    proc = subprocess.run([SGLANG_PYTHON, str(ROOT / "tests" / "sglang_launch_child.py"), str(listing)],
+                          capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(rows)
+    assert not [(r["launch"], got) for r, got in zip(rows, results) if "error" in got]
+    for row, got in zip(rows, results):
+        assert (got["tp"], got["pp"], got["ep"]) == (row["layout"]["tp"], row["layout"]["pp"], row["layout"]["ep"])
+        assert got["dp_attention"] == row["layout"]["dp_attention"] and got["context_length"] == 16384
+        assert got["mem_fraction_static"] == row["deploy"]["mem_fraction_static"]
