@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import make_model
 
 from kvdoctor.engines.budget.fit import gpu
 from kvdoctor.engines.sglang import reserve
@@ -131,3 +132,22 @@ def test_qwen3_5_family_keeps_its_ssm_state_in_the_config_dtype(tmp_path) -> Non
     assert states["qwen36"]["ssm"].dtype_bytes == 4 and states["other"]["ssm"].dtype_bytes == 2
     assert states["qwen36"]["ssm"].bytes == 2 * states["other"]["ssm"].bytes
     assert states["qwen36"]["conv"].bytes == states["other"]["conv"].bytes  # the conv state keeps the model dtype
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_tp_that_does_not_divide_the_heads_is_refused_not_launched(tmp_path, engine: str) -> None:
+    """Qwen2.5-7B has 28 attention heads: TP 8 does not divide them. vLLM refuses in its config
+    (tools/launch_check.py found fit emitting that command), SGLang's attention class asserts; the row carries
+    the refusal and no launch command, and the recommendation takes another layout."""
+    from kvdoctor import api
+
+    model = make_model(tmp_path, "qwen2.5-7b")
+    doc = api.fit(model, engine=engine, gpu="H100-80GB", gpus=8, context=32768)
+    tp8 = next(r for r in doc["rows"] if r["layout"]["tp"] == 8 and r["layout"]["pp"] == 1)
+    assert tp8["refusal"] is not None and not tp8["launch"] and not tp8["fits"]
+    if engine == "vllm":
+        assert tp8["refusal"]["message"] == ("Total number of attention heads (28) must be divisible by tensor "
+                                             "parallel size (8).")
+    tp4 = next(r for r in doc["rows"] if r["layout"]["tp"] == 4 and r["layout"]["pp"] == 2)
+    assert tp4["refusal"] is None and tp4["launch"]
+    assert doc["recommendation"]["layout"]["tp"] in (1, 2, 4)

@@ -73,6 +73,13 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     row = FitRow(engine="sglang", version=release, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
                  gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
                  weights=weights, terms=terms, kv_bytes=kv, context=context)
+    attn_tp = tp // dp if dpa else tp
+    if facts.attention_heads and facts.attention_heads % attn_tp:
+        # a bare `assert self.total_num_heads % tp_size == 0` in the attention classes (srt/models/llama.py:183,
+        # qwen2.py:167 @ 0.5.23): the message is empty
+        row.refusal = EngineRefusal("AssertionError", "", stage="load")
+        row.notes.append(f"the {facts.attention_heads} attention heads do not split over an attention TP of {attn_tp}")
+        return row
     if s.get("kv_budget") is None:  # given the engine's own KV figure, the engine did load the weights
         row.refusal = weights_do_not_fit(weights, non_torch, gpu, "SGLang")
     if row.refusal is not None:
@@ -81,7 +88,6 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
         row.refusal = sb.not_enough_memory()
         return row
     kv_dtype = KV_DTYPES.get(request.kv_cache_dtype or "auto", request.kv_cache_dtype or "auto")
-    attn_tp = tp // dp if dpa else tp
     worst = None
     for stage in stage_facts(facts, weights.stage_layers, pp):
         mode = sb.Mode(context_length=context, kv_budget_bytes=kv, kv_cache_dtype=kv_dtype, tp=attn_tp,

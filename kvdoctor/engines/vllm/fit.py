@@ -188,6 +188,10 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     if weights.unmatched:
         row.notes.append(f"{len(weights.unmatched)}+ tensors no sharding rule names were priced whole on every rank "
                          f"(e.g. {weights.unmatched[0]})")
+    if facts.attention_heads and facts.attention_heads % tp:  # ModelConfig.verify_with_parallel_config
+        row.refusal = EngineRefusal("ValidationError", f"Total number of attention heads ({facts.attention_heads}) must "
+                                    f"be divisible by tensor parallel size ({tp}).")  # config/model.py:1557-1564 @ 0.33.0
+        return row
     if s.get("kv_budget") is None:  # given the engine's own KV figure, the engine did load the weights
         row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
     if row.refusal is not None:
