@@ -151,3 +151,13 @@ def test_tp_that_does_not_divide_the_heads_is_refused_not_launched(tmp_path, eng
     tp4 = next(r for r in doc["rows"] if r["layout"]["tp"] == 4 and r["layout"]["pp"] == 2)
     assert tp4["refusal"] is None and tp4["launch"]
     assert doc["recommendation"]["layout"]["tp"] in (1, 2, 4)
+
+
+def test_sglang_stage_of_linear_attention_alone_does_not_crash(tmp_path) -> None:
+    """Kimi-Linear at PP 8 leaves a stage of KDA layers only: SGLang's pool sizing has no token pool to divide
+    by there (a ZeroDivisionError before); the stages with attention decide and a note names the rest."""
+    from kvdoctor import api
+
+    doc = api.fit(make_model(tmp_path, "kimi-linear"), engine="sglang", gpu="H100-80GB", gpus=8, context=32768)
+    pp8 = next(r for r in doc["rows"] if r["layout"]["pp"] == 8)
+    assert pp8["kv_tokens"] and any("only linear-attention state" in n for n in pp8["notes"])

@@ -89,7 +89,14 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
         return row
     kv_dtype = KV_DTYPES.get(request.kv_cache_dtype or "auto", request.kv_cache_dtype or "auto")
     worst = None
-    for stage in stage_facts(facts, weights.stage_layers, pp):
+    stages = stage_facts(facts, weights.stage_layers, pp)
+    # a stage of linear-attention layers alone (Kimi-Linear's KDA at PP 8) has no token pool for SGLang's pool
+    # sizing to divide by; the stages with one decide the pool, and the note says what is left unpriced
+    pooled = [st for st in stages if any(layer.kind in ("full", "sliding", "mla", "dsa") for layer in st.layers)]
+    if pooled and len(pooled) < len(stages):
+        row.notes.append(f"{len(stages) - len(pooled)} pipeline stage(s) hold only linear-attention state; their "
+                         "state pool is not priced")
+    for stage in pooled or stages:
         mode = sb.Mode(context_length=context, kv_budget_bytes=kv, kv_cache_dtype=kv_dtype, tp=attn_tp,
                        chunked_prefill_size=chunked, max_running_requests=s.get("max_running_requests"))
         result = sb.plan(stage, mode)
