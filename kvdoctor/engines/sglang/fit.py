@@ -5,10 +5,10 @@ KV pools = free memory after loading - free memory before loading x (1 - mem_fra
           = (total - non-torch) x mem_fraction_static - weights
             srt/model_executor/model_runner.py (profile_max_num_token) up to 0.5.22,
             srt/mem_cache/kv_cache_configurator.py (_profile_available_bytes) at 0.5.23
-The memory in use after loading is the weights (exact, from the headers, split as SGLang's layers split
-them) and the CUDA context and communicators (the non-torch figure calibrated on vLLM's logs: the same CUDA
-runtime). Activations and CUDA graphs live in the (1 - mem_fraction_static) SGLang holds back. Without
---mem-fraction-static, the fraction is SGLang's own default for the release, GPU and layout (`sglang.reserve`).
+The memory in use before loading is the CUDA context and, in a TP group, SGLang's communicators (NON_TORCH);
+the weights are exact (the headers, split as SGLang's layers split them). Activations and CUDA graphs live in
+the (1 - mem_fraction_static) SGLang holds back. Without --mem-fraction-static, the fraction is SGLang's own
+default for the release, GPU and layout (`sglang.reserve`).
 """
 from __future__ import annotations
 
