@@ -6,7 +6,9 @@ model's published config.json lies in configs/ORG__NAME/. Its checkpoint is synt
 (kvdoctor.load.synth: the real tensor names and shapes of its family, quantized as its
 quantization_config says), so the weights are priced as the engine stores them.
 
-Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers.
+Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers;
+`--summary` prints how many logs meet each of issue 40's bounds, per part and for the logs collected after the
+last calibration (their `collected_after_calibration` field).
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ BEGIN, END = "<!-- fit-logs:begin -->", "<!-- fit-logs:end -->"
 GIB = 1 << 30
 # The engines' flags as a log passes them that fit reads (the rest are the engine's defaults at that version).
 SETTING_KEYS = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "enforce_eager",
-                "enable_prefix_caching", "mem_fraction_static", "chunked_prefill_size", "max_running_requests")
+                "enable_prefix_caching", "mem_fraction_static", "chunked_prefill_size", "max_running_requests",
+                "disable_cuda_graph")
 
 sys.path.insert(0, str(ROOT))
 
@@ -99,18 +102,38 @@ def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
         prof = profile(log["engine"])
         facts = prof.budget_facts(spec)
         request = Request(context=s.get("max_model_len") or s.get("context_length"), kv_cache_dtype=kv_dtype)
-        row = prof.fit(spec, facts, gpu(log["gpu"]), layout, request, {**settings, "version": log["version"]})
-        out["weights_gib"] = row.weights.bytes_per_rank / GIB
-        out["available_kv_gib"] = row.kv_bytes / GIB
-        out["kv_tokens"] = row.kv_tokens
-        observed = log["observed"].get("available_kv_gib")
+        card = gpu(None, str(int(log['gpu_memory_gib'] * GIB))) if log.get("gpu_memory_gib") else gpu(log["gpu"])
+        row = prof.fit(spec, facts, card, layout, request, {**settings, "version": log["version"]})
+        if not log.get("kv_only"):  # kv_only: the stored config is not the checkpoint served (a quantized copy)
+            out["weights_gib"] = row.weights.bytes_per_rank / GIB
+            out["available_kv_gib"] = row.kv_bytes / GIB
+            out["kv_tokens"] = row.kv_tokens
+        observed = available_kv(log)
         if isinstance(observed, (int, float)) and observed > 0:
-            given = prof.fit(spec, facts, gpu(log["gpu"]), layout, request,
+            given = prof.fit(spec, facts, card, layout, request,
                              {**settings, "version": log["version"], "kv_budget": int(observed * GIB)})
             out["kv_tokens_given_kv"] = given.kv_tokens
     except InputError as exc:  # the scratch copy's path varies from run to run: the table names the model
         return {"skip": str(exc).replace(f"{tmp}/", "")}
     return out
+
+
+def available_kv(log: dict[str, Any]) -> float | None:
+    """The KV memory a log printed, in GiB: vLLM's "Available KV cache memory", or SGLang's K and V sizes
+    (its "GB" are 2^30 bytes) where it prints no total."""
+    obs = log["observed"]
+    if obs.get("available_kv_gib") is not None:
+        return obs["available_kv_gib"]
+    if log["engine"] == "sglang" and obs.get("k_size_gb") is not None:
+        return obs["k_size_gb"] + obs.get("v_size_gb", 0)
+    return None
+
+
+def pool_tokens(log: dict[str, Any]) -> int | None:
+    """SGLang's pool: max_total_num_tokens, or the "#tokens" of its "KV Cache is allocated" line."""
+    if log["engine"] != "sglang":
+        return None
+    return log["observed"].get("max_total_num_tokens") or log["observed"].get("kv_tokens")
 
 
 def error(predicted: float | None, observed: Any) -> float | None:
@@ -130,14 +153,14 @@ def rows() -> list[dict[str, Any]]:
                         "skip": p.get("skip"),
                         "weights": (p.get("weights_gib"), obs.get("weights_gib"), error(p.get("weights_gib"),
                                                                                        obs.get("weights_gib"))),
-                        "kv": (p.get("available_kv_gib"), obs.get("available_kv_gib"),
-                               error(p.get("available_kv_gib"), obs.get("available_kv_gib"))),
+                        "kv": (p.get("available_kv_gib"), available_kv(log),
+                               error(p.get("available_kv_gib"), available_kv(log))),
                         "tokens": (p.get("kv_tokens_given_kv"), obs.get("kv_tokens"),
                                    error(p.get("kv_tokens_given_kv"), obs.get("kv_tokens"))),
                         "pool": (p.get("kv_tokens") if log["engine"] == "sglang" else None,
-                                 obs.get("max_total_num_tokens"),
+                                 pool_tokens(log),
                                  error(p.get("kv_tokens") if log["engine"] == "sglang" else None,
-                                       obs.get("max_total_num_tokens")))})
+                                       pool_tokens(log)))})
         return out
 
 
@@ -167,8 +190,32 @@ def share_within(data: list[dict[str, Any]], key: str, bound: float, part: str |
     return sum(1 for e in errs if abs(e) <= bound), len(errs)
 
 
+BOUNDS = (("weights", 0.02, "weights per rank within 2%"), ("kv", 0.05, "available KV within 5%"),
+          ("tokens", 0.02, "KV tokens within 2% given the logged KV memory"),
+          ("pool", 0.05, "SGLang pool tokens within 5%"))
+
+
+def summary(data: list[dict[str, Any]]) -> str:
+    late = {stem for stem, log in logs() if log.get("collected_after_calibration")}
+    groups = [("calibration", [r for r in data if r["part"] == "calibration"]),
+              ("validation", [r for r in data if r["part"] == "validation"]), ("all", data),
+              ("collected after the last calibration", [r for r in data if r["log"] in late])]
+    lines = [f"{len(data)} logs, {sum(1 for r in data if not r['skip'])} predicted"]
+    for name, group in groups:
+        cells = []
+        for key, bound, label in BOUNDS:
+            within, counted = share_within(group, key, bound)
+            cells.append(f"{label}: {within}/{counted}")
+        lines.append(f"{name} ({len(group)} logs): " + "; ".join(cells))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
-    text = table(rows())
+    data = rows()
+    if "--summary" in sys.argv:
+        print(summary(data), end="")
+        return
+    text = table(data)
     if "--write" in sys.argv:
         doc = DOC.read_text()
         head, _, rest = doc.partition(BEGIN)

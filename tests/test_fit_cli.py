@@ -12,6 +12,18 @@ import pytest
 from helpers import ROOT, make_model, run
 
 VLLM_PYTHON = Path(os.environ.get("KVDOCTOR_VLLM_PYTHON", "/tmp/ux/venvs/vllm/bin/python"))
+# An SGLang venv's Python (`kvdoctor engines install sglang`, or a goldens venv): none is installed by default.
+SGLANG_PYTHON = os.environ.get("KVDOCTOR_SGLANG_PYTHON", "")
+
+
+def _sglang_missing() -> str:
+    """Why the SGLang launch test cannot run here ("" when it can)."""
+    if not SGLANG_PYTHON or not Path(SGLANG_PYTHON).exists():
+        return "no SGLang Python: set KVDOCTOR_SGLANG_PYTHON to an SGLang venv's python"
+    proc = subprocess.run([SGLANG_PYTHON, "-c", "import sglang.srt.server_args"], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=300)
+    return "" if proc.returncode == 0 else f"{SGLANG_PYTHON} cannot import sglang.srt.server_args: " + (
+        proc.stderr.strip().splitlines() or ["?"])[-1]
 
 
 @pytest.fixture(scope="module")
@@ -102,16 +114,25 @@ def test_bad_input_is_one_line_and_exit_2(llama: Path, args: list[str], text: st
     assert text in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM Python installed here")
-def test_launch_commands_parse_and_configure_in_vllm(llama: Path) -> None:
-    _, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "65536", "--kv-cache-dtype", "fp8")
-    commands = [r["launch"] for r in doc["rows"] if r["launch"]] + [doc["recommendation"]["launch"]]
+def _vllm_configs(commands: list[list[str]], tmp_path: Path) -> list[dict]:
+    """Each command through vLLM's own parser and create_engine_config (tests/vllm_launch_child.py)."""
+    listing = tmp_path / "commands.json"
+    listing.write_text(json.dumps(commands))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"VLLM_TARGET_DEVICE": "cpu"}
-    proc = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_launch_child.py"), json.dumps(commands)],
+    proc = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_launch_child.py"), str(listing)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     configs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(configs) == len(commands)
+    assert not [(c, r) for c, r in zip(commands, configs) if "error" in r]
+    return configs
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM Python installed here")
+def test_launch_commands_parse_and_configure_in_vllm(llama: Path, tmp_path: Path) -> None:
+    _, doc = _json(str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "65536", "--kv-cache-dtype", "fp8")
+    commands = [r["launch"] for r in doc["rows"] if r["launch"]] + [doc["recommendation"]["launch"]]
+    configs = _vllm_configs(commands, tmp_path)
     for command, config in zip(commands, configs):
         assert config["tp"] == int(command[command.index("--tensor-parallel-size") + 1])
         assert config["max_model_len"] == 65536
@@ -217,3 +238,55 @@ def test_checks_html_draws_the_rank_of_a_deploy_that_does_not_fit(llama: Path, t
     html = page.read_text()
     assert "Memory of the fullest rank (MEM016)" in html
     assert 'class="fit-bar"' in html and 'title="weights: 14.96 GiB"' in html
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM Python installed here")
+def test_moe_pipeline_and_deploy_flags_parse_and_configure_in_vllm(llama: Path, tmp_path: Path) -> None:
+    """Expert parallelism (gpt-oss), pipeline stages, and the deploy file's scheduler and eager flags: every
+    emitted command is one vLLM 0.33.0 parses and configures with the layout kvdoctor priced."""
+    moe = make_model(tmp_path, "gpt-oss-20b")
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("vllm:\n  max_num_seqs: 64\n  max_num_batched_tokens: 4096\n  enforce_eager: true\n"
+                      "  gpu_memory_utilization: 0.85\n")
+    docs = [_json(str(moe), "--gpu", "H100-80GB", "--gpus", "2", "--context", "32768")[1],
+            _json(str(llama), "--gpu", "A100-40GB", "--gpus", "4", "--context", "16384", "--deploy", str(deploy))[1]]
+    rows = [r for d in docs for r in d["rows"] if r["launch"]]
+    assert any(r["layout"].get("expert_parallel") for r in rows) and any(r["layout"]["pp"] > 1 for r in rows)
+    configs = _vllm_configs([r["launch"] for r in rows], tmp_path)
+    for row, config in zip(rows, configs):
+        assert (config["tp"], config["pp"]) == (row["layout"]["tp"], row["layout"]["pp"])
+        assert config["expert_parallel"] == bool(row["layout"].get("expert_parallel"))
+        assert config["max_model_len"] == row["context"]
+    eager = [c for r, c in zip(rows, configs) if "--enforce-eager" in r["launch"]]
+    assert eager and all(c["enforce_eager"] and c["max_num_seqs"] == 64 and c["gpu_memory_utilization"] == 0.85
+                         for c in eager)
+
+
+@pytest.mark.skipif(not SGLANG_PYTHON, reason="no SGLang Python: set KVDOCTOR_SGLANG_PYTHON to an SGLang venv's python")
+def test_sglang_launch_commands_parse_and_build_server_args(llama: Path, tmp_path: Path) -> None:
+    """Every emitted `python -m sglang.launch_server` command through SGLang's own parser and ServerArgs
+    (prepare_server_args): TP, PP, expert parallelism (gpt-oss) and attention DP (an MLA model)."""
+    why = _sglang_missing()
+    if why:
+        pytest.skip(why)
+    mla = make_model(tmp_path, json.loads((ROOT / "fixtures/configs/real/deepseek-ai__DeepSeek-V2-Lite.json").read_text()),
+                     dirname="deepseek-v2-lite")
+    moe = make_model(tmp_path, "gpt-oss-20b")
+    docs = [_json(str(m), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "2", "--context", "16384",
+                  *extra)[1] for m, extra in ((llama, ["--kv-cache-dtype", "fp8"]), (moe, []), (mla, []))]
+    rows = [r for d in docs for r in d["rows"] if r["launch"]]
+    assert any(r["layout"]["ep"] > 1 for r in rows) and any(r["layout"]["dp_attention"] for r in rows)
+    assert any(r["layout"]["pp"] > 1 for r in rows)
+    listing = tmp_path / "commands.json"
+    listing.write_text(json.dumps([r["launch"] for r in rows]))
+    proc = subprocess.run([SGLANG_PYTHON, str(ROOT / "tests" / "sglang_launch_child.py"), str(listing)],
+                          capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(rows)
+    assert not [(r["launch"], got) for r, got in zip(rows, results) if "error" in got]
+    for row, got in zip(rows, results):
+        assert (got["tp"], got["pp"], got["ep"]) == (row["layout"]["tp"], row["layout"]["pp"], row["layout"]["ep"])
+        assert got["dp_attention"] == row["layout"]["dp_attention"] and got["context_length"] == 16384
+        assert got["mem_fraction_static"] == row["deploy"]["mem_fraction_static"]

@@ -60,3 +60,17 @@ def test_calibration_logs_available_kv_within_5_percent_where_calibrated() -> No
                and LOGS[r["log"]]["version"].startswith("0.11") and _full_attention_text_model(_config(r["log"]))]
     assert checked
     assert all(abs(r["kv"][2]) <= 0.05 for r in checked), [(r["log"], r["kv"]) for r in checked]
+
+
+def test_issue_40_bounds_hold_on_the_corpus() -> None:
+    """Issue 40's bounds, counted as `python tests/fit_logs.py --summary` counts them: the KV tokens given the
+    logged memory within 2% on at least 90% of the logs, the weights within 2% and the available KV within 5% on
+    at least 80% of the validation logs."""
+    from fit_logs import share_within
+
+    within, counted = share_within(DATA, "tokens", 0.02)
+    assert counted >= 10 and within >= 0.9 * counted, (within, counted)
+    within, counted = share_within(DATA, "weights", 0.02, "validation")
+    assert counted >= 5 and within >= 0.8 * counted, (within, counted)
+    within, counted = share_within(DATA, "kv", 0.05, "validation")
+    assert counted >= 5 and within >= 0.8 * counted, (within, counted)

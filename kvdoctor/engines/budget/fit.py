@@ -13,8 +13,10 @@ from functools import lru_cache
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
 from kvdoctor.engines.budget.common import GiB, EngineRefusal, Record
+from kvdoctor.engines.budget.facts import ModelFacts
 from kvdoctor.engines.budget.weights import WeightsRecord
 from kvdoctor.errors import InputError
 
@@ -25,6 +27,7 @@ class Gpu(msgspec.Struct, frozen=True):
     vendor: str
     large_tier: bool = False  # vLLM's >= 70 GiB non-A100 tier (its larger scheduler defaults)
     unified: bool = False
+    sm: int = 0  # CUDA compute capability x 10 (90: Hopper); 0: not NVIDIA or not known
     source: str = ""
 
 
@@ -57,7 +60,8 @@ def gpu(name: str | None, memory: str | None = None) -> Gpu:
     raw = _presets()[key]
     size = int(raw["memory_gib"] * GiB) if override is None else override
     return Gpu(name=key, memory_bytes=size, vendor=raw["vendor"], large_tier=bool(raw.get("large_tier")),
-               unified=bool(raw.get("unified")), source="--gpu-memory" if override is not None else raw["source"])
+               unified=bool(raw.get("unified")), sm=int(raw.get("sm", 0)),
+               source="--gpu-memory" if override is not None else raw["source"])
 
 
 class Request(msgspec.Struct, frozen=True):
@@ -130,3 +134,13 @@ def layout_of(section: dict[str, Any]) -> dict[str, Any] | None:
            "dp_attention": bool(section.get("enable_dp_attention"))}
     plain = {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "expert_parallel": False, "dp_attention": False}
     return None if out == plain else out
+
+
+def stage_facts(facts: ModelFacts, stage_layers: list[list[int]], pp: int) -> list[ModelFacts]:
+    """Each pipeline stage's cache layers; a stage with none (attention-free blocks, as Nemotron-NAS has) holds
+    no KV cache and is left out."""
+    if pp == 1:
+        return [facts]
+    stages = [replace(facts, layers=[layer for layer in facts.layers if first <= layer.index < last])
+              for first, last in stage_layers]
+    return [stage for stage in stages if stage.layers] or [facts]

@@ -1,31 +1,37 @@
 """SGLang's start-up arithmetic for one parallel layout on one GPU: weights on each rank, the memory its
 `mem_fraction_static` leaves for the KV pools, and what those pools serve (through `sglang.budget`).
 
-KV pools = total x mem_fraction_static - (total - free memory after the weights load)
-                                         srt/model_executor/model_runner.py (profile_max_num_token)
-The memory in use after loading is the weights (exact, from the headers, split as SGLang's layers split
-them) and the CUDA context and communicators (the non-torch figure calibrated on vLLM's logs: the same CUDA
-runtime). Activations and CUDA graphs live in the (1 - mem_fraction_static) SGLang holds back. Without
---mem-fraction-static, the reserve is kvdoctor's model of SGLang's default (`sglang.budget.usable_memory`).
+KV pools = free memory after loading - free memory before loading x (1 - mem_fraction_static)
+          = (total - non-torch) x mem_fraction_static - weights
+            srt/model_executor/model_runner.py (profile_max_num_token) up to 0.5.22,
+            srt/mem_cache/kv_cache_configurator.py (_profile_available_bytes) at 0.5.23
+The memory in use before loading is the CUDA context and, in a TP group, SGLang's communicators (NON_TORCH);
+the weights are exact (the headers, split as SGLang's layers split them). Activations and CUDA graphs live in
+the (1 - mem_fraction_static) SGLang holds back. Without --mem-fraction-static, the fraction is SGLang's own
+default for the release, GPU and layout (`sglang.reserve`).
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from msgspec.structs import replace
-
 from kvdoctor.engines.budget.common import MiB, EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts
-from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, weights_do_not_fit
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import budget as sb
+from kvdoctor.engines.sglang import reserve
 from kvdoctor.engines.sglang import weights as sw
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["sglang"]
-NON_TORCH = {False: 133 * MiB, True: 563 * MiB}  # the CUDA runtime's share, as calibrated for vLLM (docs/fit.md)
+# Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
+# in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
+# avail mem=137.29 GB" of 139.80 GiB, sgl-project/sglang#11716); logs show 1-2.5 GiB across GPUs and releases.
+NON_TORCH = {False: 133 * MiB, True: 2570 * MiB}
+NON_TORCH_SOURCE = {False: "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
+                    True: "memory in use before loading in a TP group: sgl-project/sglang#11716 (2.51 GiB, H200, TP 8)"}
 KV_DTYPES = {"fp8": "fp8_e4m3"}  # fit's --kv-cache-dtype fp8 in SGLang's spelling
 
 
@@ -38,40 +44,59 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     par = sw.parallel(tp, pp, dp, ep, dpa)
     weights = weights_per_rank(spec.checkpoint, spec.config, sw.RULES, par, spec.num_hidden_layers)
     non_torch = NON_TORCH[tp * pp > 1]
-    chunked = int(s.get("chunked_prefill_size") or 8192)
+    release = str(s.get("version") or VERSION)
+    d = reserve.defaults(gpu.memory_bytes / MiB, tp, pp, dp, dpa, bool(facts.mla_latent), release,
+                         chunked=s.get("chunked_prefill_size"), max_running=s.get("max_running_requests"),
+                         cuda_graph=not s.get("disable_cuda_graph"))
+    chunked = d.chunked_prefill_size
     if s.get("mem_fraction_static"):
         mfs = float(s["mem_fraction_static"])
-        reserved = gpu.memory_bytes - math.floor(gpu.memory_bytes * mfs)
-        how = f"total x (1 - mem_fraction_static {mfs}): srt/model_executor/model_runner.py @ {VERSION}"
+        how = f"(total - non-torch) x (1 - mem_fraction_static {mfs}): srt/model_executor/model_runner.py"
     else:
-        reserved = gpu.memory_bytes - weights.bytes_per_rank - sb.usable_memory(gpu.memory_bytes, weights.bytes_per_rank,
-                                                                                chunked)[0]
-        mfs = round((gpu.memory_bytes - reserved) / gpu.memory_bytes, 3)
-        how = "SGLang's default reserve as kvdoctor models it (sglang.budget.usable_memory: max(10 GiB, 512 MiB + " \
-              "1.5 x chunked_prefill_size))"
-    kv = gpu.memory_bytes - reserved - weights.bytes_per_rank - non_torch
+        mfs = d.mem_fraction_static
+        how = (f"(total - non-torch) x (1 - mem_fraction_static {mfs}), SGLang's default: " +
+               (f"{d.reserved_mib:.0f} MiB reserved for activations and CUDA graphs, " if d.reserved_mib else "") +
+               d.source)
+    # The pools get what the weights leave of the memory free before loading, less (1 - mfs) of it
+    # (profile_max_num_token / _profile_available_bytes: rest = free after loading - pre-load free x (1 - mfs)).
+    before = gpu.memory_bytes - non_torch
+    reserved = before - math.floor(before * mfs)
+    kv = before - reserved - weights.bytes_per_rank
     if s.get("kv_budget") is not None:
         kv = int(s["kv_budget"])
     terms = [Term(name="reserved", bytes=reserved, source=how),
              Term(name="weights", bytes=weights.bytes_per_rank, source=f"exact: safetensors headers split as sglang "
                   f"{VERSION}'s layers split them (sglang/weights.py)"),
-             Term(name="non_torch", bytes=non_torch, source="calibrated on vLLM 0.11 logs (the same CUDA runtime)"),
+             Term(name="non_torch", bytes=non_torch, source=NON_TORCH_SOURCE[tp * pp > 1]),
              Term(name="kv", bytes=max(kv, 0), source="what is left for the pools: srt/model_executor/model_runner.py")]
     context = request.context or facts.max_position or 0
-    row = FitRow(engine="sglang", version=VERSION, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
+    row = FitRow(engine="sglang", version=release, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
                  gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
                  weights=weights, terms=terms, kv_bytes=kv, context=context)
-    row.refusal = weights_do_not_fit(weights, non_torch, gpu, "SGLang")
+    attn_tp = tp // dp if dpa else tp
+    if facts.attention_heads and facts.attention_heads % attn_tp:
+        # a bare `assert self.total_num_heads % tp_size == 0` in the attention classes (srt/models/llama.py:183,
+        # qwen2.py:167 @ 0.5.23): the message is empty
+        row.refusal = EngineRefusal("AssertionError", "", stage="load")
+        row.notes.append(f"the {facts.attention_heads} attention heads do not split over an attention TP of {attn_tp}")
+        return row
+    if s.get("kv_budget") is None:  # given the engine's own KV figure, the engine did load the weights
+        row.refusal = weights_do_not_fit(weights, non_torch, gpu, "SGLang")
     if row.refusal is not None:
         return row
     if kv <= 0:
         row.refusal = sb.not_enough_memory()
         return row
     kv_dtype = KV_DTYPES.get(request.kv_cache_dtype or "auto", request.kv_cache_dtype or "auto")
-    attn_tp = tp // dp if dpa else tp
     worst = None
-    for first, last in weights.stage_layers:
-        stage = replace(facts, layers=[layer for layer in facts.layers if first <= layer.index < last]) if pp > 1 else facts
+    stages = stage_facts(facts, weights.stage_layers, pp)
+    # a stage of linear-attention layers alone (Kimi-Linear's KDA at PP 8) has no token pool for SGLang's pool
+    # sizing to divide by; the stages with one decide the pool, and the note says what is left unpriced
+    pooled = [st for st in stages if any(layer.kind in ("full", "sliding", "mla", "dsa") for layer in st.layers)]
+    if pooled and len(pooled) < len(stages):
+        row.notes.append(f"{len(stages) - len(pooled)} pipeline stage(s) hold only linear-attention state; their "
+                         "state pool is not priced")
+    for stage in pooled or stages:
         mode = sb.Mode(context_length=context, kv_budget_bytes=kv, kv_cache_dtype=kv_dtype, tp=attn_tp,
                        chunked_prefill_size=chunked, max_running_requests=s.get("max_running_requests"))
         result = sb.plan(stage, mode)

@@ -233,6 +233,16 @@ def attention_per_token(facts: ModelFacts, mode: Mode) -> tuple[int, int, int]:
     return heads, 2 * facts.head_dim, heads * 2 * facts.head_dim * size
 
 
+# The architectures whose SSM state vLLM keeps in the config's mamba_ssm_dtype (float32 in Qwen3.5/3.6's configs)
+# while mamba_ssm_cache_dtype is auto: Qwen3_5ForConditionalGenerationConfig.verify_and_update_config and the
+# architectures mapped to it (model_executor/models/config.py:953-977 and 1214-1264 @ 0.33.0). Other GDN models
+# (Qwen3-Next) keep the model dtype.
+SSM_DTYPE_FROM_CONFIG = frozenset({
+    "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration", "ColQwen3_5", "D3ForSequenceClassification",
+})
+
+
 def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[StateTensor]]:
     """One request's recurrent state in one linear layer (vLLM's MambaSpec page) and its tensors."""
     act = dtype_bytes(facts.serving_dtype)  # mamba_cache_dtype=auto: the model dtype
@@ -241,8 +251,10 @@ def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[StateTensor]]:
         g = facts.gdn
         conv_dim = g.key_dim * g.key_heads * 2 + g.value_dim * g.value_heads
         conv_len = g.conv_kernel - 1 + mode.num_speculative_tokens
+        ssm = dtype_bytes(facts.config_ssm_dtype) if facts.config_ssm_dtype in ("float32", "bfloat16", "float16") \
+            and SSM_DTYPE_FROM_CONFIG & set(facts.architectures) else act
         tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
-                   ("ssm", (_split(g.value_heads, mode.tp), g.value_dim, g.key_dim), act)]
+                   ("ssm", (_split(g.value_heads, mode.tp), g.value_dim, g.key_dim), ssm)]
     elif facts.mamba:  # MambaStateShapeCalculator.mamba2_state_shape: groups padded up to the TP size
         m = facts.mamba
         groups = m.n_groups if m.n_groups % mode.tp == 0 else mode.tp

@@ -12,13 +12,13 @@ and says how each model was obtained (`Term.source`); docs/fit.md gives their er
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 from msgspec.structs import replace
 
 from kvdoctor.engines.budget.common import GiB, MiB, EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
-from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, weights_do_not_fit
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import Ranged, at
@@ -28,6 +28,7 @@ from kvdoctor.engines.vllm import weights as vw
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["vllm"]
+T = TypeVar("T")
 GPU_MEMORY_UTILIZATION = 0.92  # config/cache.py default at 0.33.0 (vllm.budget.GPU_UTILIZATION)
 # Scheduler defaults of the OpenAI server by GPU class (engine/arg_utils.py:2973-3006 @ 0.33.0).
 BATCHED_TOKENS = {"xl": 16384, "large": 8192, "small": 2048}
@@ -43,7 +44,12 @@ NON_TORCH = {False: 133 * MiB, True: 563 * MiB}
 # calibration logs (vLLM 0.11, 1024 sequences); 10.3 with the V0 sampler and 256 sequences (vllm-project/vllm#10511).
 SAMPLER_COPIES_V1 = 9.7
 SAMPLER_COPIES_V0 = 10.3
-CUDA_GRAPHS = 512 * MiB  # not calibrated: no log of 0.21 or later prints it; 0.39-1.88 GiB in 0.10-0.11 logs
+# CUDA graphs (subtracted from the KV memory since 0.21): vLLM captures the first two graphs of each mode and
+# extrapolates to all (v1/worker/gpu_model_runner.py:6268-6380 @ 0.33.0). kvdoctor prices each graph at this
+# many bytes per layer and unit of activation width (hidden + active intermediate per rank): 9-14 on three
+# calibration logs (the graphs captured by Qwen2-7B at 0.10.1 and gpt-oss-20b at 0.11, and 0.21's estimate for
+# Qwen3-8B; gpt-oss-120b at 0.11 measured 20), docs/fit.md.
+GRAPH_BYTES_PER_LAYER_WIDTH = 12
 SOURCES = {
     "requested": "vllm/v1/worker/utils.py:724-726 @ 0.33.0 (ceil(total x gpu_memory_utilization))",
     "weights": "exact: safetensors headers split as vllm 0.33.0's layers split them (vllm/weights.py)",
@@ -51,15 +57,16 @@ SOURCES = {
                    "+ 3 x hidden) x dtype (vllm-project/vllm#10517); sampler = max_num_seqs x vocab x 4 B x {copies} "
                    "(v1/worker/gpu_model_runner.py:5866-5900), calibrated on 5 logs (docs/fit.md)",
     "non_torch": "calibrated on 7 logs of vLLM 0.11 (docs/fit.md): 0.13 GiB alone, 0.55 GiB in a TP group",
-    "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21); size not calibrated: a "
-                   "placeholder of 0.5 GiB",
+    "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21): {graphs} graphs (capture sizes "
+                   "of config/vllm.py:2398-2470, FULL and PIECEWISE) x layers x (hidden + intermediate/TP) x 12 B, "
+                   "calibrated on 3 logs (docs/fit.md)",
     "kv": "what is left: v1/worker/gpu_worker.py:752-756 @ 0.33.0",
 }
 
 
-def in_force(values: tuple[Ranged[str], ...], version: str) -> str:
-    """A message as `version` words it; for a release older than the profiled ones (a start-up log's),
-    the pinned release's wording."""
+def in_force(values: tuple[Ranged[T], ...], version: str) -> T:
+    """A value (a message, a rule) as `version` has it; for a release outside the ranges (a start-up log's),
+    the pinned release's."""
     try:
         return at(values, version)
     except LookupError:
@@ -77,15 +84,37 @@ def gpu_tier(gpu: Gpu) -> str:
     return "large" if gpu.large_tier else "small"
 
 
-def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
-                    version: str) -> int:
-    """The profiling run's peak above the weights on one rank (modelled: see SOURCES)."""
+def widths(config: dict[str, Any]) -> tuple[int, int]:
+    """(hidden, intermediate width one token activates: a dense MLP's, or top-k experts' plus the shared one)."""
     hidden = int(config.get("hidden_size") or 0)
     experts = config.get("num_experts_per_tok") or config.get("moe_topk")
     inter = int(config.get("intermediate_size") or 0)
     if experts and config.get("moe_intermediate_size"):
         inter = int(config["moe_intermediate_size"]) * int(experts) + int(config.get("shared_expert_intermediate_size")
                                                                           or 0)
+    return hidden, inter
+
+
+def capture_sizes(seqs: int, tokens: int, gpu: Gpu) -> tuple[int, int]:
+    """(PIECEWISE graphs, FULL decode graphs) vLLM 0.33.0 captures by default: sizes 1, 2, 4, then steps of 8 to
+    256 and of 16 above, up to min(2 x max_num_seqs, 512; 1024 on datacenter Blackwell, max_num_batched_tokens)
+    (config/vllm.py:2398-2470); the FULL graphs cover the decode batches up to max_num_seqs."""
+    largest = min(2 * seqs, 1024 if gpu.sm >= 100 else 512, tokens)
+    sizes = [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16)] if s <= largest]
+    return len(sizes), len([s for s in sizes if s <= seqs])
+
+
+def cuda_graphs(config: dict[str, Any], layers: int, tp: int, seqs: int, tokens: int, gpu: Gpu) -> tuple[int, int]:
+    """(bytes, graphs) of vLLM's CUDA graph estimate on one rank (modelled: see SOURCES)."""
+    hidden, inter = widths(config)
+    graphs = sum(capture_sizes(seqs, tokens, gpu))
+    return graphs * layers * (hidden + inter // tp) * GRAPH_BYTES_PER_LAYER_WIDTH, graphs
+
+
+def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
+                    version: str) -> int:
+    """The profiling run's peak above the weights on one rank (modelled: see SOURCES)."""
+    hidden, inter = widths(config)
     width = dtype_bytes(facts.serving_dtype)
     forward = tokens * (FORWARD_WIDTHS[0] * inter // tp + FORWARD_WIDTHS[1] * hidden) * width
     copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
@@ -120,9 +149,18 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     seqs = int(s.get("max_num_seqs") or default_seqs)
     assert spec.checkpoint is not None
     weights = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, vw.parallel(tp, pp, dp, ep), spec.num_hidden_layers)
+    padding, padding_source = vw.mxfp4_padding(spec.config, weights.by_kind.get("expert", 0), gpu.sm, tp,
+                                               ep, version)
+    if padding:  # the MoE kernel's tile padding of MXFP4 experts, loaded into the padded shapes
+        weights = replace(weights, bytes_per_rank=weights.bytes_per_rank + padding,
+                          by_kind={**weights.by_kind, "expert": weights.by_kind["expert"] + padding},
+                          source=f"{weights.source}; MXFP4 expert padding +{padding / GiB:.2f} GiB: {padding_source}")
     requested = math.ceil(gpu.memory_bytes * util)
     activations = activation_peak(facts, spec.config, tp, tokens, seqs, version)
-    graphs = 0 if s.get("enforce_eager") or version_tuple(version) < (0, 21) else CUDA_GRAPHS
+    graphs, graph_count = 0, 0
+    if not s.get("enforce_eager") and version_tuple(version) >= (0, 21):
+        layers = max(last - first for first, last in weights.stage_layers)
+        graphs, graph_count = cuda_graphs(spec.config, layers, tp, seqs, tokens, gpu)
     copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
     non_torch = NON_TORCH[tp * pp * dp > 1]
     kv = requested - weights.bytes_per_rank - activations - non_torch - graphs
@@ -137,8 +175,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
              Term(name="weights", bytes=weights.bytes_per_rank, source=SOURCES["weights"]),
              Term(name="activations", bytes=activations, source=SOURCES["activations"].format(copies=copies)),
              Term(name="non_torch", bytes=non_torch, source=SOURCES["non_torch"]),
-             Term(name="cuda_graphs", bytes=graphs, source=SOURCES["cuda_graphs"] if graphs else "enforce_eager "
-                  "or before 0.21: not subtracted"),
+             Term(name="cuda_graphs", bytes=graphs, source=SOURCES["cuda_graphs"].format(graphs=graph_count)
+                  if graphs else "enforce_eager or before 0.21: not subtracted"),
              Term(name="kv", bytes=max(kv, 0), source=kv_source),
              Term(name="free", bytes=gpu.memory_bytes - requested, source="outside gpu_memory_utilization")]
     row = FitRow(engine="vllm", version=version, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes, gpus=tp * pp * dp,
@@ -150,7 +188,12 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     if weights.unmatched:
         row.notes.append(f"{len(weights.unmatched)}+ tensors no sharding rule names were priced whole on every rank "
                          f"(e.g. {weights.unmatched[0]})")
-    row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
+    if facts.attention_heads and facts.attention_heads % tp:  # ModelConfig.verify_with_parallel_config
+        row.refusal = EngineRefusal("ValidationError", f"Total number of attention heads ({facts.attention_heads}) must "
+                                    f"be divisible by tensor parallel size ({tp}).")  # config/model.py:1557-1564 @ 0.33.0
+        return row
+    if s.get("kv_budget") is None:  # given the engine's own KV figure, the engine did load the weights
+        row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
     if row.refusal is not None:
         return row
     if kv <= 0:
@@ -169,8 +212,7 @@ def _plan_stages(row: FitRow, facts: ModelFacts, tp: int, pp: int, kv: int, leng
                  s: dict[str, Any], tokens: int, seqs: int) -> vb.VllmBudget:
     """vLLM's KV plan on each pipeline stage's own layers; the stage that serves least (or refuses) decides."""
     worst: vb.VllmBudget | None = None
-    for first, last in row.weights.stage_layers:
-        stage = replace(facts, layers=[layer for layer in facts.layers if first <= layer.index < last]) if pp > 1 else facts
+    for stage in stage_facts(facts, row.weights.stage_layers, pp):
         mode = vb.Mode(max_model_len=length, kv_budget_bytes=kv, kv_cache_dtype=request.kv_cache_dtype or "auto",
                        tp=tp, prefix_caching=s.get("enable_prefix_caching") is not False, max_num_batched_tokens=tokens,
                        max_num_seqs=seqs)
@@ -197,8 +239,25 @@ def _serve(row: FitRow, facts: ModelFacts, tp: int, pp: int, kv: int, context: i
         row.refusal = worst.error
         return
     row.max_concurrency = float(worst.capacity.max_concurrency or 0.0) * int(row.layout["dp"])
-    row.kv_tokens = int(worst.capacity.tokens or 0)
+    row.kv_tokens = printed_tokens(worst, str(row.version))
     row.fits = row.max_concurrency >= (request.concurrency or 1)
+
+
+# What "GPU KV cache size: N tokens" prints: the pool's blocks split evenly over the cache groups, times the
+# smallest block (vllm-project/vllm#40691 quotes it at 0.19.0, v1/core/kv_cache_utils.py _report_kv_cache_config),
+# then max_concurrency x max_model_len (v1/core/kv_cache_utils.py:1121-1128 @ 0.33.0). The release between 0.19.0
+# and 0.33.0 that changed it was not read; 0.20.0 is taken as the first.
+PRINTED_TOKENS_PER_GROUP: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.20.0", source="vllm-project/vllm#40691 (0.19.0)"),
+    Ranged(False, since="0.20.0", source="vllm 0.33.0 v1/core/kv_cache_utils.py:1121-1128"),
+)
+
+
+def printed_tokens(budget: vb.VllmBudget, version: str) -> int:
+    """vLLM's "GPU KV cache size" as the release prints it."""
+    if budget.pool is not None and budget.groups and in_force(PRINTED_TOKENS_PER_GROUP, version):
+        return budget.pool.num_blocks // len(budget.groups) * min(g.block_size for g in budget.groups)
+    return int(budget.capacity.tokens or 0)
 
 
 def launch(spec: ModelSpec, row: FitRow, util: float, request: Request, s: dict[str, Any]) -> list[str]:

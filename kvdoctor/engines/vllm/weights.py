@@ -10,7 +10,9 @@ and models/deepseek_v2.py (MLA's q_a_proj and kv_a_proj_with_mqa are ReplicatedL
 """
 from __future__ import annotations
 
+from kvdoctor.engines.budget.common import cdiv
 from kvdoctor.engines.budget.weights import COMMON_RULES, Parallel, ShardRules
+from kvdoctor.engines.releases import Ranged
 
 RULES = ShardRules(rules=COMMON_RULES, vocab_padding=64,
                    source="vllm 0.33.0 model_executor/layers/linear.py, vocab_parallel_embedding.py:36,95, "
@@ -20,3 +22,47 @@ RULES = ShardRules(rules=COMMON_RULES, vocab_padding=64,
 def parallel(tp: int, pp: int = 1, dp: int = 1, expert_parallel: bool = False) -> Parallel:
     """vLLM's layout: DP replicates the whole model; EP spans TP x DP ranks."""
     return Parallel(tp=tp, pp=pp, dp=dp, ep=tp * dp if expert_parallel else 1)
+
+
+# MXFP4 experts (gpt-oss): the MoE kernel vLLM picks for the GPU pads each expert's hidden size and its
+# per-rank intermediate size to its tile, and the loaded tensors take the padded shapes. At 0.33.0
+# (fused_moe/oracle/mxfp4.py, mxfp4_round_up_hidden_size_and_intermediate_size, and the gpt-oss backend
+# order of _get_priority_backends_for_gpt_oss): Hopper gets the Triton kernels (intermediate to 64),
+# Ampere and Ada Marlin (hidden to 256, intermediate to 128), datacenter Blackwell FlashInfer's TRT-LLM
+# kernels (256, 128). Older Hopper releases padded more; those two rows are fitted to the calibration logs'
+# weights of gpt-oss on H100 (0.10.1: 65.97 GiB, 0.11.0: 64.38 GiB for gpt-oss-120b), not read.
+# (hidden, intermediate) alignment by compute-capability class
+MXFP4_ALIGN: tuple[Ranged[dict[str, tuple[int, int]]], ...] = (
+    Ranged({"hopper": (256, 128), "ampere": (256, 128), "blackwell": (256, 128)}, until="0.11.0",
+           source="calibrated: tests/data/startup-logs/vllm-0.10.1-gpt-oss-120b-h100-refused.yaml"),
+    Ranged({"hopper": (256, 64), "ampere": (256, 128), "blackwell": (256, 128)}, since="0.11.0", until="0.33.0",
+           source="calibrated: tests/data/startup-logs/vllm-0.11-gpt-oss-120b-h100-tp1.yaml; the release between "
+                  "0.14.1 and 0.33.0 that stopped padding Hopper's hidden size was not read"),
+    Ranged({"hopper": (1, 64), "ampere": (256, 128), "blackwell": (256, 128)}, since="0.33.0",
+           source="vllm 0.33.0 model_executor/layers/fused_moe/oracle/mxfp4.py:837-920"),
+)
+
+
+def _gpu_class(sm: int) -> str | None:
+    return "hopper" if sm == 90 else "ampere" if 80 <= sm < 90 else "blackwell" if sm >= 100 else None
+
+
+def mxfp4_padding(config: dict, expert_bytes: int, sm: int, tp: int, expert_parallel: bool,
+                  version: str) -> tuple[int, str]:
+    """Bytes the MXFP4 kernel's padding adds to a rank's experts, and where the alignment comes from
+    (0 where the checkpoint is not MXFP4 or the GPU's class is not known)."""
+    if (config.get("quantization_config") or {}).get("quant_method") != "mxfp4" or not expert_bytes:
+        return 0, ""
+    cls = _gpu_class(sm)
+    hidden = int(config.get("hidden_size") or 0)
+    inter = int(config.get("intermediate_size") or 0)
+    if cls is None or not hidden or not inter:
+        return 0, ""
+    try:
+        ranged = next(r for r in MXFP4_ALIGN if r.holds(version))
+    except StopIteration:
+        return 0, ""
+    h_align, i_align = ranged.value[cls]
+    per_rank = inter if expert_parallel else inter // tp
+    padded = cdiv(hidden, h_align) * h_align * (cdiv(per_rank, i_align) * i_align)
+    return expert_bytes * padded // (hidden * per_rank) - expert_bytes, ranged.source

@@ -1,0 +1,77 @@
+"""SGLang's defaults for the memory it holds back from the KV pools: `chunked_prefill_size`, the decode
+CUDA graphs' largest batch and `mem_fraction_static`, as its server arguments resolve them from the GPU's
+memory and the parallel sizes when the deployer leaves them unset.
+
+0.5.23 (read from the wheel, `srt/arg_groups/memory_hook.py`, handle_gpu_memory_settings and
+reserve_for_graph_mb): every figure in MiB of the GPU's memory as nvidia-smi reports it,
+
+    reserved = 512 + 1.5 x max(chunked_prefill_size, 2048) + 1024 x tp x pp / 8
+               + 2 x decode max_bs                              (decode CUDA graphs)
+               + attention DP: 3 x max_bs x dp (+ 1.5 x max_bs x dp above a max_bs of 300)
+               + prefill CUDA graphs: 8 per captured size, or 1536 with an MLA backend
+    at least 10240 on GPUs above 60 GiB;  mem_fraction_static = round((gpu - reserved) / gpu, 3)
+
+Releases 0.5.0 to 0.5.22 reserve the same terms but the prefill graphs (piecewise CUDA graphs were off by
+default there: `if self.enable_piecewise_cuda_graph` in their server_args.py). Before 0.5.0 the fraction
+was a table by TP size alone (0.88, 0.87 from TP 2, 0.85 from 4, 0.81 from 8, 0.79 from 16) and the
+chunked prefill 2048 tokens below 25,000 MiB, else 8192. The 0.5.0 boundary is where the stored copies of
+server_args.py switch from one form to the other; the tags between 0.4.10 and 0.5.0 were not read one by one.
+"""
+from __future__ import annotations
+
+import msgspec
+
+from kvdoctor.engines.releases import key
+
+RESERVE_SINCE = "0.5.0"
+PREFILL_GRAPHS_SINCE = "0.5.23"
+SOURCE = "sglang {release} srt/arg_groups/memory_hook.py (handle_gpu_memory_settings, reserve_for_graph_mb)"
+OLD_SOURCE = "sglang {release} srt/server_args.py __post_init__ (mem_fraction_static by TP size)"
+# (memory below, in MiB; chunked_prefill_size; decode max_bs below TP 4; from TP 4) @ 0.5.23
+_BY_MEMORY = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024, 4096, 32, 160),
+              (90 * 1024, 8192, 256, 512), (160 * 1024, 8192, 256, 512))
+_LARGEST = (16384, 512, 512)
+
+
+class Defaults(msgspec.Struct, frozen=True):
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    mem_fraction_static: float
+    reserved_mib: float  # what the formula held back (0: the TP table of older releases)
+    source: str
+
+
+def prefill_graph_sizes(max_tokens: int) -> int:
+    """How many token counts SGLang captures prefill graphs for, up to `max_tokens` (0.5.23's
+    generate_prefill_cuda_graph_batch_sizes: steps of 4, 16, 32, 64, 256 and 512)."""
+    steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256), (4608, max_tokens, 512))
+    return sum(len([s for s in range(a, b + 1, step) if s <= max_tokens]) for a, b, step in steps)
+
+
+def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bool = False, mla: bool = False,
+             release: str = "0.5.23", chunked: int | None = None, max_bs: int | None = None,
+             max_running: int | None = None, cuda_graph: bool = True) -> Defaults:
+    """The defaults `release` resolves on a GPU of `gpu_mib` MiB; a value the deployer set is kept."""
+    if key(release) < key(RESERVE_SINCE):
+        fraction = 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
+        return Defaults(chunked_prefill_size=chunked or (2048 if gpu_mib < 25000 else 8192),
+                        cuda_graph_max_bs=max_bs or (8 if gpu_mib < 25000 else 160), mem_fraction_static=fraction,
+                        reserved_mib=0.0, source=OLD_SOURCE.format(release=release))
+    row = next((r for r in _BY_MEMORY if gpu_mib < r[0]), None)
+    default_chunked, small, large = row[1:] if row is not None else _LARGEST
+    chunked = chunked or default_chunked
+    bs = max_bs or (small if tp < 4 else large)
+    if max_bs is None and max_running is not None:
+        bs = min(bs, max_running)
+    reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024
+    if cuda_graph:
+        reserved += bs * 2
+        if dp_attention:
+            reserved += bs * dp * 3 + (bs * dp * 1.5 if bs > 300 else 0)
+        if key(release) >= key(PREFILL_GRAPHS_SINCE):
+            reserved += 1536 if mla else prefill_graph_sizes(min(8192, chunked) if mla else chunked) * 8
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return Defaults(chunked_prefill_size=chunked, cuda_graph_max_bs=bs,
+                    mem_fraction_static=round((gpu_mib - reserved) / gpu_mib, 3), reserved_mib=reserved,
+                    source=SOURCE.format(release=release))

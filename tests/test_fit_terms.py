@@ -1,0 +1,163 @@
+"""The fit terms read from the engines' code: SGLang's default mem_fraction_static and chunked prefill by
+release, GPU memory and layout, vLLM's MXFP4 expert padding by GPU class and its CUDA graph capture sizes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import make_model
+
+from kvdoctor.engines.budget.fit import gpu
+from kvdoctor.engines.sglang import reserve
+from kvdoctor.engines.vllm import fit as vfit
+from kvdoctor.engines.vllm import weights as vw
+
+H100_MIB = 79.18 * 1024
+
+
+def test_sglang_prefill_graph_sizes_follow_the_step_table() -> None:
+    # 4..32 by 4 (8), 48..256 by 16 (14), 288..512 by 32 (8), 576..1024 by 64 (8), 1280..4096 by 256 (12),
+    # 4608..8192 by 512 (8)
+    assert reserve.prefill_graph_sizes(8192) == 8 + 14 + 8 + 8 + 12 + 8
+    assert reserve.prefill_graph_sizes(32) == 8
+    assert reserve.prefill_graph_sizes(2) == 0
+
+
+def test_sglang_default_fraction_of_the_reserve_releases() -> None:
+    d = reserve.defaults(H100_MIB, tp=1, release="0.5.23")
+    expected = 512 + 8192 * 1.5 + 1024 / 8 + 256 * 2 + reserve.prefill_graph_sizes(8192) * 8
+    assert d.chunked_prefill_size == 8192 and d.cuda_graph_max_bs == 256
+    assert d.reserved_mib == pytest.approx(expected)
+    assert d.mem_fraction_static == round((H100_MIB - expected) / H100_MIB, 3)
+    # 0.5.22 has no prefill graphs in its reserve, and TP 4 doubles the decode batch and adds the TP term
+    assert reserve.defaults(H100_MIB, tp=1, release="0.5.22").reserved_mib == pytest.approx(expected - 58 * 8)
+    tp4 = reserve.defaults(H100_MIB, tp=4, release="0.5.23")
+    assert tp4.cuda_graph_max_bs == 512 and tp4.mem_fraction_static < d.mem_fraction_static
+    # an MLA backend's prefill graphs are priced at 1.5 GiB; attention DP adds padding per DP rank
+    assert reserve.defaults(H100_MIB, tp=8, mla=True).reserved_mib > tp4.reserved_mib
+    dpa = reserve.defaults(H100_MIB, tp=8, dp=8, dp_attention=True, mla=True)
+    assert dpa.reserved_mib - reserve.defaults(H100_MIB, tp=8, mla=True).reserved_mib == pytest.approx(
+        512 * 8 * 3 + 512 * 8 * 1.5)
+
+
+def test_sglang_reserve_floor_and_small_gpus() -> None:
+    no_graphs = reserve.defaults(H100_MIB, tp=1, chunked=2048, cuda_graph=False)  # 512 + 3072 + 128 MiB
+    assert no_graphs.reserved_mib == 10 * 1024  # the 10 GiB floor above 60 GiB
+    small = reserve.defaults(23.64 * 1024, tp=1)  # an RTX 4090: 4k chunks, 48 decode graphs, no floor
+    assert small.chunked_prefill_size == 4096 and small.cuda_graph_max_bs == 48
+    assert small.reserved_mib < 10 * 1024
+    assert reserve.defaults(H100_MIB, tp=1, max_running=32).cuda_graph_max_bs == 32
+    assert reserve.defaults(H100_MIB, tp=1, chunked=2048).chunked_prefill_size == 2048
+
+
+@pytest.mark.parametrize(("tp", "fraction"), [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79)])
+def test_sglang_before_0_5_takes_the_tp_table(tp: int, fraction: float) -> None:
+    d = reserve.defaults(H100_MIB, tp=tp, release="0.4.9")
+    assert d.mem_fraction_static == fraction and d.reserved_mib == 0
+    assert d.chunked_prefill_size == 8192
+    assert reserve.defaults(23.64 * 1024, tp=tp, release="0.4.9").chunked_prefill_size == 2048
+
+
+GPT_OSS = {"hidden_size": 2880, "intermediate_size": 2880, "quantization_config": {"quant_method": "mxfp4"}}
+
+
+@pytest.mark.parametrize(("name", "tp", "version", "factor"), [
+    ("A100-80GB", 1, "0.33.0", (3072 * 2944) / (2880 * 2880)),  # Marlin: hidden to 256, intermediate to 128
+    ("A100-80GB", 4, "0.33.0", (3072 * 768) / (2880 * 720)),  # 720 per rank to 768
+    ("H100-80GB", 1, "0.33.0", 1.0),  # Triton: 2880 is a multiple of 64 already
+    ("H100-80GB", 1, "0.11.0", 3072 / 2880),
+    ("B200", 2, "0.33.0", (3072 * 1536) / (2880 * 1440)),
+])
+def test_mxfp4_expert_padding_by_gpu_class(name: str, tp: int, version: str, factor: float) -> None:
+    experts = 1 << 30
+    extra, source = vw.mxfp4_padding(GPT_OSS, experts, gpu(name).sm, tp, False, version)
+    assert extra == pytest.approx(experts * (factor - 1), abs=2)
+    assert source  # every alignment names where it was read or fitted
+
+
+def test_mxfp4_padding_only_for_mxfp4_checkpoints() -> None:
+    assert vw.mxfp4_padding({**GPT_OSS, "quantization_config": {"quant_method": "fp8"}}, 1 << 30, 80, 1, False,
+                            "0.33.0") == (0, "")
+    assert vw.mxfp4_padding(GPT_OSS, 1 << 30, 0, 1, False, "0.33.0") == (0, "")  # a GPU of unknown class
+
+
+def test_vllm_capture_sizes() -> None:
+    h100 = gpu("H100-80GB")
+    # 1, 2, 4, 8..248 by 8, 256..512 by 16: 51 sizes; FULL decode graphs up to 256 sequences: 35
+    assert vfit.capture_sizes(256, 8192, h100) == (51, 35)
+    assert vfit.capture_sizes(1024, 8192, h100) == (51, 51)
+    assert vfit.capture_sizes(8, 8192, h100) == (5, 4)  # up to 2 x 8 tokens: 1, 2, 4, 8, 16; FULL up to 8
+    assert vfit.capture_sizes(1024, 8192, gpu("B200"))[0] == 51 + 32  # 1024 on datacenter Blackwell
+
+
+def test_pipeline_stage_without_cache_layers_is_priced(tmp_path) -> None:
+    """Nemotron-NAS (Llama-3.3-Nemotron-Super-49B) has attention-free blocks: at PP 8 a stage may hold no KV
+    cache at all; fit prices the others instead of failing on the empty one."""
+    import json
+
+    from kvdoctor import api
+    from kvdoctor.load.synth import layout_for, write_checkpoint
+
+    d = tmp_path / "nemotron"
+    d.mkdir()
+    src = Path(__file__).resolve().parent.parent / "fixtures/configs/real/nvidia__Llama-3_3-Nemotron-Super-49B-v1.json"
+    (d / "config.json").write_text(src.read_text())
+    write_checkpoint(d, layout_for(d))
+    doc = api.fit(d, gpu="H100-80GB", gpus=8, context=32768)
+    pp8 = next(r for r in doc["rows"] if r["layout"]["pp"] == 8)
+    assert pp8["kv_tokens"] and pp8["refusal"] is None
+    assert json.loads((d / "config.json").read_text())["block_configs"]  # the attention-free blocks are there
+
+
+def test_qwen3_5_family_keeps_its_ssm_state_in_the_config_dtype(tmp_path) -> None:
+    """vLLM sets mamba_ssm_cache_dtype from mamba_ssm_dtype (float32) for the Qwen3.5/3.6 architectures, so the
+    GDN layers' SSM state is twice the bf16 figure; an architecture outside that family keeps the model dtype."""
+    import json
+
+    from kvdoctor.engines import profile
+    from kvdoctor.engines.vllm import budget as vb
+    from kvdoctor.load.loader import load_model
+
+    src = Path(__file__).resolve().parent.parent / "fixtures/configs/real/Qwen__Qwen3.6-35B-A3B.json"
+    config = json.loads(src.read_text())
+    assert config["text_config"]["mamba_ssm_dtype"] == "float32"
+    states = {}
+    for name, arch in (("qwen36", config["architectures"]), ("other", ["SomeOtherGdnForCausalLM"])):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({**config, "architectures": arch}))
+        facts = profile("vllm").budget_facts(load_model(str(d)))
+        _, tensors = vb.state_bytes(facts, vb.Mode(max_model_len=4096, kv_budget_bytes=1 << 30))
+        states[name] = {t.tensor: t for t in tensors}
+    assert states["qwen36"]["ssm"].dtype_bytes == 4 and states["other"]["ssm"].dtype_bytes == 2
+    assert states["qwen36"]["ssm"].bytes == 2 * states["other"]["ssm"].bytes
+    assert states["qwen36"]["conv"].bytes == states["other"]["conv"].bytes  # the conv state keeps the model dtype
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_tp_that_does_not_divide_the_heads_is_refused_not_launched(tmp_path, engine: str) -> None:
+    """Qwen2.5-7B has 28 attention heads: TP 8 does not divide them. vLLM refuses in its config
+    (tools/launch_check.py found fit emitting that command), SGLang's attention class asserts; the row carries
+    the refusal and no launch command, and the recommendation takes another layout."""
+    from kvdoctor import api
+
+    model = make_model(tmp_path, "qwen2.5-7b")
+    doc = api.fit(model, engine=engine, gpu="H100-80GB", gpus=8, context=32768)
+    tp8 = next(r for r in doc["rows"] if r["layout"]["tp"] == 8 and r["layout"]["pp"] == 1)
+    assert tp8["refusal"] is not None and not tp8["launch"] and not tp8["fits"]
+    if engine == "vllm":
+        assert tp8["refusal"]["message"] == ("Total number of attention heads (28) must be divisible by tensor "
+                                             "parallel size (8).")
+    tp4 = next(r for r in doc["rows"] if r["layout"]["tp"] == 4 and r["layout"]["pp"] == 2)
+    assert tp4["refusal"] is None and tp4["launch"]
+    assert doc["recommendation"]["layout"]["tp"] in (1, 2, 4)
+
+
+def test_sglang_stage_of_linear_attention_alone_does_not_crash(tmp_path) -> None:
+    """Kimi-Linear at PP 8 leaves a stage of KDA layers only: SGLang's pool sizing has no token pool to divide
+    by there (a ZeroDivisionError before); the stages with attention decide and a note names the rest."""
+    from kvdoctor import api
+
+    doc = api.fit(make_model(tmp_path, "kimi-linear"), engine="sglang", gpu="H100-80GB", gpus=8, context=32768)
+    pp8 = next(r for r in doc["rows"] if r["layout"]["pp"] == 8)
+    assert pp8["kv_tokens"] and any("only linear-attention state" in n for n in pp8["notes"])
