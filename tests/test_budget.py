@@ -3,11 +3,12 @@ it and a healthy one that keeps it quiet, and regression cases back-solved from 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from functools import lru_cache
 
 import pytest
 
-from helpers import REAL, REAL_NAMES, SHORT, check_json, codes, make_model, run
+from helpers import REAL, REAL_NAMES, ROOT, SHORT, check_json, codes, make_model, run
 from kvdoctor.engines.sglang import budget as sglang
 from kvdoctor.engines.vllm import budget as vllm
 from kvdoctor.engines.budget.common import GiB
@@ -191,6 +192,21 @@ def test_mem008_running_requests_capped_and_mem010_fp32_state():
     assert "MEM010" not in mem_codes("qwen3-next", "sglang", context=131072, sglang={"mamba_ssm_dtype": "bfloat16"})
     assert "MEM010" not in mem_codes("kimi-linear", "sglang", context=131072)  # vLLM keeps KDA state in fp32 too
     assert not {"MEM008", "MEM010"} & set(mem_codes("gpt-oss-20b", "sglang", context=131072))
+
+
+def test_mem010_says_where_vllm_keeps_float32_too(tmp_path):
+    """Qwen3.5's config class hands vLLM the config's mamba_ssm_dtype (float32); Qwen3-Next's does not."""
+    def mem010(directory: Path) -> str:
+        spec = load_model(str(directory), with_checkpoint=False)
+        facts = facts_from_spec(spec)
+        deploy = deploy_from({"budget": {"kv_budget": "40GiB", "context": 131072}})
+        budgets, _ = plan_engine("sglang", facts, spec.config, deploy.budget, deploy.settings("sglang"), all_modes=False)
+        (finding,) = [f for b in budgets for f in findings_for(facts, b, {}) if f.code == "MEM010"]
+        return finding.message
+
+    (tmp_path / "config.json").write_bytes((ROOT / "fixtures/configs/real/Qwen__Qwen3.5-27B.json").read_bytes())
+    assert "where vLLM keeps float32 too (the config's mamba_ssm_dtype)" in mem010(tmp_path)
+    assert "where vLLM keeps the model dtype" in mem010(REAL / SHORT.get("qwen3-next", "qwen3-next"))
 
 
 def test_mem009_no_swa_pool_for_the_architecture():

@@ -168,9 +168,13 @@ def _sglang(facts: ModelFacts, b: SglangBudget, where) -> Iterable[Finding]:
         half_mode = _sg_mode(b)
         half_bytes = sglang.state_per_request(facts, half_mode)[0]
         half_slots = sglang.mamba_slots(b.capacity.kv_budget_bytes / GiB, half_bytes, half_mode)[0]
+        from kvdoctor.engines.vllm.budget import SSM_DTYPE_FROM_CONFIG
+
+        vllm_too = facts.config_ssm_dtype == "float32" and bool(SSM_DTYPE_FROM_CONFIG & set(facts.architectures))
+        vllm_keeps = "float32 too (the config's mamba_ssm_dtype)" if vllm_too else "the model dtype"
         yield Finding.at("MEM010", f"{name}: SGLang keeps the SSM state in float32 "
-                                   f"({s.bytes_per_slot / MiB:.1f} MiB per request) where vLLM keeps the "
-                                   f"model dtype; bfloat16 would make it {half_bytes / MiB:.1f} MiB and give "
+                                   f"({s.bytes_per_slot / MiB:.1f} MiB per request) where vLLM keeps "
+                                   f"{vllm_keeps}; bfloat16 would make it {half_bytes / MiB:.1f} MiB and give "
                                    f"{half_slots} state slots instead of {s.slots}",
                          where.get("mamba_ssm_dtype"),
                          evidence={"bytes_per_slot": s.bytes_per_slot, "bytes_per_slot_bf16": half_bytes,
