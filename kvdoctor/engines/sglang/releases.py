@@ -39,3 +39,10 @@ def hybrid_swa_archs(release: str) -> frozenset[str]:
     """The architectures on `release`'s hybrid-SWA allow-list."""
     return frozenset(arch for arch in archs.HYBRID_SWA_ARCHS
                      if arch not in HYBRID_SWA_SINCE or key(HYBRID_SWA_SINCE[arch]) <= key(release))
+
+
+# The memory SGLang holds back from its pools (fit's SGLang model, engines/sglang/reserve.py): from 0.5.0 a
+# formula of the GPU's memory, the chunked-prefill size and the decode graphs (srt/arg_groups/memory_hook.py
+# at 0.5.23; server_args.py before), a fraction by TP size before it; prefill CUDA graphs reserved from 0.5.23.
+RESERVE_SINCE = "0.5.0"
+PREFILL_GRAPHS_SINCE = "0.5.23"

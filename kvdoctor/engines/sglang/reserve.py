@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import msgspec
 
+from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import key
-
-RESERVE_SINCE = "0.5.0"
-PREFILL_GRAPHS_SINCE = "0.5.23"
+from kvdoctor.engines.sglang.releases import PREFILL_GRAPHS_SINCE, RESERVE_SINCE
 SOURCE = "sglang {release} srt/arg_groups/memory_hook.py (handle_gpu_memory_settings, reserve_for_graph_mb)"
 OLD_SOURCE = "sglang {release} srt/server_args.py __post_init__ (mem_fraction_static by TP size)"
 # (memory below, in MiB; chunked_prefill_size; decode max_bs below TP 4; from TP 4) @ 0.5.23
@@ -49,7 +48,7 @@ def prefill_graph_sizes(max_tokens: int) -> int:
 
 
 def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bool = False, mla: bool = False,
-             release: str = "0.5.23", chunked: int | None = None, max_bs: int | None = None,
+             release: str = PINS["sglang"], chunked: int | None = None, max_bs: int | None = None,
              max_running: int | None = None, cuda_graph: bool = True) -> Defaults:
     """The defaults `release` resolves on a GPU of `gpu_mib` MiB; a value the deployer set is kept."""
     if key(release) < key(RESERVE_SINCE):

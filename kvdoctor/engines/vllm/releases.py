@@ -140,3 +140,22 @@ def source(code: str, release: str, pinned: str) -> str:
     (the catalog's citation)."""
     path = _LINES.get(release, {}).get(code)
     return src(release, path) if path else pinned
+
+
+# MXFP4 experts (gpt-oss): the MoE kernel vLLM picks for the GPU pads each expert's hidden size and its
+# per-rank intermediate size to its tile, and the loaded tensors take the padded shapes. At 0.33.0
+# (fused_moe/oracle/mxfp4.py, mxfp4_round_up_hidden_size_and_intermediate_size, and the gpt-oss backend
+# order of _get_priority_backends_for_gpt_oss): Hopper gets the Triton kernels (intermediate to 64),
+# Ampere and Ada Marlin (hidden to 256, intermediate to 128), datacenter Blackwell FlashInfer's TRT-LLM
+# kernels (256, 128). Older Hopper releases padded more; those two rows are fitted to the calibration logs'
+# weights of gpt-oss on H100 (0.10.1: 65.97 GiB, 0.11.0: 64.38 GiB for gpt-oss-120b), not read.
+# (hidden, intermediate) alignment by compute-capability class
+MXFP4_ALIGN: tuple[Ranged[dict[str, tuple[int, int]]], ...] = (
+    Ranged({"hopper": (256, 128), "ampere": (256, 128), "blackwell": (256, 128)}, until="0.11.0",
+           source="calibrated: tests/data/startup-logs/vllm-0.10.1-gpt-oss-120b-h100-refused.yaml"),
+    Ranged({"hopper": (256, 64), "ampere": (256, 128), "blackwell": (256, 128)}, since="0.11.0", until="0.33.0",
+           source="calibrated: tests/data/startup-logs/vllm-0.11-gpt-oss-120b-h100-tp1.yaml; the release between "
+                  "0.14.1 and 0.33.0 that stopped padding Hopper's hidden size was not read"),
+    Ranged({"hopper": (1, 64), "ampere": (256, 128), "blackwell": (256, 128)}, since="0.33.0",
+           source="vllm 0.33.0 model_executor/layers/fused_moe/oracle/mxfp4.py:837-920"),
+)

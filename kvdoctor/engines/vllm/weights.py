@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kvdoctor.engines.budget.common import cdiv
 from kvdoctor.engines.budget.weights import COMMON_RULES, Parallel, ShardRules
-from kvdoctor.engines.releases import Ranged
+from kvdoctor.engines.vllm.releases import MXFP4_ALIGN
 
 RULES = ShardRules(rules=COMMON_RULES, vocab_padding=64,
                    source="vllm 0.33.0 model_executor/layers/linear.py, vocab_parallel_embedding.py:36,95, "
@@ -22,25 +22,6 @@ RULES = ShardRules(rules=COMMON_RULES, vocab_padding=64,
 def parallel(tp: int, pp: int = 1, dp: int = 1, expert_parallel: bool = False) -> Parallel:
     """vLLM's layout: DP replicates the whole model; EP spans TP x DP ranks."""
     return Parallel(tp=tp, pp=pp, dp=dp, ep=tp * dp if expert_parallel else 1)
-
-
-# MXFP4 experts (gpt-oss): the MoE kernel vLLM picks for the GPU pads each expert's hidden size and its
-# per-rank intermediate size to its tile, and the loaded tensors take the padded shapes. At 0.33.0
-# (fused_moe/oracle/mxfp4.py, mxfp4_round_up_hidden_size_and_intermediate_size, and the gpt-oss backend
-# order of _get_priority_backends_for_gpt_oss): Hopper gets the Triton kernels (intermediate to 64),
-# Ampere and Ada Marlin (hidden to 256, intermediate to 128), datacenter Blackwell FlashInfer's TRT-LLM
-# kernels (256, 128). Older Hopper releases padded more; those two rows are fitted to the calibration logs'
-# weights of gpt-oss on H100 (0.10.1: 65.97 GiB, 0.11.0: 64.38 GiB for gpt-oss-120b), not read.
-# (hidden, intermediate) alignment by compute-capability class
-MXFP4_ALIGN: tuple[Ranged[dict[str, tuple[int, int]]], ...] = (
-    Ranged({"hopper": (256, 128), "ampere": (256, 128), "blackwell": (256, 128)}, until="0.11.0",
-           source="calibrated: tests/data/startup-logs/vllm-0.10.1-gpt-oss-120b-h100-refused.yaml"),
-    Ranged({"hopper": (256, 64), "ampere": (256, 128), "blackwell": (256, 128)}, since="0.11.0", until="0.33.0",
-           source="calibrated: tests/data/startup-logs/vllm-0.11-gpt-oss-120b-h100-tp1.yaml; the release between "
-                  "0.14.1 and 0.33.0 that stopped padding Hopper's hidden size was not read"),
-    Ranged({"hopper": (1, 64), "ampere": (256, 128), "blackwell": (256, 128)}, since="0.33.0",
-           source="vllm 0.33.0 model_executor/layers/fused_moe/oracle/mxfp4.py:837-920"),
-)
 
 
 def _gpu_class(sm: int) -> str | None:
