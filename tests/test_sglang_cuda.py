@@ -55,6 +55,14 @@ def plan(point: dict, tmp_path: Path, **extra):
     return spec, plan_layers(spec, settings)
 
 
+ORACLE_DIR = re.compile(r"/tmp/kvdoctor-sgl-check-[^/\s]+/\d+")  # the folder the oracle gave SGLang
+
+
+def refusal_text(want: dict, model_dir: Path) -> str:
+    """SGLang's text with the oracle's model folder (named by the remote-code refusals) replaced by kvdoctor's."""
+    return ORACLE_DIR.sub(str(model_dir), want["error"]["message"])
+
+
 def golden_placements(pools: dict) -> dict[int, tuple[str, int]]:
     """Layer id -> (pool, buffer index) as SGLang's own pool objects map them."""
     kv = pools["token_to_kv_pool"]
@@ -82,11 +90,11 @@ def test_static_plan_matches_sglang(point, tmp_path):
     want = point["result"]
     spec, (layers, refusals, facts) = plan(point, tmp_path)
     if want["outcome"] == "sizing_error" and refusals:  # a pool-configurator refusal that no budget avoids
-        assert (refusals[0].error_class, refusals[0].message) == (want["error"]["class"], want["error"]["message"])
+        assert (refusals[0].error_class, refusals[0].message) == (want["error"]["class"], refusal_text(want, tmp_path))
         return
     if want["outcome"] == "refused":
         assert refusals, f"SGLang refuses: {want['error']['message'][:160]}"
-        assert (refusals[0].error_class, refusals[0].message) == (want["error"]["class"], want["error"]["message"])
+        assert (refusals[0].error_class, refusals[0].message) == (want["error"]["class"], refusal_text(want, tmp_path))
         assert refusals[0].stage == "startup"
         return
     assert not refusals, refusals[0].message
@@ -219,3 +227,54 @@ def test_layout_sglang_derives_itself_is_listed(tmp_path):
     assert layers[3].cache == "full" and layers[0].cache == "mamba"
     _, _, healthy = fixture_plan(tmp_path / "healthy", "Qwen__Qwen3-Next-80B-A3B-Instruct")
     assert healthy.kind_differs_layers == ()
+
+
+def test_config_code_refusals_name_the_folder_sglang_is_given(tmp_path):
+    """SGLang loads config.json with AutoConfig and trust_remote_code off: the texts transformers 5.20.2 raises
+    (goldens/sglang_check.json holds them for the fresh Orion and MiniCPM configs), with kvdoctor's folder."""
+    def remote(cfg):
+        cfg.update(model_type="orion", auto_map={"AutoConfig": "configuration_orion.OrionConfig"})
+    _, [code], _ = fixture_plan(tmp_path / "code", "meta-llama__Llama-3.2-1B-Instruct", remote)
+    folder = tmp_path / "code"
+    assert (code.code, code.error_class) == ("SGL150", "ValueError")
+    assert code.message.startswith(f"The repository {folder} contains custom code which must be executed")
+    assert f"content at {folder} .\n You can inspect the repository content at https://hf.co/{folder}.\n" in code.message
+
+    def upstream(cfg):
+        cfg.update(model_type="orion", auto_map={"AutoConfig": "org/base--configuration_orion.OrionConfig"})
+    _, [other], _ = fixture_plan(tmp_path / "up", "meta-llama__Llama-3.2-1B-Instruct", upstream)
+    assert "references custom code contained in org/base which" in other.message
+
+    _, [unknown], _ = fixture_plan(tmp_path / "unknown", "meta-llama__Llama-3.2-1B-Instruct",
+                                   lambda c: c.__setitem__("model_type", "orion"))
+    assert (unknown.code, unknown.key) == ("SGL151", "model_type")
+    assert unknown.message.startswith("The checkpoint you are trying to load has model type `orion` but Transformers")
+
+    # a type SGLang registers itself (chatglm) or transformers knows loads whatever auto_map says
+    _, quiet, _ = fixture_plan(tmp_path / "known", "THUDM__chatglm2-6b")
+    assert quiet == ()
+
+
+@pytest.mark.parametrize("dtype, model_type, expect", [
+    ("float32", "llama", "float16"), (None, "llama", "float16"), ("float32", "gemma3_text", "bfloat16"),
+    ("bfloat16", "llama", "bfloat16"), ("half", "llama", "float16")])
+def test_model_dtype_is_sglangs_auto_choice(tmp_path, dtype, model_type, expect):
+    """`--dtype auto` (ModelConfig._get_and_verify_dtype): float32 or no dtype serves as float16, bfloat16 for
+    gemma* model types; the KV pool takes that dtype."""
+    def edit(cfg):
+        cfg.pop("torch_dtype", None)
+        cfg.pop("dtype", None)
+        if dtype:
+            cfg["torch_dtype"] = dtype
+        cfg["model_type"] = model_type
+    _, _, facts = fixture_plan(tmp_path / "m", "meta-llama__Llama-3.2-1B-Instruct", edit)
+    assert facts.kv_cache_dtype == expect
+
+
+def test_gpt_oss_mxfp4_serves_in_bfloat16(tmp_path):
+    """SGLang's gpt-oss override sets --dtype bfloat16 for an mxfp4 checkpoint (model_overrides/gpt_oss.py:63);
+    its config names no dtype."""
+    _, _, facts = fixture_plan(tmp_path / "g", "openai__gpt-oss-20b")
+    assert facts.kv_cache_dtype == "bfloat16"
+    _, _, plain = fixture_plan(tmp_path / "p", "openai__gpt-oss-20b", lambda c: c.pop("quantization_config"))
+    assert plain.kv_cache_dtype == "float16"

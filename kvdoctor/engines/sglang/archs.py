@@ -63,6 +63,12 @@ OVERRIDE_DISABLES = {
                          "arg_groups/model_overrides/olmo2.py#L21"),
 }
 
+# `--dtype` that SGLang's model overrides set whatever the config says: always bfloat16 for these
+# (arg_groups/model_override_base.py:20), and for GptOssForCausalLM with an mxfp4 quantization_config
+# (arg_groups/model_overrides/gpt_oss.py:63).
+BF16_ARCHS = frozenset({"MistralLarge3ForCausalLM", "PixtralForConditionalGeneration"})
+BF16_WITH_MXFP4_ARCHS = frozenset({"GptOssForCausalLM"})
+
 # SGLang's own config classes rename some architectures (configs/olmo3.py:59: Olmo3 runs as Olmo2).
 RENAMED = {"Olmo3ForCausalLM": "Olmo2ForCausalLM"}
 

@@ -21,7 +21,10 @@ ATTENTION = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA)
 STATE = (GDN, KDA, MAMBA)
 KV_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "mxfp8": "float8_e4m3fn",
              "bf16": "bfloat16", "bfloat16": "bfloat16"}
-MODEL_DTYPES = {"float32": "bfloat16", "bfloat16": "bfloat16", "float16": "float16"}  # ModelConfig: fp32 -> bf16
+# ModelConfig's `_get_and_verify_dtype` (configs/model_config.py#L2284) reads the text config's dtype by these
+# names; with `--dtype auto` a float32 or missing one serves as float16, or bfloat16 for gemma* model types.
+CONFIG_DTYPES = {"half": "float16", "float16": "float16", "float": "float32", "float32": "float32",
+                 "bfloat16": "bfloat16"}
 TP_SIZES = (1, 2, 4, 8)
 
 
@@ -32,7 +35,16 @@ class Placement(msgspec.Struct, frozen=True):
 
 
 def model_dtype(spec: ModelSpec) -> str:
-    return MODEL_DTYPES.get(spec.dtype or "bfloat16", "bfloat16")
+    arch = archs.serving_arch(spec.raw_config)
+    quant = spec.raw_config.get("quantization_config")
+    if arch in archs.BF16_ARCHS or (arch in archs.BF16_WITH_MXFP4_ARCHS and isinstance(quant, dict)
+                                    and quant.get("quant_method") == "mxfp4"):
+        return "bfloat16"
+    configured = CONFIG_DTYPES.get(spec.dtype or "", "float32")
+    if configured != "float32":
+        return configured
+    model_type = spec.config.get("model_type") or spec.model_type or ""
+    return "bfloat16" if str(model_type).startswith("gemma") else "float16"
 
 
 def kv_dtype(spec: ModelSpec, settings: SglangSettings) -> str:
@@ -59,10 +71,26 @@ def _rebuilt(spec: ModelSpec, layer, kind: str):
     cfg = spec.config
     if kind not in ATTENTION:
         return msgspec.structs.replace(layer, kind=kind)
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
-    head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
+    heads, head_dim, _ = config_geometry(spec)
     return msgspec.structs.replace(layer, kind=kind, window=None, n_kv_heads=heads, head_dim=head_dim,
                                v_head_dim=head_dim, n_heads=cfg.get("num_attention_heads"))
+
+
+def config_geometry(spec: ModelSpec) -> tuple[int, int, int]:
+    """(kv heads, key width, value width) from the config's own, non-sliding keys, as ModelConfig reads them;
+    where a family spells them otherwise (GPT-J's n_head / n_embd), what kvdoctor read for its first attention
+    layer, which is what transformers' attribute map gives ModelConfig too."""
+    cfg = spec.config
+    first = next((l for l in spec.layers if l.kind in ATTENTION and l.n_kv_heads and l.head_dim), None)
+    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or (first.n_kv_heads if first else None) or 1
+    if cfg.get("head_dim"):
+        key = cfg["head_dim"]
+    elif cfg.get("hidden_size") and cfg.get("num_attention_heads"):
+        key = cfg["hidden_size"] // cfg["num_attention_heads"]
+    else:
+        key = first.head_dim if first and first.head_dim else 0
+    value = cfg.get("v_head_dim")
+    return heads, key, value if isinstance(value, int) and value else key
 
 
 def resolved_page_size(spec: ModelSpec) -> int:
@@ -133,17 +161,13 @@ def pool_geometry(spec: ModelSpec, pool: str) -> tuple[int, int, int]:
     (ModelConfig: `head_dim` / `num_key_value_heads` / `v_head_dim` for the full pool, their `swa_*` values
     for the SWA pool; utils/hf_transformers/config.py:116 flattens Gemma-4's per-layer table so), which is
     the full-attention layers' shape, and the sliding layers' for the SWA pool."""
-    cfg = spec.config
     layers = as_sglang_builds(spec).layers
     full = next((l for l in layers if l.kind == FULL), None)
     shape: tuple[int, int, int]
     if full is not None and full.n_kv_heads and full.head_dim:
         shape = (full.n_kv_heads, full.head_dim, full.v_head_dim or full.head_dim)
     else:  # no layer typed full: the config's own (non-sliding) keys
-        heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or 1
-        key = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
-        value = cfg.get("v_head_dim")
-        shape = (heads, key, value if isinstance(value, int) and value else key)
+        shape = config_geometry(spec)
     if pool != "swa":
         return shape
     for layer in layers:

@@ -5,11 +5,15 @@ the config with) prints, with the numbers filled in, and the pinned source line 
 """
 from __future__ import annotations
 
+import json
+from functools import cache
+
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.sglang import archs, pools, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
 from kvdoctor.model import ModelSpec
+from kvdoctor.resources import data_dir
 
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.20.2/src/transformers/"
@@ -23,6 +27,58 @@ OWN_LENGTH_VALIDATORS = {
 # Config classes that build `per_layer_config` from the layer_types entries typed full_attention
 # (Gemma-4's global layers, models/gemma4/configuration_gemma4.py:219) and then check its keys.
 PER_LAYER_CONFIG_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"})
+
+
+# The model types SGLang's config loader resolves without remote code (transformers' own and SGLang's registered
+# classes), written by tools/sglang_config_types.py from the pinned release's venv.
+CONFIG_TYPES = data_dir("sglang_config_types.json")
+AUTO_CONFIG = TRANSFORMERS + "models/auto/configuration_auto.py"
+REMOTE_CODE = TRANSFORMERS + "dynamic_module_utils.py#L788"
+
+
+@cache
+def config_types() -> frozenset[str]:
+    return frozenset(json.loads(CONFIG_TYPES.read_text())["model_types"])
+
+
+def config_loader(spec: ModelSpec) -> Refusal | None:
+    """AutoConfig with trust_remote_code off (SGLang's default, `utils/hf_transformers/config.py#L228`):
+    a config that names its own configuration code for a model type SGLang's transformers does not know is
+    refused, and so is a model type nobody registered. SGLang is given the model's folder (or Hub id), and
+    the message names it."""
+    raw = spec.raw_config
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or model_type in config_types():
+        return None
+    name = spec.hf_id or str(spec.model_dir)
+    auto = raw.get("auto_map")
+    class_ref = auto.get("AutoConfig") if isinstance(auto, dict) else None
+    if isinstance(class_ref, list):
+        class_ref = class_ref[0] if class_ref else None
+    evidence = {"model_type": model_type, "sglang": archs.TAG, "transformers": json.loads(
+        CONFIG_TYPES.read_text())["transformers"]}
+    if isinstance(class_ref, str) and class_ref:
+        if "--" in class_ref:
+            upstream = class_ref.split("--")[0]
+            head = (f"The repository {name} references custom code contained in {upstream} which must be executed "
+                    f"to correctly load the model. You can inspect the repository content at https://hf.co/{upstream} .\n")
+        else:
+            where = f"https://hf.co/{name}" if spec.hf_id else name
+            head = (f"The repository {name} contains custom code which must be executed to correctly load the model. "
+                    f"You can inspect the repository content at {where} .\n")
+        message = (f"{head} You can inspect the repository content at https://hf.co/{name}.\n"
+                   "Please pass the argument `trust_remote_code=True` to allow custom code to be run.")
+        return Refusal("SGL150", "ValueError", message, "startup", key="auto_map", source=REMOTE_CODE,
+                       evidence={**evidence, "auto_map.AutoConfig": class_ref})
+    message = (f"The checkpoint you are trying to load has model type `{model_type}` but Transformers does not "
+               "recognize this architecture. This could be because of an issue with the checkpoint, or because your "
+               "version of Transformers is out of date.\n\nYou can update Transformers with the command `pip install "
+               "--upgrade transformers`. If this does not work, and the checkpoint is very new, then there may not be "
+               "a release version that supports this model yet. In this case, you can get the most up-to-date code by "
+               "installing Transformers from source with the command "
+               "`pip install git+https://github.com/huggingface/transformers.git`")
+    return Refusal("SGL151", "ValueError", message, "startup", key="model_type", source=AUTO_CONFIG + "#L430",
+                   evidence=evidence)
 
 
 def derived_context_length(spec: ModelSpec) -> int:
@@ -136,7 +192,7 @@ def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
 
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
-    found = [per_layer_config_keys(spec), strict_null_window(spec), own_length_validator(spec),
+    found = [config_loader(spec), per_layer_config_keys(spec), strict_null_window(spec), own_length_validator(spec),
              layer_types_length(spec), context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
