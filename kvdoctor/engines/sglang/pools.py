@@ -225,16 +225,23 @@ MAMBA2_KEYS = {  # Nemotron-H spelling, Falcon-H1 spelling
 }
 
 
-def _first(cfg: dict, keys: tuple[str, ...]) -> int:
-    return next(cfg[k] for k in keys if isinstance(cfg.get(k), int))
+def _first(cfg: dict, keys: tuple[str, ...]) -> int | None:
+    return next((cfg[k] for k in keys if isinstance(cfg.get(k), int)), None)
+
+
+def mamba2_dims(spec: ModelSpec) -> tuple[int, int, int, int, int] | None:
+    """(heads, head_dim, state, groups, kernel) in the spellings SGLang's Mamba2 configs use; None for a
+    Mamba layer without them (Mamba-1 state: Jamba, Zamba2), which the plan does not model."""
+    dims = tuple(_first(spec.config, MAMBA2_KEYS[k]) for k in ("heads", "head_dim", "state", "groups", "kernel"))
+    return None if None in dims else dims  # type: ignore[return-value]
 
 
 def mamba2_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, Any]:
     """One Mamba2 layer's state on one rank (configs/mamba_utils.py Mamba2StateShape): conv
     (intermediate + 2 * groups * state, kernel - 1), SSM (heads, head_dim, state)."""
-    cfg = spec.config
-    heads, head_dim, state, groups, kernel = (_first(cfg, MAMBA2_KEYS[k]) for k in
-                                              ("heads", "head_dim", "state", "groups", "kernel"))
+    dims = mamba2_dims(spec)
+    assert dims is not None  # state_by_tp asks only where the dims are there
+    heads, head_dim, state, groups, kernel = dims
     groups = groups + (tp - groups if groups % tp else 0)
     conv = [(heads * head_dim + 2 * groups * state) // tp, kernel - 1]
     return {"conv": {"shape": conv, "dtype": model_dtype(spec)},
@@ -243,7 +250,7 @@ def mamba2_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str
 
 def state_by_tp(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     kinds = spec.kinds()
-    build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds else None
+    build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds and mamba2_dims(spec) else None
     if build is None:
         return None
     tps = (settings.tp_size,) if settings.tp_size else TP_SIZES

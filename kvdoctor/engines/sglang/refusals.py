@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from typing import Any
 
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.sglang import archs, pools, swa
@@ -30,15 +31,21 @@ PER_LAYER_CONFIG_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4For
 
 
 # The model types SGLang's config loader resolves without remote code (transformers' own and SGLang's registered
-# classes), written by tools/sglang_config_types.py from the pinned release's venv.
-CONFIG_TYPES = data_dir("sglang_config_types.json")
+# classes), written by tools/sglang_registry.py from the pinned release's venv.
+CONFIG_TYPES = data_dir("sglang_registry.json")
 AUTO_CONFIG = TRANSFORMERS + "models/auto/configuration_auto.py"
 REMOTE_CODE = TRANSFORMERS + "dynamic_module_utils.py#L788"
 
 
 @cache
+def registry() -> dict[str, Any]:
+    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions)."""
+    doc = json.loads(CONFIG_TYPES.read_text())
+    return {**doc, "model_types": frozenset(doc["model_types"]), "architectures": frozenset(doc["architectures"])}
+
+
 def config_types() -> frozenset[str]:
-    return frozenset(json.loads(CONFIG_TYPES.read_text())["model_types"])
+    return registry()["model_types"]
 
 
 def config_loader(spec: ModelSpec) -> Refusal | None:
@@ -55,8 +62,7 @@ def config_loader(spec: ModelSpec) -> Refusal | None:
     class_ref = auto.get("AutoConfig") if isinstance(auto, dict) else None
     if isinstance(class_ref, list):
         class_ref = class_ref[0] if class_ref else None
-    evidence = {"model_type": model_type, "sglang": archs.TAG, "transformers": json.loads(
-        CONFIG_TYPES.read_text())["transformers"]}
+    evidence = {"model_type": model_type, "sglang": archs.TAG, "transformers": registry()["transformers"]}
     if isinstance(class_ref, str) and class_ref:
         if "--" in class_ref:
             upstream = class_ref.split("--")[0]
