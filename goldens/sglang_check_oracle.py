@@ -6,6 +6,7 @@ Run with the SGLang oracle venv (see README.md):
     KVDOCTOR_GOLDEN_MODELS=openai__gpt-oss-20b ... sglang_check_oracle.py    # some models, for debugging
     ... sglang_check_oracle.py --configs DIR --out FILE   # the *.json configs of DIR only (a held-out set)
     ... sglang_check_oracle.py --configs DIR --out FILE --more-settings   # plus the settings of MORE_SETTINGS
+    python sglang_check_oracle.py --merge FILE...   # a held-out set's points into sglang_check.json
 
 Every decision comes from SGLang's code: `ServerArgs(...).resolve_once()` (backend, page size, Mamba
 cache strategy, validation), `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list,
@@ -481,9 +482,26 @@ def run_all(configs: Path | None = None, out: Path | None = None) -> None:
     print(f"wrote {out} ({len(points)} points)")
 
 
+def merge(files: list[Path]) -> None:
+    """Take held-out sets' points into sglang_check.json: a model's points replace any it had; the file's other
+    points stay as they are."""
+    golden = HERE / "sglang_check.json"
+    doc = json.loads(golden.read_text())
+    for path in files:
+        new = json.loads(path.read_text())
+        assert new["versions"] == doc["versions"], (path, new["versions"])
+        models = {p["model"] for p in new["points"]}
+        doc["points"] = [p for p in doc["points"] if p["model"] not in models] + new["points"]
+        doc["configs"] = sorted(set(doc["configs"]) | set(new["configs"]))
+    golden.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {golden} ({len(doc['points'])} points)")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child(sys.argv[2], Path(sys.argv[3]))
+    elif len(sys.argv) > 2 and sys.argv[1] == "--merge":
+        merge([Path(a) for a in sys.argv[2:]])
     elif len(sys.argv) in (5, 6) and sys.argv[1] == "--configs" and sys.argv[3] == "--out":
         MORE = sys.argv[5:] == ["--more-settings"]
         run_all(Path(sys.argv[2]), Path(sys.argv[4]))

@@ -106,7 +106,14 @@ WINDOW_MINUS_ONE_SOURCES = {
     "GptOssForCausalLM": "models/gpt_oss.py#L132",
     "Gemma4ForCausalLM": "models/gemma4_causal.py#L84",
     "Gemma4ForConditionalGeneration": "models/gemma4_causal.py#L84",
+    "MuseGlimmerForCausalLM": "models/muse_glimmer.py#L120",
+    "MuseGlimmerForConditionalGeneration": "models/muse_glimmer.py#L120",  # subclasses the CausalLM (L944)
 }
+# Classes whose window function is `sliding_window - 1` with a guard for a null window (no window then).
+WINDOW_MINUS_ONE_OR_NONE = {"Exaone4ForCausalLM": "models/exaone4.py#L47"}
+# ModelConfig's `get_hybrid_layer_ids` iterates these classes' `layer_types` (configs/model_config.py#L2766),
+# which their config class leaves null when config.json has none.
+LAYER_TYPES_ITERATED = frozenset({"MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration"})
 
 
 def serving_arch(raw_config: dict) -> str:

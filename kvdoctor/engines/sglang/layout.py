@@ -13,7 +13,7 @@ import msgspec
 from kvdoctor.engines.base import LayerPlan, Refusal
 from kvdoctor.engines.sglang import archs, pools, refusals, sizing, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
-from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
 
@@ -98,7 +98,8 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
         kind_differs_layers=tuple(i for i, k in kinds.items() if k != spec.layers[i].kind),
         kv_cache_dtype=pools.kv_dtype(spec, settings),
         override_warning=decision.override_warning, budget=None if refused else sizing.size(spec, settings),
-        pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp}, unmodeled=unmodeled(spec))
+        pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp},
+        unmodeled=None if refused else unmodeled(spec))  # a refused start-up builds no pool at all
     return tuple(layers), refused, facts
 
 
@@ -114,4 +115,8 @@ def unmodeled(spec: ModelSpec) -> str | None:
     if MAMBA in spec.kinds() and pools.mamba2_dims(spec) is None:
         reasons.append("its Mamba layers carry no Mamba-2 state keys (heads, head dim, groups, state, conv kernel): "
                        "no state pool is planned for them")
+    other = sorted(spec.kinds() - set(pools.ATTENTION) - set(pools.STATE) - {NO_ATTENTION})
+    if other:
+        counts = ", ".join(f"{sum(l.kind == k for l in spec.layers)} {k}" for k in other)
+        reasons.append(f"its {counts} layers get no pool in the plan (SGLang's pools for them are not modelled)")
     return "; ".join(reasons) or None

@@ -87,10 +87,26 @@ def config_loader(spec: ModelSpec) -> Refusal | None:
                    evidence=evidence)
 
 
+def _text_config_view(spec: ModelSpec) -> dict[str, Any]:
+    """The attributes SGLang's `get_context_length` reads, as transformers' configuration class resolves them
+    (class defaults for null or missing keys; Gemma-3 keeps its RoPE scaling per layer type), where the
+    installed transformers has the class; else the config's own keys."""
+    model_type = spec.config.get("model_type") or spec.model_type
+    try:
+        view = hf_config.read(model_type, spec.config, CONTEXT_KEYS + ("rope_scaling",)) \
+            if isinstance(model_type, str) else None
+    except hf_config.Rejected:
+        view = None
+    if view is None:
+        return dict(spec.config)
+    return {**spec.config, **view.resolved}
+
+
 def derived_context_length(spec: ModelSpec) -> int:
-    """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context key, times the
-    rope-scaling factor unless the scaling states its original length or is llama3-style."""
-    cfg = spec.config
+    """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context attribute of the
+    text config, times the rope-scaling factor unless the scaling states its original length or is
+    llama3-style (a per-layer-type scaling has no top-level factor)."""
+    cfg = _text_config_view(spec)
     scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
     factor = 1
     if scaling:
@@ -170,6 +186,41 @@ def strict_null_window(spec: ModelSpec) -> Refusal | None:
     return None
 
 
+# Text config classes that derive layer_types from `sliding_window_pattern` when config.json has none,
+# computing `(i + 1) % sliding_window_pattern` (the pattern is 0 when sliding_window is null).
+PATTERN_FALLBACK = {"exaone4": "models/exaone4/configuration_exaone4.py#L106",
+                    "exaone4_5_text": "models/exaone4/configuration_exaone4.py#L106"}
+
+
+def pattern_fallback(spec: ModelSpec) -> Refusal | None:
+    """EXAONE-4's config class cannot derive layer_types from a string pattern ("LLLG", as published beside the
+    layer_types it writes) or from the 0 it sets for a null window."""
+    cfg = spec.config
+    model_type = cfg.get("model_type") or spec.model_type
+    where = PATTERN_FALLBACK.get(model_type) if isinstance(model_type, str) else None
+    if where is None or cfg.get("layer_types") is not None or not cfg.get("num_hidden_layers"):
+        return None
+    pattern = cfg.get("sliding_window_pattern", 4)
+    if cfg.get("sliding_window") is None:
+        error, message = "ZeroDivisionError", "integer modulo by zero"
+    elif isinstance(pattern, str):
+        error, message = "TypeError", "unsupported operand type(s) for %: 'int' and 'str'"
+    else:
+        return None
+    return Refusal("SGL153", error, message, "startup", key=spec.config_prefix + "sliding_window_pattern",
+                   source=TRANSFORMERS + where, evidence={"sliding_window_pattern": pattern,
+                                                          "sliding_window": cfg.get("sliding_window")})
+
+
+def layer_types_iterated(spec: ModelSpec) -> Refusal | None:
+    """ModelConfig splits SWA / full layer ids from `layer_types` for these classes without checking it is set."""
+    if archs.serving_arch(spec.raw_config) not in archs.LAYER_TYPES_ITERATED or spec.config.get("layer_types"):
+        return None
+    return Refusal("SGL154", "TypeError", "'NoneType' object is not iterable", "startup",
+                   key=spec.config_prefix + "layer_types", source=archs.ref("configs/model_config.py#L2766"),
+                   evidence={"architecture": archs.serving_arch(spec.raw_config)})
+
+
 def null_window(spec: ModelSpec) -> Refusal | None:
     arch = archs.serving_arch(spec.raw_config)
     where = archs.WINDOW_MINUS_ONE_SOURCES.get(arch)
@@ -198,8 +249,9 @@ def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
 
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
-    found = [config_loader(spec), per_layer_config_keys(spec), strict_null_window(spec), own_length_validator(spec),
-             layer_types_length(spec), context_too_long(spec, settings), null_window(spec)]
+    found = [config_loader(spec), per_layer_config_keys(spec), strict_null_window(spec), pattern_fallback(spec),
+             own_length_validator(spec), layer_types_length(spec), layer_types_iterated(spec),
+             context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
         first = no_swa_layer(spec, settings)
