@@ -20,17 +20,38 @@ from kvdoctor.engines.sglang.settings import SglangSettings as Settings
 from kvdoctor.load.loader import load_model
 from kvdoctor.model import GDN, MAMBA
 
-# Real configs whose kvdoctor side (loader, budget model) still differs from SGLang: each reason was checked
-# by running the point with --runxfail. None left: MiMo-V2's value width, Gemma-4's global layers, Llama-4's
-# chunked layers and the Mamba2 budget now agree with the goldens.
-KNOWN_GAPS: dict[tuple[str, ...], str] = {}
+# Points where kvdoctor's side still differs from SGLang, each reason checked by running the point with --runxfail;
+# keyed (test, model), (test, model, mutation) or (test, model, mutation, setting). The held configs taken
+# into the goldens in issue 43 brought them; the model-wide ones are the families SGL152 says the plan does not
+# model (their layer kinds get no pool), so no pool, window or sizing of theirs is claimed.
+NOT_MODELED = "pools of this layer kind are not modelled by the static plan (SGL152 says so)"
+KNOWN_GAPS: dict[tuple[str, ...], str] = {
+    **{(test, model): NOT_MODELED for test in ("plan", "budget") for model in (
+        "deepseek-ai__DeepSeek-V4-Flash", "deepseek-ai__DeepSeek-V4-Pro", "LiquidAI__LFM2.5-VL-1.6B")},
+    **{("plan", "LiquidAI__LFM2.5-VL-1.6B", m): "without layer_types SGLang's LFM2 conv state sizing fails "
+                                                "(AttributeError); not modelled (SGL152)"
+       for m in ("layer_types_missing", "window_no_layer_types")},
+    ("budget", "zai-org__GLM-5.2"): "DSA pool tokens at 40 GiB differ (428800 planned, SGLang 463616): GLM-5.2's "
+                                     "index geometry is not read yet",
+    ("plan", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "a window added to an MLA config: kvdoctor's loader "
+                                                                "reads sliding MHA layers, SGLang keeps MLA",
+    ("budget", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "as the plan point",
+    ("plan", "stepfun-ai__Step-3.7-Flash", "none", "context_length_2x"): "SGLang's own Step3p5Config derives a "
+                                                                        "context of 128000 from a config stating 65536",
+    ("budget", "stepfun-ai__Step-3.7-Flash", "none", "fp8_kv"): "fp8 KV max running requests differ (3640 vs 2048)",
+    ("plan", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "transformers' Qwen2MoeConfig gives a window of 0 "
+                                                             "without use_sliding_window; kvdoctor refuses to read it "
+                                                             "(exit 2), SGLang never reads the window",
+    ("budget", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "as the plan point",
+}
 UNREADABLE: set[str] = set()  # models whose every point, refusals included, needs a config kvdoctor cannot read
 
 
 def params(points: list[dict], test: str) -> list:
     out = []
     for p in points:
-        gap = KNOWN_GAPS.get((test, p["model"], p["mutation"])) or (
+        gap = KNOWN_GAPS.get((test, p["model"], p["mutation"], p["setting"])) or KNOWN_GAPS.get(
+            (test, p["model"], p["mutation"])) or (
             KNOWN_GAPS.get((test, p["model"])) if p["result"]["outcome"] == "ok" or p["model"] in UNREADABLE else None)
         marks = [pytest.mark.xfail(reason=gap, strict=False)] if gap else []
         out.append(pytest.param(p, id=ident(p), marks=marks))

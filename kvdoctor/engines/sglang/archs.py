@@ -109,6 +109,9 @@ WINDOW_MINUS_ONE_SOURCES = {
     "MuseGlimmerForCausalLM": "models/muse_glimmer.py#L120",
     "MuseGlimmerForConditionalGeneration": "models/muse_glimmer.py#L120",  # subclasses the CausalLM (L944)
 }
+# Architectures whose config class SGLang registers itself (utils/hf_transformers/common.py, `deepseek_v4`) as
+# a strict dataclass typing sliding_window as int: a null window is refused while the config loads.
+STRICT_WINDOW_ARCHS = frozenset({"DeepseekV4ForCausalLM"})
 # Classes whose window function is `sliding_window - 1` with a guard for a null window (no window then).
 WINDOW_MINUS_ONE_OR_NONE = {"Exaone4ForCausalLM": "models/exaone4.py#L47"}
 # ModelConfig's `get_hybrid_layer_ids` iterates these classes' `layer_types` (configs/model_config.py#L2766),

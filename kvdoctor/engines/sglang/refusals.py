@@ -177,7 +177,9 @@ def layer_types_length(spec: ModelSpec) -> Refusal | None:
 
 def strict_null_window(spec: ModelSpec) -> Refusal | None:
     arch = archs.serving_arch(spec.raw_config)
-    if hf_config.refuses_null_window(arch, spec.config):
+    sglang_own = arch in archs.STRICT_WINDOW_ARCHS and "sliding_window" in spec.config \
+        and spec.config["sliding_window"] is None
+    if hf_config.refuses_null_window(arch, spec.config) or sglang_own:
         message = ("Validation error for field 'sliding_window':\n    TypeError: Field 'sliding_window' expected "
                    "int, got NoneType (value: None)")
         return Refusal("SGL005", "StrictDataclassFieldValidationError", message, "startup",
