@@ -31,6 +31,10 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
     **{("plan", "LiquidAI__LFM2.5-VL-1.6B", m): "without layer_types SGLang's LFM2 conv state sizing fails "
                                                 "(AttributeError); not modelled (SGL152)"
        for m in ("layer_types_missing", "window_no_layer_types")},
+    **{(test, "ai21labs__AI21-Jamba-1.5-Mini"): "SGLang has no Jamba class; its Mamba-1 layers get no state pool "
+                                                "in the plan (SGL152)" for test in ("plan", "budget")},
+    **{(test, "llava-hf__llava-1.5-7b-hf"): "a text_config stating no heads: the plan does not take LlamaConfig's "
+                                            "defaults for the pool shape" for test in ("plan", "budget")},
     ("budget", "zai-org__GLM-5.2"): "DSA pool tokens at 40 GiB differ (428800 planned, SGLang 463616): GLM-5.2's "
                                      "index geometry is not read yet",
     ("plan", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "a window added to an MLA config: kvdoctor's loader "
@@ -299,3 +303,24 @@ def test_gpt_oss_mxfp4_serves_in_bfloat16(tmp_path):
     assert facts.kv_cache_dtype == "bfloat16"
     _, _, plain = fixture_plan(tmp_path / "p", "openai__gpt-oss-20b", lambda c: c.pop("quantization_config"))
     assert plain.kv_cache_dtype == "float16"
+
+
+FRESH = Path(__file__).resolve().parent.parent / "fixtures" / "configs" / "fresh"
+
+
+def test_a_config_class_refusal_is_sglangs_start_up_error(tmp_path):
+    """Falcon-H1-0.5B's config as Megatron-Bridge's test holds it has no mamba_d_ssm: FalconH1Config takes 1024,
+    which 24 heads of 64 do not fill, and its strict validator refuses (goldens: set 8, SGLang's own text)."""
+    cfg = json.loads((FRESH / "tiiuae__Falcon-H1-0.5B.json").read_text())
+    golden = next(p for p in GOLDEN["points"] if p["model"] == "tiiuae__Falcon-H1-0.5B" and p["mutation"] == "none"
+                  and p["setting"] == "default")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text(json.dumps(cfg))
+    _, [refusal], _ = plan_layers(load_model(str(tmp_path / "bad"), with_checkpoint=False), Settings())
+    assert (refusal.code, refusal.error_class, refusal.message) == (
+        "SGL155", golden["result"]["error"]["class"], golden["result"]["error"]["message"])
+    cfg["mamba_d_ssm"] = cfg["mamba_n_heads"] * cfg["mamba_d_head"]
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "config.json").write_text(json.dumps(cfg))
+    _, healthy, _ = plan_layers(load_model(str(tmp_path / "good"), with_checkpoint=False), Settings())
+    assert healthy == ()

@@ -102,6 +102,25 @@ def _text_config_view(spec: ModelSpec) -> dict[str, Any]:
     return {**spec.config, **view.resolved}
 
 
+def config_class_rejects(spec: ModelSpec) -> Refusal | None:
+    """transformers' configuration class for the model type refuses the config (a strict-dataclass validator,
+    Falcon-H1's `mamba_n_heads must divide ...`): SGLang's AutoConfig builds that class first and stops with its
+    error as raised. Read with the installed transformers (the loader's own reading where it ran the class)."""
+    rejected = spec.rejected
+    model_type = spec.raw_config.get("model_type")
+    if rejected is None and isinstance(model_type, str):
+        try:
+            hf_config.read(model_type, spec.raw_config, ())
+        except hf_config.Rejected as exc:
+            rejected = exc
+    if rejected is None:
+        return None
+    return Refusal("SGL155", rejected.outer_class, rejected.outer_message.strip(), "startup",
+                   key="model_type", source=archs.ref("utils/hf_transformers/config.py#L228"),
+                   evidence={"config_class": rejected.class_name, "validator": rejected.validator,
+                             "inner": f"{rejected.error_class}: {rejected.message}"})
+
+
 def derived_context_length(spec: ModelSpec) -> int:
     """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context attribute of the
     text config, times the rope-scaling factor unless the scaling states its original length or is
@@ -251,8 +270,9 @@ def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
 
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
+    # the config-class refusals kvdoctor names specifically first; any other the class raises after them
     found = [config_loader(spec), per_layer_config_keys(spec), strict_null_window(spec), pattern_fallback(spec),
-             own_length_validator(spec), layer_types_length(spec), layer_types_iterated(spec),
+             own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec), layer_types_iterated(spec),
              context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
