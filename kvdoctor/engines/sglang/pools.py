@@ -15,6 +15,7 @@ import msgspec
 from kvdoctor.engines.sglang import archs
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang.swa import SwaDecision
+from kvdoctor.load import hf_config
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
 
 ATTENTION = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA)
@@ -58,12 +59,18 @@ def store_dtype(dtype: str) -> str:
 
 
 def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
-    """The spec with each layer's kind replaced by the kind SGLang builds there."""
+    """The spec with each layer's kind replaced by the kind SGLang builds there, and attention layers whose
+    geometry the config does not state given ModelConfig's (the configuration class's defaults)."""
     kinds = sglang_kinds(spec)
-    if all(kinds[l.index] == l.kind for l in spec.layers):
+    unsized = [l for l in spec.layers if l.kind in (FULL, SLIDING, CHUNKED) and not (l.n_kv_heads and l.head_dim)]
+    if all(kinds[l.index] == l.kind for l in spec.layers) and not unsized:
         return spec
-    return msgspec.structs.replace(spec, layers=[l if kinds[l.index] == l.kind else _rebuilt(spec, l, kinds[l.index])
-                                             for l in spec.layers])
+    heads, key, value = config_geometry(spec)
+    return msgspec.structs.replace(spec, layers=[
+        _rebuilt(spec, l, kinds[l.index]) if kinds[l.index] != l.kind
+        else msgspec.structs.replace(l, n_kv_heads=l.n_kv_heads or heads, head_dim=l.head_dim or key,
+                                     v_head_dim=l.v_head_dim or value) if l in unsized
+        else l for l in spec.layers])
 
 
 def _rebuilt(spec: ModelSpec, layer, kind: str):
@@ -76,11 +83,25 @@ def _rebuilt(spec: ModelSpec, layer, kind: str):
                                v_head_dim=head_dim, n_heads=cfg.get("num_attention_heads"))
 
 
+GEOMETRY_KEYS = ("num_key_value_heads", "num_attention_heads", "head_dim", "hidden_size")
+
+
+def _class_defaults(spec: ModelSpec) -> dict[str, Any]:
+    """The geometry transformers' configuration class gives the text config (its defaults for keys the config
+    leaves out, as llava-1.5's text_config does), where the installed transformers has the class."""
+    model_type = spec.config.get("model_type") or spec.model_type
+    try:
+        view = hf_config.read(model_type, spec.config, GEOMETRY_KEYS) if isinstance(model_type, str) else None
+    except hf_config.Rejected:
+        return {}
+    return {k: v for k, v in (view.resolved if view else {}).items() if isinstance(v, int) and v > 0}
+
+
 def config_geometry(spec: ModelSpec) -> tuple[int, int, int]:
     """(kv heads, key width, value width) from the config's own, non-sliding keys, as ModelConfig reads them;
     where a family spells them otherwise (GPT-J's n_head / n_embd), what kvdoctor read for its first attention
     layer, which is what transformers' attribute map gives ModelConfig too."""
-    cfg = spec.config
+    cfg = {**_class_defaults(spec), **{k: v for k, v in spec.config.items() if v is not None}}
     first = next((l for l in spec.layers if l.kind in ATTENTION and l.n_kv_heads and l.head_dim), None)
     heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or (first.n_kv_heads if first else None) or 1
     if cfg.get("head_dim"):
