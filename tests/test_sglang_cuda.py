@@ -33,8 +33,6 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
        for m in ("layer_types_missing", "window_no_layer_types")},
     **{(test, "ai21labs__AI21-Jamba-1.5-Mini"): "SGLang has no Jamba class; its Mamba-1 layers get no state pool "
                                                 "in the plan (SGL152)" for test in ("plan", "budget")},
-    ("budget", "zai-org__GLM-5.2"): "DSA pool tokens at 40 GiB differ (428800 planned, SGLang 463616): GLM-5.2's "
-                                     "index geometry is not read yet",
     ("plan", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "a window added to an MLA config: kvdoctor's loader "
                                                                 "reads sliding MHA layers, SGLang keeps MLA",
     ("budget", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "as the plan point",

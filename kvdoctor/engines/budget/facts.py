@@ -92,6 +92,7 @@ class ModelFacts(msgspec.Struct):
     mamba: Mamba2Dims | None = None  # for the engines that price Mamba-2 state (SGLang; vLLM's Nemotron-H plan)
     short_conv: ShortConvDims | None = None  # set by the vLLM profile only (its plan for LFM2)
     dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
+    dsa_index_skips: tuple[int, ...] = ()  # DSA layers reusing another layer's top-k, with no indexer key (SGLang)
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     mlx_lm_module: str | None = None  # set by the mlx-lm profile: the mlx_lm.models module its loader picks
     weights_bytes: int | None = None
