@@ -320,3 +320,19 @@ def test_a_config_class_refusal_is_sglangs_start_up_error(tmp_path):
     (tmp_path / "good" / "config.json").write_text(json.dumps(cfg))
     _, healthy, _ = plan_layers(load_model(str(tmp_path / "good"), with_checkpoint=False), Settings())
     assert healthy == ()
+
+
+@pytest.mark.parametrize("model, says", [
+    ("ai21labs__AI21-Jamba-1.5-Mini", "no model class for JambaForCausalLM"),
+    ("tiiuae__Falcon-H1-0.5B", None),  # refused by its config class first: no pool, no SGL152
+])
+def test_a_model_the_plan_does_not_model_is_said_so_not_crashed_on(tmp_path, model, says):
+    """Jamba's Mamba-1 layers used to crash the plan (no Mamba-2 keys); now SGL152's reason names what is not
+    modelled, and the attention layers still get their pool."""
+    (tmp_path / "config.json").write_text((FRESH / f"{model}.json").read_text())
+    layers, refusals, facts = plan_layers(load_model(str(tmp_path), with_checkpoint=False), Settings())
+    if says is None:
+        assert refusals and facts.unmodeled is None
+        return
+    assert says in facts.unmodeled and "Mamba-2 state" in facts.unmodeled
+    assert {l.cache for l in layers} == {"full", "mamba"} and not any(l.state for l in layers)
