@@ -5,6 +5,8 @@ Run with the SGLang oracle venv (see README.md):
     goldens/.venv/sglang/bin/python goldens/sglang_check_oracle.py          # all, rewrites sglang_check.json
     KVDOCTOR_GOLDEN_MODELS=openai__gpt-oss-20b ... sglang_check_oracle.py    # some models, for debugging
     ... sglang_check_oracle.py --configs DIR --out FILE   # the *.json configs of DIR only (a held-out set)
+    ... sglang_check_oracle.py --configs DIR --out FILE --more-settings   # plus the settings of MORE_SETTINGS
+    python sglang_check_oracle.py --merge FILE...   # a held-out set's points into sglang_check.json
 
 Every decision comes from SGLang's code: `ServerArgs(...).resolve_once()` (backend, page size, Mamba
 cache strategy, validation), `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list,
@@ -100,6 +102,13 @@ def model_context(cfg: dict) -> int:
     return int(next((text[k] for k in CONTEXT_KEYS if text.get(k)), 32768))
 
 
+# Settings the default grid lacks, for held-out sets (--more-settings): other TP sizes, a page size FA3 takes,
+# the other fp8 KV format, a request cap, and a context shorter than the model's.
+MORE_SETTINGS = {"tp2": {"tp_size": 2}, "tp4": {"tp_size": 4}, "page_size_16": {"page_size": 16},
+                 "fp8_e5m2_kv": {"kv_cache_dtype": "fp8_e5m2"}, "max_running_requests_64": {"max_running_requests": 64}}
+MORE = False  # set by --more-settings
+
+
 def settings_grid(cfg: dict) -> dict[str, dict]:
     text = text_of(cfg)
     limit = model_context(cfg)
@@ -110,6 +119,9 @@ def settings_grid(cfg: dict) -> dict[str, dict]:
     if is_hybrid_state(cfg):
         current = text.get("mamba_ssm_dtype") or "float32"
         grid["mamba_ssm_dtype"] = {"mamba_ssm_dtype": "bfloat16" if current == "float32" else "float32"}
+    if MORE:
+        grid.update(MORE_SETTINGS)
+        grid["context_length_half"] = {"context_length": limit // 2}
     return grid
 
 
@@ -470,10 +482,28 @@ def run_all(configs: Path | None = None, out: Path | None = None) -> None:
     print(f"wrote {out} ({len(points)} points)")
 
 
+def merge(files: list[Path]) -> None:
+    """Take held-out sets' points into sglang_check.json: a model's points replace any it had; the file's other
+    points stay as they are."""
+    golden = HERE / "sglang_check.json"
+    doc = json.loads(golden.read_text())
+    for path in files:
+        new = json.loads(path.read_text())
+        assert new["versions"] == doc["versions"], (path, new["versions"])
+        models = {p["model"] for p in new["points"]}
+        doc["points"] = [p for p in doc["points"] if p["model"] not in models] + new["points"]
+        doc["configs"] = sorted(set(doc["configs"]) | set(new["configs"]))
+    golden.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {golden} ({len(doc['points'])} points)")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child(sys.argv[2], Path(sys.argv[3]))
-    elif len(sys.argv) == 5 and sys.argv[1] == "--configs" and sys.argv[3] == "--out":
+    elif len(sys.argv) > 2 and sys.argv[1] == "--merge":
+        merge([Path(a) for a in sys.argv[2:]])
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "--configs" and sys.argv[3] == "--out":
+        MORE = sys.argv[5:] == ["--more-settings"]
         run_all(Path(sys.argv[2]), Path(sys.argv[4]))
     else:
         run_all()

@@ -1,7 +1,9 @@
 """SGLang (CUDA) serves some layers otherwise than the config means: a different window (SGL004) or a
 different layer kind (SGL006). Both come from the static pool plan (`kvdoctor.engines.sglang.layout`),
 which reads the model classes' own window and layout rules. SGL004 fires only for classes whose window
-rule kvdoctor has read (`archs.WINDOW_RULES`, `archs.NO_WINDOW_ARCHS`); one finding per group of layers."""
+rule kvdoctor has read (`archs.WINDOW_RULES`, `archs.NO_WINDOW_ARCHS`); one finding per group of layers.
+SGL152 says where the plan is not SGLang's own: an architecture SGLang has no model class for, or Mamba layers
+without Mamba-2 state."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -10,7 +12,7 @@ from kvdoctor.checks import Rule
 from kvdoctor.checks.context import Context
 from kvdoctor.model import CHUNKED, SLIDING, Finding
 
-RULE = Rule(codes=("SGL004", "SGL006"), engines=("sglang",))
+RULE = Rule(codes=("SGL004", "SGL006", "SGL152"), engines=("sglang",))
 
 
 def _shown(window: int | None) -> str:
@@ -29,6 +31,9 @@ def run(ctx: Context) -> Iterable[Finding]:
     facts = pool_facts(ctx.plan)
     if facts is None:
         return
+    if facts.unmodeled:
+        yield Finding.at("SGL152", f"no static SGLang plan of its own for this model: {facts.unmodeled}",
+                         ctx.spec.key_source("architectures"), evidence={"architecture": facts.architecture})
     planned = {lp.index: lp for lp in ctx.plan.layers}
     layers = {layer.index: layer for layer in ctx.spec.layers}
     version = ctx.plan.versions.get("sglang")

@@ -101,6 +101,7 @@ class ModelFacts(msgspec.Struct):
     short_conv: ShortConvDims | None = None  # set by the vLLM profile only (its plan for LFM2)
     mamba1: Mamba1Dims | None = None  # set by the vLLM profile only (its plan for Jamba)
     dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
+    dsa_index_skips: tuple[int, ...] = ()  # DSA layers reusing another layer's top-k, with no indexer key (SGLang)
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     mlx_lm_module: str | None = None  # set by the mlx-lm profile: the mlx_lm.models module its loader picks
     weights_bytes: int | None = None

@@ -63,6 +63,12 @@ OVERRIDE_DISABLES = {
                          "arg_groups/model_overrides/olmo2.py#L21"),
 }
 
+# `--dtype` that SGLang's model overrides set whatever the config says: always bfloat16 for these
+# (arg_groups/model_override_base.py:20), and for GptOssForCausalLM with an mxfp4 quantization_config
+# (arg_groups/model_overrides/gpt_oss.py:63).
+BF16_ARCHS = frozenset({"MistralLarge3ForCausalLM", "PixtralForConditionalGeneration"})
+BF16_WITH_MXFP4_ARCHS = frozenset({"GptOssForCausalLM"})
+
 # SGLang's own config classes rename some architectures (configs/olmo3.py:59: Olmo3 runs as Olmo2).
 RENAMED = {"Olmo3ForCausalLM": "Olmo2ForCausalLM"}
 
@@ -100,7 +106,17 @@ WINDOW_MINUS_ONE_SOURCES = {
     "GptOssForCausalLM": "models/gpt_oss.py#L132",
     "Gemma4ForCausalLM": "models/gemma4_causal.py#L84",
     "Gemma4ForConditionalGeneration": "models/gemma4_causal.py#L84",
+    "MuseGlimmerForCausalLM": "models/muse_glimmer.py#L120",
+    "MuseGlimmerForConditionalGeneration": "models/muse_glimmer.py#L120",  # subclasses the CausalLM (L944)
 }
+# Architectures whose config class SGLang registers itself (utils/hf_transformers/common.py, `deepseek_v4`) as
+# a strict dataclass typing sliding_window as int: a null window is refused while the config loads.
+STRICT_WINDOW_ARCHS = frozenset({"DeepseekV4ForCausalLM"})
+# Classes whose window function is `sliding_window - 1` with a guard for a null window (no window then).
+WINDOW_MINUS_ONE_OR_NONE = {"Exaone4ForCausalLM": "models/exaone4.py#L47"}
+# ModelConfig's `get_hybrid_layer_ids` iterates these classes' `layer_types` (configs/model_config.py#L2766),
+# which their config class leaves null when config.json has none.
+LAYER_TYPES_ITERATED = frozenset({"MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration"})
 
 
 def serving_arch(raw_config: dict) -> str:

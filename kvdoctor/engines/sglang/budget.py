@@ -25,10 +25,12 @@ from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang.archs import EXTRA_BUFFER_ARCHS
 from kvdoctor.engines.sglang.releases import hybrid_swa_archs
+from kvdoctor.model import SPARSE_MLA
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.settings import BudgetSettings
     from kvdoctor.engines.sglang.settings import SglangSettings
+    from kvdoctor.model import ModelSpec
 
 VERSION = PINS["sglang"]
 MAMBA_SLOTS_PER_REQUEST = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO with the radix cache on
@@ -247,7 +249,7 @@ def attention_cell(facts: ModelFacts, mode: Mode, layer: Layer | None = None) ->
     each layer's buffers are sized with its own heads and key / value widths)."""
     size = kv_bytes(facts, mode)
     if facts.mla_latent and facts.dsa_index_head_dim:
-        return dsa_cell(facts, size)
+        return dsa_cell(facts, size, indexed=layer is None or layer.index not in facts.dsa_index_skips)
     if facts.mla_latent:
         return sum(facts.mla_latent) * size
     heads = (layer.kv_heads if layer else None) or facts.kv_heads
@@ -259,14 +261,40 @@ def attention_cell(facts: ModelFacts, mode: Mode, layer: Layer | None = None) ->
 DSA_QUANT_BLOCK = 128  # DSATokenToKVPool.quant_block_size: one float32 scale per 128 fp8 values
 
 
-def dsa_cell(facts: ModelFacts, size: int) -> int:
-    """A DSA layer's bytes per token: its MLA row and its indexer key (fp8 with block scales). In fp8 the
-    row is stored scaled with a bf16 rope part (kv_cache_configurator.py:3412 calculate_mla_kv_cache_dim,
-    the CUDA default DSA backends); the indexer row is pool_configurator.py:567."""
+def dsa_cell(facts: ModelFacts, size: int, indexed: bool = True) -> int:
+    """A DSA layer's bytes per token: its MLA row and, unless it reuses another layer's top-k, its indexer key
+    (fp8 with block scales). In fp8 the row is stored scaled with a bf16 rope part (kv_cache_configurator.py:3412
+    calculate_mla_kv_cache_dim, the CUDA default DSA backends); the indexer row is pool_configurator.py:567."""
     rank, rope = facts.mla_latent or (0, 0)
     row = rank + rank // DSA_QUANT_BLOCK * 4 + rope * 2 if size == 1 else (rank + rope) * size
     index = facts.dsa_index_head_dim or 0
-    return row + index + index // DSA_QUANT_BLOCK * 4
+    return row + (index + index // DSA_QUANT_BLOCK * 4 if indexed else 0)
+
+
+def dsa_index_skips(spec: ModelSpec) -> tuple[int, ...]:
+    """The sparse-MLA layers of `spec` that keep no indexer key in SGLang's DSA pool."""
+    return tuple(l.index for l in spec.layers if l.kind == SPARSE_MLA and dsa_skips_topk(spec.config, l.index))
+
+
+def dsa_skips_topk(config: dict, layer: int) -> bool:
+    """SGLang's `dsa_layer_skips_topk` (configs/model_config.py:488): a layer that reuses the previous top-k gets
+    no indexer key (pool_configurator.py:629 counts only the others): `indexer_types` "shared", else every
+    cli_factor-th layer indexes, else `index_topk_pattern` "S", else `index_topk_freq` from
+    `index_skip_topk_offset` (GLM-5.2: 21 of 78 layers index)."""
+    types = config.get("indexer_types")
+    if types is not None:
+        return 0 <= layer < len(types) and types[layer] == "shared"
+    cli = config.get("cli_factor") or 1
+    if cli > 1:
+        return layer % cli != 0
+    pattern = config.get("index_topk_pattern")
+    if pattern is not None:
+        return layer < len(pattern) and pattern[layer] == "S"
+    freq = config.get("index_topk_freq") or 1
+    offset = config.get("index_skip_topk_offset")
+    if offset is not None:
+        return max(layer - offset + 1, 0) % freq != 0
+    return max(layer - 1, 0) % freq != 0
 
 
 def pool_bytes(facts: ModelFacts, mode: Mode, kinds: tuple[str, ...]) -> int:

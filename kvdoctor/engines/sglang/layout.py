@@ -13,7 +13,7 @@ import msgspec
 from kvdoctor.engines.base import LayerPlan, Refusal
 from kvdoctor.engines.sglang import archs, pools, refusals, sizing, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
-from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
 
@@ -36,6 +36,7 @@ class SglangCudaFacts(msgspec.Struct, frozen=True):
     kv_cache_dtype: str = "bfloat16"
     override_warning: str | None = None
     budget: dict[str, Any] | None = None  # with `kv_budget`: tokens per pool, state slots, max running requests
+    unmodeled: str | None = None  # what of SGLang's handling the plan does not model (SGL152)
 
     def to_json(self) -> dict[str, Any]:
         return {"attention_arch": self.attention_arch, "architecture": self.architecture,
@@ -46,7 +47,8 @@ class SglangCudaFacts(msgspec.Struct, frozen=True):
                 "runner_sliding_window": self.runner_sliding_window,
                 "window_differs_layers": list(self.window_differs_layers),
                 "kind_differs_layers": list(self.kind_differs_layers),
-                "kv_cache_dtype": self.kv_cache_dtype, "pools": self.pools, "budget": self.budget}
+                "kv_cache_dtype": self.kv_cache_dtype, "pools": self.pools, "budget": self.budget,
+                "unmodeled": self.unmodeled}
 
 
 def _cache(kind: str, placement: pools.Placement | None) -> str:
@@ -96,5 +98,25 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
         kind_differs_layers=tuple(i for i, k in kinds.items() if k != spec.layers[i].kind),
         kv_cache_dtype=pools.kv_dtype(spec, settings),
         override_warning=decision.override_warning, budget=None if refused else sizing.size(spec, settings),
-        pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp})
+        pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp},
+        unmodeled=None if refused else unmodeled(spec))  # a refused start-up builds no pool at all
     return tuple(layers), refused, facts
+
+
+def unmodeled(spec: ModelSpec) -> str | None:
+    """Why the plan is not SGLang's own for this model, or None: an architecture SGLang has no model class for
+    (it tries its Transformers backend, whose pools and refusals kvdoctor does not model), or Mamba layers
+    whose state is not Mamba-2's (no state pool is planned for them)."""
+    arch = archs.serving_arch(spec.raw_config)
+    reasons = []
+    if arch and arch not in refusals.registry()["architectures"]:
+        reasons.append(f"sglang {archs.TAG.lstrip('v')} has no model class for {arch}: it falls back to its "
+                       "Transformers backend where transformers' class allows it, else stops at model load")
+    if MAMBA in spec.kinds() and pools.mamba2_dims(spec) is None:
+        reasons.append("its Mamba layers carry no Mamba-2 state keys (heads, head dim, groups, state, conv kernel): "
+                       "no state pool is planned for them")
+    other = sorted(spec.kinds() - set(pools.ATTENTION) - set(pools.STATE) - {NO_ATTENTION})
+    if other:
+        counts = ", ".join(f"{sum(l.kind == k for l in spec.layers)} {k}" for k in other)
+        reasons.append(f"its {counts} layers get no pool in the plan (SGLang's pools for them are not modelled)")
+    return "; ".join(reasons) or None

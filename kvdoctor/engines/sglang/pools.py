@@ -15,13 +15,17 @@ import msgspec
 from kvdoctor.engines.sglang import archs
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang.swa import SwaDecision
+from kvdoctor.load import hf_config
 from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
 
 ATTENTION = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA)
 STATE = (GDN, KDA, MAMBA)
 KV_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "mxfp8": "float8_e4m3fn",
              "bf16": "bfloat16", "bfloat16": "bfloat16"}
-MODEL_DTYPES = {"float32": "bfloat16", "bfloat16": "bfloat16", "float16": "float16"}  # ModelConfig: fp32 -> bf16
+# ModelConfig's `_get_and_verify_dtype` (configs/model_config.py#L2284) reads the text config's dtype by these
+# names; with `--dtype auto` a float32 or missing one serves as float16, or bfloat16 for gemma* model types.
+CONFIG_DTYPES = {"half": "float16", "float16": "float16", "float": "float32", "float32": "float32",
+                 "bfloat16": "bfloat16"}
 TP_SIZES = (1, 2, 4, 8)
 
 
@@ -32,7 +36,16 @@ class Placement(msgspec.Struct, frozen=True):
 
 
 def model_dtype(spec: ModelSpec) -> str:
-    return MODEL_DTYPES.get(spec.dtype or "bfloat16", "bfloat16")
+    arch = archs.serving_arch(spec.raw_config)
+    quant = spec.raw_config.get("quantization_config")
+    if arch in archs.BF16_ARCHS or (arch in archs.BF16_WITH_MXFP4_ARCHS and isinstance(quant, dict)
+                                    and quant.get("quant_method") == "mxfp4"):
+        return "bfloat16"
+    configured = CONFIG_DTYPES.get(spec.dtype or "", "float32")
+    if configured != "float32":
+        return configured
+    model_type = spec.config.get("model_type") or spec.model_type or ""
+    return "bfloat16" if str(model_type).startswith("gemma") else "float16"
 
 
 def kv_dtype(spec: ModelSpec, settings: SglangSettings) -> str:
@@ -46,12 +59,18 @@ def store_dtype(dtype: str) -> str:
 
 
 def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
-    """The spec with each layer's kind replaced by the kind SGLang builds there."""
+    """The spec with each layer's kind replaced by the kind SGLang builds there, and attention layers whose
+    geometry the config does not state given ModelConfig's (the configuration class's defaults)."""
     kinds = sglang_kinds(spec)
-    if all(kinds[l.index] == l.kind for l in spec.layers):
+    unsized = [l for l in spec.layers if l.kind in (FULL, SLIDING, CHUNKED) and not (l.n_kv_heads and l.head_dim)]
+    if all(kinds[l.index] == l.kind for l in spec.layers) and not unsized:
         return spec
-    return msgspec.structs.replace(spec, layers=[l if kinds[l.index] == l.kind else _rebuilt(spec, l, kinds[l.index])
-                                             for l in spec.layers])
+    heads, key, value = config_geometry(spec)
+    return msgspec.structs.replace(spec, layers=[
+        _rebuilt(spec, l, kinds[l.index]) if kinds[l.index] != l.kind
+        else msgspec.structs.replace(l, n_kv_heads=l.n_kv_heads or heads, head_dim=l.head_dim or key,
+                                     v_head_dim=l.v_head_dim or value) if l in unsized
+        else l for l in spec.layers])
 
 
 def _rebuilt(spec: ModelSpec, layer, kind: str):
@@ -59,10 +78,40 @@ def _rebuilt(spec: ModelSpec, layer, kind: str):
     cfg = spec.config
     if kind not in ATTENTION:
         return msgspec.structs.replace(layer, kind=kind)
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
-    head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
+    heads, head_dim, _ = config_geometry(spec)
     return msgspec.structs.replace(layer, kind=kind, window=None, n_kv_heads=heads, head_dim=head_dim,
                                v_head_dim=head_dim, n_heads=cfg.get("num_attention_heads"))
+
+
+GEOMETRY_KEYS = ("num_key_value_heads", "num_attention_heads", "head_dim", "hidden_size")
+
+
+def _class_defaults(spec: ModelSpec) -> dict[str, Any]:
+    """The geometry transformers' configuration class gives the text config (its defaults for keys the config
+    leaves out, as llava-1.5's text_config does), where the installed transformers has the class."""
+    model_type = spec.config.get("model_type") or spec.model_type
+    try:
+        view = hf_config.read(model_type, spec.config, GEOMETRY_KEYS) if isinstance(model_type, str) else None
+    except hf_config.Rejected:
+        return {}
+    return {k: v for k, v in (view.resolved if view else {}).items() if isinstance(v, int) and v > 0}
+
+
+def config_geometry(spec: ModelSpec) -> tuple[int, int, int]:
+    """(kv heads, key width, value width) from the config's own, non-sliding keys, as ModelConfig reads them;
+    where a family spells them otherwise (GPT-J's n_head / n_embd), what kvdoctor read for its first attention
+    layer, which is what transformers' attribute map gives ModelConfig too."""
+    cfg = {**_class_defaults(spec), **{k: v for k, v in spec.config.items() if v is not None}}
+    first = next((l for l in spec.layers if l.kind in ATTENTION and l.n_kv_heads and l.head_dim), None)
+    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or (first.n_kv_heads if first else None) or 1
+    if cfg.get("head_dim"):
+        key = cfg["head_dim"]
+    elif cfg.get("hidden_size") and cfg.get("num_attention_heads"):
+        key = cfg["hidden_size"] // cfg["num_attention_heads"]
+    else:
+        key = first.head_dim if first and first.head_dim else 0
+    value = cfg.get("v_head_dim")
+    return heads, key, value if isinstance(value, int) and value else key
 
 
 def resolved_page_size(spec: ModelSpec) -> int:
@@ -133,17 +182,13 @@ def pool_geometry(spec: ModelSpec, pool: str) -> tuple[int, int, int]:
     (ModelConfig: `head_dim` / `num_key_value_heads` / `v_head_dim` for the full pool, their `swa_*` values
     for the SWA pool; utils/hf_transformers/config.py:116 flattens Gemma-4's per-layer table so), which is
     the full-attention layers' shape, and the sliding layers' for the SWA pool."""
-    cfg = spec.config
     layers = as_sglang_builds(spec).layers
     full = next((l for l in layers if l.kind == FULL), None)
     shape: tuple[int, int, int]
     if full is not None and full.n_kv_heads and full.head_dim:
         shape = (full.n_kv_heads, full.head_dim, full.v_head_dim or full.head_dim)
     else:  # no layer typed full: the config's own (non-sliding) keys
-        heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or 1
-        key = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // max(1, cfg.get("num_attention_heads") or 1)
-        value = cfg.get("v_head_dim")
-        shape = (heads, key, value if isinstance(value, int) and value else key)
+        shape = config_geometry(spec)
     if pool != "swa":
         return shape
     for layer in layers:
@@ -201,16 +246,23 @@ MAMBA2_KEYS = {  # Nemotron-H spelling, Falcon-H1 spelling
 }
 
 
-def _first(cfg: dict, keys: tuple[str, ...]) -> int:
-    return next(cfg[k] for k in keys if isinstance(cfg.get(k), int))
+def _first(cfg: dict, keys: tuple[str, ...]) -> int | None:
+    return next((cfg[k] for k in keys if isinstance(cfg.get(k), int)), None)
+
+
+def mamba2_dims(spec: ModelSpec) -> tuple[int, int, int, int, int] | None:
+    """(heads, head_dim, state, groups, kernel) in the spellings SGLang's Mamba2 configs use; None for a
+    Mamba layer without them (Mamba-1 state: Jamba, Zamba2), which the plan does not model."""
+    dims = tuple(_first(spec.config, MAMBA2_KEYS[k]) for k in ("heads", "head_dim", "state", "groups", "kernel"))
+    return None if None in dims else dims  # type: ignore[return-value]
 
 
 def mamba2_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, Any]:
     """One Mamba2 layer's state on one rank (configs/mamba_utils.py Mamba2StateShape): conv
     (intermediate + 2 * groups * state, kernel - 1), SSM (heads, head_dim, state)."""
-    cfg = spec.config
-    heads, head_dim, state, groups, kernel = (_first(cfg, MAMBA2_KEYS[k]) for k in
-                                              ("heads", "head_dim", "state", "groups", "kernel"))
+    dims = mamba2_dims(spec)
+    assert dims is not None  # state_by_tp asks only where the dims are there
+    heads, head_dim, state, groups, kernel = dims
     groups = groups + (tp - groups if groups % tp else 0)
     conv = [(heads * head_dim + 2 * groups * state) // tp, kernel - 1]
     return {"conv": {"shape": conv, "dtype": model_dtype(spec)},
@@ -219,7 +271,7 @@ def mamba2_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str
 
 def state_by_tp(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     kinds = spec.kinds()
-    build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds else None
+    build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds and mamba2_dims(spec) else None
     if build is None:
         return None
     tps = (settings.tp_size,) if settings.tp_size else TP_SIZES

@@ -440,6 +440,7 @@ class SglangProfile(EngineProfile):
         import msgspec
 
         from kvdoctor.engines.budget.facts import facts_from_spec
+        from kvdoctor.engines.sglang.budget import dsa_index_skips
         from kvdoctor.engines.sglang.pools import as_sglang_builds
         from kvdoctor.model import CHUNKED, MAMBA, SLIDING, SPARSE_MLA
 
@@ -447,4 +448,6 @@ class SglangProfile(EngineProfile):
         # a chunked layer is an SWA layer to SGLang (configs/model_config.py get_hybrid_layer_ids)
         built = msgspec.structs.replace(built, layers=[msgspec.structs.replace(l, kind=SLIDING) if l.kind == CHUNKED else l
                                                    for l in built.layers])
-        return facts_from_spec(built, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
+        facts = facts_from_spec(built, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
+        facts.dsa_index_skips = dsa_index_skips(spec)
+        return facts

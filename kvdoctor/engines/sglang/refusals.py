@@ -5,11 +5,16 @@ the config with) prints, with the numbers filled in, and the pinned source line 
 """
 from __future__ import annotations
 
+import json
+from functools import cache
+from typing import Any
+
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.sglang import archs, pools, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
 from kvdoctor.model import ModelSpec
+from kvdoctor.resources import data_dir
 
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.20.2/src/transformers/"
@@ -25,10 +30,102 @@ OWN_LENGTH_VALIDATORS = {
 PER_LAYER_CONFIG_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"})
 
 
+# The model types SGLang's config loader resolves without remote code (transformers' own and SGLang's registered
+# classes), written by tools/sglang_registry.py from the pinned release's venv.
+CONFIG_TYPES = data_dir("sglang_registry.json")
+AUTO_CONFIG = TRANSFORMERS + "models/auto/configuration_auto.py"
+REMOTE_CODE = TRANSFORMERS + "dynamic_module_utils.py#L788"
+
+
+@cache
+def registry() -> dict[str, Any]:
+    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions)."""
+    doc = json.loads(CONFIG_TYPES.read_text())
+    return {**doc, "model_types": frozenset(doc["model_types"]), "architectures": frozenset(doc["architectures"])}
+
+
+def config_types() -> frozenset[str]:
+    return registry()["model_types"]
+
+
+def config_loader(spec: ModelSpec) -> Refusal | None:
+    """AutoConfig with trust_remote_code off (SGLang's default, `utils/hf_transformers/config.py#L228`):
+    a config that names its own configuration code for a model type SGLang's transformers does not know is
+    refused, and so is a model type nobody registered. SGLang is given the model's folder (or Hub id), and
+    the message names it."""
+    raw = spec.raw_config
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or model_type in config_types():
+        return None
+    name = spec.hf_id or str(spec.model_dir)
+    auto = raw.get("auto_map")
+    class_ref = auto.get("AutoConfig") if isinstance(auto, dict) else None
+    if isinstance(class_ref, list):
+        class_ref = class_ref[0] if class_ref else None
+    evidence = {"model_type": model_type, "sglang": archs.TAG, "transformers": registry()["transformers"]}
+    if isinstance(class_ref, str) and class_ref:
+        if "--" in class_ref:
+            upstream = class_ref.split("--")[0]
+            head = (f"The repository {name} references custom code contained in {upstream} which must be executed "
+                    f"to correctly load the model. You can inspect the repository content at https://hf.co/{upstream} .\n")
+        else:
+            where = f"https://hf.co/{name}" if spec.hf_id else name
+            head = (f"The repository {name} contains custom code which must be executed to correctly load the model. "
+                    f"You can inspect the repository content at {where} .\n")
+        message = (f"{head} You can inspect the repository content at https://hf.co/{name}.\n"
+                   "Please pass the argument `trust_remote_code=True` to allow custom code to be run.")
+        return Refusal("SGL150", "ValueError", message, "startup", key="auto_map", source=REMOTE_CODE,
+                       evidence={**evidence, "auto_map.AutoConfig": class_ref})
+    message = (f"The checkpoint you are trying to load has model type `{model_type}` but Transformers does not "
+               "recognize this architecture. This could be because of an issue with the checkpoint, or because your "
+               "version of Transformers is out of date.\n\nYou can update Transformers with the command `pip install "
+               "--upgrade transformers`. If this does not work, and the checkpoint is very new, then there may not be "
+               "a release version that supports this model yet. In this case, you can get the most up-to-date code by "
+               "installing Transformers from source with the command "
+               "`pip install git+https://github.com/huggingface/transformers.git`")
+    return Refusal("SGL151", "ValueError", message, "startup", key="model_type", source=AUTO_CONFIG + "#L430",
+                   evidence=evidence)
+
+
+def _text_config_view(spec: ModelSpec) -> dict[str, Any]:
+    """The attributes SGLang's `get_context_length` reads, as transformers' configuration class resolves them
+    (class defaults for null or missing keys; Gemma-3 keeps its RoPE scaling per layer type), where the
+    installed transformers has the class; else the config's own keys."""
+    model_type = spec.config.get("model_type") or spec.model_type
+    try:
+        view = hf_config.read(model_type, spec.config, CONTEXT_KEYS + ("rope_scaling",)) \
+            if isinstance(model_type, str) else None
+    except hf_config.Rejected:
+        view = None
+    if view is None:
+        return dict(spec.config)
+    return {**spec.config, **view.resolved}
+
+
+def config_class_rejects(spec: ModelSpec) -> Refusal | None:
+    """transformers' configuration class for the model type refuses the config (a strict-dataclass validator,
+    Falcon-H1's `mamba_n_heads must divide ...`): SGLang's AutoConfig builds that class first and stops with its
+    error as raised. Read with the installed transformers (the loader's own reading where it ran the class)."""
+    rejected = spec.rejected
+    model_type = spec.raw_config.get("model_type")
+    if rejected is None and isinstance(model_type, str):
+        try:
+            hf_config.read(model_type, spec.raw_config, ())
+        except hf_config.Rejected as exc:
+            rejected = exc
+    if rejected is None:
+        return None
+    return Refusal("SGL155", rejected.outer_class, rejected.outer_message.strip(), "startup",
+                   key="model_type", source=archs.ref("utils/hf_transformers/config.py#L228"),
+                   evidence={"config_class": rejected.class_name, "validator": rejected.validator,
+                             "inner": f"{rejected.error_class}: {rejected.message}"})
+
+
 def derived_context_length(spec: ModelSpec) -> int:
-    """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context key, times the
-    rope-scaling factor unless the scaling states its original length or is llama3-style."""
-    cfg = spec.config
+    """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context attribute of the
+    text config, times the rope-scaling factor unless the scaling states its original length or is
+    llama3-style (a per-layer-type scaling has no top-level factor)."""
+    cfg = _text_config_view(spec)
     scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
     factor = 1
     if scaling:
@@ -99,13 +196,50 @@ def layer_types_length(spec: ModelSpec) -> Refusal | None:
 
 def strict_null_window(spec: ModelSpec) -> Refusal | None:
     arch = archs.serving_arch(spec.raw_config)
-    if hf_config.refuses_null_window(arch, spec.config):
+    sglang_own = arch in archs.STRICT_WINDOW_ARCHS and "sliding_window" in spec.config \
+        and spec.config["sliding_window"] is None
+    if hf_config.refuses_null_window(arch, spec.config) or sglang_own:
         message = ("Validation error for field 'sliding_window':\n    TypeError: Field 'sliding_window' expected "
                    "int, got NoneType (value: None)")
         return Refusal("SGL005", "StrictDataclassFieldValidationError", message, "startup",
                        key=spec.config_prefix + "sliding_window",
                        source=archs.ref("utils/hf_transformers/config.py#L228"), evidence={"architecture": arch})
     return None
+
+
+# Text config classes that derive layer_types from `sliding_window_pattern` when config.json has none,
+# computing `(i + 1) % sliding_window_pattern` (the pattern is 0 when sliding_window is null).
+PATTERN_FALLBACK = {"exaone4": "models/exaone4/configuration_exaone4.py#L106",
+                    "exaone4_5_text": "models/exaone4/configuration_exaone4.py#L106"}
+
+
+def pattern_fallback(spec: ModelSpec) -> Refusal | None:
+    """EXAONE-4's config class cannot derive layer_types from a string pattern ("LLLG", as published beside the
+    layer_types it writes) or from the 0 it sets for a null window."""
+    cfg = spec.config
+    model_type = cfg.get("model_type") or spec.model_type
+    where = PATTERN_FALLBACK.get(model_type) if isinstance(model_type, str) else None
+    if where is None or cfg.get("layer_types") is not None or not cfg.get("num_hidden_layers"):
+        return None
+    pattern = cfg.get("sliding_window_pattern", 4)
+    if cfg.get("sliding_window") is None:
+        error, message = "ZeroDivisionError", "integer modulo by zero"
+    elif isinstance(pattern, str):
+        error, message = "TypeError", "unsupported operand type(s) for %: 'int' and 'str'"
+    else:
+        return None
+    return Refusal("SGL153", error, message, "startup", key=spec.config_prefix + "sliding_window_pattern",
+                   source=TRANSFORMERS + where, evidence={"sliding_window_pattern": pattern,
+                                                          "sliding_window": cfg.get("sliding_window")})
+
+
+def layer_types_iterated(spec: ModelSpec) -> Refusal | None:
+    """ModelConfig splits SWA / full layer ids from `layer_types` for these classes without checking it is set."""
+    if archs.serving_arch(spec.raw_config) not in archs.LAYER_TYPES_ITERATED or spec.config.get("layer_types"):
+        return None
+    return Refusal("SGL154", "TypeError", "'NoneType' object is not iterable", "startup",
+                   key=spec.config_prefix + "layer_types", source=archs.ref("configs/model_config.py#L2766"),
+                   evidence={"architecture": archs.serving_arch(spec.raw_config)})
 
 
 def null_window(spec: ModelSpec) -> Refusal | None:
@@ -136,8 +270,10 @@ def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
 
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
-    found = [per_layer_config_keys(spec), strict_null_window(spec), own_length_validator(spec),
-             layer_types_length(spec), context_too_long(spec, settings), null_window(spec)]
+    # the config-class refusals kvdoctor names specifically first; any other the class raises after them
+    found = [config_loader(spec), per_layer_config_keys(spec), strict_null_window(spec), pattern_fallback(spec),
+             own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec), layer_types_iterated(spec),
+             context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
         first = no_swa_layer(spec, settings)

@@ -55,6 +55,7 @@ def size(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     try:
         sized, hybrid_swa = as_sized(spec, settings)
         facts = facts_from_spec(sized, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
+        facts.dsa_index_skips = budget.dsa_index_skips(spec)
     except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
         return {"not_priced": str(exc)}
     result = budget.plan(facts, msgspec.structs.replace(mode(spec, settings, settings.kv_budget),

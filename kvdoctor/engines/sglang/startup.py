@@ -34,6 +34,11 @@ import traceback
 import types
 from pathlib import Path
 
+# Run as a script (or imported by probe_child.py beside it), this folder is first on sys.path, where
+# kvdoctor's own profile.py would stand in for the standard library's `profile` that cProfile imports.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+
 TINY_TOKENS, TINY_REQS = 256, 4
 PAST_WINDOW = 64  # the window-read request is this many tokens longer than the window
 WINDOW_READ_BYTES = 1 << 30  # skip the window reads when SDPA's score matrix would pass this

@@ -111,7 +111,7 @@ def runner_window(spec: ModelSpec, hybrid_swa: bool) -> int | None:
     config's window for a hybrid-SWA model, else the attention chunk size."""
     arch = archs.serving_arch(spec.raw_config)
     window = spec.config.get("sliding_window")
-    if arch in archs.WINDOW_MINUS_ONE_SOURCES:
+    if arch in archs.WINDOW_MINUS_ONE_SOURCES or arch in archs.WINDOW_MINUS_ONE_OR_NONE:
         return window - 1 if isinstance(window, int) else None
     if hybrid_swa and isinstance(window, int):
         return window
