@@ -179,7 +179,7 @@ def test_a_plan_that_disagrees_with_sglangs_start_up_is_reported_as_stale(mimo):
     differences = found["SGL050"].evidence["differences"]
     assert "KV dtype: plan float8_e4m3fn, SGLang bfloat16" in differences  # fp8 buffers are stored as uint8
     assert "swa_kv_pool v_buffer per token: plan [8, 128] uint8, SGLang [8, 128] bfloat16" in differences
-    assert json.loads(json.dumps(dryrun.record(fp8, result)))["differences"] == differences
+    assert json.loads(msgspec.json.encode(dryrun.record(fp8, result)))["differences"] == differences
 
 
 @needs_sglang
