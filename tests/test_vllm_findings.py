@@ -510,11 +510,11 @@ def test_the_read_only_layer_types_table_is_transformers_own():
 
 
 def test_the_mamba_hybrids_asked_of_their_class_are_the_validating_ones():
-    """specs.MAMBA_CLASS_CHECKED: of the Mamba hybrids kvdoctor's family table reads, those whose transformers
+    """hf_config.MAMBA_CLASS_CHECKED: of the Mamba hybrids kvdoctor's family table reads, those whose transformers
     5.20.2 class defines `validate_architecture` (set 8: Falcon-H1 refused by its own class)."""
     import subprocess
 
-    from kvdoctor.engines.vllm.specs import MAMBA_CLASS_CHECKED
+    from kvdoctor.load.hf_config import MAMBA_CLASS_CHECKED
 
     python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
     if not python.exists():

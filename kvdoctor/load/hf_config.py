@@ -86,6 +86,13 @@ STRICT_WINDOW_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCau
                                  "LagunaForCausalLM"})
 
 
+# Mamba hybrids kvdoctor's family table reads itself whose transformers 5.20.2 class has a
+# `validate_architecture` (FalconH1Config's "mamba_n_heads must divide mamba_expand * hidden_size", JambaConfig's
+# attn_layer_offset below attn_layer_period): vLLM parses config.json with that class, so the plan asks it
+# too, and so does SGLang's AutoConfig (SGL155). A test reads the set off the classes.
+MAMBA_CLASS_CHECKED = frozenset({"falcon_h1", "bamba", "granitemoehybrid", "jamba", "zamba"})
+
+
 def refuses_null_window(architecture: str, config: dict[str, Any]) -> bool:
     """Whether transformers' class for `architecture` refuses this config's `sliding_window: null`."""
     return architecture in STRICT_WINDOW_ARCHS and "sliding_window" in config and config["sliding_window"] is None

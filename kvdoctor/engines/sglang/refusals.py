@@ -92,6 +92,9 @@ def _text_config_view(spec: ModelSpec) -> dict[str, Any]:
     (class defaults for null or missing keys; Gemma-3 keeps its RoPE scaling per layer type), where the
     installed transformers has the class; else the config's own keys."""
     model_type = spec.config.get("model_type") or spec.model_type
+    stated = any(isinstance(spec.config.get(key), int) for key in CONTEXT_KEYS)
+    if stated and not isinstance(spec.config.get("rope_scaling"), dict):
+        return dict(spec.config)  # the class keeps a stated length as it is
     try:
         view = hf_config.read(model_type, spec.config, CONTEXT_KEYS + ("rope_scaling",)) \
             if isinstance(model_type, str) else None
@@ -105,10 +108,11 @@ def _text_config_view(spec: ModelSpec) -> dict[str, Any]:
 def config_class_rejects(spec: ModelSpec) -> Refusal | None:
     """transformers' configuration class for the model type refuses the config (a strict-dataclass validator,
     Falcon-H1's `mamba_n_heads must divide ...`): SGLang's AutoConfig builds that class first and stops with its
-    error as raised. Read with the installed transformers (the loader's own reading where it ran the class)."""
+    error as raised. Read with the installed transformers: the loader's own reading where it ran the class, else
+    the class itself for the families whose class validates (`hf_config.MAMBA_CLASS_CHECKED`)."""
     rejected = spec.rejected
     model_type = spec.raw_config.get("model_type")
-    if rejected is None and isinstance(model_type, str):
+    if rejected is None and model_type in hf_config.MAMBA_CLASS_CHECKED:  # a family kvdoctor reads itself
         try:
             hf_config.read(model_type, spec.raw_config, ())
         except hf_config.Rejected as exc:

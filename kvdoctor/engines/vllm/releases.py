@@ -157,5 +157,5 @@ MXFP4_ALIGN: tuple[Ranged[dict[str, tuple[int, int]]], ...] = (
            source="calibrated: tests/data/startup-logs/vllm-0.11-gpt-oss-120b-h100-tp1.yaml; the release between "
                   "0.14.1 and 0.33.0 that stopped padding Hopper's hidden size was not read"),
     Ranged({"hopper": (1, 64), "ampere": (256, 128), "blackwell": (256, 128)}, since="0.33.0",
-           source="vllm 0.33.0 model_executor/layers/fused_moe/oracle/mxfp4.py:837-920"),
+           source=src("0.33.0", "model_executor/layers/fused_moe/oracle/mxfp4.py#L837-L920")),
 )

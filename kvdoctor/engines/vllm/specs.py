@@ -23,6 +23,7 @@ import msgspec
 
 from kvdoctor.engines.vllm.refusals import (config_class_rejects, layer_types_length, qwen2_window_layers,
                                             unknown_layer_type)
+from kvdoctor.load import hf_config
 from kvdoctor.model import FULL as FULL_KIND
 from kvdoctor.model import MAMBA as MAMBA_KIND
 from kvdoctor.model import ModelSpec
@@ -162,11 +163,6 @@ DERIVATION_CAN_FAIL = {"exaone4", "exaone4_5_text"}
 # sets it stops in the class ("property 'layer_types' of 'JambaConfig' object has no setter"). A test reads
 # the set off the classes.
 LAYER_TYPES_READ_ONLY = {"bamba", "falcon_h1", "falcon_mamba", "jamba", "mamba", "mamba2"}
-# Mamba hybrids kvdoctor's family table reads itself whose transformers 5.20.2 class has a
-# `validate_architecture` (FalconH1Config's "mamba_n_heads must divide mamba_expand * hidden_size", JambaConfig's
-# attn_layer_offset below attn_layer_period): vLLM parses config.json with that class, so the plan asks it
-# too. A test reads the set off the classes.
-MAMBA_CLASS_CHECKED = {"falcon_h1", "bamba", "granitemoehybrid", "jamba", "zamba"}
 
 
 def check_layer_types(spec: ModelSpec) -> None:
@@ -174,7 +170,7 @@ def check_layer_types(spec: ModelSpec) -> None:
     derivation of the list where a configuration class that can fail at it derives it."""
     if spec.model_type in DERIVATION_CAN_FAIL and "layer_types" not in spec.config:
         _config_class_check(spec)
-    if spec.model_type in MAMBA_CLASS_CHECKED or (spec.model_type in LAYER_TYPES_READ_ONLY and "layer_types" in spec.config):
+    if spec.model_type in hf_config.MAMBA_CLASS_CHECKED or (spec.model_type in LAYER_TYPES_READ_ONLY and "layer_types" in spec.config):
         _config_class_check(spec)
     types = _transformers_layer_types(spec)
     if types is not None and len(types) != spec.num_hidden_layers:
@@ -204,8 +200,6 @@ def interpret(spec: ModelSpec) -> Interpretation:
 def _config_class_check(spec: ModelSpec) -> None:
     """NemotronHConfig reads `layer_types` as its block types and refuses entries other than its own
     (kvdoctor's table reads the pattern): run the configuration class itself, as vLLM does."""
-    from kvdoctor.load import hf_config
-
     try:
         hf_config.read(CONFIG_CLASS_TYPE.get(spec.model_type, spec.model_type), spec.config)
     except hf_config.Rejected as rejected:
