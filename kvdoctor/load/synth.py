@@ -77,11 +77,22 @@ def _mlp(out: Layout, p: str, cfg: dict, dt: str) -> None:
             for name, shape in (("gate_proj", [inter, hidden]), ("up_proj", [inter, hidden]),
                                 ("down_proj", [hidden, inter])):
                 out[f"{p}mlp.experts.{e}.{name}.weight"] = (dt, shape)
+        shared = cfg.get("shared_expert_intermediate_size")
+        if shared:  # Qwen2-MoE's always-on expert and its sigmoid gate
+            for name, shape in (("gate_proj", [shared, hidden]), ("up_proj", [shared, hidden]),
+                                ("down_proj", [hidden, shared])):
+                out[f"{p}mlp.shared_expert.{name}.weight"] = (dt, shape)
+            out[p + "mlp.shared_expert_gate.weight"] = (dt, [1, hidden])
     elif cfg.get("intermediate_size"):
         inter = cfg["intermediate_size"]
         out[p + "mlp.gate_proj.weight"] = (dt, [inter, hidden])
         out[p + "mlp.up_proj.weight"] = (dt, [inter, hidden])
         out[p + "mlp.down_proj.weight"] = (dt, [hidden, inter])
+
+
+# Families whose transformers configuration class ties the output head to the embeddings when the config says
+# nothing (GemmaConfig, Gemma2Config, Gemma3TextConfig: tie_word_embeddings=True).
+TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 
 
 def layout_for(model_dir: str | Path) -> Layout:
@@ -91,7 +102,7 @@ def layout_for(model_dir: str | Path) -> Layout:
     dt = DTYPES.get(spec.dtype or "bfloat16", "BF16")
     hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
     out: Layout = {"model.embed_tokens.weight": (dt, [vocab, hidden]), "model.norm.weight": (dt, [hidden])}
-    if not cfg.get("tie_word_embeddings", False):
+    if not cfg.get("tie_word_embeddings", cfg.get("model_type") in TIED_BY_DEFAULT):
         out["lm_head.weight"] = (dt, [vocab, hidden])
     for layer in spec.layers:
         p = f"model.layers.{layer.index}."
