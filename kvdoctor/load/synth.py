@@ -90,9 +90,18 @@ def _mlp(out: Layout, p: str, cfg: dict, dt: str) -> None:
         out[p + "mlp.down_proj.weight"] = (dt, [hidden, inter])
 
 
-# Families whose transformers configuration class ties the output head to the embeddings when the config says
-# nothing (GemmaConfig, Gemma2Config, Gemma3TextConfig: tie_word_embeddings=True).
-TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
+def _class_default(cfg: dict, key: str) -> object:
+    """`key` as the model's transformers configuration class sets it when the config leaves it out (Gemma's
+    tied head and Gemma-3's vocabulary, for one), or None without transformers or for a class that refuses."""
+    from kvdoctor.load import hf_config
+
+    if not hf_config.installed():
+        return None
+    try:
+        view = hf_config.read(str(cfg.get("model_type") or ""), cfg, attrs=(key,))
+    except hf_config.Rejected:
+        return None
+    return view.resolved.get(key) if view else None
 
 
 def layout_for(model_dir: str | Path) -> Layout:
@@ -100,9 +109,13 @@ def layout_for(model_dir: str | Path) -> Layout:
     spec = load_model(str(model_dir), with_checkpoint=False)
     cfg = spec.config
     dt = DTYPES.get(spec.dtype or "bfloat16", "BF16")
-    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    hidden, found = cfg["hidden_size"], cfg.get("vocab_size") or _class_default(cfg, "vocab_size")
+    if not isinstance(found, int) or not found:
+        raise KeyError("vocab_size")
+    vocab: int = found
     out: Layout = {"model.embed_tokens.weight": (dt, [vocab, hidden]), "model.norm.weight": (dt, [hidden])}
-    if not cfg.get("tie_word_embeddings", cfg.get("model_type") in TIED_BY_DEFAULT):
+    tied = cfg["tie_word_embeddings"] if "tie_word_embeddings" in cfg else _class_default(cfg, "tie_word_embeddings")
+    if not tied:
         out["lm_head.weight"] = (dt, [vocab, hidden])
     for layer in spec.layers:
         p = f"model.layers.{layer.index}."

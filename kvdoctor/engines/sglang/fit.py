@@ -23,6 +23,7 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import budget as sb
 from kvdoctor.engines.sglang import reserve
 from kvdoctor.engines.sglang import weights as sw
+from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["sglang"]
@@ -51,6 +52,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
              Term(name="non_torch", bytes=non_torch, source=reserve.PRELOAD_SOURCE[tp * pp > 1]),
              Term(name="kv", bytes=max(kv, 0), source="what is left for the pools: srt/model_executor/model_runner.py")]
     context = request.context or facts.max_position or 0
+    if not context:  # SGLang sizes its request slots by the context length (srt/.../model_runner.py)
+        raise InputError(f"{facts.name}: the config states no context length (max_position_embeddings); give --context")
     row = FitRow(engine="sglang", version=release, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
                  gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
                  weights=weights, terms=terms, kv_bytes=kv, context=context)
