@@ -7,8 +7,9 @@ model's published config.json lies in configs/ORG__NAME/. Its checkpoint is synt
 quantization_config says), so the weights are priced as the engine stores them.
 
 Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers;
-`--summary` prints how many logs meet each of issue 40's bounds, per part and for the logs collected after the
-last calibration (their `collected_after_calibration` field).
+`--summary` prints how many logs meet each of issue 40's bounds, per part (calibration, validation, held-out: the
+set collected after the last calibration and scored before any change it prompted) and for the logs collected
+after the last calibration (their `collected_after_calibration` field).
 """
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ def model_dir(tmp: Path, model: str) -> Path | None:
     if not src.exists():
         return None
     d = tmp / model.replace("/", "__")
-    if not d.exists():
-        d.mkdir(parents=True)
+    if not (d / "model.safetensors.index.json").exists() and not any(d.glob("*.safetensors")):
+        d.mkdir(parents=True, exist_ok=True)
         config = json.loads(src.read_text())
         (d / "config.json").write_text(json.dumps(config))
         layout = layout_for(d)
@@ -85,7 +86,10 @@ def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
     from kvdoctor.load.loader import load_model
 
     out: dict[str, Any] = {}
-    d = model_dir(tmp, log["model"])
+    try:
+        d = model_dir(tmp, log.get("config_model") or log["model"])
+    except KeyError as exc:  # kvdoctor.load.synth cannot lay the checkpoint out from this config
+        return {"skip": f"checkpoint not synthesized: the config has no {exc}"}
     if d is None:
         return {"skip": "config not stored"}
     from kvdoctor.engines import fit_engines
@@ -126,6 +130,8 @@ def available_kv(log: dict[str, Any]) -> float | None:
         return obs["available_kv_gib"]
     if log["engine"] == "sglang" and obs.get("k_size_gb") is not None:
         return obs["k_size_gb"] + obs.get("v_size_gb", 0)
+    if log["engine"] == "sglang":  # MLA pools print one "KV size"
+        return obs.get("kv_size_gb")
     return None
 
 
@@ -198,7 +204,8 @@ BOUNDS = (("weights", 0.02, "weights per rank within 2%"), ("kv", 0.05, "availab
 def summary(data: list[dict[str, Any]]) -> str:
     late = {stem for stem, log in logs() if log.get("collected_after_calibration")}
     groups = [("calibration", [r for r in data if r["part"] == "calibration"]),
-              ("validation", [r for r in data if r["part"] == "validation"]), ("all", data),
+              ("validation", [r for r in data if r["part"] == "validation"]),
+              ("held-out", [r for r in data if r["part"] == "held-out"]), ("all", data),
               ("collected after the last calibration", [r for r in data if r["log"] in late])]
     lines = [f"{len(data)} logs, {sum(1 for r in data if not r['skip'])} predicted"]
     for name, group in groups:

@@ -299,3 +299,29 @@ def test_reference_side_by_side_numbers():
     assert s.state.bytes_per_slot / 1e6 == pytest.approx(77.3, abs=0.05)
     off = vllm.plan(model("gpt-oss-20b")[0], vllm.Mode(max_model_len=131072, kv_budget_bytes=40 * GiB, hma=False))
     assert (off.capacity.tokens, round(off.capacity.max_concurrency, 2)) == (873808, 6.67)
+
+
+@pytest.mark.parametrize("deploy", [None, {"sglang": {"tp_size": 2, "mem_fraction_static": 0.9}}])
+def test_sglang_budget_and_fit_read_one_reserve(tmp_path, deploy):
+    """`budget --engine sglang --gpu-memory` and `fit --engine sglang` price SGLang's pools with one formula
+    (sglang.reserve.pool): the same memory free before loading and the same share held back, at SGLang's own
+    default mem_fraction_static or the deploy file's; only their weights differ (budget's total / TP)."""
+    d = make_model(tmp_path, "llama-3.1-8b")
+    extra: list[str] = []
+    if deploy:
+        path = tmp_path / "deploy.yaml"
+        path.write_text(json.dumps(deploy))
+        extra = ["--deploy", str(path)]
+    (row,) = budget_json(str(d), "--engine", "sglang", "--gpu-memory", "80GiB", *extra)["engines"]
+    b = row["budget"]
+    proc = run("fit", str(d), "--engine", "sglang", "--gpu", "H100-80GB", "--gpu-memory", "80GiB", "--gpus",
+               "2" if deploy else "1", "--format", "json", *extra)
+    fit = next(r for r in json.loads(proc.stdout)["rows"] if r["layout"]["tp"] == (2 if deploy else 1)
+               and r["layout"]["pp"] == 1)
+    assert b["kv_budget_bytes"] + b["weights_bytes"] == fit["kv_bytes"] + fit["weights"]["bytes_per_rank"]
+    terms = {t["name"]: t for t in fit["terms"]}
+    assert f"reserved {terms['reserved']['bytes']} B" in b["how"]
+    if deploy:
+        assert "mem_fraction_static 0.9)" in b["how"]
+    else:  # no longer the old 10 GiB floor of a fixed reserve: SGLang's own default for an 80 GiB GPU at TP 1
+        assert terms["reserved"]["bytes"] > 10 * GiB and "SGLang's default" in b["how"]

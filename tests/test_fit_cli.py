@@ -290,3 +290,15 @@ def test_sglang_launch_commands_parse_and_build_server_args(llama: Path, tmp_pat
         assert (got["tp"], got["pp"], got["ep"]) == (row["layout"]["tp"], row["layout"]["pp"], row["layout"]["ep"])
         assert got["dp_attention"] == row["layout"]["dp_attention"] and got["context_length"] == 16384
         assert got["mem_fraction_static"] == row["deploy"]["mem_fraction_static"]
+
+
+def test_sglang_fit_without_any_context_length_is_one_line(tmp_path: Path) -> None:
+    """A config that states no context length (Gemma-3's published text_config has none) and no --context:
+    SGLang sizes its request slots by the context, so fit asks for one instead of dividing by zero."""
+    d = make_model(tmp_path, "llama-3.1-8b", edit=lambda c: c.pop("max_position_embeddings"))
+    proc = run("fit", str(d), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "states no context length" in proc.stderr and "give --context" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    ok = run("fit", str(d), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "1", "--context", "8192")
+    assert ok.returncode == 0

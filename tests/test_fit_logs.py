@@ -13,7 +13,8 @@ LOGS = dict(logs())
 
 
 def _config(stem: str) -> dict:
-    path = CORPUS / "configs" / LOGS[stem]["model"].replace("/", "__") / "config.json"
+    log = LOGS[stem]
+    path = CORPUS / "configs" / (log.get("config_model") or log["model"]).replace("/", "__") / "config.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 

@@ -26,7 +26,7 @@ FIELDS = {"source": str, "date": str, "engine": str, "version": str, "version_st
           "gpu_stated": bool, "gpu_count": int, "model": str, "settings": dict, "lines_kind": str, "lines": list,
           "observed": dict, "notes": str, "part": str}
 OPTIONAL = {"config_missing": str, "gpu_memory_gib": float, "kv_only": str, "fitted": bool,
-            "collected_after_calibration": str}
+            "collected_after_calibration": str, "config_model": str}
 # Observed figures that are not printed numbers: flags set from what the log shows.
 FLAGS = {"refused"}
 
@@ -82,7 +82,8 @@ def test_each_log_has_the_fields(path):
     assert doc["lines"] and all(isinstance(line, str) and line.strip() for line in doc["lines"])
     assert doc["observed"] and doc["notes"].strip() and doc["version"].strip()
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc["date"])
-    assert doc["part"] in {"calibration", "validation"}
+    assert doc["part"] in {"calibration", "validation", "held-out"}
+    assert doc["part"] != "held-out" or "collected_after_calibration" in doc
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
@@ -98,7 +99,7 @@ def test_each_source_is_a_pinned_public_url(path):
 @pytest.mark.parametrize("path", FILES, ids=IDS)
 def test_each_model_has_its_published_config_or_says_why_not(path):
     doc = load(path)
-    folder = config_dir(doc["model"])
+    folder = config_dir(doc.get("config_model") or doc["model"])
     if "config_missing" in doc:
         assert doc["config_missing"].startswith(doc["model"] + ":"), "the reason names the model it is about"
         assert not folder.exists(), f"{folder.name} exists: drop config_missing from {path.name}"
@@ -110,7 +111,7 @@ def test_each_model_has_its_published_config_or_says_why_not(path):
 
 
 def test_every_stored_config_belongs_to_a_log_and_has_a_source():
-    used = {config_dir(load(path)["model"]).name for path in FILES}
+    used = {config_dir(load(path).get("config_model") or load(path)["model"]).name for path in FILES}
     stored = {folder.name for folder in CONFIGS.iterdir() if folder.is_dir()}
     assert stored <= used, f"configs no log uses: {sorted(stored - used)}"
     sources = (CONFIGS / "SOURCES.md").read_text()
@@ -151,7 +152,7 @@ def test_figures_are_consistent(path):
         assert seen.get("available_kv_gib", 0) < 0 or failure or seen.get("kv_tokens", max_len) < max_len
     if "k_size_gb" in seen:
         assert seen["k_size_gb"] == seen["v_size_gb"], "K and V pools of an MHA/GQA model are the same size"
-    folder = config_dir(doc["model"])
+    folder = config_dir(doc.get("config_model") or doc["model"])
     if doc["engine"] == "vllm" and {"kv_tokens", "max_concurrency"} <= set(seen) and (folder / "config.json").exists():
         if full_attention_everywhere(json.loads((folder / "config.json").read_text())):
             per_request = doc["settings"]["max_model_len"]
@@ -179,8 +180,8 @@ def test_the_split_is_the_documented_draw():
     ranked = sorted(drawn, key=lambda stem: hashlib.sha256(SPLIT_SEED + stem.encode()).hexdigest())
     half = (len(ranked) + 1) // 2
     expected = {stem: "calibration" if rank < half else "validation" for rank, stem in enumerate(ranked)}
-    expected |= {stem: "calibration" if doc.get("fitted") else "validation" for stem, doc in docs.items()
-                 if stem not in expected}
+    expected |= {stem: "calibration" if doc.get("fitted") else "held-out" if doc["part"] == "held-out" else "validation"
+                 for stem, doc in docs.items() if stem not in expected}
     assert {stem: doc["part"] for stem, doc in docs.items()} == expected
     assert SPLIT_SEED.decode() in DOC.read_text()
 

@@ -77,6 +77,12 @@ def _mlp(out: Layout, p: str, cfg: dict, dt: str) -> None:
             for name, shape in (("gate_proj", [inter, hidden]), ("up_proj", [inter, hidden]),
                                 ("down_proj", [hidden, inter])):
                 out[f"{p}mlp.experts.{e}.{name}.weight"] = (dt, shape)
+        shared = cfg.get("shared_expert_intermediate_size")
+        if shared:  # Qwen2-MoE's always-on expert and its sigmoid gate
+            for name, shape in (("gate_proj", [shared, hidden]), ("up_proj", [shared, hidden]),
+                                ("down_proj", [hidden, shared])):
+                out[f"{p}mlp.shared_expert.{name}.weight"] = (dt, shape)
+            out[p + "mlp.shared_expert_gate.weight"] = (dt, [1, hidden])
     elif cfg.get("intermediate_size"):
         inter = cfg["intermediate_size"]
         out[p + "mlp.gate_proj.weight"] = (dt, [inter, hidden])
@@ -84,14 +90,32 @@ def _mlp(out: Layout, p: str, cfg: dict, dt: str) -> None:
         out[p + "mlp.down_proj.weight"] = (dt, [hidden, inter])
 
 
+def _class_default(cfg: dict, key: str) -> object:
+    """`key` as the model's transformers configuration class sets it when the config leaves it out (Gemma's
+    tied head and Gemma-3's vocabulary, for one), or None without transformers or for a class that refuses."""
+    from kvdoctor.load import hf_config
+
+    if not hf_config.installed():
+        return None
+    try:
+        view = hf_config.read(str(cfg.get("model_type") or ""), cfg, attrs=(key,))
+    except hf_config.Rejected:
+        return None
+    return view.resolved.get(key) if view else None
+
+
 def layout_for(model_dir: str | Path) -> Layout:
     """The tensors a checkpoint for this config would hold, from kvdoctor's own spec of it."""
     spec = load_model(str(model_dir), with_checkpoint=False)
     cfg = spec.config
     dt = DTYPES.get(spec.dtype or "bfloat16", "BF16")
-    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    hidden, found = cfg["hidden_size"], cfg.get("vocab_size") or _class_default(cfg, "vocab_size")
+    if not isinstance(found, int) or not found:
+        raise KeyError("vocab_size")
+    vocab: int = found
     out: Layout = {"model.embed_tokens.weight": (dt, [vocab, hidden]), "model.norm.weight": (dt, [hidden])}
-    if not cfg.get("tie_word_embeddings", False):
+    tied = cfg["tie_word_embeddings"] if "tie_word_embeddings" in cfg else _class_default(cfg, "tie_word_embeddings")
+    if not tied:
         out["lm_head.weight"] = (dt, [vocab, hidden])
     for layer in spec.layers:
         p = f"model.layers.{layer.index}."

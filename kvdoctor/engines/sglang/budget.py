@@ -485,14 +485,17 @@ def _full_pool(facts: ModelFacts, mode: Mode) -> tuple[str, ...]:
 
 # --- the budget half of the SGLang profile: the `sglang:` section's modes, the memory, one Budget per mode
 
-MIN_RESERVE = 10 * GiB  # arg_groups/memory_hook.py: reserve floor on GPUs over 60 GiB
+def usable_memory(gpu: int, weights: int, s: SglangSettings, mla: bool = False) -> tuple[int, str]:
+    """What SGLang leaves for KV caches and state on one rank of a GPU of `gpu` bytes: the formula `kvdoctor
+    fit` prices (`sglang.reserve.pool`), with the deployer's settings and the release's own defaults."""
+    from kvdoctor.engines.sglang import reserve
 
-
-def usable_memory(gpu: int, weights: int, chunked_prefill_size: int = 0) -> tuple[int, str]:
-    """What SGLang leaves for KV caches and state on a GPU of `gpu` bytes (mem_fraction_static)."""
-    reserve = max(MIN_RESERVE, (512 + int(1.5 * max(chunked_prefill_size, 2048))) << 20)
-    return gpu - reserve - weights, (f"GPU {gpu} B - reserved {reserve} B (mem_fraction_static) - "
-                                     f"weights {weights} B per rank")
+    p = reserve.pool(gpu, weights, s.tp_size or 1, s.pp_size, s.dp_size, s.enable_dp_attention, mla,
+                     release=s.release or VERSION, max_running=s.max_running_requests,
+                     chunked=s.chunked_prefill_size if "chunked_prefill_size" in s.model_fields_set else None,
+                     mem_fraction_static=s.mem_fraction_static)
+    return p.kv, (f"GPU {gpu} B - in use before loading {p.preload} B - reserved {p.reserved} B "
+                  f"(mem_fraction_static {p.mem_fraction_static}) - weights {weights} B per rank; {p.how}")
 
 
 def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_modes: bool) -> list[Mode]:
@@ -519,7 +522,7 @@ def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_m
 
 def budgets(facts: ModelFacts, s: SglangSettings, inputs: BudgetSettings,
             all_modes: bool) -> tuple[list[SglangBudget], dict[str, Any]]:
-    usable = partial(usable_memory, chunked_prefill_size=s.chunked_prefill_size)
+    usable = partial(usable_memory, s=s, mla=bool(facts.mla_latent))
     memory, how = kv_memory("sglang", facts, inputs, usable, tp=s.tp_size or 1)
     context = default_context(facts, inputs)
     out = [plan(facts, m) for m in modes(facts, s, context, memory, all_modes)]

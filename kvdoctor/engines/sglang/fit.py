@@ -5,17 +5,17 @@ KV pools = free memory after loading - free memory before loading x (1 - mem_fra
           = (total - non-torch) x mem_fraction_static - weights
             srt/model_executor/model_runner.py (profile_max_num_token) up to 0.5.22,
             srt/mem_cache/kv_cache_configurator.py (_profile_available_bytes) at 0.5.23
-The memory in use before loading is the CUDA context and, in a TP group, SGLang's communicators (NON_TORCH);
+The formula is `sglang.reserve.pool`, which `kvdoctor budget --gpu-memory` reads too. The memory in use before
+loading is the CUDA context and, in a TP group, SGLang's communicators (`reserve.PRELOAD`);
 the weights are exact (the headers, split as SGLang's layers split them). Activations and CUDA graphs live in
 the (1 - mem_fraction_static) SGLang holds back. Without --mem-fraction-static, the fraction is SGLang's own
 default for the release, GPU and layout (`sglang.reserve`).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from kvdoctor.engines.budget.common import MiB, EngineRefusal
+from kvdoctor.engines.budget.common import EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts
 from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
@@ -23,15 +23,10 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import budget as sb
 from kvdoctor.engines.sglang import reserve
 from kvdoctor.engines.sglang import weights as sw
+from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["sglang"]
-# Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
-# in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
-# avail mem=137.29 GB" of 139.80 GiB, sgl-project/sglang#11716); logs show 1-2.5 GiB across GPUs and releases.
-NON_TORCH = {False: 133 * MiB, True: 2570 * MiB}
-NON_TORCH_SOURCE = {False: "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
-                    True: "memory in use before loading in a TP group: sgl-project/sglang#11716 (2.51 GiB, H200, TP 8)"}
 KV_DTYPES = {"fp8": "fp8_e4m3"}  # fit's --kv-cache-dtype fp8 in SGLang's spelling
 
 
@@ -43,33 +38,22 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     assert spec.checkpoint is not None
     par = sw.parallel(tp, pp, dp, ep, dpa)
     weights = weights_per_rank(spec.checkpoint, spec.config, sw.RULES, par, spec.num_hidden_layers)
-    non_torch = NON_TORCH[tp * pp > 1]
     release = str(s.get("version") or VERSION)
-    d = reserve.defaults(gpu.memory_bytes / MiB, tp, pp, dp, dpa, bool(facts.mla_latent), release,
-                         chunked=s.get("chunked_prefill_size"), max_running=s.get("max_running_requests"),
-                         cuda_graph=not s.get("disable_cuda_graph"))
+    p = reserve.pool(gpu.memory_bytes, weights.bytes_per_rank, tp, pp, dp, dpa, bool(facts.mla_latent), release,
+                     chunked=s.get("chunked_prefill_size"), max_running=s.get("max_running_requests"),
+                     cuda_graph=not s.get("disable_cuda_graph"), mem_fraction_static=s.get("mem_fraction_static"))
+    d, non_torch, reserved, kv, how, mfs = p.defaults, p.preload, p.reserved, p.kv, p.how, p.mem_fraction_static
     chunked = d.chunked_prefill_size
-    if s.get("mem_fraction_static"):
-        mfs = float(s["mem_fraction_static"])
-        how = f"(total - non-torch) x (1 - mem_fraction_static {mfs}): srt/model_executor/model_runner.py"
-    else:
-        mfs = d.mem_fraction_static
-        how = (f"(total - non-torch) x (1 - mem_fraction_static {mfs}), SGLang's default: " +
-               (f"{d.reserved_mib:.0f} MiB reserved for activations and CUDA graphs, " if d.reserved_mib else "") +
-               d.source)
-    # The pools get what the weights leave of the memory free before loading, less (1 - mfs) of it
-    # (profile_max_num_token / _profile_available_bytes: rest = free after loading - pre-load free x (1 - mfs)).
-    before = gpu.memory_bytes - non_torch
-    reserved = before - math.floor(before * mfs)
-    kv = before - reserved - weights.bytes_per_rank
     if s.get("kv_budget") is not None:
         kv = int(s["kv_budget"])
     terms = [Term(name="reserved", bytes=reserved, source=how),
              Term(name="weights", bytes=weights.bytes_per_rank, source=f"exact: safetensors headers split as sglang "
                   f"{VERSION}'s layers split them (sglang/weights.py)"),
-             Term(name="non_torch", bytes=non_torch, source=NON_TORCH_SOURCE[tp * pp > 1]),
+             Term(name="non_torch", bytes=non_torch, source=reserve.PRELOAD_SOURCE[tp * pp > 1]),
              Term(name="kv", bytes=max(kv, 0), source="what is left for the pools: srt/model_executor/model_runner.py")]
     context = request.context or facts.max_position or 0
+    if not context:  # SGLang sizes its request slots by the context length (srt/.../model_runner.py)
+        raise InputError(f"{facts.name}: the config states no context length (max_position_embeddings); give --context")
     row = FitRow(engine="sglang", version=release, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes,
                  gpus=tp * pp * (1 if dpa else dp), layout={"tp": tp, "pp": pp, "dp": dp, "ep": ep, "dp_attention": dpa},
                  weights=weights, terms=terms, kv_bytes=kv, context=context)

@@ -16,14 +16,30 @@ default there: `if self.enable_piecewise_cuda_graph` in their server_args.py). B
 was a table by TP size alone (0.88, 0.87 from TP 2, 0.85 from 4, 0.81 from 8, 0.79 from 16) and the
 chunked prefill 2048 tokens below 25,000 MiB, else 8192. The 0.5.0 boundary is where the stored copies of
 server_args.py switch from one form to the other; the tags between 0.4.10 and 0.5.0 were not read one by one.
+
+`pool` is the one formula for the memory the pools get, read by `kvdoctor fit` (sglang.fit) and by
+`kvdoctor budget --gpu-memory` (sglang.budget): the pools get what the weights leave of the memory free
+before loading, less (1 - mem_fraction_static) of it (srt/model_executor/model_runner.py profile_max_num_token
+up to 0.5.22, srt/mem_cache/kv_cache_configurator.py _profile_available_bytes at 0.5.23).
 """
 from __future__ import annotations
+
+import math
 
 import msgspec
 
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import key
 from kvdoctor.engines.sglang.releases import PREFILL_GRAPHS_SINCE, RESERVE_SINCE
+
+MiB = 1 << 20
+# Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
+# in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
+# avail mem=137.29 GB" of 139.80 GiB, sgl-project/sglang#11716); logs show 0.4-2.5 GiB across GPUs and releases.
+PRELOAD = {False: 133 * MiB, True: 2570 * MiB}
+PRELOAD_SOURCE = {False: "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
+                  True: "memory in use before loading in a TP group: sgl-project/sglang#11716 (2.51 GiB, H200, TP 8)"}
+
 SOURCE = "sglang {release} srt/arg_groups/memory_hook.py (handle_gpu_memory_settings, reserve_for_graph_mb)"
 OLD_SOURCE = "sglang {release} srt/server_args.py __post_init__ (mem_fraction_static by TP size)"
 # (memory below, in MiB; chunked_prefill_size; decode max_bs below TP 4; from TP 4) @ 0.5.23
@@ -74,3 +90,36 @@ def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bo
     return Defaults(chunked_prefill_size=chunked, cuda_graph_max_bs=bs,
                     mem_fraction_static=round((gpu_mib - reserved) / gpu_mib, 3), reserved_mib=reserved,
                     source=SOURCE.format(release=release))
+
+
+class Pool(msgspec.Struct, frozen=True):
+    """What SGLang gives its KV pools on one rank, and how: the memory free before loading, the part
+    (1 - mem_fraction_static) holds back, the pools' bytes (negative: the weights do not fit)."""
+
+    preload: int
+    reserved: int
+    kv: int
+    mem_fraction_static: float
+    how: str
+    defaults: Defaults
+
+
+def pool(gpu_bytes: int, weights_bytes: int, tp: int = 1, pp: int = 1, dp: int = 1, dp_attention: bool = False,
+         mla: bool = False, release: str = PINS["sglang"], chunked: int | None = None, max_running: int | None = None,
+         cuda_graph: bool = True, mem_fraction_static: float | None = None) -> Pool:
+    """The pools' memory on one rank of a GPU of `gpu_bytes` holding `weights_bytes` of weights."""
+    d = defaults(gpu_bytes / MiB, tp, pp, dp, dp_attention, mla, release, chunked=chunked, max_running=max_running,
+                 cuda_graph=cuda_graph)
+    if mem_fraction_static:
+        mfs = float(mem_fraction_static)
+        how = f"(total - non-torch) x (1 - mem_fraction_static {mfs}): srt/model_executor/model_runner.py"
+    else:
+        mfs = d.mem_fraction_static
+        how = (f"(total - non-torch) x (1 - mem_fraction_static {mfs}), SGLang's default: " +
+               (f"{d.reserved_mib:.0f} MiB reserved for activations and CUDA graphs, " if d.reserved_mib else "") +
+               d.source)
+    preload = PRELOAD[tp * pp > 1]
+    before = gpu_bytes - preload
+    reserved = before - math.floor(before * mfs)
+    return Pool(preload=preload, reserved=reserved, kv=before - reserved - weights_bytes, mem_fraction_static=mfs,
+                how=how, defaults=d)

@@ -39,11 +39,16 @@ FORWARD_WIDTHS = (3, 3)  # (x intermediate per rank, x hidden): vllm-project/vll
 # Non-torch memory on one rank, alone and with the all-reduce buffers of a TP group: 0.13-0.14 GiB at TP 1 and
 # 0.54-0.55 GiB at TP 2 in the calibration logs of vLLM 0.11 on H100 (tests/data/startup-logs).
 NON_TORCH = {False: 133 * MiB, True: 563 * MiB}
-# The dummy sampler run over max_num_seqs rows of fp32 logits peaks at about this many copies of them (the
-# logits, probabilities, sorted values and indices of top-k/top-p): 9.62-9.73 on the three model families of the
-# calibration logs (vLLM 0.11, 1024 sequences); 10.3 with the V0 sampler and 256 sequences (vllm-project/vllm#10511).
-SAMPLER_COPIES_V1 = 9.7
-SAMPLER_COPIES_V0 = 10.3
+# The dummy sampler run over max_num_seqs rows of fp32 logits peaks at about this many copies of them, by
+# release: 10.3 with the V0 sampler and 256 sequences (vllm-project/vllm#10511); 9.62-9.73 with V1's sort-based
+# top-k/top-p (logits, probabilities, sorted values and indices) on the three families of the vLLM 0.11
+# calibration logs; 3.5 once top-k/top-p runs in place in a Triton kernel (vllm-project/vllm#33538, merged
+# 2026-02): the model's logits (half precision, 0.5), their fp32 copy, the softmax and the exponential noise,
+# the noise divided in place (v1/sample/sampler.py:96, ops/topk_topp_sampler.py:345-360,438-469 @ 0.26.0).
+# The held-out vLLM 0.19.0 logs show it (1.89 GiB of peak for a 128k vocabulary, 2.21 for 152k, 3.6-4.0 for
+# Gemma's 256k, at 1024 sequences); 0.19 is taken as its first release, the releases between 0.15 and 0.18
+# not read.
+SAMPLER_COPIES = (((0, 8), 10.3), ((0, 19), 9.7), ((999,), 3.5))
 # CUDA graphs (subtracted from the KV memory since 0.21): vLLM captures the first two graphs of each mode and
 # extrapolates to all (v1/worker/gpu_model_runner.py:6268-6380 @ 0.33.0). kvdoctor prices each graph at this
 # many bytes per layer and unit of activation width (hidden + active intermediate per rank): 9-14 on three
@@ -55,7 +60,8 @@ SOURCES = {
     "weights": "exact: safetensors headers split as vllm 0.33.0's layers split them (vllm/weights.py)",
     "activations": "max(forward peak, sampler peak): forward = max_num_batched_tokens x (3 x intermediate/TP "
                    "+ 3 x hidden) x dtype (vllm-project/vllm#10517); sampler = max_num_seqs x vocab x 4 B x {copies} "
-                   "(v1/worker/gpu_model_runner.py:5866-5900), calibrated on 5 logs (docs/fit.md)",
+                   "(v1/worker/gpu_model_runner.py:5866-5900): 10.3 before 0.8, 9.7 calibrated on 5 logs of 0.11 for the sort-based "
+                   "top-k/top-p, 3.5 counted in the in-place Triton path from 0.19 (docs/fit.md)",
     "non_torch": "calibrated on 7 logs of vLLM 0.11 (docs/fit.md): 0.13 GiB alone, 0.55 GiB in a TP group",
     "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21): {graphs} graphs (capture sizes "
                    "of config/vllm.py:2398-2470, FULL and PIECEWISE) x layers x (hidden + intermediate/TP) x 12 B, "
@@ -111,13 +117,18 @@ def cuda_graphs(config: dict[str, Any], layers: int, tp: int, seqs: int, tokens:
     return graphs * layers * (hidden + inter // tp) * GRAPH_BYTES_PER_LAYER_WIDTH, graphs
 
 
+def sampler_copies(version: str) -> float:
+    """Copies of the fp32 logits the dummy sampler run holds at its peak in `version` (see SAMPLER_COPIES)."""
+    return next(copies for before, copies in SAMPLER_COPIES if version_tuple(version) < before)
+
+
 def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
                     version: str) -> int:
     """The profiling run's peak above the weights on one rank (modelled: see SOURCES)."""
     hidden, inter = widths(config)
     width = dtype_bytes(facts.serving_dtype)
     forward = tokens * (FORWARD_WIDTHS[0] * inter // tp + FORWARD_WIDTHS[1] * hidden) * width
-    copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
+    copies = sampler_copies(version)
     sampler = int(seqs * int(config.get("vocab_size") or 0) * 4 * copies)
     return max(forward, sampler)
 
@@ -161,7 +172,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     if not s.get("enforce_eager") and version_tuple(version) >= (0, 21):
         layers = max(last - first for first, last in weights.stage_layers)
         graphs, graph_count = cuda_graphs(spec.config, layers, tp, seqs, tokens, gpu)
-    copies = SAMPLER_COPIES_V0 if version_tuple(version) < (0, 8) else SAMPLER_COPIES_V1
+    copies = sampler_copies(version)
     non_torch = NON_TORCH[tp * pp * dp > 1]
     kv = requested - weights.bytes_per_rank - activations - non_torch - graphs
     if s.get("kv_budget") is not None:  # the engine's own figure, from a log or a profiled run
