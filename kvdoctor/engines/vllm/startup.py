@@ -1,8 +1,9 @@
 """vLLM's own start-up up to KV planning, for one config.json and one set of engine arguments.
 
-Runs inside a Python that has vLLM 0.33.0 (imported here only; never by kvdoctor's own process), with
-VLLM_TARGET_DEVICE=cpu. Used by `kvdoctor check --engine vllm --dry-run` (a child process: `python
-startup.py REQUEST.json RESULT.json`) and by goldens/vllm_check_oracle.py. All of it calls vLLM:
+Runs inside a Python that has a profiled vLLM release, 0.26.0 to 0.34.0 (imported here only; never by
+kvdoctor's own process), with VLLM_TARGET_DEVICE=cpu; where the releases' APIs differ it asks which one it
+has. Used by `kvdoctor check --engine vllm --dry-run` (a child process: `python startup.py REQUEST.json
+RESULT.json`) and by goldens/vllm_check_oracle.py. All of it calls vLLM:
 1. `EngineArgs(model=DIR, load_format="dummy", skip_tokenizer_init=True, **args).create_engine_config()`;
 2. the model class on the meta device (`initialize_model`), `update_block_size_for_backend`,
    `validate_block_size` and the worker's `get_kv_cache_spec` (every layer's own spec);
@@ -204,6 +205,28 @@ def _moe_on_cpu() -> None:
     method.select_unquantized_moe_backend = select
 
 
+def _triton_check_passes() -> None:
+    """From 0.34.0 CpuPlatform refuses an x86 host without triton-cpu ("vLLM on x86 CPUs requires Triton
+    (triton-cpu).": its CPU model runner is gone). No kernel runs here: that one check, and only while it
+    runs, sees Triton (recorded in `stand_ins`)."""
+    import vllm.triton_utils as triton_utils
+    from vllm.platforms import current_platform
+
+    if triton_utils.HAS_TRITON or "_kvdoctor_triton" in vars(current_platform):
+        return
+    update = current_platform.check_and_update_config
+
+    def with_triton(vllm_config):
+        had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
+        try:
+            return update(vllm_config)
+        finally:
+            triton_utils.HAS_TRITON = had
+
+    current_platform.check_and_update_config = with_triton
+    current_platform._kvdoctor_triton = True
+
+
 class _NoCudaStream:
     """Stands in for torch.cuda.Stream / Event, which Kimi-Linear's layers create at construction."""
 
@@ -319,27 +342,55 @@ def model_specs(vc, tp_fake: int | None) -> dict:
         del current_platform.current_device
 
 
+def _layout(vc, specs: dict) -> str | None:
+    """The engine core's KV cache layout (resolve_kv_cache_layout over the backends' layouts, 0.30.0 on);
+    up to 0.29 the layout is the process-wide get_kv_cache_layout() and the core resolves none."""
+    try:
+        from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+    except ImportError:
+        from vllm.v1.attention.backends.utils import get_kv_cache_layout
+
+        return str(get_kv_cache_layout())
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+
+    layouts = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
+    return resolve_kv_cache_layout(vc, [layouts], list(specs.values())).name
+
+
+def _grouping():
+    """(groups(vc, specs), configs(vc, specs, budget, groups)) through the release's own API: from 0.33.0
+    kv_cache_planning's get_global_kv_cache_groups, whose groups get_kv_cache_configs takes; before, in
+    kv_cache_utils, get_kv_cache_groups for one worker and get_kv_cache_configs, which groups again itself."""
+    try:
+        from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+
+        return (lambda vc, specs: get_global_kv_cache_groups(vc, [specs]),
+                lambda vc, specs, budget, groups: get_kv_cache_configs(vc, [specs], [budget], groups))
+    except ImportError:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_configs as configs
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
+
+        return get_kv_cache_groups, lambda vc, specs, budget, groups: configs(vc, [specs], [budget])
+
+
 def planning(vc, specs: dict, budget: int) -> dict:
     """Stage 3: the engine core's layout resolution, grouping and admission check."""
     from vllm.config import set_current_vllm_config
-    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
 
     out: dict = {}
+    groups_of, configs_of = _grouping()
     with set_current_vllm_config(vc):
-        layouts = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
-        out["kv_cache_layout"] = resolve_kv_cache_layout(vc, [layouts], list(specs.values())).name
+        out["kv_cache_layout"] = _layout(vc, specs)
         Log.stage = "groups"
-        try:
-            groups = get_global_kv_cache_groups(vc, [dict(specs)])
+        try:  # each call gets its own copy of the specs: the HMA-off promotion rewrites them in place
+            groups = groups_of(vc, dict(specs))
         except Exception as exc:  # noqa: BLE001 - what vLLM raises is the golden
             out["error"] = error_row(exc, "groups")
             return out
         out["groups"] = [group_row(g) for g in groups]
         Log.stage = "admission"
         try:
-            config = get_kv_cache_configs(vc, [dict(specs)], [budget], groups)[0]
+            config = configs_of(vc, dict(specs), budget, groups)[0]
             out["num_blocks"] = config.num_blocks
         except Exception as exc:  # noqa: BLE001
             out["error"] = error_row(exc, "admission")
@@ -435,6 +486,7 @@ def setup(root: Path) -> None:
     torch.cuda.Stream = torch.cuda.Event = _NoCudaStream  # type: ignore[misc, assignment]
     _skip_cpu_mla_block_check()
     _fp8_kv_on_any_host()
+    _triton_check_passes()
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method=f"file://{root / 'store'}", backend="gloo")
@@ -444,7 +496,7 @@ def setup(root: Path) -> None:
 # What every point imports (engine_config, model_specs, planning): a warm child imports them once.
 PRELOAD = ("vllm", "vllm.config", "vllm.distributed", "vllm.distributed.parallel_state", "vllm.engine.arg_utils",
            "vllm.model_executor.model_loader.utils", "vllm.platforms", "vllm.v1.worker.gpu.attn_utils",
-           "vllm.v1.attention.backends.utils", "vllm.v1.core.kv_cache_planning", "vllm.v1.kv_cache_interface",
+           "vllm.v1.attention.backends.utils", "vllm.v1.core.kv_cache_utils", "vllm.v1.kv_cache_interface",
            "vllm.distributed.kv_transfer.kv_connector.utils")
 
 
@@ -453,6 +505,8 @@ def preload(key: dict) -> None:
     not run here: its gloo group and stand-ins belong to each model's own fork."""
     for name in PRELOAD:
         importlib.import_module(name)
+    with contextlib.suppress(ImportError):  # the planning half of kv_cache_utils, from 0.33.0
+        importlib.import_module("vllm.v1.core.kv_cache_planning")
 
 
 def main() -> None:
