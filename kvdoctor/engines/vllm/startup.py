@@ -101,6 +101,8 @@ def _skip_cpu_mla_block_check() -> None:
     multiple of 16. Skip that one refusal (recorded per point in `skipped_cpu_checks`)."""
     from vllm.platforms.cpu import CpuPlatform
 
+    if not hasattr(CpuPlatform, "_check_aligned_block_size"):  # the check is newer than the release (0.33.0 on)
+        return
     original = CpuPlatform._check_aligned_block_size.__func__
 
     def check(cls, vllm_config, backend_classes, pre_block_size):
@@ -227,6 +229,33 @@ def _triton_check_passes() -> None:
     current_platform._kvdoctor_triton = True
 
 
+def _kernel_handles() -> None:
+    """Up to 0.32 a layer such as SiluAndMul looks its kernel up in `torch.ops._C` while it is built, on the CPU
+    platform too; the CUDA wheel's `vllm._C` does not load on the CPU, so the lookup fails before any spec exists.
+    A missing `_C` op answers a placeholder that raises if called (the model is built on the meta device and
+    never runs; recorded in `stand_ins`)."""
+    import torch
+
+    namespace = type(torch.ops._C)
+    if getattr(namespace, "_kvdoctor_placeholders", False):
+        return
+    original = namespace.__getattr__
+
+    def lookup(self, name):
+        try:
+            return original(self, name)
+        except AttributeError:
+            if self.name != "_C" or name.startswith("__"):
+                raise
+
+            def placeholder(*args, **kwargs):
+                raise RuntimeError(f"vllm._C.{name} is a kvdoctor placeholder: no kernel runs in a dry run")
+            return placeholder
+
+    namespace.__getattr__ = lookup
+    namespace._kvdoctor_placeholders = True
+
+
 class _NoCudaStream:
     """Stands in for torch.cuda.Stream / Event, which Kimi-Linear's layers create at construction."""
 
@@ -281,7 +310,9 @@ def fields(vc) -> dict:
 
 
 def layer_index(name: str) -> int | None:
-    match = re.search(r"layers\.(\d+)\.", name)
+    """The decoder layer a KV cache name belongs to: `model.layers.3.self_attn.attn`, or `3.attn` where a
+    release's model class prefixes its attention layers without the stack's name (OLMo-2, GPT-BigCode in 0.30)."""
+    match = re.search(r"(?:^|\.)(\d+)\.", name)
     return int(match.group(1)) if match else None
 
 
@@ -487,6 +518,7 @@ def setup(root: Path) -> None:
     _skip_cpu_mla_block_check()
     _fp8_kv_on_any_host()
     _triton_check_passes()
+    _kernel_handles()
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method=f"file://{root / 'store'}", backend="gloo")
