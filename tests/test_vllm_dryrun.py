@@ -23,7 +23,7 @@ from test_vllm_findings import MODELS, spec_of
 
 PYTHON = child.find_python(None, dryrun.ENV_PYTHON, "vllm")
 TIMING = {"seconds", "stderr_tail"}  # what differs between two runs of one model
-needs_vllm = pytest.mark.skipif(PYTHON is None, reason="no Python with vLLM 0.33.0 (set KVDOCTOR_VLLM_PYTHON)")
+needs_vllm = pytest.mark.skipif(PYTHON is None, reason="no Python with vLLM (set KVDOCTOR_VLLM_PYTHON)")
 
 
 def test_engine_args_carry_only_what_is_set():
@@ -38,7 +38,7 @@ def test_without_vllm_one_finding_and_the_static_plan_stands(tmp_path):
     record = dryrun.VllmDryRunner().run(spec, VllmSettings(), plan(spec, VllmSettings()),
                                         {"engine_python": str(tmp_path / "missing-python")})
     if PYTHON is None:
-        assert not record.ran and record.to_json()["reason"].startswith("no Python with vLLM 0.33.0 found")
+        assert not record.ran and record.to_json()["reason"].startswith(f"no Python with vLLM {dryrun.VERSION} found")
         (finding,) = dryrun_vllm.findings(spec, plan(spec, VllmSettings()), record, builtin_catalog())
         assert finding.code == "ENG050" and "static vLLM checks still ran" in finding.message
     assert child.find_python(str(tmp_path / "missing-python"), dryrun.ENV_PYTHON, "vllm") in (None, PYTHON)

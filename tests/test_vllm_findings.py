@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from kvdoctor.catalog import builtin_catalog
+from kvdoctor.engines.pins import PINS
 from kvdoctor.checks.vllm_differences import differences
 from kvdoctor.engines.vllm.profile import VllmProfile, facts_json, plan
 from kvdoctor.engines.vllm.refusals import CODES
@@ -76,7 +77,7 @@ def test_refusal_fires_and_healthy_stays_quiet(code, make, settings, tmp_path):
     assert [r.code for r in got.refusals] == [code]
     refusal = got.refusals[0]
     assert refusal.stage == "startup" and refusal.source == CODES[code]
-    assert "/v0.33.0/" in refusal.source or "/v5.20.2/" in refusal.source
+    assert f"/v{PINS['vllm']}/" in refusal.source or "/v5.20.2/" in refusal.source
     entry = builtin_catalog().get(code)
     assert entry is not None and entry.severity == "error"
     if entry.error is not None:
