@@ -54,7 +54,7 @@ class VllmDryRunner(DryRunner):
 
     def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> DryRun:
         assert isinstance(settings, VllmSettings)
-        if settings.trust_remote_code and registry.needs_remote_code(spec.raw_config):
+        if settings.trust_remote_code and registry.needs_remote_code(spec.raw_config, settings.release or VERSION):
             return DryRun(engine="vllm", outcome="unavailable",
                           reason="the config's class is the checkpoint's own code (auto_map), which kvdoctor's "
                                  "vLLM dry run does not run")
