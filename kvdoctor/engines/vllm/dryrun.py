@@ -3,8 +3,8 @@
 kvdoctor's process never imports vLLM. The child runs in a Python that has a profiled vLLM release (found
 by `find_python`, or given as `--engine-python`; startup.py adapts to each release's API), bounded in time
 (its whole process group is killed) and in address space, on a directory holding only config.json (no
-weights: `load_format="dummy"`, the model built on the meta device). Its outcome is a `DryRun` record (`record`): kvdoctor.checks.dryrun_vllm
-turns it into findings.
+weights: `load_format="dummy"`, the model built on the meta device). Its outcome is a `DryRun` record
+(`record`): kvdoctor.checks.dryrun_vllm turns it into findings.
 """
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 Each builder returns a `Startup` exception carrying the `Refusal` (code, class, exact text, pinned
 source; another release's line is `releases.source`). vLLM's config classes are pydantic dataclasses: a
-ValueError raised in their validators reaches the user as `pydantic_core.ValidationError` whose text is "1 validation error for <Class>",
-then "Value error, <message>" and pydantic's own tail (the input's repr); `message` is that
-`<message>` and `evidence["wrapped_in"]` the first line.
+ValueError raised in their validators reaches the user as `pydantic_core.ValidationError` whose text is
+"1 validation error for <Class>", then "Value error, <message>" and pydantic's own tail (the input's repr);
+`message` is that `<message>` and `evidence["wrapped_in"]` the first line.
 """
 from __future__ import annotations
 
