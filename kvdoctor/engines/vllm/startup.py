@@ -252,8 +252,8 @@ def _kernel_handles() -> None:
                 raise RuntimeError(f"vllm._C.{name} is a kvdoctor placeholder: no kernel runs in a dry run")
             return placeholder
 
-    namespace.__getattr__ = lookup
-    namespace._kvdoctor_placeholders = True
+    namespace.__getattr__ = lookup  # type: ignore[method-assign]
+    setattr(namespace, "_kvdoctor_placeholders", True)
 
 
 class _NoCudaStream:
