@@ -237,9 +237,9 @@ def _kernel_handles() -> None:
     import torch
 
     namespace = type(torch.ops._C)
-    if getattr(namespace, "_kvdoctor_placeholders", False):
-        return
     original = namespace.__getattr__
+    if getattr(original, "kvdoctor_placeholders", False):
+        return
 
     def lookup(self, name):
         try:
@@ -252,8 +252,8 @@ def _kernel_handles() -> None:
                 raise RuntimeError(f"vllm._C.{name} is a kvdoctor placeholder: no kernel runs in a dry run")
             return placeholder
 
+    lookup.kvdoctor_placeholders = True  # type: ignore[attr-defined]
     namespace.__getattr__ = lookup  # type: ignore[method-assign]
-    setattr(namespace, "_kvdoctor_placeholders", True)
 
 
 class _NoCudaStream:
