@@ -8,14 +8,13 @@ weights: `load_format="dummy"`, the model built on the meta device). Its outcome
 """
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 from kvdoctor.engines.base import DryRun, DryRunError, DryRunner, Plan, stages_reached
 from kvdoctor.engines.child import STUBS, find_python, run_child
-from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.pins import PINS, PROFILED
 from kvdoctor.engines.vllm import registry
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import ModelSpec
@@ -118,4 +117,5 @@ def disagreements(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
 
 
 def version_ok(result: dict[str, Any]) -> bool:
-    return bool(re.fullmatch(r"0\.33\.0(\+.*)?", (result.get("versions") or {}).get("vllm", "")))
+    """The child ran a vLLM release kvdoctor profiles (a local build's `+suffix` aside)."""
+    return (result.get("versions") or {}).get("vllm", "").partition("+")[0] in PROFILED["vllm"]
