@@ -70,6 +70,7 @@ def error_row(exc: BaseException, stage: str) -> dict:
 CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround that lets the point go on
     ("Failed to find a kernel that can implement the ScaledMM linear layer", "drop_quantization_config"),
     ("No MXFP4 MoE backend supports the deployment configuration", "drop_quantization_config"),
+    ("Mxfp4 MoE backend 'CPU' does not support the deployment configuration", "drop_quantization_config"),  # 0.28.0
     # NVFP4 (ModelOpt) MoE experts: no CPU backend implements them (fused_moe/oracle/nvfp4.py); CUDA has
     # FlashInfer / CUTLASS / Marlin ones. Weight quantization does not enter KV specs.
     ("No NvFp4 MoE backend supports the deployment configuration.", "drop_quantization_config"),
@@ -256,6 +257,18 @@ def _kernel_handles() -> None:
 
     lookup.kvdoctor_placeholders = True  # type: ignore[attr-defined]
     namespace.__getattr__ = lookup  # type: ignore[method-assign]
+
+
+def _flash_attn_names() -> None:
+    """0.28.0's fa_utils binds `compile_flash_attn_varlen_func_from_specs` on CUDA, and to None on XPU and ROCm,
+    but not on the CPU, while the MLA prefill module imports it by name (DeepSeek, Kimi-K2): bind it to None as
+    the other non-CUDA branches do (no attention runs; recorded in `stand_ins`)."""
+    try:
+        from vllm.v1.attention.backends import fa_utils
+    except ImportError:
+        return
+    if not hasattr(fa_utils, "compile_flash_attn_varlen_func_from_specs"):
+        fa_utils.compile_flash_attn_varlen_func_from_specs = None
 
 
 class _NoCudaStream:
@@ -521,6 +534,7 @@ def setup(root: Path) -> None:
     _fp8_kv_on_any_host()
     _triton_check_passes()
     _kernel_handles()
+    _flash_attn_names()
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method=f"file://{root / 'store'}", backend="gloo")
