@@ -232,9 +232,12 @@ def _triton_check_passes() -> None:
     current_platform._kvdoctor_triton = True
 
 
+ACTIVATIONS = os.path.join("vllm", "model_executor", "layers", "activation.py")
+
+
 def _kernel_handles() -> None:
-    """Up to 0.32 a layer such as SiluAndMul looks its kernel up in `torch.ops._C` while it is built, on the CPU
-    platform too; the CUDA wheel's `vllm._C` does not load on the CPU, so the lookup fails before any spec exists.
+    """Up to 0.32 an activation layer such as SiluAndMul looks its kernel up in `torch.ops._C` while it is built,
+    on the CPU platform too; the CUDA wheel's `vllm._C` does not load on the CPU, so the lookup fails before any spec exists.
     A missing `_C` op answers a placeholder that raises if called (the model is built on the meta device and
     never runs; recorded in `stand_ins`)."""
     import torch
@@ -247,8 +250,8 @@ def _kernel_handles() -> None:
     def lookup(self, name):
         try:
             return original(self, name)
-        except AttributeError:
-            if self.name != "_C" or name.startswith("__"):
+        except AttributeError:  # only for the activation layers' lookups: a probe (hasattr) must see the truth
+            if self.name != "_C" or not sys._getframe(1).f_code.co_filename.endswith(ACTIVATIONS):
                 raise
 
             def placeholder(*args, **kwargs):
