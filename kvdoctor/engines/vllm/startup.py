@@ -232,6 +232,12 @@ def _triton_check_passes() -> None:
     current_platform._kvdoctor_triton = True
 
 
+def _placeholder(name: str):
+    def placeholder(*args, **kwargs):
+        raise RuntimeError(f"{name} is a kvdoctor placeholder: no kernel runs in a dry run")
+    return placeholder
+
+
 ACTIVATIONS = os.path.join("vllm", "model_executor", "layers", "activation.py")
 
 
@@ -254,9 +260,7 @@ def _kernel_handles() -> None:
             if self.name != "_C" or not sys._getframe(1).f_code.co_filename.endswith(ACTIVATIONS):
                 raise
 
-            def placeholder(*args, **kwargs):
-                raise RuntimeError(f"vllm._C.{name} is a kvdoctor placeholder: no kernel runs in a dry run")
-            return placeholder
+            return _placeholder(f"vllm._C.{name}")
 
     lookup.kvdoctor_placeholders = True  # type: ignore[attr-defined]
     namespace.__getattr__ = lookup  # type: ignore[method-assign]
@@ -265,13 +269,19 @@ def _kernel_handles() -> None:
 def _flash_attn_names() -> None:
     """0.28.0's fa_utils binds `compile_flash_attn_varlen_func_from_specs` on CUDA, and to None on XPU and ROCm,
     but not on the CPU, while the MLA prefill module imports it by name (DeepSeek, Kimi-K2): bind it to None as
-    the other non-CUDA branches do (no attention runs; recorded in `stand_ins`)."""
+    the other non-CUDA branches do, and give that prefill backend, which MLA layers pick without asking whether
+    it is available, a placeholder kernel (no attention runs; recorded in `stand_ins`)."""
     try:
         from vllm.v1.attention.backends import fa_utils
     except ImportError:
         return
     if not hasattr(fa_utils, "compile_flash_attn_varlen_func_from_specs"):
         fa_utils.compile_flash_attn_varlen_func_from_specs = None
+        # its MLA prefill backend, chosen without asking whether it is available, then wants the kernel function
+        from vllm.v1.attention.backends.mla.prefill import flash_attn as prefill
+
+        if prefill.flash_attn_varlen_func is None:
+            prefill.flash_attn_varlen_func = _placeholder("flash_attn_varlen_func")
 
 
 class _NoCudaStream:
