@@ -44,9 +44,11 @@ class Log(logging.Handler):
 
         def handle(self, record):
             if record.levelno >= logging.WARNING:
-                cls.records.append({"stage": cls.stage, "logger": record.name,
-                                    "where": f"{Path(record.pathname).name}:{record.lineno}",
-                                    "message": record.getMessage()})
+                row = {"stage": cls.stage, "logger": record.name,
+                       "where": f"{Path(record.pathname).name}:{record.lineno}", "message": record.getMessage()}
+                if record.exc_info and record.exc_info[1] is not None:  # logger.exception: the error's last line
+                    row["exception"] = str(record.exc_info[1]).strip().splitlines()[-1][-500:]
+                cls.records.append(row)
             return original(self, record)
 
         logging.Logger.handle = handle  # type: ignore[method-assign]
@@ -61,12 +63,14 @@ def error_row(exc: BaseException, stage: str) -> dict:
 
     row = {"stage": stage, "class": type(exc).__name__, "message": str(exc),
            "raised_at_vllm": where(in_vllm[-1] if in_vllm else None),
-           "raised_at": where(frames[-1] if frames else None)}
+           "raised_at": where(frames[-1] if frames else None),
+           "through_cpu_platform": any(f.filename.endswith(CPU_PLATFORM) for f in frames)}
     if exc.__cause__ is not None:
         row["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
     return row
 
 
+CPU_PLATFORM = os.path.join("vllm", "platforms", "cpu.py")
 CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround that lets the point go on
     ("Failed to find a kernel that can implement the ScaledMM linear layer", "drop_quantization_config"),
     ("No MXFP4 MoE backend supports the deployment configuration", "drop_quantization_config"),
@@ -457,10 +461,19 @@ def planning(vc, specs: dict, budget: int) -> dict:
 
 
 def run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
+    """One point; a refusal is marked `cpu_only` where the CPU box raises it and a GPU would not (its text, or
+    an error raised inside CpuPlatform's own code: 0.28.0 asks a copy of Qwen3-VL's config whether it uses
+    MLA there), and `environment` where vLLM could not import its model module with the transformers the venv
+    resolved (0.28.0 and 0.30.0 admit any newer transformers; 5.25.0 lacks names their pixtral.py imports)."""
     point = _run_point(cfg, kwargs, root, budget)
     outcome = point["outcome"]
     if not outcome["start"]:
-        outcome["cpu_only"] = any(text in outcome["message"] for text in CPU_ONLY)
+        outcome["cpu_only"] = (any(text in outcome["message"] for text in CPU_ONLY)
+                               or bool(outcome.pop("through_cpu_platform", False)))
+        failed_import = [row["exception"] for row in point["log"] if "from 'transformers" in row.get("exception", "")
+                         and "cannot import name" in row["exception"]]
+        if "failed to be inspected" in outcome["message"] and failed_import:
+            outcome["environment"] = failed_import[0]
     return point
 
 
