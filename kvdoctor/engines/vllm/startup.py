@@ -470,11 +470,14 @@ def run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
     if not outcome["start"]:
         outcome["cpu_only"] = (any(text in outcome["message"] for text in CPU_ONLY)
                                or bool(outcome.pop("through_cpu_platform", False)))
-        failed_import = [row["exception"] for row in point["log"] if "from 'transformers" in row.get("exception", "")
-                         and "cannot import name" in row["exception"]]
-        if "failed to be inspected" in outcome["message"] and failed_import:
-            outcome["environment"] = failed_import[0]
+        FAILED_IMPORTS.extend(row["exception"] for row in point["log"] if "cannot import name" in row.get(
+            "exception", "") and "from 'transformers" in row["exception"])
+        if "failed to be inspected" in outcome["message"] and FAILED_IMPORTS:
+            outcome["environment"] = FAILED_IMPORTS[0]
     return point
+
+
+FAILED_IMPORTS: list[str] = []  # vLLM inspects a model class once per process and logs why it failed only then
 
 
 def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
