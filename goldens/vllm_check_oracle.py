@@ -259,7 +259,8 @@ def main() -> None:
                              "CPU_ATTN fp8 ISA check skipped; Mamba state storage as on a host without AVX-512 BF16; "
                              "x86 triton-cpu check passed (0.34.0 on); missing vllm._C op handles are placeholders (up to "
                              "0.32 layers look them up while built); fa_utils' compile_flash_attn_varlen_func_from_specs None on the "
-                             "CPU as on XPU / ROCm and a placeholder MLA prefill kernel (0.28.0); see README.md"}
+                             "CPU as on XPU / ROCm and a placeholder MLA prefill kernel (0.28.0); vLLM read as a CPU build "
+                             "while the platform resolves (0.26.0); see README.md"}
     if target != HERE / "vllm_check.json":
         target.write_text(json.dumps({"schema": "kvdoctor.goldens/1", "engine": "vllm", "versions": versions,
                                       "grid": GRID, "configs": sorted({os.path.relpath(p, HERE.parent)

@@ -551,8 +551,33 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
     return point
 
 
+def cpu_platform() -> None:
+    """VLLM_TARGET_DEVICE=cpu picks CpuPlatform from 0.27.0; 0.26.0 picks it only for a CPU build of vLLM (a
+    version with "cpu" in it) or on macOS, so the CUDA wheel on a CPU box resolves no platform there. While the
+    platform is resolved, vLLM's own version reads as a CPU build's (recorded in `stand_ins`; later releases
+    read the variable and not the version)."""
+    if os.environ.get("VLLM_TARGET_DEVICE") != "cpu":
+        return
+    import importlib.metadata as metadata
+
+    real = metadata.version
+
+    def version(distribution_name: str) -> str:
+        found = real(distribution_name)
+        return f"{found}+cpu" if distribution_name == "vllm" and "cpu" not in found else found
+
+    metadata.version = version
+    try:
+        import vllm.platforms
+
+        vllm.platforms.current_platform.device_type  # noqa: B018 - resolved now, under the CPU build's version
+    finally:
+        metadata.version = real
+
+
 def setup(root: Path) -> None:
     """Once per process: the log hook, the CPU stand-ins and a world-size-1 gloo group."""
+    cpu_platform()
     import torch
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
@@ -580,6 +605,7 @@ PRELOAD = ("vllm", "vllm.config", "vllm.distributed", "vllm.distributed.parallel
 def preload(key: dict) -> None:
     """A warm child's imports (kvdoctor/engines/warm_server.py forks per model after them). setup() is
     not run here: its gloo group and stand-ins belong to each model's own fork."""
+    cpu_platform()
     for name in PRELOAD:
         importlib.import_module(name)
     with contextlib.suppress(ImportError):  # the planning half of kv_cache_utils, from 0.33.0
