@@ -23,7 +23,6 @@ they were built), each model in a fork of one process that imported vLLM once.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
@@ -36,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "stubs"))  # transformers' image processors import torchvision at module level
 
-from common import CONFIGS, GiB, write  # noqa: E402
+from common import CONFIGS, GiB, load_startup, write  # noqa: E402
 
 REAL = HERE.parent / "fixtures" / "configs" / "real"
 BUDGET = 40 * GiB
@@ -145,16 +144,7 @@ def extra_points(name: str, cfg: dict) -> list[tuple[str, dict, str, dict, int]]
 
 # --- one point: vLLM's start-up up to KV planning (kvdoctor/engines/vllm/startup.py, the dry run's child) ---
 
-def _load_startup():
-    """startup.py by path: its folder must not go on sys.path (its profile.py would shadow the stdlib's)."""
-    path = HERE.parent / "kvdoctor" / "engines" / "vllm" / "startup.py"
-    spec = importlib.util.spec_from_file_location("kvdoctor_vllm_startup", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-startup = _load_startup()
+startup = load_startup()
 
 
 def run_point(cfg: dict, kwargs: dict, root: Path, budget: int = BUDGET) -> dict:
