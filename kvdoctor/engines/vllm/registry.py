@@ -2,8 +2,8 @@
 and the architectures its model registry resolves.
 
 The tables are in model_types.json, written by goldens/vllm_model_types.py from each release's venv and the
-newest transformers it admits (a test compares them): the pinned release's whole, 0.28.0's, 0.30.0's,
-0.32.0's and 0.33.0's as differences from it. The architecture lookup follows
+newest transformers it admits (a test compares them): the pinned release's whole, 0.26.0's, 0.28.0's,
+0.30.0's, 0.32.0's and 0.33.0's as differences from it. The architecture lookup follows
 `_ModelRegistry.inspect_model_cls` (vllm/model_executor/models/registry.py @ 0.34.0): a registered
 name, then a name the registry reaches by swapping the auto-class suffix (`...ForCausalLM` ->
 `...ForConditionalGeneration`), then the Transformers backend, which needs transformers to export the
@@ -20,8 +20,8 @@ from kvdoctor.engines.releases import key
 from kvdoctor.engines.vllm.refusals import VERSION, Startup, unsupported_architecture
 
 
-# Releases whose own table is not in model_types.json read the nearest later release's (0.26.0 and 0.27.x: 0.28.0's;
-# 0.29.0: 0.30.0's; 0.31.0: 0.32.0's): those are the releases whose venvs goldens/releases.py has built.
+# Releases whose own table is not in model_types.json read the nearest later release's (0.27.x: 0.28.0's; 0.29.0:
+# 0.30.0's; 0.31.0: 0.32.0's): the tables are those of the releases whose venvs goldens/releases.py has built.
 SET_FIELDS = ("transformers_model_types", "vllm_model_types", "transformers_architectures")
 
 
