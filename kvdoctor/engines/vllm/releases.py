@@ -45,6 +45,20 @@ PROMOTED_TAKE_FULL_BLOCK: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.27.0", source=src("0.27.1", "v1/core/kv_cache_utils.py#L1446-L1529")),
 )
 
+# Hybrid block alignment (Platform._align_hybrid_block_size): from 0.27.0 an MLA + Mamba hybrid keeps its block a
+# multiple of 128 (TRTLLM / FlashInfer MLA decode kernels); 0.26.0 aligns it to the backend's kernel block alone.
+MLA_HYBRID_UNIT: tuple[Ranged[int], ...] = (
+    Ranged(0, until="0.27.0", source=src("0.26.0", "platforms/interface.py#L874-L881")),
+    Ranged(128, since="0.27.0", source=src("0.27.1", "platforms/interface.py#L876-L888")),
+)
+
+# KDA's (Kimi-Linear's) conv state holds the speculative tokens too from 0.27.0 (`conv_kernel_size - 1 + num_spec`
+# in MambaStateShapeCalculator.kda_state_shape); 0.26.0 sizes it for the kernel alone.
+KDA_CONV_HOLDS_SPEC_TOKENS: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.27.0", source=src("0.26.0", "model_executor/layers/mamba/mamba_utils.py#L237-L260")),
+    Ranged(True, since="0.27.0", source=src("0.27.1", "model_executor/layers/mamba/mamba_utils.py#L271-L294")),
+)
+
 # The concurrency vLLM logs ("Maximum concurrency for N tokens per request"): 0.26.0 divides the pool by
 # cdiv(sum of the groups' bytes at max_model_len, the first group's page); from 0.27 by the sum over groups of
 # cdiv(group bytes, group page) (get_max_concurrency_for_kv_cache_config).
