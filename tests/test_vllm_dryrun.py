@@ -17,7 +17,8 @@ from kvdoctor.engines import child
 from kvdoctor.checks import dryrun_vllm
 from kvdoctor.catalog.matcher import code_for
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.engines.vllm import dryrun
+from kvdoctor.engines.releases import at
+from kvdoctor.engines.vllm import dryrun, releases
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.load.loader import load_model
@@ -115,12 +116,13 @@ def test_a_bare_assert_the_plan_predicted_is_not_reported_twice(tmp_path):
 
 
 RELEASE_VENVS = {release: ROOT / "goldens" / ".venv" / f"vllm-{release}" / "bin" / "python"
-                 for release in ("0.30.0", "0.34.0")}
+                 for release in ("0.26.0", "0.30.0", "0.34.0")}
 
 
 @pytest.mark.parametrize("release", RELEASE_VENVS)
 def test_the_dry_run_adapts_to_each_release(release, tmp_path):
-    """The child harness on a release's own API (kv_cache_utils before 0.33.0, kv_cache_planning after):
+    """The child harness on a release's own API (kv_cache_utils before 0.33.0, kv_cache_planning after; 0.26.0
+    resolves its CPU platform only as a CPU build):
     Gemma-3 starts as the plan at that release says; Qwen3-Next with the hybrid manager off is refused by the
     release's grouping code, at that release's own line."""
     python = RELEASE_VENVS[release]
@@ -137,6 +139,6 @@ def test_the_dry_run_adapts_to_each_release(release, tmp_path):
     off = VllmSettings(disable_hybrid_kv_cache_manager=True).at_release(release)
     refused = dryrun.launch(hybrid, off, python, timeout=600)
     assert refused["outcome"]["stage"] == "groups"
-    assert refused["outcome"]["message"] == "Failed to promote local KV cache specs to one unified type."
+    assert refused["outcome"]["message"] == at(releases.PROMOTION_FAILED, release)  # each release's wording
     file, line = refused["outcome"]["raised_at_vllm"].split(" in ")[0].rsplit(":", 1)
     assert plan(hybrid, off).refusals[0].source.endswith(f"{file}#L{line}")  # the release's own line
