@@ -71,6 +71,18 @@ def write(name: str, engine: str, versions: dict[str, str], points: list[dict],
     return path
 
 
+def load_startup():
+    """kvdoctor/engines/vllm/startup.py by path (the vLLM oracles' point runner and stand-ins): its folder must
+    not go on sys.path (its profile.py would shadow the stdlib's)."""
+    import importlib.util
+
+    path = HERE.parent / "kvdoctor" / "engines" / "vllm" / "startup.py"
+    spec = importlib.util.spec_from_file_location("kvdoctor_vllm_startup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def only_models() -> set[str] | None:
     """KVDOCTOR_GOLDEN_MODELS=a,b limits a run to some models (for debugging an oracle)."""
     value = os.environ.get("KVDOCTOR_GOLDEN_MODELS")

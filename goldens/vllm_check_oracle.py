@@ -18,37 +18,47 @@ corpus, the mutations and the settings grid.
 outside the repo) and `KVDOCTOR_CHECK_OUT=FILE.json` writes the points there instead of vllm_check.json.
 `KVDOCTOR_CHECK_MORE_SETTINGS=1` adds, on the unmutated config, `block_size` 32, `max_num_batched_tokens`
 2048 (chunked prefill) and ngram speculation with 3 tokens (held-out set 8).
+`KVDOCTOR_CHECK_GRID=release` runs the per-release grid (goldens/releases.py --check): the unmutated
+configs under `default`, and under `hma_off` where the layers' specs differ (or the default point refused before
+they were built), each model in a fork of one process that imported vLLM once.
 """
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "stubs"))  # transformers' image processors import torchvision at module level
 
-from common import CONFIGS, GiB, write  # noqa: E402
+from common import CONFIGS, GiB, load_startup, write  # noqa: E402
 
 REAL = HERE.parent / "fixtures" / "configs" / "real"
 FRESH = HERE.parent / "fixtures" / "configs" / "fresh"  # held-out sets 7 and 8, merged after they were measured
 BUDGET = 40 * GiB
 DEFAULT_WINDOW = 4096  # the window a mutation adds where the config has none
+GRID = os.environ.get("KVDOCTOR_CHECK_GRID", "full")  # "release": the per-release grid (see the docstring)
 
 
 # --- the corpus and its mutations (plain JSON edits of config.json) -------------------------------
 
+def folders() -> list[Path]:
+    chosen = [Path(d).resolve() for d in os.environ.get("KVDOCTOR_CHECK_CONFIGS", "").split(os.pathsep) if d]
+    return chosen or [CONFIGS, REAL, FRESH]
+
+
 def corpus() -> dict[str, dict]:
     out = {}
-    chosen = [Path(d) for d in os.environ.get("KVDOCTOR_CHECK_CONFIGS", "").split(os.pathsep) if d]
-    for folder in chosen or (CONFIGS, REAL, FRESH):
+    for folder in folders():
         for path in sorted(folder.iterdir()):
+            if path.name.startswith("vllm_check-"):  # a held-out folder keeps each release's points beside its configs
+                continue
             src = path / "config.json" if path.is_dir() else path
             if src.suffix == ".json" and src.exists():
                 out[path.stem if path.is_file() else path.name] = json.loads(src.read_text())
@@ -72,6 +82,8 @@ def mutations(cfg: dict) -> dict[str, dict]:
     types = text.get("layer_types")
     window = text.get("sliding_window")
     out = {"none": cfg}
+    if GRID == "release":
+        return out
 
     def edit(fn) -> dict:
         new = copy.deepcopy(cfg)
@@ -105,8 +117,10 @@ def mutations(cfg: dict) -> dict[str, dict]:
 
 def settings_for(cfg: dict, hybrid: bool) -> dict[str, dict]:
     """The issue's deploy settings (name -> EngineArgs keyword arguments)."""
-    out = {"default": {}, "hma_off": {"disable_hybrid_kv_cache_manager": True},
-           "len2x": {"max_model_len": 2 * max_position(cfg)}, "tp8": {"tensor_parallel_size": 8},
+    out = {"default": {}, "hma_off": {"disable_hybrid_kv_cache_manager": True}}
+    if GRID == "release":
+        return out
+    out |= {"len2x": {"max_model_len": 2 * max_position(cfg)}, "tp8": {"tensor_parallel_size": 8},
            "fp8": {"kv_cache_dtype": "fp8"}}
     if hybrid:
         out["prefix_caching"] = {"enable_prefix_caching": True}
@@ -118,7 +132,9 @@ def settings_for(cfg: dict, hybrid: bool) -> dict[str, dict]:
 
 def extra_points(name: str, cfg: dict) -> list[tuple[str, dict, str, dict, int]]:
     """Points for refusals the grid does not reach: (mutation, config, setting, engine args, KV budget)."""
-    out = []
+    out: list[tuple[str, dict, str, dict, int]] = []
+    if GRID == "release":
+        return out
     if text_of(cfg).get("model_type") == "qwen2":  # a window on the upper layers only
         partial = copy.deepcopy(cfg)
         text_of(partial).update(use_sliding_window=True, sliding_window=4096,
@@ -147,20 +163,20 @@ def extra_points(name: str, cfg: dict) -> list[tuple[str, dict, str, dict, int]]
 
 # --- one point: vLLM's start-up up to KV planning (kvdoctor/engines/vllm/startup.py, the dry run's child) ---
 
-def _load_startup():
-    """startup.py by path: its folder must not go on sys.path (its profile.py would shadow the stdlib's)."""
-    path = HERE.parent / "kvdoctor" / "engines" / "vllm" / "startup.py"
-    spec = importlib.util.spec_from_file_location("kvdoctor_vllm_startup", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-startup = _load_startup()
+startup = load_startup()
 
 
 def run_point(cfg: dict, kwargs: dict, root: Path, budget: int = BUDGET) -> dict:
     return startup.run_point(cfg, kwargs, root, budget)
+
+
+def spec_kinds(point: dict) -> set[tuple]:
+    """The distinct layer specs of a point (class, window, chunk): HMA off promotes or refuses only where there are
+    several; a point refused before its layers were built counts as several (it is run under HMA off too)."""
+    layers = point.get("layers")
+    if not layers:
+        return {("unknown",), ("refused",)}
+    return {(l["spec"], l.get("window"), l.get("attention_chunk_size")) for l in layers}
 
 
 def run_model(name: str) -> list[dict]:
@@ -174,6 +190,8 @@ def run_model(name: str) -> list[dict]:
             l["spec"] == "MambaSpec" for l in base.get("layers") or [])
         wanted = settings_for(mutated, hybrid) if mutation == "none" else {"default": {}, "hma_off": {
             "disable_hybrid_kv_cache_manager": True}}
+        if GRID == "release" and len(spec_kinds(base)) < 2:  # HMA off changes nothing where every layer's spec is one
+            wanted.pop("hma_off")
         for setting, kwargs in wanted.items():
             point = base if setting == "default" else run_point(mutated, kwargs, root)
             points.append({"model": name, "mutation": mutation, "setting": setting, "engine_args": kwargs,
@@ -187,10 +205,44 @@ def run_model(name: str) -> list[dict]:
     return points
 
 
+def in_fork(name: str, out: Path) -> int:
+    """One model in a fork of this process, which imported vLLM once (GRID "release"); the fork's exit code."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            sys.path.append(str(HERE / ".venv-extra" / "vllm"))
+            out.write_text(json.dumps(run_model(name)))
+            code = 0
+        except BaseException:  # noqa: BLE001 - reported by the parent
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def in_child(name: str, out: Path) -> int:
+    proc = subprocess.run([sys.executable, __file__, "--model", name, str(out)], capture_output=True, text=True,
+                          timeout=3600)
+    if proc.returncode:
+        sys.stderr.write(proc.stderr[-4000:])
+    return proc.returncode
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--model":  # vLLM logs to stdout: the points go to a file
         Path(sys.argv[3]).write_text(json.dumps(run_model(sys.argv[2])))
         return
+    # vLLM inspects model classes in a subprocess, which needs the stubs and mistral_common too
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HERE / "stubs"), str(HERE / ".venv-extra" / "vllm"), os.environ.get("PYTHONPATH")]))
+    run = in_child
+    if GRID == "release":  # numpy's BLAS threads (started on import) stop around a fork; any other thread forbids one
+        import numpy  # noqa: F401
+
+        before = len(os.listdir("/proc/self/task"))
+        startup.preload({})
+        run = in_fork if len(os.listdir("/proc/self/task")) == before else in_child
     import torch
     import transformers
     import vllm
@@ -205,12 +257,7 @@ def main() -> None:
         if wanted and name not in wanted:
             continue
         out = Path(tempfile.mkdtemp()) / "points.json"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # vLLM inspects model classes in a subprocess
-            filter(None, [str(HERE / "stubs"), str(HERE / ".venv-extra" / "vllm"), os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.run([sys.executable, __file__, "--model", name, str(out)], capture_output=True, text=True,
-                              timeout=3600, env=env)
-        if proc.returncode:
-            sys.stderr.write(proc.stderr[-4000:])
+        if run(name, out):
             raise SystemExit(f"{name}: the oracle child failed")
         points += json.loads(out.read_text())
         print(name, len(points), flush=True)
@@ -219,9 +266,14 @@ def main() -> None:
                 "stand_ins": "no-op torch.cuda.Stream/Event; VLLM_KIMI_K3_GEMM_AR=0; gloo group (TP world size 8 "
                              "faked for tp8); meta current_device while the model is built; CPU_MLA block check skipped; "
                              "CPU_ATTN fp8 ISA check skipped; Mamba state storage as on a host without AVX-512 BF16; "
-                             "see README.md"}
+                             "x86 triton-cpu check passed (0.34.0 on); missing vllm._C op handles are placeholders (up to "
+                             "0.32 layers look them up while built); fa_utils' compile_flash_attn_varlen_func_from_specs None on the "
+                             "CPU as on XPU / ROCm and a placeholder MLA prefill kernel (0.28.0); vLLM read as a CPU build "
+                             "while the platform resolves (0.26.0); see README.md"}
     if target != HERE / "vllm_check.json":
         target.write_text(json.dumps({"schema": "kvdoctor.goldens/1", "engine": "vllm", "versions": versions,
+                                      "grid": GRID, "configs": sorted({os.path.relpath(p, HERE.parent)
+                                                                       for p in folders()}),
                                       "points": points}, indent=1))
         return
     write("vllm_check", "vllm", versions, points)

@@ -22,7 +22,7 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import GiB, contexts, max_position, model_dirs, only_models, write  # noqa: E402
+from common import GiB, contexts, load_startup, max_position, model_dirs, only_models, write  # noqa: E402
 
 BUDGETS_GIB = (4, 20, 40, 120)
 H200_SERVER = {"max_num_batched_tokens": 8192, "async_scheduling": True, "max_num_seqs": 1024}
@@ -246,6 +246,7 @@ def plan(base_cfg, point: dict) -> dict:
 
 def main() -> None:
     logging.disable(logging.WARNING)
+    load_startup().cpu_platform()  # 0.26.0 resolves CpuPlatform only for a CPU build (startup.cpu_platform)
     import vllm
 
     wanted = only_models()

@@ -17,6 +17,7 @@ from kvdoctor.engines.budget.run import plan_engine
 from kvdoctor.engines.budget.settings import parse_size
 from kvdoctor.checks.budget import findings_for
 from kvdoctor.engines.deploy import deploy_from
+from kvdoctor.engines.pins import PINS
 from kvdoctor.errors import InputError
 from kvdoctor.load.loader import load_model
 
@@ -56,7 +57,7 @@ def test_budget_prints_every_engine_and_mode_for_every_config(name):
     proc = run("budget", str(REAL / name), "--kv-budget", "40GiB", "--mode", "all", "--verbose",
                env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
-    for title in ("vllm 0.33.0: KV budget 40.00 GiB", "sglang 0.5.23: KV budget 40.00 GiB",
+    for title in (f"vllm {PINS['vllm']}: KV budget 40.00 GiB", "sglang 0.5.23: KV budget 40.00 GiB",
                   "mlx-lm 0.32.2: KV budget 40.00 GiB", "capacity unit:"):
         assert title in proc.stdout
     assert "hma on" in proc.stdout and "hma off" in proc.stdout
@@ -72,9 +73,10 @@ def test_json_shape_has_mode_kinds_layout_state_capacity_unit_and_provenance():
         assert {"mode", "layer_kinds", "state", "capacity", "provenance", "budget", "findings"} <= set(row)
         assert row["budget"]["source"] == "user"
     assert rows["vllm"]["capacity"]["unit"] == "request_tokens_at_L"
-    assert rows["vllm"]["capacity"]["tokens"] == 1551920
+    # vLLM 0.34.0 (the default release) in blocks of 64, as its own code sizes them (goldens/vllm-0.34.0.json)
+    assert rows["vllm"]["capacity"]["tokens"] == 1551387
     assert rows["vllm"]["mode"]["in_flight_tokens"] == 16384
-    assert [g["blocks_per_request"] for g in rows["vllm"]["groups"]] == [1033, 8192]
+    assert [g["blocks_per_request"] for g in rows["vllm"]["groups"]] == [259, 2048]
     assert rows["sglang"]["capacity"]["unit"] == "pool_tokens"
     assert [(p["pool"], p["tokens"]) for p in rows["sglang"]["pools"]] == [("full", 970903), ("swa", 776722)]
     assert rows["mlx-lm"]["capacity"]["unit"] == "requests"
@@ -105,7 +107,7 @@ def test_gpu_size_gives_an_estimate_from_checkpoint_headers(tmp_path):
     (row,) = doc["engines"]
     weights = load_model(str(d)).checkpoint.total_bytes
     assert row["budget"]["source"] == "estimated"
-    assert row["budget"]["kv_budget_bytes"] == int(141 * GiB * 0.92) - weights
+    assert row["budget"]["kv_budget_bytes"] == int(141 * GiB * 1.0) - weights  # 0.34.0's default utilization
     proc = run("budget", str(d), "--gpu-memory", "141GiB", env={"COLUMNS": "200"})
     assert "ESTIMATED" in proc.stdout
 
@@ -169,8 +171,8 @@ def test_mem004_max_model_len_does_not_fit_with_the_engines_estimate():
     facts, config = model("gpt-oss-20b")
     (budget,) = budgets_for("gpt-oss-20b", "vllm", kv_budget="1GiB", context=131072)
     (finding,) = [f for f in findings_for(facts, budget, {}) if f.code == "MEM004"]
-    assert finding.evidence["max_model_len_fit"] == 27136
-    assert "the estimated maximum model length is 27136" in finding.engine_error["message"]
+    assert finding.evidence["max_model_len_fit"] == 27008  # 0.34.0's blocks of 64 (goldens/vllm-0.34.0.json)
+    assert "the estimated maximum model length is 27008" in finding.engine_error["message"]
     assert "MEM004" not in mem_codes("gpt-oss-20b", "vllm", context=131072)
 
 
@@ -274,7 +276,7 @@ def test_vllm_49064_max_num_seqs_1024_over_969_mamba_blocks():
 def test_vllm_40691_logged_tokens_are_concurrency_times_length_not_blocks_times_block_size():
     facts, _ = model("qwen3-next")
     b = vllm.plan(facts, vllm.Mode(max_model_len=131072, kv_budget_bytes=40 * GiB))
-    assert b.capacity.tokens == int(b.capacity.max_concurrency * 131072) == 1704466
+    assert b.capacity.tokens == int(b.capacity.max_concurrency * 131072) == 1699454  # 0.34.0 (vllm-0.34.0.json)
     assert b.pool.num_blocks * b.mode.block_size != b.capacity.tokens
 
 
@@ -297,7 +299,8 @@ def test_reference_side_by_side_numbers():
         (262, 920754, 52)
     assert (s.state.slots_per_request, s.state.mamba_radix_cache_strategy) == (5, "extra_buffer")
     assert s.state.bytes_per_slot / 1e6 == pytest.approx(77.3, abs=0.05)
-    off = vllm.plan(model("gpt-oss-20b")[0], vllm.Mode(max_model_len=131072, kv_budget_bytes=40 * GiB, hma=False))
+    off = vllm.plan(model("gpt-oss-20b")[0], vllm.Mode(max_model_len=131072, kv_budget_bytes=40 * GiB, hma=False,
+                                                       release="0.33.0"))  # the memo's release
     assert (off.capacity.tokens, round(off.capacity.max_concurrency, 2)) == (873808, 6.67)
 
 

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from kvdoctor.engines.pins import PINS
+
 from helpers import REAL, ROOT, SHORT, make_model, run
 
 HEAD = re.compile(r"^[A-Z]{2,5}[0-9]{3} (error|warning|info) ")
@@ -71,12 +73,12 @@ def test_budget_is_one_compact_table_and_a_bar_chart_at_80_columns():
     largest = max(f for f in map(tokens_fit, doc["engines"]) if f is not None)
     top = next(line for line in lines[chart + 1:] if line.endswith(f"{largest:,}"))
     assert top.count("█") >= 20  # the largest bar takes the chart's width
-    assert "vllm 0.33.0: KV budget" not in out  # the per-engine detail tables only with --verbose
+    assert f"vllm {PINS['vllm']}: KV budget" not in out  # the per-engine detail tables only with --verbose
 
 
 def test_budget_verbose_adds_the_detail_tables():
     out = _budget("--verbose").stdout
-    for title in ("vllm 0.33.0: KV budget 40.00 GiB", "sglang 0.5.23: KV budget 40.00 GiB",
+    for title in (f"vllm {PINS['vllm']}: KV budget 40.00 GiB", "sglang 0.5.23: KV budget 40.00 GiB",
                   "mlx-lm 0.32.2: KV budget 40.00 GiB", "capacity unit:", "groups / pools", "largest context"):
         assert title in out
     assert max(len(line) for line in out.splitlines()) <= 80

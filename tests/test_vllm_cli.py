@@ -75,7 +75,7 @@ def test_cli_json_has_info_vllm_and_per_layer_fields():
     assert all(p["problems"] == [] for p in info["probe"])  # the paged-cache probe ran on every group
     row = result["layers"][0]
     assert row["engine_spec"] == "SlidingWindowSpec" and row["engine_window"] == 512
-    assert row["num_kv_heads"] == 1 and row["head_size"] == 256 and row["page_size_bytes"] == 16 * 2 * 256 * 2
+    assert row["num_kv_heads"] == 1 and row["head_size"] == 256 and row["page_size_bytes"] == 64 * 2 * 256 * 2  # 0.34.0: blocks of 64
     assert row["engine_dtype"] == "bfloat16"
 
 

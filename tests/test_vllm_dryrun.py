@@ -1,12 +1,14 @@
-"""`--engine vllm --dry-run`: vLLM 0.33.0's own start-up in a child process, against the static plan.
+"""`--engine vllm --dry-run`: a vLLM release's own start-up in a child process, against the static plan.
 
-Needs a Python with vLLM 0.33.0 (goldens/.venv/vllm, or $KVDOCTOR_VLLM_PYTHON); without one only the
-'unavailable' path is tested. Each run takes tens of seconds on two cores.
+Needs a Python with a profiled vLLM release (goldens/.venv/vllm, or $KVDOCTOR_VLLM_PYTHON); without one only the
+'unavailable' path is tested. The per-release test runs each release whose venv goldens/releases.py built
+(goldens/.venv/vllm-<release>). Each run takes tens of seconds on two cores.
 """
 from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +17,8 @@ from kvdoctor.engines import child
 from kvdoctor.checks import dryrun_vllm
 from kvdoctor.catalog.matcher import code_for
 from kvdoctor.catalog import builtin_catalog
-from kvdoctor.engines.vllm import dryrun
+from kvdoctor.engines.releases import at
+from kvdoctor.engines.vllm import dryrun, releases
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.load.loader import load_model
@@ -23,7 +26,8 @@ from test_vllm_findings import MODELS, spec_of
 
 PYTHON = child.find_python(None, dryrun.ENV_PYTHON, "vllm")
 TIMING = {"seconds", "stderr_tail"}  # what differs between two runs of one model
-needs_vllm = pytest.mark.skipif(PYTHON is None, reason="no Python with vLLM 0.33.0 (set KVDOCTOR_VLLM_PYTHON)")
+ROOT = Path(__file__).resolve().parent.parent
+needs_vllm = pytest.mark.skipif(PYTHON is None, reason="no Python with vLLM (set KVDOCTOR_VLLM_PYTHON)")
 
 
 def test_engine_args_carry_only_what_is_set():
@@ -38,7 +42,7 @@ def test_without_vllm_one_finding_and_the_static_plan_stands(tmp_path):
     record = dryrun.VllmDryRunner().run(spec, VllmSettings(), plan(spec, VllmSettings()),
                                         {"engine_python": str(tmp_path / "missing-python")})
     if PYTHON is None:
-        assert not record.ran and record.to_json()["reason"].startswith("no Python with vLLM 0.33.0 found")
+        assert not record.ran and record.to_json()["reason"].startswith(f"no Python with vLLM {dryrun.VERSION} found")
         (finding,) = dryrun_vllm.findings(spec, plan(spec, VllmSettings()), record, builtin_catalog())
         assert finding.code == "ENG050" and "static vLLM checks still ran" in finding.message
     assert child.find_python(str(tmp_path / "missing-python"), dryrun.ENV_PYTHON, "vllm") in (None, PYTHON)
@@ -109,3 +113,32 @@ def test_a_bare_assert_the_plan_predicted_is_not_reported_twice(tmp_path):
     assert [f.code for f in dryrun_vllm.findings(
         spec, plan(spec, VllmSettings()), dryrun.record(plan(spec, VllmSettings()), result), builtin_catalog())] == [
         "ENG051", "VLM030"]  # a plan made for TP 1 did not foresee it
+
+
+RELEASE_VENVS = {release: ROOT / "goldens" / ".venv" / f"vllm-{release}" / "bin" / "python"
+                 for release in ("0.26.0", "0.30.0", "0.34.0")}
+
+
+@pytest.mark.parametrize("release", RELEASE_VENVS)
+def test_the_dry_run_adapts_to_each_release(release, tmp_path):
+    """The child harness on a release's own API (kv_cache_utils before 0.33.0, kv_cache_planning after; 0.26.0
+    resolves its CPU platform only as a CPU build):
+    Gemma-3 starts as the plan at that release says; Qwen3-Next with the hybrid manager off is refused by the
+    release's grouping code, at that release's own line."""
+    python = RELEASE_VENVS[release]
+    if not python.exists():
+        pytest.skip(f"no vLLM {release} venv (python goldens/releases.py --venv-only vllm=={release})")
+    gemma = load_model(str(MODELS / "google__gemma-3-1b-it"), library_check=False)
+    settings = VllmSettings().at_release(release)
+    result = dryrun.launch(gemma, settings, python, timeout=600)
+    assert result["versions"]["vllm"] == release and dryrun.version_ok(result)
+    assert result["outcome"]["start"], result["stderr_tail"]
+    static = plan(gemma, settings)
+    assert dryrun_vllm.findings(gemma, static, dryrun.record(static, result), builtin_catalog()) == []
+    hybrid = load_model(str(MODELS / "Qwen__Qwen3-Next-80B-A3B-Instruct"), library_check=False)
+    off = VllmSettings(disable_hybrid_kv_cache_manager=True).at_release(release)
+    refused = dryrun.launch(hybrid, off, python, timeout=600)
+    assert refused["outcome"]["stage"] == "groups"
+    assert refused["outcome"]["message"] == at(releases.PROMOTION_FAILED, release)  # each release's wording
+    file, line = refused["outcome"]["raised_at_vllm"].split(" in ")[0].rsplit(":", 1)
+    assert plan(hybrid, off).refusals[0].source.endswith(f"{file}#L{line}")  # the release's own line

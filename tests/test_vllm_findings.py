@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from kvdoctor.catalog import builtin_catalog
+from kvdoctor.engines.pins import PINS
 from kvdoctor.checks.vllm_differences import differences
 from kvdoctor.engines.vllm.profile import VllmProfile, facts_json, plan
 from kvdoctor.engines.vllm.refusals import CODES
@@ -86,7 +87,7 @@ def test_refusal_fires_and_healthy_stays_quiet(code, make, settings, tmp_path):
     assert [r.code for r in got.refusals] == [code]
     refusal = got.refusals[0]
     assert refusal.stage == "startup" and refusal.source == CODES[code]
-    assert "/v0.33.0/" in refusal.source or "/v5.20.2/" in refusal.source
+    assert f"/v{PINS['vllm']}/" in refusal.source or "/v5.20.2/" in refusal.source
     entry = builtin_catalog().get(code)
     assert entry is not None and entry.severity == "error"
     if entry.error is not None:
@@ -343,19 +344,22 @@ def test_a_model_type_unknown_to_vllms_transformers_is_refused_as_vllm_words_it(
 
 
 def test_the_model_type_table_is_the_installed_packages_own():
-    """kvdoctor/engines/vllm/model_types.json against transformers' and vLLM's own tables, read from
-    the vLLM oracle venv when it is there (goldens/vllm_model_types.py writes the file)."""
+    """kvdoctor/engines/vllm/model_types.json, read back at the pinned release, against transformers' and vLLM's
+    own tables from that release's oracle venv when it is there (goldens/vllm_model_types.py writes the file)."""
     import subprocess
 
-    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
+    from kvdoctor.engines.vllm import registry
+
+    python = ROOT / "goldens" / ".venv" / f"vllm-{PINS['vllm']}" / "bin" / "python"
     if not python.exists():
-        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
+        pytest.skip(f"no vLLM {PINS['vllm']} oracle venv (python goldens/releases.py --venv-only vllm=={PINS['vllm']})")
     out = subprocess.run([str(python), str(ROOT / "goldens" / "vllm_model_types.py")], capture_output=True, text=True,
                          timeout=300, env={"VLLM_TARGET_DEVICE": "cpu", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-2000:]
-    stored = json.loads((ROOT / "kvdoctor" / "engines" / "vllm" / "model_types.json").read_text())
-    assert json.loads(out.stdout) == stored
-    assert "minimax_m3" not in stored["transformers_model_types"] + stored["vllm_model_types"]
+    installed = json.loads(out.stdout)
+    assert installed["vllm"] == PINS["vllm"]
+    assert installed == registry.table(PINS["vllm"])
+    assert "minimax_m3" not in installed["transformers_model_types"] + installed["vllm_model_types"]
 
 
 def test_mimo_v2_reads_its_hybrid_layer_pattern_and_window_size(tmp_path):

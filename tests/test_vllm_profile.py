@@ -1,4 +1,5 @@
-"""The static vLLM profile against vLLM 0.33.0's own start-up code (goldens/vllm_check.json).
+"""The static vLLM profile against each vLLM release's own start-up code (goldens/vllm_check.json, and
+goldens/vllm_check-<release>.json from goldens/releases.py --check), each file held to the release it records.
 
 Each golden point is one config (real, or mutated as issue 14 lists) with one set of engine arguments,
 run through vLLM's create_engine_config, its model class on the meta device and its KV planning. The
@@ -10,19 +11,38 @@ pages are compared per token; numbers inside an admission message depend on them
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from kvdoctor.engines.pins import PINS, PROFILED
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.engines.vllm.specs import NOT_PLANNED
 from kvdoctor.load.loader import load_model
 
-GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "goldens" / "vllm_check.json").read_text())
-POINTS = [p for p in GOLDEN["points"] if p["outcome"]["start"] or not p["outcome"].get("cpu_only")]
+GOLDENS = Path(__file__).resolve().parent.parent / "goldens"
+GOLDEN = json.loads((GOLDENS / "vllm_check.json").read_text())
+
+
+def compared(points: list[dict]) -> list[dict]:
+    """The points the profile answers for: not a refusal only the CPU box raises, nor one of the venv's
+    transformers (startup.run_point marks both)."""
+    return [p for p in points if p["outcome"]["start"] or not (p["outcome"].get("cpu_only")
+                                                               or p["outcome"].get("environment"))]
+
+
+POINTS = compared(GOLDEN["points"])
+# the per-release grid (goldens/releases.py --check) over fixtures/configs/real, unmutated, default and HMA off;
+# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel, which measure the profile and are not
+# part of the suite (nothing was changed for them; docs/versions.md has the figures)
+RELEASE_FILES = {path: json.loads(path.read_text()) for path in sorted(
+    [*GOLDENS.glob("vllm_check-*.json"), *(GOLDENS.glob("heldout-rel/vllm_check-*.json")
+                                            if os.environ.get("KVDOCTOR_HELDOUT_REL") else ())])}
+RELEASE_POINTS = [(doc["versions"]["vllm"], p) for doc in RELEASE_FILES.values() for p in compared(doc["points"])]
 PLATFORM_NUMBERS = ("MEM004",)  # admission: GiB and lengths follow the platform's page sizes
 
 
@@ -30,14 +50,20 @@ def point_id(p: dict) -> str:
     return f"{p['model']}-{p['mutation']}-{p['setting']}"
 
 
-def profile_plan(point: dict, tmp_path: Path):
+def profile_plan(point: dict, tmp_path: Path, release: str):
     model = tmp_path / point["model"]
     model.mkdir()
     (model / "config.json").write_text(json.dumps(point["config"], indent=2))
     spec = load_model(str(model), library_check=False)
     args = point.get("engine_args_effective", point["engine_args"])
-    settings = VllmSettings(kv_budget=point["kv_budget_bytes"], **args)
+    settings = VllmSettings(kv_budget=point["kv_budget_bytes"], **args).at_release(release)
     return plan(spec, settings)
+
+
+def layer_id(name: str) -> int:
+    """The decoder layer of a KV cache name as vLLM keys it: `model.layers.3.self_attn.attn`, or `3.attn` where
+    a release's model class prefixes its attention without the stack's name (OLMo-2 and GPT-BigCode in 0.30.0)."""
+    return int(re.search(r"(?:^|\.)(\d+)\.", name).group(1))
 
 
 def golden_inner_message(outcome: dict) -> str:
@@ -66,13 +92,39 @@ def test_goldens_cover_the_issue_grid():
             "window_no_layer_types", "mtp_appended", "all_sliding"} <= mutations
     settings = {p["setting"] for p in GOLDEN["points"]}
     assert {"default", "hma_off", "len2x", "tp8", "fp8", "prefix_caching"} <= settings
-    assert GOLDEN["versions"]["vllm"] == "0.33.0"
+    assert GOLDEN["versions"]["vllm"] in PROFILED["vllm"]
     assert len(POINTS) >= 100
+
+
+def test_release_goldens_cover_their_configs():
+    """Every per-release file is a profiled release's, made by that release over every config of its folder (HMA
+    off where the layers' specs differ: goldens/vllm_check_oracle.py); fixtures/configs/real has one per release."""
+    assert RELEASE_FILES, "no goldens/vllm_check-<release>.json"
+    real = {doc["versions"]["vllm"] for doc in RELEASE_FILES.values() if doc["configs"] == ["fixtures/configs/real"]}
+    assert PINS["vllm"] in real
+    for path, doc in RELEASE_FILES.items():
+        assert path.stem == f"vllm_check-{doc['versions']['vllm']}"
+        assert doc["versions"]["vllm"] in PROFILED["vllm"]
+        assert doc["grid"] == "release"
+        configs = {p.stem for folder in doc["configs"] for p in (GOLDENS.parent / folder).glob("*.json")
+                   if not p.name.startswith("vllm_check-")}
+        assert configs and configs <= {p["model"] for p in doc["points"] if p["setting"] == "default"}, path.name
+        assert {p["setting"] for p in doc["points"]} <= {"default", "hma_off"}, path.name
+        assert {p["mutation"] for p in doc["points"]} == {"none"}, path.name
 
 
 @pytest.mark.parametrize("point", POINTS, ids=point_id)
 def test_profile_matches_vllm(point, tmp_path):
-    got = profile_plan(point, tmp_path)
+    assert_matches(point, tmp_path, GOLDEN["versions"]["vllm"])
+
+
+@pytest.mark.parametrize("release,point", RELEASE_POINTS, ids=[f"{r}-{point_id(p)}" for r, p in RELEASE_POINTS])
+def test_profile_matches_each_release(release, point, tmp_path):
+    assert_matches(point, tmp_path, release)
+
+
+def assert_matches(point: dict, tmp_path: Path, release: str) -> None:
+    got = profile_plan(point, tmp_path, release)
     outcome = point["outcome"]
     if (point["config"].get("architectures") or [""])[0] in NOT_PLANNED and not got.refusals:
         assert got.facts.unmodeled and not got.facts.groups  # left to --dry-run (VLM024), nothing guessed
@@ -97,7 +149,7 @@ def test_profile_matches_vllm(point, tmp_path):
     if point.get("layers"):
         by_index = {l.index: l for l in got.layers}
         for row in point["layers"]:
-            mine = by_index[row["index"]]
+            mine = by_index[layer_id(row["name"])]
             assert mine.extra["engine_spec"] == row["spec"], row["name"]
             if row["spec"] == "MambaSpec":
                 assert mine.extra["state_shapes"] == row["shapes"], row["name"]
@@ -110,7 +162,7 @@ def test_profile_matches_vllm(point, tmp_path):
             assert per_token == row["page_size_bytes"] // row["block_size"], row["name"]
         assert len(got.layers) == len(point["layers"])
     if point.get("groups"):
-        want = Counter((g["spec"], frozenset(g["layer_ids"])) for g in point["groups"])
+        want = Counter((g["spec"], frozenset(map(layer_id, g["layer_names"]))) for g in point["groups"])
         have = Counter((g.spec, frozenset(g.layer_ids)) for g in got.facts.groups)
         assert have == want
         assert got.facts.hma == point["hma"]["on"]

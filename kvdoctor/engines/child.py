@@ -34,10 +34,11 @@ def venvs_dir() -> Path:
 
 
 def find_python(explicit: str | None, env_var: str, venv: str) -> Path | None:
-    """The engine's Python: --engine-python, else $ENV_VAR, else venvs_dir()/VENV."""
+    """The engine's Python: --engine-python, else $ENV_VAR, else venvs_dir()/VENV. Made absolute (the child
+    runs in another directory), not resolved: a venv's python is a link its venv is found through."""
     for candidate in (explicit, os.environ.get(env_var), venvs_dir() / venv / "bin" / "python"):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
+            return Path(os.path.abspath(candidate))
     return None
 
 

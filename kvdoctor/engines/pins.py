@@ -2,12 +2,13 @@
 
 `PROFILED` lists every release a profile knows, oldest first; what differs between them is data with a
 release range in each engine's package (`kvdoctor.engines.releases.Ranged`). `PINS` is the release a check
-describes when none is named and none is installed, the one whose source lines the catalog cites, and the
-one the suite's full goldens (goldens/vllm.json, vllm_check.json, sglang*.json) were made with; vLLM 0.34.0
-is profiled (goldens/vllm-0.34.0.json) but not yet the default. Profiles take their `pins` from here, and so
-do the budget models, the dry run and the reports. A separate module rather than a constant in one profile
-because two profiles describe the same sglang release (its CUDA side and its MLX backend) and the budget
-modules import the pins without importing a profile.
+describes when none is named and none is installed, and the one the catalog's single-release entries
+(`versions: ==X`) are written for. Each goldens file records the release that made it, and the tests hold the
+profile at that release to its points (goldens/vllm.json and vllm_check.json: vLLM 0.33.0's full grids;
+goldens/vllm-<release>.json and vllm_check-<release>.json: each release's own). Profiles take their `pins`
+from here, and so do the budget models, the dry run and the reports. A separate module rather than a constant
+in one profile because two profiles describe the same sglang release (its CUDA side and its MLX backend) and
+the budget modules import the pins without importing a profile.
 """
 from __future__ import annotations
 
@@ -20,6 +21,6 @@ PROFILED: dict[str, tuple[str, ...]] = {
 
 PINS: dict[str, str] = {
     "sglang": "0.5.23",
-    "vllm": "0.33.0",
+    "vllm": "0.34.0",
     "mlx-lm": "0.32.2",
 }

@@ -274,7 +274,8 @@ def state_bytes(facts: ModelFacts, mode: Mode) -> tuple[int, list[StateTensor]]:
         k = facts.kda
         assert k is not None  # state_bytes runs for a model with a state kind
         conv_dim = 3 * k.heads * k.head_dim
-        conv_len = k.conv_kernel - 1 + mode.num_speculative_tokens
+        conv_len = k.conv_kernel - 1 + (mode.num_speculative_tokens if at(R.KDA_CONV_HOLDS_SPEC_TOKENS, mode.release)
+                                        else 0)
         tensors = [("conv", (conv_len, _split(conv_dim, mode.tp)), act),
                    ("recurrent", (_split(k.heads, mode.tp), k.head_dim, k.head_dim), 4)]  # KDA state: fp32
     total = 0
@@ -303,7 +304,7 @@ def check_tp(facts: ModelFacts, mode: Mode) -> None:
 def align_hybrid(block: int, attn_per_token: int, state_page: int, mla: bool,
                  mla_unit: int = MLA_HYBRID_ALIGN) -> tuple[int, int | None]:
     """Raise the attention block until its page holds one Mamba state; pad the state page to it.
-    `mla_unit` is 128 in 0.33.0; older releases aligned MLA hybrids to 64 (vllm#28228)."""
+    `mla_unit`: 128 from 0.27.0, none in 0.26.0 (releases.MLA_HYBRID_UNIT)."""
     unit = max(KERNEL_BLOCK, block)
     if mla:
         unit = max(unit, mla_unit)
@@ -340,7 +341,8 @@ def layer_specs(facts: ModelFacts, mode: Mode, notes: list[str]) -> tuple[list[S
         state, tensors = state_bytes(facts, mode)
         base = block
         if any(layer.kind not in STATE_LAYER_KINDS for layer in facts.layers):  # an attention page to align to
-            block, padded = align_hybrid(block, per_token, state, bool(facts.mla_latent))
+            block, padded = align_hybrid(block, per_token, state, bool(facts.mla_latent),
+                                         at(R.MLA_HYBRID_UNIT, mode.release))
         info.state_bytes, info.state_tensors, info.state_padded = state, tensors, padded
         if block != base:
             notes.append(f"Setting attention block size to {block} tokens to ensure that attention page size "

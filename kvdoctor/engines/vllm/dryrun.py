@@ -1,21 +1,20 @@
 """`--engine vllm --dry-run`: vLLM's own start-up code (startup.py) in a child process, and what it tells us.
 
-kvdoctor's process never imports vLLM. The child runs in a Python that has vLLM 0.33.0 (found by
-`find_python`, or given as `--engine-python`), bounded in time (its whole process group is killed)
-and in address space, on a directory holding only config.json (no weights: `load_format="dummy"`,
-the model built on the meta device). Its outcome is a `DryRun` record (`record`): kvdoctor.checks.dryrun_vllm
-turns it into findings.
+kvdoctor's process never imports vLLM. The child runs in a Python that has a profiled vLLM release (found
+by `find_python`, or given as `--engine-python`; startup.py adapts to each release's API), bounded in time
+(its whole process group is killed) and in address space, on a directory holding only config.json (no
+weights: `load_format="dummy"`, the model built on the meta device). Its outcome is a `DryRun` record
+(`record`): kvdoctor.checks.dryrun_vllm turns it into findings.
 """
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 from kvdoctor.engines.base import DryRun, DryRunError, DryRunner, Plan, stages_reached
 from kvdoctor.engines.child import STUBS, find_python, run_child
-from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.pins import PINS, PROFILED
 from kvdoctor.engines.vllm import registry
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import ModelSpec
@@ -54,7 +53,7 @@ class VllmDryRunner(DryRunner):
 
     def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> DryRun:
         assert isinstance(settings, VllmSettings)
-        if settings.trust_remote_code and registry.needs_remote_code(spec.raw_config):
+        if settings.trust_remote_code and registry.needs_remote_code(spec.raw_config, settings.release or VERSION):
             return DryRun(engine="vllm", outcome="unavailable",
                           reason="the config's class is the checkpoint's own code (auto_map), which kvdoctor's "
                                  "vLLM dry run does not run")
@@ -118,4 +117,5 @@ def disagreements(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
 
 
 def version_ok(result: dict[str, Any]) -> bool:
-    return bool(re.fullmatch(r"0\.33\.0(\+.*)?", (result.get("versions") or {}).get("vllm", "")))
+    """The child ran a vLLM release kvdoctor profiles (a local build's `+suffix` aside)."""
+    return (result.get("versions") or {}).get("vllm", "").partition("+")[0] in PROFILED["vllm"]

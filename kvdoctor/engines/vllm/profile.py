@@ -164,10 +164,10 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     facts = VllmFacts(arch, False, True, "", None, derived, key, None, (), None, None)
     layers: tuple[LayerPlan, ...] = tuple(LayerPlan(l.index, None, "unknown") for l in spec.layers)
     try:  # vLLM's order: config stage (transformers, then vLLM's checks), model class, KV planning
-        unknown = registry.unrecognized_type(spec.raw_config)
+        unknown = registry.unrecognized_type(spec.raw_config, release)
         if unknown is not None:
             raise unrecognized_model_type(unknown)
-        if registry.needs_remote_code(spec.raw_config) and not settings.trust_remote_code:
+        if registry.needs_remote_code(spec.raw_config, release) and not settings.trust_remote_code:
             raise remote_code_not_trusted(str(spec.model_dir))
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
@@ -177,7 +177,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         S.check_layer_types(spec)
         if _text_config_left_a_dict(spec.raw_config):
             raise text_config_not_a_config(str(spec.raw_config.get("model_type")))
-        unsupported = registry.architecture_refusal(spec.raw_config)
+        unsupported = registry.architecture_refusal(spec.raw_config, release)
         if unsupported is not None:
             raise unsupported
         length = _max_model_len(spec, settings, derived, key)
@@ -202,7 +202,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
         mode = settings_mode(settings, length, hma, checkpoint_kv_dtype(spec.raw_config))
-        why_not = _unmodeled(spec, interp) if interp.layers else (
+        why_not = _unmodeled(spec, interp, release) if interp.layers else (
             f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
         if why_not is None:
             try:
@@ -232,13 +232,13 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
     return Plan("vllm", versions, layers, (), facts, tuple(notes))
 
 
-def _unmodeled(spec: ModelSpec, interp: S.Interpretation) -> str | None:
+def _unmodeled(spec: ModelSpec, interp: S.Interpretation, release: str) -> str | None:
     """A model class missing from the table whose layers are not all attention (Mamba, convolution or
     no-op blocks): vLLM's shared fallback would give them attention specs, which would be a guess."""
     if interp.architecture in S.RULES:
         return None
-    if registry.resolution(spec.raw_config) == "transformers_backend":
-        return (f"vLLM 0.33.0's registry has no {interp.architecture or 'architecture for this config'}: it would "
+    if registry.resolution(spec.raw_config, release) == "transformers_backend":
+        return (f"vLLM {release}'s registry has no {interp.architecture or 'architecture for this config'}: it would "
                 "try its Transformers backend, which runs or refuses as transformers' own model class allows")
     if interp.architecture in S.NOT_PLANNED:
         return f"{interp.architecture} is not in kvdoctor's vLLM table: {S.NOT_PLANNED[interp.architecture]}"

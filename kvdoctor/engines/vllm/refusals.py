@@ -1,10 +1,10 @@
-"""The start-up errors vLLM 0.33.0 raises from a config and its settings, worded exactly as vLLM words them.
+"""The start-up errors vLLM raises from a config and its settings, worded exactly as vLLM words them.
 
 Each builder returns a `Startup` exception carrying the `Refusal` (code, class, exact text, pinned
-source). vLLM's config classes are pydantic dataclasses: a ValueError raised in their validators
-reaches the user as `pydantic_core.ValidationError` whose text is "1 validation error for <Class>",
-then "Value error, <message>" and pydantic's own tail (the input's repr); `message` is that
-`<message>` and `evidence["wrapped_in"]` the first line.
+source; another release's line is `releases.source`). vLLM's config classes are pydantic dataclasses: a
+ValueError raised in their validators reaches the user as `pydantic_core.ValidationError` whose text is
+"1 validation error for <Class>", then "Value error, <message>" and pydantic's own tail (the input's repr);
+`message` is that `<message>` and `evidence["wrapped_in"]` the first line.
 """
 from __future__ import annotations
 
@@ -16,35 +16,35 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm.settings import VllmSettings
 
 VERSION = PINS["vllm"]
-TRANSFORMERS = "5.20.2"  # the transformers the vLLM oracle venv resolves (goldens/vllm_check.json)
+TRANSFORMERS = "5.20.2"  # the transformers goldens/vllm_check.json ran with (0.33.0 admits <5.21, 0.34.0 <5.23)
 SRC = f"https://github.com/vllm-project/vllm/blob/v{VERSION}/vllm/"
 HF_SRC = f"https://github.com/huggingface/transformers/blob/v{TRANSFORMERS}/src/transformers/"
 
-CODES = {  # catalog code -> where vLLM (or the transformers it runs) raises it; MEM codes are the budget's
+CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers it runs) raises it; MEM codes are the budget's
     # (their catalog entries belong to kvdoctor.checks.budget; the generic refusal rule still reports them)
     "VLM001": HF_SRC + "configuration_utils.py#L706",
-    "VLM002": SRC + "config/model.py#L2680",
-    "MEM014": SRC + "config/model.py#L1560",
-    "MEM002": SRC + "v1/core/kv_cache_planning.py#L814",
-    "VLM004": SRC + "v1/core/kv_cache_planning.py#L814",
-    "MEM004": SRC + "v1/core/kv_cache_planning.py#L77",
-    "VLM006": SRC + "v1/core/kv_cache_planning.py#L57",
-    "VLM007": SRC + "model_executor/models/qwen3_next.py#L518",
-    "VLM008": SRC + "config/vllm.py#L2285",
-    "VLM009": SRC + "model_executor/models/qwen2.py#L352",
-    "VLM010": SRC + "v1/core/kv_cache_planning.py#L401",
-    "VLM011": SRC + "config/vllm.py#L3432",
-    "VLM012": SRC + "config/vllm.py#L3449",
-    "VLM032": SRC + "transformers_utils/config.py#L445",
+    "VLM002": SRC + "config/model.py#L2724",
+    "MEM014": SRC + "config/model.py#L1580",
+    "MEM002": SRC + "v1/core/kv_cache_planning.py#L854",
+    "VLM004": SRC + "v1/core/kv_cache_planning.py#L854",
+    "MEM004": SRC + "v1/core/kv_cache_planning.py#L124",
+    "VLM006": SRC + "v1/core/kv_cache_planning.py#L107",
+    "VLM007": SRC + "model_executor/models/qwen3_next.py#L543",
+    "VLM008": SRC + "config/vllm.py#L2206",
+    "VLM009": SRC + "model_executor/models/qwen2.py#L249",
+    "VLM010": SRC + "v1/core/kv_cache_planning.py#L447",
+    "VLM011": SRC + "config/vllm.py#L3574",
+    "VLM012": SRC + "config/vllm.py#L3591",
+    "VLM032": SRC + "transformers_utils/config.py#L478",
     "VLM138": HF_SRC + "models/auto/configuration_auto.py#L430",
     "VLM143": HF_SRC + "dynamic_module_utils.py#L788",
     "VLM142": SRC + "model_executor/models/llama.py#L151",
     "CFG023": SRC + "model_executor/layers/rotary_embedding/__init__.py#L350",
-    "VLM151": SRC + "transformers_utils/config.py#L1264",
-    "VLM152": SRC + "v1/kv_cache_interface.py#L175",
-    "VLM139": SRC + "model_executor/models/registry.py#L1249",
-    "VLM140": SRC + "model_executor/models/registry.py#L1234",
-    "VLM141": SRC + "model_executor/models/registry.py#L1243",
+    "VLM151": SRC + "transformers_utils/config.py#L1309",
+    "VLM152": SRC + "v1/kv_cache_interface.py#L164",
+    "VLM139": SRC + "model_executor/models/registry.py#L1328",
+    "VLM140": SRC + "model_executor/models/registry.py#L1313",
+    "VLM141": SRC + "model_executor/models/registry.py#L1322",
 }
 
 

@@ -45,6 +45,20 @@ PROMOTED_TAKE_FULL_BLOCK: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.27.0", source=src("0.27.1", "v1/core/kv_cache_utils.py#L1446-L1529")),
 )
 
+# Hybrid block alignment (Platform._align_hybrid_block_size): from 0.27.0 an MLA + Mamba hybrid keeps its block a
+# multiple of 128 (TRTLLM / FlashInfer MLA decode kernels); 0.26.0 aligns it to the backend's kernel block alone.
+MLA_HYBRID_UNIT: tuple[Ranged[int], ...] = (
+    Ranged(0, until="0.27.0", source=src("0.26.0", "platforms/interface.py#L874-L881")),
+    Ranged(128, since="0.27.0", source=src("0.27.1", "platforms/interface.py#L876-L888")),
+)
+
+# KDA's (Kimi-Linear's) conv state holds the speculative tokens too from 0.27.0 (`conv_kernel_size - 1 + num_spec`
+# in MambaStateShapeCalculator.kda_state_shape); 0.26.0 sizes it for the kernel alone.
+KDA_CONV_HOLDS_SPEC_TOKENS: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.27.0", source=src("0.26.0", "model_executor/layers/mamba/mamba_utils.py#L237-L260")),
+    Ranged(True, since="0.27.0", source=src("0.27.1", "model_executor/layers/mamba/mamba_utils.py#L271-L294")),
+)
+
 # The concurrency vLLM logs ("Maximum concurrency for N tokens per request"): 0.26.0 divides the pool by
 # cdiv(sum of the groups' bytes at max_model_len, the first group's page); from 0.27 by the sum over groups of
 # cdiv(group bytes, group page) (get_max_concurrency_for_kv_cache_config).
@@ -123,7 +137,11 @@ _LINES: dict[str, dict[str, str]] = {
     "0.33.0": {"VLM006": "v1/core/kv_cache_planning.py#L57", "MEM004": "v1/core/kv_cache_planning.py#L77",
                "VLM010": "v1/core/kv_cache_planning.py#L401", "MEM002": "v1/core/kv_cache_planning.py#L814",
                "VLM008": "config/vllm.py#L2285", "VLM011": "config/vllm.py#L3432", "VLM012": "config/vllm.py#L3449",
-               "MEM014": "config/model.py#L1560"},
+               "MEM014": "config/model.py#L1560", "VLM002": "config/model.py#L2680",
+               "VLM007": "model_executor/models/qwen3_next.py#L518", "VLM009": "model_executor/models/qwen2.py#L352",
+               "VLM032": "transformers_utils/config.py#L445", "VLM142": "model_executor/models/llama.py#L151",
+               "VLM139": "model_executor/models/registry.py#L1249", "VLM140": "model_executor/models/registry.py#L1234",
+               "VLM141": "model_executor/models/registry.py#L1243"},
     "0.34.0": {"VLM006": "v1/core/kv_cache_planning.py#L107", "MEM004": "v1/core/kv_cache_planning.py#L124",
                "VLM010": "v1/core/kv_cache_planning.py#L447", "MEM002": "v1/core/kv_cache_planning.py#L854",
                "VLM008": "config/vllm.py#L2206", "VLM011": "config/vllm.py#L3574", "VLM012": "config/vllm.py#L3591",

@@ -1,8 +1,9 @@
 """vLLM's own start-up up to KV planning, for one config.json and one set of engine arguments.
 
-Runs inside a Python that has vLLM 0.33.0 (imported here only; never by kvdoctor's own process), with
-VLLM_TARGET_DEVICE=cpu. Used by `kvdoctor check --engine vllm --dry-run` (a child process: `python
-startup.py REQUEST.json RESULT.json`) and by goldens/vllm_check_oracle.py. All of it calls vLLM:
+Runs inside a Python that has a profiled vLLM release, 0.26.0 to 0.34.0 (imported here only; never by
+kvdoctor's own process), with VLLM_TARGET_DEVICE=cpu; where the releases' APIs differ it asks which one it
+has. Used by `kvdoctor check --engine vllm --dry-run` (a child process: `python startup.py REQUEST.json
+RESULT.json`) and by goldens/vllm_check_oracle.py. All of it calls vLLM:
 1. `EngineArgs(model=DIR, load_format="dummy", skip_tokenizer_init=True, **args).create_engine_config()`;
 2. the model class on the meta device (`initialize_model`), `update_block_size_for_backend`,
    `validate_block_size` and the worker's `get_kv_cache_spec` (every layer's own spec);
@@ -43,9 +44,11 @@ class Log(logging.Handler):
 
         def handle(self, record):
             if record.levelno >= logging.WARNING:
-                cls.records.append({"stage": cls.stage, "logger": record.name,
-                                    "where": f"{Path(record.pathname).name}:{record.lineno}",
-                                    "message": record.getMessage()})
+                row = {"stage": cls.stage, "logger": record.name,
+                       "where": f"{Path(record.pathname).name}:{record.lineno}", "message": record.getMessage()}
+                if record.exc_info and record.exc_info[1] is not None:  # logger.exception: the error's last line
+                    row["exception"] = str(record.exc_info[1]).strip().splitlines()[-1][-500:]
+                cls.records.append(row)
             return original(self, record)
 
         logging.Logger.handle = handle  # type: ignore[method-assign]
@@ -60,15 +63,18 @@ def error_row(exc: BaseException, stage: str) -> dict:
 
     row = {"stage": stage, "class": type(exc).__name__, "message": str(exc),
            "raised_at_vllm": where(in_vllm[-1] if in_vllm else None),
-           "raised_at": where(frames[-1] if frames else None)}
+           "raised_at": where(frames[-1] if frames else None),
+           "through_cpu_platform": any(f.filename.endswith(CPU_PLATFORM) for f in frames)}
     if exc.__cause__ is not None:
         row["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
     return row
 
 
+CPU_PLATFORM = os.path.join("vllm", "platforms", "cpu.py")
 CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround that lets the point go on
     ("Failed to find a kernel that can implement the ScaledMM linear layer", "drop_quantization_config"),
     ("No MXFP4 MoE backend supports the deployment configuration", "drop_quantization_config"),
+    ("Mxfp4 MoE backend 'CPU' does not support the deployment configuration", "drop_quantization_config"),  # 0.28.0
     # NVFP4 (ModelOpt) MoE experts: no CPU backend implements them (fused_moe/oracle/nvfp4.py); CUDA has
     # FlashInfer / CUTLASS / Marlin ones. Weight quantization does not enter KV specs.
     ("No NvFp4 MoE backend supports the deployment configuration.", "drop_quantization_config"),
@@ -86,11 +92,14 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
 )
 # Refusals the CPU box raises where a GPU would not (no workaround): kept, marked `cpu_only`, not compared.
 # The Mamba block-size message is one of them here: no point sets --mamba-block-size, so it only comes from
-# CpuPlatform turning off the prefix caching the point asked for (MLA + linear-attention hybrids).
+# CpuPlatform turning off the prefix caching the point asked for (MLA + linear-attention hybrids). So is a
+# release's multimodal model class asking transformers for the checkpoint's image processor while it is built
+# (Qwen2.5-VL in 0.30.0): the directory here holds config.json alone, a served model's its preprocessor_config.json.
 # A custom op missing from the CPU build (GPT-2's gelu_new: "'_OpNamespace' '_C' object has no attribute
 # 'gelu_new'") is one too: vLLM's CUDA build has its own kernel.
 CPU_ONLY = ("on CPU", "No Unquantized MoE backend supports the deployment configuration",
-            "--mamba-block-size can only be set with --enable-prefix-caching", "'_OpNamespace' '_C' object has no attribute")
+            "--mamba-block-size can only be set with --enable-prefix-caching", "Can't load image processor for",
+            "'_OpNamespace' '_C' object has no attribute")
 
 
 SKIPPED: list[str] = []  # CPU-only checks skipped during the current point
@@ -102,6 +111,8 @@ def _skip_cpu_mla_block_check() -> None:
     multiple of 16. Skip that one refusal (recorded per point in `skipped_cpu_checks`)."""
     from vllm.platforms.cpu import CpuPlatform
 
+    if not hasattr(CpuPlatform, "_check_aligned_block_size"):  # the check is newer than the release (0.33.0 on)
+        return
     original = CpuPlatform._check_aligned_block_size.__func__
 
     def check(cls, vllm_config, backend_classes, pre_block_size):
@@ -206,6 +217,80 @@ def _moe_on_cpu() -> None:
     method.select_unquantized_moe_backend = select
 
 
+def _triton_check_passes() -> None:
+    """From 0.34.0 CpuPlatform refuses an x86 host without triton-cpu ("vLLM on x86 CPUs requires Triton
+    (triton-cpu).": its CPU model runner is gone). No kernel runs here: that one check, and only while it
+    runs, sees Triton (recorded in `stand_ins`)."""
+    import vllm.triton_utils as triton_utils
+    from vllm.platforms import current_platform
+
+    if triton_utils.HAS_TRITON or "_kvdoctor_triton" in vars(current_platform):
+        return
+    update = current_platform.check_and_update_config
+
+    def with_triton(vllm_config):
+        had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
+        try:
+            return update(vllm_config)
+        finally:
+            triton_utils.HAS_TRITON = had
+
+    current_platform.check_and_update_config = with_triton
+    current_platform._kvdoctor_triton = True
+
+
+def _placeholder(name: str):
+    def placeholder(*args, **kwargs):
+        raise RuntimeError(f"{name} is a kvdoctor placeholder: no kernel runs in a dry run")
+    return placeholder
+
+
+ACTIVATIONS = os.path.join("vllm", "model_executor", "layers", "activation.py")
+
+
+def _kernel_handles() -> None:
+    """Up to 0.32 an activation layer such as SiluAndMul looks its kernel up in `torch.ops._C` while it is built,
+    on the CPU platform too; the CUDA wheel's `vllm._C` does not load on the CPU, so the lookup fails before any spec exists.
+    A missing `_C` op answers a placeholder that raises if called (the model is built on the meta device and
+    never runs; recorded in `stand_ins`)."""
+    import torch
+
+    namespace = type(torch.ops._C)
+    original = namespace.__getattr__
+    if getattr(original, "kvdoctor_placeholders", False):
+        return
+
+    def lookup(self, name):
+        try:
+            return original(self, name)
+        except AttributeError:  # only for the activation layers' lookups: a probe (hasattr) must see the truth
+            if self.name != "_C" or not sys._getframe(1).f_code.co_filename.endswith(ACTIVATIONS):
+                raise
+
+            return _placeholder(f"vllm._C.{name}")
+
+    lookup.kvdoctor_placeholders = True  # type: ignore[attr-defined]
+    namespace.__getattr__ = lookup  # type: ignore[method-assign]
+
+
+def _flash_attn_names() -> None:
+    """0.28.0's fa_utils binds `compile_flash_attn_varlen_func_from_specs` on CUDA, and to None on XPU and ROCm,
+    but not on the CPU, while the MLA prefill module imports it by name (DeepSeek, Kimi-K2): bind it to None as
+    the other non-CUDA branches do, and give that prefill backend, which MLA layers pick without asking whether
+    it is available, a placeholder kernel (no attention runs; recorded in `stand_ins`)."""
+    try:
+        from vllm.v1.attention.backends import fa_utils
+    except ImportError:
+        return
+    if not hasattr(fa_utils, "compile_flash_attn_varlen_func_from_specs"):
+        fa_utils.compile_flash_attn_varlen_func_from_specs = None
+        # its MLA prefill backend, chosen without asking whether it is available, then wants the kernel function
+        from vllm.v1.attention.backends.mla.prefill import flash_attn as prefill
+
+        if prefill.flash_attn_varlen_func is None:
+            prefill.flash_attn_varlen_func = _placeholder("flash_attn_varlen_func")
+
+
 class _NoCudaStream:
     """Stands in for torch.cuda.Stream / Event, which Kimi-Linear's layers create at construction."""
 
@@ -260,8 +345,10 @@ def fields(vc) -> dict:
 
 
 def layer_index(name: str) -> int | None:
-    """`model.layers.3.self_attn.attn` and GPT-2-style `transformer.h.3.attn.attn` -> 3."""
-    match = re.search(r"(?:layers|\bh)\.(\d+)\.", name)
+    """The decoder layer a KV cache name belongs to: `model.layers.3.self_attn.attn`, GPT-2-style
+    `transformer.h.3.attn.attn`, or `3.attn` where a release's model class prefixes its attention layers without
+    the stack's name (OLMo-2, GPT-BigCode in 0.30)."""
+    match = re.search(r"(?:^|\.)(\d+)\.", name)
     return int(match.group(1)) if match else None
 
 
@@ -322,27 +409,55 @@ def model_specs(vc, tp_fake: int | None) -> dict:
         del current_platform.current_device
 
 
+def _layout(vc, specs: dict) -> str | None:
+    """The engine core's KV cache layout (resolve_kv_cache_layout over the backends' layouts, 0.30.0 on);
+    up to 0.29 the layout is the process-wide get_kv_cache_layout() and the core resolves none."""
+    try:
+        from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+    except ImportError:
+        from vllm.v1.attention.backends.utils import get_kv_cache_layout
+
+        return str(get_kv_cache_layout())
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+
+    layouts = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
+    return resolve_kv_cache_layout(vc, [layouts], list(specs.values())).name
+
+
+def _grouping():
+    """(groups(vc, specs), configs(vc, specs, budget, groups)) through the release's own API: from 0.33.0
+    kv_cache_planning's get_global_kv_cache_groups, whose groups get_kv_cache_configs takes; before, in
+    kv_cache_utils, get_kv_cache_groups for one worker and get_kv_cache_configs, which groups again itself."""
+    try:
+        from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+
+        return (lambda vc, specs: get_global_kv_cache_groups(vc, [specs]),
+                lambda vc, specs, budget, groups: get_kv_cache_configs(vc, [specs], [budget], groups))
+    except ImportError:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_configs as configs
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
+
+        return get_kv_cache_groups, lambda vc, specs, budget, groups: configs(vc, [specs], [budget])
+
+
 def planning(vc, specs: dict, budget: int) -> dict:
     """Stage 3: the engine core's layout resolution, grouping and admission check."""
     from vllm.config import set_current_vllm_config
-    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
 
     out: dict = {}
+    groups_of, configs_of = _grouping()
     with set_current_vllm_config(vc):
-        layouts = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
-        out["kv_cache_layout"] = resolve_kv_cache_layout(vc, [layouts], list(specs.values())).name
+        out["kv_cache_layout"] = _layout(vc, specs)
         Log.stage = "groups"
-        try:
-            groups = get_global_kv_cache_groups(vc, [dict(specs)])
+        try:  # each call gets its own copy of the specs: the HMA-off promotion rewrites them in place
+            groups = groups_of(vc, dict(specs))
         except Exception as exc:  # noqa: BLE001 - what vLLM raises is the golden
             out["error"] = error_row(exc, "groups")
             return out
         out["groups"] = [group_row(g) for g in groups]
         Log.stage = "admission"
         try:
-            config = get_kv_cache_configs(vc, [dict(specs)], [budget], groups)[0]
+            config = configs_of(vc, dict(specs), budget, groups)[0]
             out["num_blocks"] = config.num_blocks
         except Exception as exc:  # noqa: BLE001
             out["error"] = error_row(exc, "admission")
@@ -350,11 +465,33 @@ def planning(vc, specs: dict, budget: int) -> dict:
 
 
 def run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
+    """One point; a refusal is marked `cpu_only` where the CPU box raises it and a GPU would not (its text, or
+    an error raised inside CpuPlatform's own code: 0.28.0 asks a copy of Qwen3-VL's config whether it uses
+    MLA there), and `environment` where vLLM could not import its model module with the transformers the venv
+    resolved (0.28.0 and 0.30.0 admit any newer transformers; 5.25.0 lacks names their pixtral.py imports)."""
     point = _run_point(cfg, kwargs, root, budget)
     outcome = point["outcome"]
     if not outcome["start"]:
-        outcome["cpu_only"] = any(text in outcome["message"] for text in CPU_ONLY)
+        outcome["cpu_only"] = (any(text in outcome["message"] for text in CPU_ONLY)
+                               or bool(outcome.pop("through_cpu_platform", False)) or _cpu_blocks_unpromoted(point))
+        FAILED_IMPORTS.extend(row["exception"] for row in point["log"] if "cannot import name" in row.get(
+            "exception", "") and "from 'transformers" in row["exception"])
+        if "failed to be inspected" in outcome["message"] and FAILED_IMPORTS:
+            outcome["environment"] = FAILED_IMPORTS[0]
     return point
+
+
+def _cpu_blocks_unpromoted(point: dict) -> bool:
+    """0.26.0 with the hybrid manager off promotes sliding layers to full attention keeping their own block size
+    (releases.PROMOTED_TAKE_FULL_BLOCK) and refuses when the blocks then differ. On CUDA every attention layer has
+    the default block; on the CPU box sliding layers get 16 and full ones 128, so that refusal is the CPU's."""
+    attention = {row["block_size"] for row in point.get("layers") or [] if row["spec"] != "MambaSpec"}
+    mamba = any(row["spec"] == "MambaSpec" for row in point.get("layers") or [])
+    return "failed to convert the KV cache specs to one unified type" in point["outcome"]["message"] and (
+        len(attention) > 1 and not mamba)
+
+
+FAILED_IMPORTS: list[str] = []  # vLLM inspects a model class once per process and logs why it failed only then
 
 
 def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
@@ -428,8 +565,33 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
     return point
 
 
+def cpu_platform() -> None:
+    """VLLM_TARGET_DEVICE=cpu picks CpuPlatform from 0.27.0; 0.26.0 picks it only for a CPU build of vLLM (a
+    version with "cpu" in it) or on macOS, so the CUDA wheel on a CPU box resolves no platform there. While the
+    platform is resolved, vLLM's own version reads as a CPU build's (recorded in `stand_ins`; later releases
+    read the variable and not the version)."""
+    if os.environ.get("VLLM_TARGET_DEVICE") != "cpu":
+        return
+    import importlib.metadata as metadata
+
+    real = metadata.version
+
+    def version(distribution_name: str) -> str:
+        found = real(distribution_name)
+        return f"{found}+cpu" if distribution_name == "vllm" and "cpu" not in found else found
+
+    metadata.version = version
+    try:
+        import vllm.platforms
+
+        vllm.platforms.current_platform.device_type  # noqa: B018 - resolved now, under the CPU build's version
+    finally:
+        metadata.version = real
+
+
 def setup(root: Path) -> None:
     """Once per process: the log hook, the CPU stand-ins and a world-size-1 gloo group."""
+    cpu_platform()
     import torch
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
@@ -438,6 +600,9 @@ def setup(root: Path) -> None:
     torch.cuda.Stream = torch.cuda.Event = _NoCudaStream  # type: ignore[misc, assignment]
     _skip_cpu_mla_block_check()
     _fp8_kv_on_any_host()
+    _triton_check_passes()
+    _kernel_handles()
+    _flash_attn_names()
     with set_current_vllm_config(VllmConfig()):
         init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                      distributed_init_method=f"file://{root / 'store'}", backend="gloo")
@@ -447,15 +612,18 @@ def setup(root: Path) -> None:
 # What every point imports (engine_config, model_specs, planning): a warm child imports them once.
 PRELOAD = ("vllm", "vllm.config", "vllm.distributed", "vllm.distributed.parallel_state", "vllm.engine.arg_utils",
            "vllm.model_executor.model_loader.utils", "vllm.platforms", "vllm.v1.worker.gpu.attn_utils",
-           "vllm.v1.attention.backends.utils", "vllm.v1.core.kv_cache_planning", "vllm.v1.kv_cache_interface",
+           "vllm.v1.attention.backends.utils", "vllm.v1.core.kv_cache_utils", "vllm.v1.kv_cache_interface",
            "vllm.distributed.kv_transfer.kv_connector.utils")
 
 
 def preload(key: dict) -> None:
     """A warm child's imports (kvdoctor/engines/warm_server.py forks per model after them). setup() is
     not run here: its gloo group and stand-ins belong to each model's own fork."""
+    cpu_platform()
     for name in PRELOAD:
         importlib.import_module(name)
+    with contextlib.suppress(ImportError):  # the planning half of kv_cache_utils, from 0.33.0
+        importlib.import_module("vllm.v1.core.kv_cache_planning")
 
 
 def main() -> None:
