@@ -76,8 +76,6 @@ REFUSALS = [  # code, config, settings that make it fire; the same config with h
     ("VLM151", lambda: config("mistralai__Ministral-3-3B-Instruct-2512"), {}),
     # GPT-J's published rope_type, which get_rope does not build (the rule's own entry, shared by the plan)
     ("CFG023", lambda: config("EleutherAI__gpt-j-6b"), {}),
-    # DeepSeek-V4 is left to --dry-run, but vLLM's promotion of its sliding MLA specs with HMA off is known
-    ("VLM152", lambda: config("deepseek-ai__DeepSeek-V4-Flash"), {"disable_hybrid_kv_cache_manager": True}),
 ]
 
 
@@ -102,8 +100,20 @@ def _healthy(code: str) -> str:
             "MEM004": "meta-llama__Llama-3.1-8B", "VLM006": "meta-llama__Llama-3.1-8B",
             "VLM011": "deepseek-ai__DeepSeek-V3",
             "VLM012": "Qwen__Qwen3-Next-80B-A3B-Instruct",
-            "VLM032": "poolside__Laguna-XS.2-FP8",
-            "VLM152": "deepseek-ai__DeepSeek-V4-Flash"}.get(code, "google__gemma-3-1b-it")
+            "VLM032": "poolside__Laguna-XS.2-FP8"}.get(code, "google__gemma-3-1b-it")
+
+
+def test_vlm152_only_where_the_release_raises_it(tmp_path):
+    """DeepSeek-V4 is left to --dry-run, but vLLM 0.32.0 and 0.33.0's promotion of its sliding MLA specs with HMA off
+    is known (their start-up goldens); 0.30.0 and 0.34.0 get past it, and with HMA on none refuses."""
+    spec = spec_of(tmp_path, config("deepseek-ai__DeepSeek-V4-Flash"), "v4")
+    for release, fires in (("0.32.0", True), ("0.33.0", True), ("0.30.0", False), ("0.34.0", False)):
+        got = plan(spec, VllmSettings(disable_hybrid_kv_cache_manager=True).at_release(release))
+        assert ([r.code for r in got.refusals] == ["VLM152"]) is fires, release
+        if fires:
+            assert got.refusals[0].source.endswith("v1/kv_cache_interface.py#L" + ("138" if release == "0.32.0" else "175"))
+            assert re.search(builtin_catalog().get("VLM152").error.pattern, got.refusals[0].message)
+    assert plan(spec, VllmSettings().at_release("0.33.0")).refusals == ()
 
 
 def test_healthy_twins_of_the_set_7_refusals(tmp_path):

@@ -6,6 +6,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import at
+from kvdoctor.engines.vllm.releases import DEFAULT_BLOCK
+
 from kvdoctor.engines.vllm import probe
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
@@ -25,9 +29,12 @@ def test_sliding_groups_keep_only_their_window():
     sliding = [p for p in probes if p.spec == "SlidingWindowSpec"]
     assert len(sliding) == 6 and all(not p.problems for p in probes)
     first = sliding[0]
-    # gemma-3-1b: window 512, block 16 (CUDA), 1 KV head of 256; the request is 512 + 2 blocks + 3 tokens
-    assert first.shapes[first.layer_ids[0]][2:] == (16, 1, 256)
-    assert first.tokens == 547 and first.block_table[:2] == [0, 0] and first.kept_blocks == 33
+    # gemma-3-1b: window 512, the release's default block B (16 to 0.33.0, 64 from 0.34.0), 1 KV head of 256;
+    # the request is 512 + 2 blocks + 3 tokens, of which the window's blocks and the one it starts in are kept
+    block = first.block_size
+    assert block == at(DEFAULT_BLOCK, PINS["vllm"]) and first.shapes[first.layer_ids[0]][2:] == (block, 1, 256)
+    assert first.tokens == 512 + 2 * block + 3 and first.block_table[:2] == [0, 0]
+    assert first.kept_blocks == 512 // block + 1
     full = next(p for p in probes if p.spec == "FullAttentionSpec")
     assert 0 not in full.block_table
 
@@ -70,8 +77,9 @@ def test_shared_storage_is_caught(monkeypatch):
 
 @pytest.mark.parametrize("name", ["google__gemma-4-26B-A4B", "XiaomiMiMo__MiMo-V2-Flash"])
 def test_a_group_whose_block_vllm_scaled_builds_tensors_of_that_block(tmp_path, name):
-    """vLLM doubles the full-attention group's block (16 -> 32 tokens) so that its page matches the
-    sliding layers': the probe's tensors hold the group's blocks, and every token lands in its slot."""
+    """vLLM doubles the full-attention group's block (16 -> 32 tokens at 0.33.0, 64 -> 128 from 0.34.0) so that
+    its page matches the sliding layers': the probe's tensors hold the group's blocks, and every token lands in
+    its slot."""
     import json
 
     d = tmp_path / name
@@ -79,6 +87,7 @@ def test_a_group_whose_block_vllm_scaled_builds_tensors_of_that_block(tmp_path, 
     (d / "config.json").write_text((REAL_CONFIGS / f"{name}.json").read_text())
     probes = probe.run(plan(load_model(str(d), library_check=False), VllmSettings()))
     full = next(p for p in probes if p.spec == "FullAttentionSpec")
-    assert full.block_size == 32 and full.shapes[full.layer_ids[0]][2] == 32
+    doubled = 2 * at(DEFAULT_BLOCK, PINS["vllm"])
+    assert full.block_size == doubled and full.shapes[full.layer_ids[0]][2] == doubled
     assert all(not p.problems for p in probes), [p.problems for p in probes]
     assert json.loads(json.dumps(probe.report(probes)))  # the observation the rules read

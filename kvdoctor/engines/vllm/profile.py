@@ -18,6 +18,7 @@ from kvdoctor.engines.budget.facts import (POSITION_KEYS, Layer, Mamba1Dims, Mam
                                            facts_from_spec)
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
@@ -209,7 +210,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
                 bfacts = budget_facts(spec, interp)
             except InputError as exc:
                 why_not = str(exc).partition(": ")[2] or str(exc)
-        if arch == "DeepseekV4ForCausalLM" and not hma and any(l.kind == COMPRESSED for l in spec.layers):
+        if arch == "DeepseekV4ForCausalLM" and not hma and any(l.kind == COMPRESSED for l in spec.layers) \
+                and at(releases.SLIDING_MLA_PROMOTION_FAILS, release):
             raise sliding_mla_promotion()  # what vLLM does with its specs, which kvdoctor does not plan
         if why_not is not None:
             facts = msgspec.structs.replace(facts, unmodeled=why_not)

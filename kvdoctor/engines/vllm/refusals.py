@@ -41,7 +41,7 @@ CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers 
     "VLM142": SRC + "model_executor/models/llama.py#L151",
     "CFG023": SRC + "model_executor/layers/rotary_embedding/__init__.py#L350",
     "VLM151": SRC + "transformers_utils/config.py#L1309",
-    "VLM152": SRC + "v1/kv_cache_interface.py#L164",
+    "VLM152": SRC + "v1/kv_cache_interface.py#L164",  # replace_as; raises only at 0.32-0.33 (releases._LINES)
     "VLM139": SRC + "model_executor/models/registry.py#L1328",
     "VLM140": SRC + "model_executor/models/registry.py#L1313",
     "VLM141": SRC + "model_executor/models/registry.py#L1322",

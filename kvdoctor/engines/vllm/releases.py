@@ -45,6 +45,16 @@ PROMOTED_TAKE_FULL_BLOCK: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.27.0", source=src("0.27.1", "v1/core/kv_cache_utils.py#L1446-L1529")),
 )
 
+# Hybrid manager off with DeepSeek-V4's SlidingWindowMLASpecs: in 0.32.0 and 0.33.0 promoting them to
+# MLAAttentionSpec carries `bounded_replay` over (`replace_as`), which MLAAttentionSpec does not take: TypeError
+# (VLM152). The start-up goldens of 0.30.0 and 0.34.0 get past it (to the admission check); 0.26.0 to 0.31.0 were
+# not read, so no refusal is predicted there.
+SLIDING_MLA_PROMOTION_FAILS: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.32.0", source=src("0.30.0", "v1/kv_cache_interface.py")),
+    Ranged(True, since="0.32.0", until="0.34.0", source=src("0.32.0", "v1/kv_cache_interface.py#L138")),
+    Ranged(False, since="0.34.0", source=src("0.34.0", "v1/kv_cache_interface.py")),
+)
+
 # Hybrid block alignment (Platform._align_hybrid_block_size): from 0.27.0 an MLA + Mamba hybrid keeps its block a
 # multiple of 128 (TRTLLM / FlashInfer MLA decode kernels); 0.26.0 aligns it to the backend's kernel block alone.
 MLA_HYBRID_UNIT: tuple[Ranged[int], ...] = (
@@ -149,6 +159,9 @@ _LINES: dict[str, dict[str, str]] = {
 }
 _LINES["0.27.1"] = _LINES["0.27.0"]
 _LINES["0.34.0"]["VLM004"] = _LINES["0.34.0"]["MEM002"]
+# VLM152 (SLIDING_MLA_PROMOTION_FAILS) is raised only by 0.32.0 and 0.33.0, in replace_as
+_LINES["0.32.0"]["VLM152"] = "v1/kv_cache_interface.py#L138"
+_LINES["0.33.0"]["VLM152"] = "v1/kv_cache_interface.py#L175"
 for _lines in _LINES.values():
     _lines.setdefault("VLM004", _lines["MEM002"])
 
