@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ from kvdoctor.engines.sglang.layout import plan_layers
 from kvdoctor.engines.sglang.settings import SglangSettings as Settings
 from kvdoctor.load.loader import load_model
 from kvdoctor.model import GDN, MAMBA
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+# tools/sglang_agreement.py measures the same agreement: one reading of the goldens for both
+from sglang_agreement import as_planned_for, golden_placements  # noqa: E402
 
 # Points where kvdoctor's side still differs from SGLang, each reason checked by running the point with --runxfail;
 # keyed (test, model), (test, model, mutation) or (test, model, mutation, setting). The held configs taken
@@ -76,25 +81,9 @@ def plan(point: dict, tmp_path: Path, **extra):
     return spec, plan_layers(spec, settings)
 
 
-ORACLE_DIR = re.compile(r"/tmp/kvdoctor-sgl-check-[^/\s]+/\d+")  # the folder the oracle gave SGLang
-
-
 def refusal_text(want: dict, model_dir: Path) -> str:
     """SGLang's text with the oracle's model folder (named by the remote-code refusals) replaced by kvdoctor's."""
-    return ORACLE_DIR.sub(str(model_dir), want["error"]["message"])
-
-
-def golden_placements(pools: dict) -> dict[int, tuple[str, int]]:
-    """Layer id -> (pool, buffer index) as SGLang's own pool objects map them."""
-    kv = pools["token_to_kv_pool"]
-    attn = "mla" if (kv.get("full_kv_pool") or kv)["class"] in ("MLATokenToKVPool", "DSATokenToKVPool") else "full"
-    if "layers_mapping" in kv:
-        return {int(k): ("swa" if is_swa else "full", i) for k, (i, is_swa) in kv["layers_mapping"].items()}
-    if "full_attention_layer_id_mapping" in kv:
-        out = {int(k): (attn, i) for k, i in kv["full_attention_layer_id_mapping"].items()}
-        out.update({int(k): ("mamba", i) for k, i in (pools["mamba_pool"] or {}).get("mamba_map", {}).items()})
-        return out
-    return {kv["start_layer"] + i: (attn, i) for i in range(kv["layer_num"])}
+    return as_planned_for(want["error"]["message"], model_dir)
 
 
 def test_goldens_cover_the_grid():

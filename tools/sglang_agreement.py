@@ -44,6 +44,7 @@ def as_planned_for(message: str, model_dir: Path) -> str:
 
 
 def golden_placements(pools: dict) -> dict[int, tuple[str, int]]:
+    """Layer id -> (pool, buffer index) as SGLang's own pool objects map them (tests/test_sglang_cuda.py too)."""
     kv = pools["token_to_kv_pool"]
     attn = "mla" if (kv.get("full_kv_pool") or kv)["class"] in ("MLATokenToKVPool", "DSATokenToKVPool") else "full"
     if "layers_mapping" in kv:
