@@ -65,26 +65,7 @@ def engine_config(model_dir: Path, prefix_caching: bool, spec_tokens: int):
     if spec_tokens:
         kwargs["speculative_config"] = {"method": "ngram", "num_speculative_tokens": spec_tokens,
                                         "prompt_lookup_max": spec_tokens}
-    import vllm.triton_utils as triton_utils
-    from vllm.platforms import current_platform
-
-    # From 0.34.0 CpuPlatform refuses an x86 host without triton-cpu ("vLLM on x86 CPUs requires Triton
-    # (triton-cpu).": Model Runner V1 is gone). No kernel runs here, so that one check (and only it: the model
-    # registry's inspection must see the real answer) sees Triton.
-    update = current_platform.check_and_update_config
-
-    def with_triton(vllm_config):
-        had, triton_utils.HAS_TRITON = triton_utils.HAS_TRITON, True
-        try:
-            return update(vllm_config)
-        finally:
-            triton_utils.HAS_TRITON = had
-
-    current_platform.check_and_update_config = with_triton
-    try:
-        return EngineArgs(**kwargs).create_engine_config()
-    finally:
-        del current_platform.check_and_update_config
+    return EngineArgs(**kwargs).create_engine_config()
 
 
 def backend_for(cfg):
@@ -246,7 +227,9 @@ def plan(base_cfg, point: dict) -> dict:
 
 def main() -> None:
     logging.disable(logging.WARNING)
-    load_startup().cpu_platform()  # 0.26.0 resolves CpuPlatform only for a CPU build (startup.cpu_platform)
+    startup = load_startup()
+    startup.cpu_platform()  # 0.26.0 resolves CpuPlatform only for a CPU build (startup.cpu_platform)
+    startup.triton_check_passes()  # 0.34.0's CpuPlatform wants triton-cpu; no kernel runs here
     import vllm
 
     wanted = only_models()

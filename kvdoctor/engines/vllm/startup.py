@@ -217,10 +217,10 @@ def _moe_on_cpu() -> None:
     method.select_unquantized_moe_backend = select
 
 
-def _triton_check_passes() -> None:
+def triton_check_passes() -> None:
     """From 0.34.0 CpuPlatform refuses an x86 host without triton-cpu ("vLLM on x86 CPUs requires Triton
     (triton-cpu).": its CPU model runner is gone). No kernel runs here: that one check, and only while it
-    runs, sees Triton (recorded in `stand_ins`)."""
+    runs, sees Triton (recorded in `stand_ins`). goldens/vllm_oracle.py calls it too."""
     import vllm.triton_utils as triton_utils
     from vllm.platforms import current_platform
 
@@ -600,7 +600,7 @@ def setup(root: Path) -> None:
     torch.cuda.Stream = torch.cuda.Event = _NoCudaStream  # type: ignore[misc, assignment]
     _skip_cpu_mla_block_check()
     _fp8_kv_on_any_host()
-    _triton_check_passes()
+    triton_check_passes()
     _kernel_handles()
     _flash_attn_names()
     with set_current_vllm_config(VllmConfig()):
