@@ -474,18 +474,27 @@ def test_a_config_class_shipped_as_code_needs_trust_remote_code(tmp_path):
     assert not plan(spec_of(tmp_path, llama, "llama-auto-map"), VllmSettings()).refusals
 
 
-def test_the_window_flag_table_is_transformers_own():
-    """specs.WINDOW_NEEDS_FLAG against transformers 5.20.2 (the vLLM oracle venv's): the text config
-    classes that drop sliding_window when use_sliding_window is false (set 6: SmolLM3's does not)."""
+def oracle_transformers(probe: str):
+    """What `probe` prints last (one JSON value) under the vLLM oracle venv's transformers (5.20.2, the release
+    vLLM 0.33.0 admits); skipped without that venv."""
     import subprocess
-
-    from kvdoctor.engines.vllm.specs import WINDOW_NEEDS_FLAG
-
-    composite = {"qwen2_vl", "qwen2_5_vl"}  # their text config is one of the others
 
     python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
     if not python.exists():
         pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_window_flag_table_is_transformers_own():
+    """specs.WINDOW_NEEDS_FLAG against transformers 5.20.2 (the vLLM oracle venv's): the text config
+    classes that drop sliding_window when use_sliding_window is false (set 6: SmolLM3's does not)."""
+    from kvdoctor.engines.vllm.specs import WINDOW_NEEDS_FLAG
+
+    composite = {"qwen2_vl", "qwen2_5_vl"}  # their text config is one of the others
+
     probe = (
         "import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
         "drops = []\nfor mt in sorted(CONFIG_MAPPING.keys()):\n    try:\n"
@@ -493,23 +502,15 @@ def test_the_window_flag_table_is_transformers_own():
         "    except Exception:\n        continue\n"
         "    if t.get('model_type') == mt and t.get('sliding_window') in (None, 0):\n        drops.append(mt)\n"
         "print(json.dumps(drops))\n")
-    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
-                         env={"PATH": "/usr/bin:/bin"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert set(json.loads(out.stdout.strip().splitlines()[-1])) == WINDOW_NEEDS_FLAG - composite
+    assert set(oracle_transformers(probe)) == WINDOW_NEEDS_FLAG - composite
 
 
 def test_the_read_only_layer_types_table_is_transformers_own():
     """specs.LAYER_TYPES_READ_ONLY against transformers 5.20.2 (the vLLM oracle venv's): the configuration
     classes whose `layer_types` (itself or through attribute_map) is a property without a setter, which a
     config.json that sets it makes raise (set 7: Jamba with every layer sliding)."""
-    import subprocess
-
     from kvdoctor.engines.vllm.specs import LAYER_TYPES_READ_ONLY
 
-    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
     probe = (
         "import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
         "found = []\nfor mt in sorted(CONFIG_MAPPING.keys()):\n    cls = CONFIG_MAPPING[mt]\n"
@@ -517,26 +518,15 @@ def test_the_read_only_layer_types_table_is_transformers_own():
         "    prop = getattr(cls, attr, None)\n"
         "    if isinstance(prop, property) and prop.fset is None:\n        found.append(mt)\n"
         "print(json.dumps(found))\n")
-    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
-                         env={"PATH": "/usr/bin:/bin"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert set(json.loads(out.stdout.strip().splitlines()[-1])) == LAYER_TYPES_READ_ONLY
+    assert set(oracle_transformers(probe)) == LAYER_TYPES_READ_ONLY
 
 
 def test_the_mamba_hybrids_asked_of_their_class_are_the_validating_ones():
     """hf_config.MAMBA_CLASS_CHECKED: of the Mamba hybrids kvdoctor's family table reads, those whose transformers
     5.20.2 class defines `validate_architecture` (set 8: Falcon-H1 refused by its own class)."""
-    import subprocess
-
     from kvdoctor.load.hf_config import MAMBA_CLASS_CHECKED
 
-    python = ROOT / "goldens" / ".venv" / "vllm" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no vLLM oracle venv (bash goldens/setup_venvs.sh)")
     hybrids = ["bamba", "falcon_h1", "granitemoehybrid", "jamba", "zamba", "zamba2", "nemotron_h"]
     probe = ("import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
              f"print(json.dumps([mt for mt in {hybrids!r} if 'validate_architecture' in vars(CONFIG_MAPPING[mt])]))\n")
-    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300,
-                         env={"PATH": "/usr/bin:/bin"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert set(json.loads(out.stdout.strip().splitlines()[-1])) == MAMBA_CLASS_CHECKED
+    assert set(oracle_transformers(probe)) == MAMBA_CLASS_CHECKED
