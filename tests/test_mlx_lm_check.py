@@ -27,13 +27,8 @@ def _config_path(name: str) -> Path:
 
 
 def _golden_row(cache: LayerCache) -> dict[str, Any]:
-    row: dict[str, Any] = {"class": cache.cls}
-    for key in ("max_size", "keep", "chunk_size"):
-        if getattr(cache, key) is not None:
-            row[key] = getattr(cache, key)
-    if cache.parts:
-        row["parts"] = list(cache.parts)
-    return row
+    """The plan's JSON row in the goldens' spelling (`class` for `mlx_class`)."""
+    return {("class" if key == "mlx_class" else key): value for key, value in cache.json().items()}
 
 
 def _same_error(refusal: Any, golden: dict[str, Any]) -> bool:
