@@ -10,6 +10,9 @@ from kvdoctor.limits import human_bytes
 
 GiB = 1 << 30
 MiB = 1 << 20
+# The CUDA context alone on one GPU before anything loads: 0.13-0.14 GiB of non-torch memory at TP 1 in the
+# calibration logs of vLLM 0.11 on H100 (tests/data/startup-logs); SGLang runs on the same CUDA runtime.
+CUDA_CONTEXT = 133 * MiB
 
 
 def cdiv(a: int, b: int) -> int:

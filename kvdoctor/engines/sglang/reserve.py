@@ -28,15 +28,15 @@ import math
 
 import msgspec
 
+from kvdoctor.engines.budget.common import CUDA_CONTEXT, MiB
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import key
 from kvdoctor.engines.sglang.releases import PREFILL_GRAPHS_SINCE, RESERVE_SINCE
 
-MiB = 1 << 20
 # Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
 # in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
 # avail mem=137.29 GB" of 139.80 GiB, sgl-project/sglang#11716); logs show 0.4-2.5 GiB across GPUs and releases.
-PRELOAD = {False: 133 * MiB, True: 2570 * MiB}
+PRELOAD = {False: CUDA_CONTEXT, True: 2570 * MiB}
 PRELOAD_SOURCE = {False: "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
                   True: "memory in use before loading in a TP group: sgl-project/sglang#11716 (2.51 GiB, H200, TP 8)"}
 

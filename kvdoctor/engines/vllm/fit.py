@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import GiB, MiB, EngineRefusal
+from kvdoctor.engines.budget.common import CUDA_CONTEXT, GiB, MiB, EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
@@ -38,7 +38,7 @@ MAX_NUM_SEQS = {"xl": 1024, "large": 1024, "small": 256}
 FORWARD_WIDTHS = (3, 3)  # (x intermediate per rank, x hidden): vllm-project/vllm#10517 at 20k and 29k tokens
 # Non-torch memory on one rank, alone and with the all-reduce buffers of a TP group: 0.13-0.14 GiB at TP 1 and
 # 0.54-0.55 GiB at TP 2 in the calibration logs of vLLM 0.11 on H100 (tests/data/startup-logs).
-NON_TORCH = {False: 133 * MiB, True: 563 * MiB}
+NON_TORCH = {False: CUDA_CONTEXT, True: 563 * MiB}
 # The dummy sampler run over max_num_seqs rows of fp32 logits peaks at about this many copies of them, by
 # release: 10.3 with the V0 sampler and 256 sequences (vllm-project/vllm#10511); 9.62-9.73 with V1's sort-based
 # top-k/top-p (logits, probabilities, sorted values and indices) on the three families of the vLLM 0.11
