@@ -36,9 +36,16 @@ MAX_NUM_SEQS = {"xl": 1024, "large": 1024, "small": 256}
 # Calibrated terms (docs/fit.md lists the logs): bytes per scheduled token of the forward pass's peak,
 # in units of the activation width, and the fixed non-torch memory (CUDA context, cuBLAS workspaces, NCCL).
 FORWARD_WIDTHS = (3, 3)  # (x intermediate per rank, x hidden): vllm-project/vllm#10517 at 20k and 29k tokens
-# Non-torch memory on one rank, alone and with the all-reduce buffers of a TP group: 0.13-0.14 GiB at TP 1 and
-# 0.54-0.55 GiB at TP 2 in the calibration logs of vLLM 0.11 on H100 (tests/data/startup-logs).
-NON_TORCH = {False: CUDA_CONTEXT, True: 563 * MiB}
+# Non-torch memory the profiler charges one rank (what grows outside torch's allocator between the worker's init
+# snapshot and the end of the profiling run), by release, as (alone, a pipeline rank with TP 1, a rank of a TP
+# group). Before 0.19: 0.13-0.14 GiB at TP 1 and 0.54-0.55 GiB at TP 2 in the vLLM 0.11 calibration logs on H100.
+# From 0.19 the profiler prints it ("non-torch forward increase memory", v1/worker/gpu_worker.py:435 @ 0.19.0):
+# 0.25-0.27 GiB alone (7 logs), 0.07 on PP ranks (2 logs), 2.07-2.17 GiB in TP groups of 2 and 4 (4 logs:
+# gpt-oss-20b, Mixtral, Qwen2.5-7B, Llama-4-Scout). The TP group's buffers come after the init snapshot (whose
+# non-torch memory, 1.5-2.0 GiB there, is not charged): the FlashInfer all-reduce fusion workspace the compile
+# pass creates (device_communicators/flashinfer_all_reduce.py) and NCCL's buffers, connected at the first
+# collective. The figures are the printed ones, not sizes read from the code.
+NON_TORCH = (((0, 19), (CUDA_CONTEXT, 563 * MiB, 563 * MiB)), ((999,), (266 * MiB, 72 * MiB, 2150 * MiB)))
 # The dummy sampler run over max_num_seqs rows of fp32 logits peaks at about this many copies of them, by
 # release: 10.3 with the V0 sampler and 256 sequences (vllm-project/vllm#10511); 9.62-9.73 with V1's sort-based
 # top-k/top-p (logits, probabilities, sorted values and indices) on the three families of the vLLM 0.11
@@ -55,14 +62,19 @@ SAMPLER_COPIES = (((0, 8), 10.3), ((0, 19), 9.7), ((999,), 3.5))
 # calibration logs (the graphs captured by Qwen2-7B at 0.10.1 and gpt-oss-20b at 0.11, and 0.21's estimate for
 # Qwen3-8B; gpt-oss-120b at 0.11 measured 20), docs/fit.md.
 GRAPH_BYTES_PER_LAYER_WIDTH = 12
+# The first release whose fused-MoE workspaces stay allocated between forward passes (the workspace manager; seen in
+# 0.14's and 0.19's fused_moe/modular_kernel.py, the releases between 0.11 and 0.14 not read).
+MOE_WORKSPACE_PERSISTENT = (0, 14)
 SOURCES = {
     "requested": "vllm/v1/worker/utils.py:724-726 @ 0.33.0 (ceil(total x gpu_memory_utilization))",
     "weights": "exact: safetensors headers split as vllm 0.33.0's layers split them (vllm/weights.py)",
-    "activations": "max(forward peak, sampler peak): forward = max_num_batched_tokens x (3 x intermediate/TP "
+    "activations": "max(forward peak, sampler peak) + fused-MoE workspaces: forward = max_num_batched_tokens x (3 x intermediate/TP "
                    "+ 3 x hidden) x dtype (vllm-project/vllm#10517); sampler = max_num_seqs x vocab x 4 B x {copies} "
                    "(v1/worker/gpu_model_runner.py:5866-5900): 10.3 before 0.8, 9.7 calibrated on 5 logs of 0.11 for the sort-based "
                    "top-k/top-p, 3.5 counted in the in-place Triton path from 0.19 (docs/fit.md)",
-    "non_torch": "calibrated on 7 logs of vLLM 0.11 (docs/fit.md): 0.13 GiB alone, 0.55 GiB in a TP group",
+    "non_torch": "by release (docs/fit.md): before 0.19, calibrated on 7 logs of 0.11: 0.13 GiB alone, 0.55 GiB "
+                 "with other ranks; from 0.19, the profiler's printed figure on 13 logs of 0.19.0: 0.26 GiB alone, "
+                 "0.07 GiB on a PP rank, 2.1 GiB in a TP group (all-reduce workspaces and NCCL buffers)",
     "cuda_graphs": "v1/worker/gpu_worker.py:702-756 @ 0.33.0 (subtracted since 0.21): {graphs} graphs (capture sizes "
                    "of config/vllm.py:2398-2470, FULL and PIECEWISE) x layers x (hidden + intermediate/TP) x 12 B, "
                    "calibrated on 3 logs (docs/fit.md)",
@@ -122,15 +134,43 @@ def sampler_copies(version: str) -> float:
     return next(copies for before, copies in SAMPLER_COPIES if version_tuple(version) < before)
 
 
+def non_torch_memory(version: str, tp: int, others: int) -> int:
+    """Non-torch memory charged to one rank of `version` (see NON_TORCH); `others`: the PP x DP ranks beside it."""
+    alone, pipeline, group = next(sizes for before, sizes in NON_TORCH if version_tuple(version) < before)
+    if tp > 1:
+        return group
+    return pipeline if others > 1 else alone
+
+
+def moe_workspace(config: dict[str, Any], tp: int, tokens: int, ep: bool, width: int) -> int:
+    """Bytes of the fused-MoE kernel's two workspaces on one rank for a batch of `tokens` (0 for a dense model):
+    (M, topk, max(N/2, K)) shared with the (M, K) output, and (M, topk, max(N, K)), N the gate-and-up width per
+    rank, K the hidden size (TritonExperts.workspace_shapes, fused_moe/fused_moe.py; _allocate_buffers,
+    fused_moe/modular_kernel.py)."""
+    experts = config.get("num_experts") or config.get("num_local_experts") or config.get("n_routed_experts")
+    topk = config.get("num_experts_per_tok") or config.get("moe_topk") or config.get("experts_per_token")
+    inter = config.get("moe_intermediate_size") or config.get("intermediate_size")
+    if not (experts and topk and inter):
+        return 0
+    k, n = int(config.get("hidden_size") or 0), 2 * int(inter) // (1 if ep else tp)
+    m, topk = tokens, int(topk)
+    return (max(m * topk * max(n // 2, k), m * k) + m * topk * max(n, k)) * width
+
+
 def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
-                    version: str) -> int:
-    """The profiling run's peak above the weights on one rank (modelled: see SOURCES)."""
+                    version: str, ep: bool = False) -> int:
+    """The profiling run's peak above the weights on one rank (modelled: see SOURCES). The fused-MoE
+    workspaces are the forward pass's until 0.14, then persistent buffers of vLLM's workspace manager
+    (v1/worker/workspace.py) that the sampler run finds still held."""
     hidden, inter = widths(config)
     width = dtype_bytes(facts.serving_dtype)
     forward = tokens * (FORWARD_WIDTHS[0] * inter // tp + FORWARD_WIDTHS[1] * hidden) * width
     copies = sampler_copies(version)
     sampler = int(seqs * int(config.get("vocab_size") or 0) * 4 * copies)
-    return max(forward, sampler)
+    workspace = moe_workspace(config, tp, tokens, ep, width)
+    if version_tuple(version) >= MOE_WORKSPACE_PERSISTENT:
+        return max(forward, sampler) + workspace
+    return max(forward + workspace, sampler)
 
 
 def scheduler_defaults(version: str, gpu: Gpu, context: int) -> tuple[int, int]:
@@ -167,13 +207,13 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
                           by_kind={**weights.by_kind, "expert": weights.by_kind["expert"] + padding},
                           source=f"{weights.source}; MXFP4 expert padding +{padding / GiB:.2f} GiB: {padding_source}")
     requested = math.ceil(gpu.memory_bytes * util)
-    activations = activation_peak(facts, spec.config, tp, tokens, seqs, version)
+    activations = activation_peak(facts, spec.config, tp, tokens, seqs, version, ep)
     graphs, graph_count = 0, 0
     if not s.get("enforce_eager") and version_tuple(version) >= (0, 21):
         layers = max(last - first for first, last in weights.stage_layers)
         graphs, graph_count = cuda_graphs(spec.config, layers, tp, seqs, tokens, gpu)
     copies = sampler_copies(version)
-    non_torch = NON_TORCH[tp * pp * dp > 1]
+    non_torch = non_torch_memory(version, tp, pp * dp)
     kv = requested - weights.bytes_per_rank - activations - non_torch - graphs
     if s.get("kv_budget") is not None:  # the engine's own figure, from a log or a profiled run
         from kvdoctor.load.strict import parse_size
