@@ -293,9 +293,14 @@ def test_sglang_launch_commands_parse_and_build_server_args(llama: Path, tmp_pat
 
 
 def test_sglang_fit_without_any_context_length_is_one_line(tmp_path: Path) -> None:
-    """A config that states no context length (Gemma-3's published text_config has none) and no --context:
-    SGLang sizes its request slots by the context, so fit asks for one instead of dividing by zero."""
-    d = make_model(tmp_path, "llama-3.1-8b", edit=lambda c: c.pop("max_position_embeddings"))
+    """A config that states no context length: the engines read its transformers class's default (Gemma-3's
+    text_config: 131072; Llama's: 2048), and fit does too; a type with no class (remote code) and no --context
+    is a one-line error, not a division by zero (SGLang sizes its request slots by the context)."""
+    llama = make_model(tmp_path, "llama-3.1-8b", edit=lambda c: c.pop("max_position_embeddings"))
+    proc = run("fit", str(llama), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "1", "--format", "json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["rows"][0]["context"] == 2048  # LlamaConfig's default
+    cfg = json.loads((ROOT / "fixtures/configs/fresh/internlm__internlm2_5-7b-chat.json").read_text())
+    d = make_model(tmp_path, cfg, edit=lambda c: c.pop("max_position_embeddings"))
     proc = run("fit", str(d), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "1")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "states no context length" in proc.stderr and "give --context" in proc.stderr

@@ -161,3 +161,53 @@ def test_sglang_stage_of_linear_attention_alone_does_not_crash(tmp_path) -> None
     doc = api.fit(make_model(tmp_path, "kimi-linear"), engine="sglang", gpu="H100-80GB", gpus=8, context=32768)
     pp8 = next(r for r in doc["rows"] if r["layout"]["pp"] == 8)
     assert pp8["kv_tokens"] and any("only linear-attention state" in n for n in pp8["notes"])
+
+
+def test_vllm_non_torch_memory_by_release_and_rank() -> None:
+    # 0.19 prints it: a TP group's all-reduce workspaces dwarf a lone rank's, a PP rank with TP 1 holds least;
+    # before 0.19 one figure stands for any rank with others beside it
+    group, alone, stage = (vfit.non_torch_memory("0.19.0", 2, 1), vfit.non_torch_memory("0.19.0", 1, 1),
+                           vfit.non_torch_memory("0.19.0", 1, 2))
+    assert group > 2 * 1024 ** 3 > alone > stage
+    assert vfit.non_torch_memory("0.11.0", 1, 2) == vfit.non_torch_memory("0.11.0", 2, 1) > vfit.non_torch_memory(
+        "0.11.0", 1, 1)
+
+
+def test_vllm_moe_workspace_follows_the_triton_expert_shapes() -> None:
+    qwen3_moe = {"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8}
+    m, topk, k, n = 8192, 8, 2048, 2 * 768
+    expected = (max(m * topk * max(n // 2, k), m * k) + m * topk * max(n, k)) * 2
+    assert vfit.moe_workspace(qwen3_moe, 1, m, False, 2) == expected
+    # TP splits the gate-and-up width per rank, expert parallelism keeps it whole; a dense model has none
+    mixtral = {"hidden_size": 4096, "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2}
+    assert vfit.moe_workspace(mixtral, 2, m, False, 2) < vfit.moe_workspace(mixtral, 2, m, True, 2)
+    assert vfit.moe_workspace({"hidden_size": 4096, "intermediate_size": 14336}, 1, m, False, 2) == 0
+
+
+def test_vllm_moe_workspace_is_held_at_the_sampler_peak_from_0_14(tmp_path) -> None:
+    from kvdoctor.engines import profile
+    from kvdoctor.load.loader import load_model
+
+    d = make_model(tmp_path, {"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 128,
+                              "num_experts_per_tok": 8, "vocab_size": 151936, "num_hidden_layers": 4,
+                              "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                              "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe"})
+    spec = load_model(str(d))
+    facts = profile("vllm").budget_facts(spec)
+    workspace = vfit.moe_workspace(spec.config, 1, 8192, False, 2)
+    new = vfit.activation_peak(facts, spec.config, 1, 8192, 1024, "0.19.0", vocab=151936)
+    old = vfit.activation_peak(facts, spec.config, 1, 8192, 1024, "0.11.0", vocab=151936)
+    assert new == int(1024 * 151936 * 4 * 3.5) + workspace  # the sampler's peak with the workspaces still held
+    assert old == int(1024 * 151936 * 4 * 9.7)  # freed after the forward pass, below the sort-based sampler
+
+
+def test_sglang_preload_without_custom_all_reduce_on_pcie_cards() -> None:
+    l4, h100 = gpu("L4"), gpu("H100-80GB")
+    assert l4.pcie_only and not h100.pcie_only
+    assert reserve.preload_kind(4, 1, l4.pcie_only) == "nccl"  # custom all-reduce off beyond two PCIe GPUs
+    assert reserve.preload_kind(2, 1, l4.pcie_only) == "group"
+    assert reserve.preload_kind(4, 1, h100.pcie_only) == "group" and reserve.preload_kind(1, 1, True) == "alone"
+    weights = 15 * 1024 ** 3
+    pcie = reserve.pool(l4.memory_bytes, weights, tp=4, release="0.4.3", pcie_only=True)
+    nvlink = reserve.pool(l4.memory_bytes, weights, tp=4, release="0.4.3", pcie_only=False)
+    assert pcie.preload == reserve.PRELOAD["nccl"] < nvlink.preload and pcie.kv > nvlink.kv

@@ -77,6 +77,10 @@ def _mlp(out: Layout, p: str, cfg: dict, dt: str) -> None:
             for name, shape in (("gate_proj", [inter, hidden]), ("up_proj", [inter, hidden]),
                                 ("down_proj", [hidden, inter])):
                 out[f"{p}mlp.experts.{e}.{name}.weight"] = (dt, shape)
+        if str(cfg.get("model_type") or "").startswith("llama4"):  # Llama-4's shared expert, as wide as one expert
+            for name, shape in (("gate_proj", [inter, hidden]), ("up_proj", [inter, hidden]),
+                                ("down_proj", [hidden, inter])):
+                out[f"{p}mlp.shared_expert.{name}.weight"] = (dt, shape)
         shared = cfg.get("shared_expert_intermediate_size")
         if shared:  # Qwen2-MoE's always-on expert and its sigmoid gate
             for name, shape in (("gate_proj", [shared, hidden]), ("up_proj", [shared, hidden]),
@@ -88,6 +92,45 @@ def _mlp(out: Layout, p: str, cfg: dict, dt: str) -> None:
         out[p + "mlp.gate_proj.weight"] = (dt, [inter, hidden])
         out[p + "mlp.up_proj.weight"] = (dt, [inter, hidden])
         out[p + "mlp.down_proj.weight"] = (dt, [hidden, inter])
+
+
+def add_siglip(out: Layout, vision: dict, text_hidden: int, dt: str) -> None:
+    """A SigLIP vision tower and Gemma-3's projector onto the text width (transformers' SiglipVisionModel
+    and Gemma3MultiModalProjector tensor names)."""
+    hidden, inter = vision["hidden_size"], vision["intermediate_size"]
+    patch, image = vision["patch_size"], vision["image_size"]
+    v = "vision_tower.vision_model."
+    out[v + "embeddings.patch_embedding.weight"] = (dt, [hidden, vision.get("num_channels", 3), patch, patch])
+    out[v + "embeddings.patch_embedding.bias"] = (dt, [hidden])
+    out[v + "embeddings.position_embedding.weight"] = (dt, [(image // patch) ** 2, hidden])
+    for i in range(vision["num_hidden_layers"]):
+        p = f"{v}encoder.layers.{i}."
+        for norm in ("layer_norm1", "layer_norm2"):
+            out[f"{p}{norm}.weight"] = (dt, [hidden])
+            out[f"{p}{norm}.bias"] = (dt, [hidden])
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            out[f"{p}self_attn.{proj}.weight"] = (dt, [hidden, hidden])
+            out[f"{p}self_attn.{proj}.bias"] = (dt, [hidden])
+        out[p + "mlp.fc1.weight"] = (dt, [inter, hidden])
+        out[p + "mlp.fc1.bias"] = (dt, [inter])
+        out[p + "mlp.fc2.weight"] = (dt, [hidden, inter])
+        out[p + "mlp.fc2.bias"] = (dt, [hidden])
+    out[v + "post_layernorm.weight"] = (dt, [hidden])
+    out[v + "post_layernorm.bias"] = (dt, [hidden])
+    out["multi_modal_projector.mm_input_projection_weight"] = (dt, [hidden, text_hidden])
+    out["multi_modal_projector.mm_soft_emb_norm.weight"] = (dt, [hidden])
+
+
+def _has_tower(model_dir: Path, cfg: dict) -> bool:
+    """Whether the real checkpoint holds a vision tower kvdoctor can lay out: the index's weight_map says so
+    where the index is stored beside the config; without one, the config's vision_config does."""
+    vision = cfg.get("vision_config")
+    if not isinstance(vision, dict) or vision.get("model_type") != "siglip_vision_model":
+        return False
+    index = model_dir / INDEX_NAME
+    if index.exists():
+        return any(name.startswith("vision_tower.") for name in json.loads(index.read_text())["weight_map"])
+    return True
 
 
 def _class_default(cfg: dict, key: str) -> object:
@@ -128,7 +171,14 @@ def layout_for(model_dir: str | Path) -> Layout:
             add_mla(out, p, cfg, dt)
         elif layer.kind in (GDN, MAMBA, ATTN_MAMBA):
             _state(out, p, cfg, layer.kind, dt)
-        _mlp(out, p, cfg, dt)
+        step = cfg.get("interleave_moe_layer_step")
+        if step and (layer.index + 1) % int(step) and cfg.get("intermediate_size_mlp"):  # Llama-4's dense layers
+            _mlp(out, p, {"hidden_size": hidden, "intermediate_size": cfg["intermediate_size_mlp"]}, dt)
+        else:
+            _mlp(out, p, cfg, dt)
+    raw = json.loads((Path(model_dir) / "config.json").read_text())
+    if _has_tower(Path(model_dir), raw):
+        add_siglip(out, raw["vision_config"], hidden, dt)
     return out
 
 

@@ -184,7 +184,8 @@ def facts_from_spec(spec: ModelSpec, extra_kinds: dict[str, str] | None = None) 
         kv_heads=attn.n_kv_heads if attn and attn.n_kv_heads else (cfg.get("num_key_value_heads") or heads or 0),
         head_dim=attn.head_dim if attn and attn.head_dim else (cfg.get("head_dim") or 0),
         config_dtype=spec.dtype, weight_dtype=_weight_dtype(spec),
-        max_position=next((cfg[k] for k in POSITION_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 0), None),
+        max_position=next((cfg[k] for k in POSITION_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 0), None)
+        or _class_position(cfg),
         config_ssm_dtype=cfg.get("mamba_ssm_dtype"),
         weights_bytes=spec.checkpoint.total_bytes if spec.checkpoint and spec.checkpoint.total_bytes else None,
     )
@@ -209,6 +210,21 @@ def facts_from_spec(spec: ModelSpec, extra_kinds: dict[str, str] | None = None) 
     if kinds["full"] + kinds["sliding"] and (facts.kv_heads <= 0 or facts.head_dim <= 0):
         raise InputError(f"{where}: attention layers need num_key_value_heads and head_dim (or hidden_size)")
     return facts
+
+
+def _class_position(cfg: dict[str, Any]) -> int | None:
+    """The context the model's transformers configuration class gives a config that states none (Gemma-3's
+    text_config: 131072), which the engines read through that class; None without transformers or the class."""
+    from kvdoctor.load import hf_config
+
+    if not hf_config.installed() or not isinstance(cfg.get("model_type"), str):
+        return None
+    try:
+        view = hf_config.read(cfg["model_type"], cfg, attrs=("max_position_embeddings",))
+    except hf_config.Rejected:
+        return None
+    value = view.resolved.get("max_position_embeddings") if view else None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 SAFETENSORS_FLOATS = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}

@@ -28,6 +28,7 @@ class Gpu(msgspec.Struct, frozen=True):
     large_tier: bool = False  # vLLM's >= 70 GiB non-A100 tier (its larger scheduler defaults)
     unified: bool = False
     sm: int = 0  # CUDA compute capability x 10 (90: Hopper); 0: not NVIDIA or not known
+    pcie_only: bool = False  # no NVLink mesh between the cards (the engines' custom all-reduce stays off beyond 2)
     source: str = ""
 
 
@@ -61,6 +62,7 @@ def gpu(name: str | None, memory: str | None = None) -> Gpu:
     size = int(raw["memory_gib"] * GiB) if override is None else override
     return Gpu(name=key, memory_bytes=size, vendor=raw["vendor"], large_tier=bool(raw.get("large_tier")),
                unified=bool(raw.get("unified")), sm=int(raw.get("sm", 0)),
+               pcie_only=bool(raw.get("pcie_only")),
                source="--gpu-memory" if override is not None else raw["source"])
 
 

@@ -40,9 +40,15 @@ COMMON_RULES: tuple[tuple[str, str], ...] = (
     (r"(q_proj|gate_proj|up_proj|gate_up_proj|qkv_proj|q_b_proj|kv_b_proj|b_proj|f_b_proj|g_b_proj|in_proj\w*|conv1d|dense_h_to_4h)\.",
      "column"),
     (r"\.(A_log|dt_bias|D|sinks)$", "column"),  # per-head parameters of Mamba/GDN mixers and gpt-oss sinks
+    (r"\.fc2\.bias$", "replicated"),  # a vision encoder's MLP (SigLIP): fc1 column-, fc2 row-parallel
+    (r"\.fc1\.", "column"),
+    (r"\.fc2\.", "row"),
 )
 KINDS = ("column", "kv_column", "row", "replicated", "vocab", "expert")
 LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# A vision or audio encoder and its projector: their numbered layers are not the decoder's; the engines build them
+# on the first pipeline stage, beside the embeddings.
+TOWER_RE = re.compile(r"(^|\.)(vision_tower|vision_model|visual|multi_modal_projector|audio_tower|mm_projector)\.")
 _NUMBERS = re.compile(r"\.\d+\.")
 
 
@@ -179,10 +185,11 @@ def _classify(ckpt: Checkpoint, rules: ShardRules) -> _Classified:
             kind = "replicated"
             if len(unmatched) < 20:
                 unmatched.append(name)
-        m = LAYER_RE.search(name)
+        tower = TOWER_RE.search(name) is not None
+        m = None if tower else LAYER_RE.search(name)
         layer = int(m.group(1)) if m is not None else -1
-        place = "layer" if m is not None else "embed" if kind == "vocab" and "embed" in name else \
-            "head" if kind == "vocab" or "norm" in name else "first"
+        place = "layer" if m is not None else "first" if tower else "embed" if kind == "vocab" and "embed" in name \
+            else "head" if kind == "vocab" or "norm" in name else "first"
         attention = "attn" in name or "attention" in name
         key: tuple = (kind, layer, attention, place, name if kind == "vocab" else "")
         group = groups.get(key)

@@ -41,7 +41,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     release = str(s.get("version") or VERSION)
     p = reserve.pool(gpu.memory_bytes, weights.bytes_per_rank, tp, pp, dp, dpa, bool(facts.mla_latent), release,
                      chunked=s.get("chunked_prefill_size"), max_running=s.get("max_running_requests"),
-                     cuda_graph=not s.get("disable_cuda_graph"), mem_fraction_static=s.get("mem_fraction_static"))
+                     cuda_graph=not s.get("disable_cuda_graph"), mem_fraction_static=s.get("mem_fraction_static"),
+                     pcie_only=gpu.pcie_only)
     d, non_torch, reserved, kv, how, mfs = p.defaults, p.preload, p.reserved, p.kv, p.how, p.mem_fraction_static
     chunked = d.chunked_prefill_size
     if s.get("kv_budget") is not None:
@@ -49,7 +50,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     terms = [Term(name="reserved", bytes=reserved, source=how),
              Term(name="weights", bytes=weights.bytes_per_rank, source=f"exact: safetensors headers split as sglang "
                   f"{VERSION}'s layers split them (sglang/weights.py)"),
-             Term(name="non_torch", bytes=non_torch, source=reserve.PRELOAD_SOURCE[tp * pp > 1]),
+             Term(name="non_torch", bytes=non_torch, source=reserve.PRELOAD_SOURCE[reserve.preload_kind(tp, pp, gpu.pcie_only)]),
              Term(name="kv", bytes=max(kv, 0), source="what is left for the pools: srt/model_executor/model_runner.py")]
     context = request.context or facts.max_position or 0
     if not context:  # SGLang sizes its request slots by the context length (srt/.../model_runner.py)

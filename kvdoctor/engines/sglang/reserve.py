@@ -35,9 +35,25 @@ from kvdoctor.engines.sglang.releases import PREFILL_GRAPHS_SINCE, RESERVE_SINCE
 
 # Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
 # in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
-# avail mem=137.29 GB" of 139.80 GiB, sgl-project/sglang#11716); logs show 0.4-2.5 GiB across GPUs and releases.
-PRELOAD = {False: CUDA_CONTEXT, True: 2570 * MiB}
-PRELOAD_SOURCE = {False: "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
+# avail mem=137.29 GB" of 139.80 GiB, sgl-project/sglang#11716). On PCIe-only cards beyond two ranks the custom
+# all-reduce stays off ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs",
+# custom_all_reduce.py, the check vLLM's carries too): the group holds NCCL's communicator alone, priced as vLLM's
+# TP group before 0.19 (0.55 GiB, calibrated on the vLLM 0.11 logs).
+PRELOAD = {"alone": CUDA_CONTEXT, "group": 2570 * MiB, "nccl": 563 * MiB}
+PRELOAD_SOURCE = {"alone": "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
+                  "group": "memory in use before loading in a TP group: sgl-project/sglang#11716 (2.51 GiB, H200, TP 8)",
+                  "nccl": "a TP group of more than two PCIe-only GPUs, no custom all-reduce: NCCL's communicator, "
+                          "priced as vLLM's TP group before 0.19 (0.55 GiB, vLLM 0.11 calibration logs)"}
+
+
+def preload_kind(tp: int, pp: int, pcie_only: bool) -> str:
+    """Which PRELOAD a rank has: alone, in a group with SGLang's custom all-reduce, or in one without it."""
+    if tp * pp == 1:
+        return "alone"
+    return "nccl" if pcie_only and tp > 2 else "group"
+
+
+SOURCE = {False: "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
                   True: "memory in use before loading in a TP group: sgl-project/sglang#11716 (2.51 GiB, H200, TP 8)"}
 
 SOURCE = "sglang {release} srt/arg_groups/memory_hook.py (handle_gpu_memory_settings, reserve_for_graph_mb)"
@@ -106,8 +122,9 @@ class Pool(msgspec.Struct, frozen=True):
 
 def pool(gpu_bytes: int, weights_bytes: int, tp: int = 1, pp: int = 1, dp: int = 1, dp_attention: bool = False,
          mla: bool = False, release: str = PINS["sglang"], chunked: int | None = None, max_running: int | None = None,
-         cuda_graph: bool = True, mem_fraction_static: float | None = None) -> Pool:
-    """The pools' memory on one rank of a GPU of `gpu_bytes` holding `weights_bytes` of weights."""
+         cuda_graph: bool = True, mem_fraction_static: float | None = None, pcie_only: bool = False) -> Pool:
+    """The pools' memory on one rank of a GPU of `gpu_bytes` holding `weights_bytes` of weights (`pcie_only`:
+    cards with no NVLink mesh, see PRELOAD)."""
     d = defaults(gpu_bytes / MiB, tp, pp, dp, dp_attention, mla, release, chunked=chunked, max_running=max_running,
                  cuda_graph=cuda_graph)
     if mem_fraction_static:
@@ -118,7 +135,7 @@ def pool(gpu_bytes: int, weights_bytes: int, tp: int = 1, pp: int = 1, dp: int =
         how = (f"(total - non-torch) x (1 - mem_fraction_static {mfs}), SGLang's default: " +
                (f"{d.reserved_mib:.0f} MiB reserved for activations and CUDA graphs, " if d.reserved_mib else "") +
                d.source)
-    preload = PRELOAD[tp * pp > 1]
+    preload = PRELOAD[preload_kind(tp, pp, pcie_only)]
     before = gpu_bytes - preload
     reserved = before - math.floor(before * mfs)
     return Pool(preload=preload, reserved=reserved, kv=before - reserved - weights_bytes, mem_fraction_static=mfs,

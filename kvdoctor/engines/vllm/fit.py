@@ -157,8 +157,18 @@ def moe_workspace(config: dict[str, Any], tp: int, tokens: int, ep: bool, width:
     return (max(m * topk * max(n // 2, k), m * k) + m * topk * max(n, k)) * width
 
 
+def vocab_size(spec: ModelSpec) -> int:
+    """The logits' width: the config's vocab_size, or the rows of the checkpoint's input embedding where the
+    config leaves it to its class (Gemma-3's text_config)."""
+    if spec.config.get("vocab_size"):
+        return int(spec.config["vocab_size"])
+    rows = [shape[0] for name, _dtype, shape, _file in (spec.checkpoint.tensors.values() if spec.checkpoint else [])
+            if name.endswith("embed_tokens.weight") and shape]
+    return max(rows, default=0)
+
+
 def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
-                    version: str, ep: bool = False) -> int:
+                    version: str, ep: bool = False, vocab: int = 0) -> int:
     """The profiling run's peak above the weights on one rank (modelled: see SOURCES). The fused-MoE
     workspaces are the forward pass's until 0.14, then persistent buffers of vLLM's workspace manager
     (v1/worker/workspace.py) that the sampler run finds still held."""
@@ -166,7 +176,7 @@ def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: 
     width = dtype_bytes(facts.serving_dtype)
     forward = tokens * (FORWARD_WIDTHS[0] * inter // tp + FORWARD_WIDTHS[1] * hidden) * width
     copies = sampler_copies(version)
-    sampler = int(seqs * int(config.get("vocab_size") or 0) * 4 * copies)
+    sampler = int(seqs * vocab * 4 * copies)
     workspace = moe_workspace(config, tp, tokens, ep, width)
     if version_tuple(version) >= MOE_WORKSPACE_PERSISTENT:
         return max(forward, sampler) + workspace
@@ -207,7 +217,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
                           by_kind={**weights.by_kind, "expert": weights.by_kind["expert"] + padding},
                           source=f"{weights.source}; MXFP4 expert padding +{padding / GiB:.2f} GiB: {padding_source}")
     requested = math.ceil(gpu.memory_bytes * util)
-    activations = activation_peak(facts, spec.config, tp, tokens, seqs, version, ep)
+    activations = activation_peak(facts, spec.config, tp, tokens, seqs, version, ep, vocab_size(spec))
     graphs, graph_count = 0, 0
     if not s.get("enforce_eager") and version_tuple(version) >= (0, 21):
         layers = max(last - first for first, last in weights.stage_layers)
