@@ -53,9 +53,6 @@ def preload_kind(tp: int, pp: int, pcie_only: bool) -> str:
     return "nccl" if pcie_only and tp > 2 else "group"
 
 
-SOURCE = {False: "the CUDA context, calibrated on vLLM 0.11 logs (the same CUDA runtime)",
-                  True: "memory in use before loading in a TP group: sgl-project/sglang#11716 (2.51 GiB, H200, TP 8)"}
-
 SOURCE = "sglang {release} srt/arg_groups/memory_hook.py (handle_gpu_memory_settings, reserve_for_graph_mb)"
 OLD_SOURCE = "sglang {release} srt/server_args.py __post_init__ (mem_fraction_static by TP size)"
 # (memory below, in MiB; chunked_prefill_size; decode max_bs below TP 4; from TP 4) @ 0.5.23
