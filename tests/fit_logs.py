@@ -8,8 +8,9 @@ quantization_config says), so the weights are priced as the engine stores them.
 
 Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers;
 `--summary` prints how many logs meet each of issue 40's bounds, per part (calibration, validation, held-out: the
-set collected after the last calibration and scored before any change it prompted) and for the logs collected
-after the last calibration (their `collected_after_calibration` field).
+set collected after the last calibration and scored before any change it prompted; fresh: a second such set, collected
+after the fixes the first one prompted) and for the logs collected after the last calibration (their
+`collected_after_calibration` field).
 """
 from __future__ import annotations
 
@@ -205,7 +206,8 @@ def summary(data: list[dict[str, Any]]) -> str:
     late = {stem for stem, log in logs() if log.get("collected_after_calibration")}
     groups = [("calibration", [r for r in data if r["part"] == "calibration"]),
               ("validation", [r for r in data if r["part"] == "validation"]),
-              ("held-out", [r for r in data if r["part"] == "held-out"]), ("all", data),
+              ("held-out", [r for r in data if r["part"] == "held-out"]),
+              ("fresh held-out", [r for r in data if r["part"] == "fresh"]), ("all", data),
               ("collected after the last calibration", [r for r in data if r["log"] in late])]
     lines = [f"{len(data)} logs, {sum(1 for r in data if not r['skip'])} predicted"]
     for name, group in groups:
