@@ -211,3 +211,37 @@ def test_sglang_preload_without_custom_all_reduce_on_pcie_cards() -> None:
     pcie = reserve.pool(l4.memory_bytes, weights, tp=4, release="0.4.3", pcie_only=True)
     nvlink = reserve.pool(l4.memory_bytes, weights, tp=4, release="0.4.3", pcie_only=False)
     assert pcie.preload == reserve.PRELOAD["nccl"] < nvlink.preload and pcie.kv > nvlink.kv
+
+
+def test_float_weights_are_priced_in_the_serving_dtype(tmp_path) -> None:
+    """Both engines cast a float32 checkpoint's weights to the serving dtype as they load them (bfloat16 under
+    dtype=auto); scales of quantized tensors keep their dtype; mlx-lm (no float_bytes) keeps what is stored."""
+    from kvdoctor.engines.budget.weights import Parallel, weights_per_rank
+    from kvdoctor.load.loader import load_model
+
+    def to_f32(layout: dict) -> None:
+        for name, (_dt, shape) in list(layout.items()):
+            layout[name] = ("F32", shape)
+        layout["model.layers.0.mlp.down_proj.weight_scale_inv"] = ("F32", [4, 4])
+
+    spec = load_model(str(make_model(tmp_path, "llama-3.1-8b", tensors=to_f32)))
+    assert spec.checkpoint is not None
+    stored = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, Parallel(), spec.num_hidden_layers)
+    served = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, Parallel(), spec.num_hidden_layers, 2)
+    assert served.bytes_per_rank == (stored.bytes_per_rank - 64) // 2 + 64  # the 4 x 4 F32 scale stays 64 B
+
+
+def test_vllm_dtype_setting_prices_weights_and_kv_in_that_dtype(tmp_path) -> None:
+    from kvdoctor.engines import profile
+    from kvdoctor.engines.budget.fit import Request
+    from kvdoctor.load.loader import load_model
+
+    spec = load_model(str(make_model(tmp_path, "llama-3.1-8b")))
+    facts = profile("vllm").budget_facts(spec)
+    card, layout, request = gpu("H100-80GB"), {"tp": 1}, Request(context=8192)
+    auto = vfit.fit(spec, facts, card, layout, request, {"version": "0.19.0", "kv_budget": 40 << 30})
+    fp32 = vfit.fit(spec, facts, card, layout, request, {"version": "0.19.0", "kv_budget": 40 << 30, "dtype": "float32"})
+    assert fp32.weights.bytes_per_rank == 2 * auto.weights.bytes_per_rank
+    assert auto.kv_tokens is not None and fp32.kv_tokens is not None
+    assert abs(fp32.kv_tokens * 2 - auto.kv_tokens) <= 16  # a float32 KV cache: half the tokens, to the block
+    assert "--dtype" in fp32.launch and "--dtype" not in auto.launch

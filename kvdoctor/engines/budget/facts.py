@@ -105,6 +105,7 @@ class ModelFacts(msgspec.Struct):
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
     mlx_lm_module: str | None = None  # set by the mlx-lm profile: the mlx_lm.models module its loader picks
     weights_bytes: int | None = None
+    dtype: str | None = None  # the engine's --dtype where the deployer sets it (fit's settings)
     sources: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def count(self, kind: str) -> int:
@@ -125,8 +126,11 @@ class ModelFacts(msgspec.Struct):
 
     @property
     def serving_dtype(self) -> str:
-        """The dtype vLLM and SGLang serve with under dtype=auto: the config's 16-bit dtype, and
-        bfloat16 when the config says float32 or nothing (both engines downcast)."""
+        """The dtype vLLM and SGLang serve with: the deployer's --dtype where set (float32 included), else,
+        under dtype=auto, the config's 16-bit dtype, and bfloat16 when the config says float32 or nothing
+        (both engines downcast)."""
+        if self.dtype:
+            return self.dtype
         if self.config_dtype in ("bfloat16", "float16"):
             return self.config_dtype
         return "bfloat16"

@@ -158,14 +158,23 @@ class _Classified(msgspec.Struct):
     unmatched: list[str]
 
 
-_LAST: dict[int, tuple[Checkpoint, ShardRules, _Classified]] = {}
+_LAST: dict[int, tuple[Checkpoint, tuple[ShardRules, int | None], _Classified]] = {}
 
 
-def _classify(ckpt: Checkpoint, rules: ShardRules) -> _Classified:
+# Float tensors the engines cast to the serving dtype as they load them: the layers' weights. Scales of quantized
+# tensors, per-head parameters (A_log, dt_bias, sinks) and the like keep the dtype the model code gives them.
+_CAST = {"BF16", "F16", "F32"}
+
+
+def _cast(name: str, dtype: str) -> bool:
+    return dtype in _CAST and name.endswith(".weight") and "scale" not in name
+
+
+def _classify(ckpt: Checkpoint, rules: ShardRules, float_bits: int | None = None) -> _Classified:
     """Each tensor's split and place, summed into groups once per checkpoint, so that pricing one more
     layout costs a pass over a few hundred groups, not over every tensor."""
     hit = _LAST.get(id(ckpt))
-    if hit is not None and hit[0] is ckpt and hit[1] == rules:
+    if hit is not None and hit[0] is ckpt and hit[1] == (rules, float_bits):
         return hit[2]
     from kvdoctor.load.checkpoint import DTYPE_BITS
 
@@ -177,7 +186,8 @@ def _classify(ckpt: Checkpoint, rules: ShardRules) -> _Classified:
         numel = 1
         for d in shape:
             numel *= d
-        nbytes = (numel * DTYPE_BITS[dtype] + 7) // 8
+        bits = float_bits if float_bits and _cast(name, dtype) else DTYPE_BITS[dtype]
+        nbytes = (numel * bits + 7) // 8
         total += nbytes
         pattern = _NUMBERS.sub("#", name)
         kind = kinds[pattern] if pattern in kinds else kinds.setdefault(pattern, rules.kind(name))
@@ -199,14 +209,16 @@ def _classify(ckpt: Checkpoint, rules: ShardRules) -> _Classified:
         group.nbytes += nbytes
     out = _Classified(groups=list(groups.values()), total=total, tensors=len(ckpt.tensors), unmatched=unmatched)
     _LAST.clear()
-    _LAST[id(ckpt)] = (ckpt, rules, out)
+    _LAST[id(ckpt)] = (ckpt, (rules, float_bits), out)
     return out
 
 
 def weights_per_rank(ckpt: Checkpoint, config: dict[str, Any], rules: ShardRules, par: Parallel,
-                     layers: int) -> WeightsRecord:
+                     layers: int, float_bytes: int | None = None) -> WeightsRecord:
     """Price every tensor on the fullest rank of each pipeline stage. Embeddings sit on the first stage;
-    the output head and final norm on the last (a tied head too, once there is more than one stage)."""
+    the output head and final norm on the last (a tied head too, once there is more than one stage).
+    `float_bytes`: the serving dtype's width, which the engine casts the float weights to (a float32
+    checkpoint served in bfloat16, or `--dtype float32`); None: priced as stored (mlx-lm)."""
     if not ckpt.tensors:
         raise InputError("weights per rank need the checkpoint's safetensors headers; this model has none")
     stages = pp_partition(layers, par.pp)
@@ -220,7 +232,7 @@ def weights_per_rank(ckpt: Checkpoint, config: dict[str, Any], rules: ShardRules
     per_stage = [0] * par.pp
     by_kind: dict[str, list[int]] = {k: [0] * par.pp for k in KINDS}
     tied = bool(config.get("tie_word_embeddings"))
-    classified = _classify(ckpt, rules)
+    classified = _classify(ckpt, rules, 8 * float_bytes if float_bytes else None)
     for g in classified.groups:
         share = _share(g.kind, g.nbytes, g.rows, par, g.attention, rules, kv_heads, (held, experts))
         if g.place == "layer":

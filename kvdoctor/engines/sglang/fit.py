@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec.structs import replace
+
 from kvdoctor.engines.budget.common import EngineRefusal
-from kvdoctor.engines.budget.facts import ModelFacts
+from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS
@@ -36,8 +38,11 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     tp, pp, dp = int(layout.get("tp", 1)), int(layout.get("pp", 1)), int(layout.get("dp", 1))
     ep, dpa = int(layout.get("ep", 1)), bool(layout.get("dp_attention", False))
     assert spec.checkpoint is not None
+    if s.get("dtype") not in (None, "auto"):  # --dtype: the weights and KV cache in that dtype
+        facts = replace(facts, dtype=str(s["dtype"]))
     par = sw.parallel(tp, pp, dp, ep, dpa)
-    weights = weights_per_rank(spec.checkpoint, spec.config, sw.RULES, par, spec.num_hidden_layers)
+    weights = weights_per_rank(spec.checkpoint, spec.config, sw.RULES, par, spec.num_hidden_layers,
+                               dtype_bytes(facts.serving_dtype))
     release = str(s.get("version") or VERSION)
     p = reserve.pool(gpu.memory_bytes, weights.bytes_per_rank, tp, pp, dp, dpa, bool(facts.mla_latent), release,
                      chunked=s.get("chunked_prefill_size"), max_running=s.get("max_running_requests"),

@@ -209,7 +209,10 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     tokens = int(s.get("max_num_batched_tokens") or default_tokens)
     seqs = int(s.get("max_num_seqs") or default_seqs)
     assert spec.checkpoint is not None
-    weights = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, vw.parallel(tp, pp, dp, ep), spec.num_hidden_layers)
+    if s.get("dtype") not in (None, "auto"):  # --dtype: the weights, activations and KV cache in that dtype
+        facts = replace(facts, dtype=str(s["dtype"]))
+    weights = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, vw.parallel(tp, pp, dp, ep), spec.num_hidden_layers,
+                               dtype_bytes(facts.serving_dtype))
     padding, padding_source = vw.mxfp4_padding(spec.config, weights.by_kind.get("expert", 0), gpu.sm, tp,
                                                ep, version)
     if padding:  # the MoE kernel's tile padding of MXFP4 experts, loaded into the padded shapes
@@ -333,6 +336,8 @@ def launch(spec: ModelSpec, row: FitRow, util: float, request: Request, s: dict[
     out += ["--max-model-len", str(row.context), "--gpu-memory-utilization", str(util)]
     if request.kv_cache_dtype:
         out += ["--kv-cache-dtype", request.kv_cache_dtype]
+    if s.get("dtype") not in (None, "auto"):
+        out += ["--dtype", str(s["dtype"])]
     if s.get("max_num_seqs"):
         out += ["--max-num-seqs", str(s["max_num_seqs"])]
     if s.get("max_num_batched_tokens"):
