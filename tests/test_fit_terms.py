@@ -245,3 +245,17 @@ def test_vllm_dtype_setting_prices_weights_and_kv_in_that_dtype(tmp_path) -> Non
     assert auto.kv_tokens is not None and fp32.kv_tokens is not None
     assert abs(fp32.kv_tokens * 2 - auto.kv_tokens) <= 16  # a float32 KV cache: half the tokens, to the block
     assert "--dtype" in fp32.launch and "--dtype" not in auto.launch
+
+
+def test_sglang_mxfp4_padding_by_gpu_class() -> None:
+    from kvdoctor.engines.sglang import weights as sw
+
+    gpt_oss = {"hidden_size": 2880, "intermediate_size": 2880, "quantization_config": {"quant_method": "mxfp4"}}
+    experts = 10 << 30
+    # datacenter Blackwell (FlashInfer's MXFP4 runner): both sizes to 256, 2880 -> 3072
+    assert sw.mxfp4_padding(gpt_oss, experts, 100, 1, 1) == experts * 3072 * 3072 // (2880 * 2880) - experts
+    # Hopper (Triton kernels): the per-rank intermediate size to 32 only: 2880 is a multiple, 720 (TP 4) is not
+    assert sw.mxfp4_padding(gpt_oss, experts, 90, 1, 1) == 0
+    assert sw.mxfp4_padding(gpt_oss, experts, 90, 4, 1) == experts * 736 // 720 - experts
+    assert sw.mxfp4_padding(gpt_oss, experts, 90, 8, 1) == experts * 384 // 360 - experts  # 360 -> 384
+    assert sw.mxfp4_padding({**gpt_oss, "quantization_config": {}}, experts, 100, 1, 1) == 0

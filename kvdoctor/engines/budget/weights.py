@@ -106,6 +106,13 @@ class WeightsRecord(Record, kw_only=True):
     source: str
 
 
+def padding_bytes(expert_bytes: int, hidden: int, per_rank: int, h_align: int, i_align: int) -> int:
+    """Bytes a MoE kernel's tile padding adds to a rank's experts, loaded into shapes whose hidden size and
+    per-rank intermediate size are rounded up to those alignments."""
+    padded = cdiv(hidden, h_align) * h_align * (cdiv(per_rank, i_align) * i_align)
+    return expert_bytes * padded // (hidden * per_rank) - expert_bytes
+
+
 def pp_partition(layers: int, pp: int) -> list[tuple[int, int]]:
     """Layers of each pipeline stage: an even split, the remainder one each on the stages before the
     last, counted from the end (vLLM's get_pp_indices, distributed/utils.py:198-240 @ 0.33.0)."""

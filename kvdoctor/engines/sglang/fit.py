@@ -43,6 +43,12 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     par = sw.parallel(tp, pp, dp, ep, dpa)
     weights = weights_per_rank(spec.checkpoint, spec.config, sw.RULES, par, spec.num_hidden_layers,
                                dtype_bytes(facts.serving_dtype))
+    padding = sw.mxfp4_padding(spec.config, weights.by_kind.get("expert", 0), gpu.sm, tp, ep)
+    if padding:  # the MoE kernel's tile padding of MXFP4 experts, loaded into the padded shapes
+        weights = replace(weights, bytes_per_rank=weights.bytes_per_rank + padding,
+                          by_kind={**weights.by_kind, "expert": weights.by_kind["expert"] + padding},
+                          source=f"{weights.source}; MXFP4 expert padding +{padding / (1 << 30):.2f} GiB: "
+                                 f"{sw.MXFP4_SOURCE}")
     release = str(s.get("version") or VERSION)
     p = reserve.pool(gpu.memory_bytes, weights.bytes_per_rank, tp, pp, dp, dpa, bool(facts.mla_latent), release,
                      chunked=s.get("chunked_prefill_size"), max_running=s.get("max_running_requests"),

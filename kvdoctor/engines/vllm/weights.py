@@ -10,8 +10,7 @@ and models/deepseek_v2.py (MLA's q_a_proj and kv_a_proj_with_mqa are ReplicatedL
 """
 from __future__ import annotations
 
-from kvdoctor.engines.budget.common import cdiv
-from kvdoctor.engines.budget.weights import COMMON_RULES, Parallel, ShardRules
+from kvdoctor.engines.budget.weights import COMMON_RULES, Parallel, ShardRules, padding_bytes
 from kvdoctor.engines.vllm.releases import MXFP4_ALIGN
 
 RULES = ShardRules(rules=COMMON_RULES, vocab_padding=64,
@@ -45,5 +44,4 @@ def mxfp4_padding(config: dict, expert_bytes: int, sm: int, tp: int, expert_para
         return 0, ""
     h_align, i_align = ranged.value[cls]
     per_rank = inter if expert_parallel else inter // tp
-    padded = cdiv(hidden, h_align) * h_align * (cdiv(per_rank, i_align) * i_align)
-    return expert_bytes * padded // (hidden * per_rank) - expert_bytes, ranged.source
+    return padding_bytes(expert_bytes, hidden, per_rank, h_align, i_align), ranged.source
