@@ -86,12 +86,10 @@ def test_blocks_without_attention_cache_nothing(tmp_path):
 SGLANG_SIZED = [p for p in json.loads((ROOT / "goldens" / "sglang_check.json").read_text())["points"]
                 if p.get("mutation") == "none" and p.get("setting") == "default" and "sizing_40GiB" in p["result"]]
 # Configs the budget refuses to price (one line, exit 2) where SGLang sizes them: layer kinds it does not model
-# (SGL152 says so in a check), and a config stating no context, which SGLang takes from its class's default.
+# (SGL152 says so in a check). A config stating no context (Gemma-3) takes its class's default, as SGLang does.
 BUDGET_REFUSES = {
     **dict.fromkeys(("deepseek-ai__DeepSeek-V4-Flash", "deepseek-ai__DeepSeek-V4-Pro", "LiquidAI__LFM2.5-VL-1.6B",
                      "ai21labs__AI21-Jamba-1.5-Mini"), "layer kinds the budget does not price (compressed, conv, Mamba-1)"),
-    **dict.fromkeys(("google__gemma-3-4b-it", "google__gemma-3-27b-it"),
-                    "config.json states no context: the budget asks for --context, SGLang takes the class's 131072"),
 }
 
 
