@@ -91,6 +91,22 @@ def test_deploy_file_gives_layout_context_and_concurrency(llama: Path, tmp_path:
     assert "0.8" in row["launch"]
 
 
+@pytest.mark.parametrize("engine,section", [("vllm", "vllm"), ("sglang", "sglang")])
+def test_deploy_file_dtype_prices_float32_weights_and_reaches_the_launch_command(
+        llama: Path, tmp_path: Path, engine: str, section: str) -> None:
+    def weights(extra: str) -> tuple[int, list[str]]:
+        deploy = tmp_path / f"{engine}-{bool(extra)}.yaml"
+        deploy.write_text(f"budget:\n  gpu: H200\n  context: 8192\n{section}:\n  {extra or 'dtype: auto'}\n")
+        _, doc = _json(str(llama), "--engine", engine, "--deploy", str(deploy))
+        row = doc["rows"][0]
+        return row["weights"]["bytes_per_rank"], row["launch"]
+    half, half_launch = weights("")
+    full, full_launch = weights("dtype: float32")
+    assert "--dtype" not in half_launch
+    assert full_launch[full_launch.index("--dtype") + 1] == "float32"
+    assert 1.9 < full / half < 2.1  # the bfloat16 checkpoint served in float32
+
+
 def test_html_has_a_stacked_bar_per_stage(llama: Path, tmp_path: Path) -> None:
     out = tmp_path / "fit.html"
     proc = run("fit", str(llama), "--gpu", "H100-80GB", "--gpus", "2", "--context", "8192", "--format", "html",

@@ -135,6 +135,8 @@ def launch(spec: ModelSpec, row: FitRow, mfs: float, kv_dtype: str, s: dict[str,
     out += ["--context-length", str(row.context), "--mem-fraction-static", str(mfs)]
     if kv_dtype != "auto":
         out += ["--kv-cache-dtype", kv_dtype]
+    if s.get("dtype") not in (None, "auto"):
+        out += ["--dtype", str(s["dtype"])]
     if s.get("max_running_requests"):
         out += ["--max-running-requests", str(s["max_running_requests"])]
     return out

@@ -50,6 +50,8 @@ class SglangSettings(Section):
     swa_full_tokens_ratio: SglangSwaRatio = 0.8
     disable_hybrid_swa_memory: Bool = False
     kv_cache_dtype: Literal[KV_CACHE_DTYPES] = "auto"  # type: ignore[valid-type]
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="--dtype: the weights and KV cache in that dtype (fit)")
     mamba_full_memory_ratio: PositiveFloat = 0.9
     radix_cache: Bool = True
     max_running_requests: Optional[Positive] = None

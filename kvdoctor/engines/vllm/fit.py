@@ -325,7 +325,7 @@ def printed_tokens(budget: vb.VllmBudget, version: str) -> int:
 
 
 def launch(spec: ModelSpec, row: FitRow, util: float, request: Request, s: dict[str, Any]) -> list[str]:
-    """`vllm serve` with the flags that give this row (every flag one vLLM 0.33.0's parser accepts)."""
+    """`vllm serve` with the flags that give this row (every flag one vLLM's parser accepts at the profiled releases)."""
     out = ["vllm", "serve", spec.hf_id or str(spec.model_dir), "--tensor-parallel-size", str(row.layout["tp"])]
     if row.layout["pp"] != 1:
         out += ["--pipeline-parallel-size", str(row.layout["pp"])]

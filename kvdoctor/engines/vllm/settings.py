@@ -54,6 +54,8 @@ class VllmSettings(Section):
     disable_hybrid_kv_cache_manager: Optional[bool] = Field(
         None, description="true: --disable-hybrid-kv-cache-manager; false: --enable-...; null: vLLM decides")
     kv_cache_dtype: CacheDType = "auto"
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="--dtype: the weights, activations and KV cache in that dtype (fit)")
     enable_prefix_caching: Optional[bool] = None
     block_size: Optional[VllmBlockSize] = None
     mamba_block_size: Optional[VllmBlockSize] = None
