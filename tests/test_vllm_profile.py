@@ -67,10 +67,11 @@ def layer_id(name: str) -> int:
 
 
 def golden_inner_message(outcome: dict) -> str:
-    """pydantic wraps vLLM's ValueError: 'N validation error for X\\n  Value error, MESSAGE [type=...'."""
+    """pydantic wraps vLLM's ValueError (AssertionError): 'N validation error for X\\n  Value error (Assertion
+    failed), MESSAGE [type=...'."""
     text = outcome["message"]
     if outcome["class"] == "ValidationError":
-        text = text.split("Value error, ", 1)[1].rsplit(" [type=value_error", 1)[0]
+        text = re.split(r"\n  (?:Value error|Assertion failed), ", text, maxsplit=1)[1].rsplit(" [type=", 1)[0]
     return text
 
 

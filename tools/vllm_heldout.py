@@ -29,8 +29,8 @@ from kvdoctor.load.loader import load_model
 
 def _inner(outcome: dict) -> str:
     text = outcome.get("message") or ""
-    if outcome.get("class") == "ValidationError" and "Value error, " in text:
-        text = text.split("Value error, ", 1)[1].rsplit(" [type=value_error", 1)[0]
+    if outcome.get("class") == "ValidationError" and re.search(r"\n  (Value error|Assertion failed), ", text):
+        text = re.split(r"\n  (?:Value error|Assertion failed), ", text, maxsplit=1)[1].rsplit(" [type=", 1)[0]
     return text
 
 

@@ -21,7 +21,8 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, chunked_prefill_for_mamba_caching,
+                                            config_class_rejects, from_budget, hma_forced_on,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown, sliding_mla_promotion,
                                             strict_null_window, text_config_not_a_config, tp_heads, vision_heads_split,
@@ -193,6 +194,9 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if (settings.mamba_block_size is not None and settings.mamba_block_size != length
                 and settings.enable_prefix_caching is False):
             raise mamba_block_without_prefix_caching()
+        if (settings.enable_chunked_prefill is False and settings.enable_prefix_caching is not False
+                and arch in S.MAMBA_CONFIG_HOOK and at(releases.MAMBA_CACHING_NEEDS_CHUNKED_PREFILL, release)):
+            raise chunked_prefill_for_mamba_caching()
         hma, why = hma_decision(spec.config, settings)
         facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
@@ -423,8 +427,8 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.engines.budget's facts with the layers as vLLM builds them (not as the model means them)."""
-    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION, "jamba": NO_ATTENTION}.get(
-        interp.rule, GDN)
+    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION, "jamba": NO_ATTENTION,
+             "falcon_h1": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}
     shadow = [msgspec.structs.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
@@ -435,6 +439,8 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
         facts.mamba = mamba2_dims(spec)
     if interp.rule == "jamba":
         facts.mamba1 = jamba_dims(spec)
+    if interp.rule == "falcon_h1":
+        facts.mamba = falcon_h1_dims(spec, facts.serving_dtype)
     if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache
         dim, kernel = spec.config.get("conv_dim") or spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
         if not (isinstance(dim, int) and isinstance(kernel, int) and dim > 0 and kernel > 1):
@@ -495,6 +501,29 @@ def mamba2_dims(spec: ModelSpec) -> Mamba2Dims:
     ssm = cfg.get("mamba_ssm_cache_dtype")
     return Mamba2Dims(cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["n_groups"], cfg["ssm_state_size"],
                       cfg["conv_kernel"], ssm if isinstance(ssm, str) and ssm != "auto" else "float32")
+
+
+def falcon_h1_dims(spec: ModelSpec, model_dtype: str) -> Mamba2Dims:
+    """Falcon-H1's Mamba-2 mixer as falcon_h1.py reads it (get_mamba_state_shape_from_config), with FalconH1Config's
+    defaults: mamba_d_ssm channels (1024; None: mamba_expand x hidden_size) in mamba_n_heads heads of mamba_d_head
+    ("auto": channels / heads; the class's validation holds heads x head to the channels), mamba_n_groups,
+    mamba_d_state, mamba_d_conv. Both states are in the model dtype while mamba_cache_dtype and mamba_ssm_cache_dtype
+    are auto (MambaStateDtypeCalculator.mamba2_state_dtype)."""
+    cfg = spec.config
+    channels = cfg.get("mamba_d_ssm", 1024)
+    if channels is None:
+        channels = (cfg.get("mamba_expand") or 2) * (cfg.get("hidden_size") or 0)
+    values: dict[str, int] = {}
+    for key, default in (("mamba_n_heads", 128), ("mamba_n_groups", 1), ("mamba_d_state", 256), ("mamba_d_conv", 4),
+                         ("mamba_d_head", "auto")):
+        value = cfg.get(key, default)
+        if key == "mamba_d_head" and value == "auto" and isinstance(channels, int):
+            value = channels // values["mamba_n_heads"]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(f"config.json: {key} must be a positive integer for Falcon-H1's Mamba state")
+        values[key] = value
+    return Mamba2Dims(values["mamba_n_heads"], values["mamba_d_head"], values["mamba_n_groups"], values["mamba_d_state"],
+                      values["mamba_d_conv"], model_dtype)
 
 
 def jamba_dims(spec: ModelSpec) -> Mamba1Dims:

@@ -45,6 +45,7 @@ CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers 
     "VLM139": SRC + "model_executor/models/registry.py#L1328",
     "VLM140": SRC + "model_executor/models/registry.py#L1313",
     "VLM141": SRC + "model_executor/models/registry.py#L1322",
+    "VLM260": SRC + "model_executor/models/config.py#L1103",
 }
 
 
@@ -230,6 +231,12 @@ def nvfp4_with_mla() -> Startup:
 def mamba_block_without_prefix_caching() -> Startup:
     return refusal("VLM012", "ValidationError", "--mamba-block-size can only be set with --enable-prefix-caching",
                    key="mamba_block_size", wrapped_in="1 validation error for VllmConfig")
+
+
+def chunked_prefill_for_mamba_caching() -> Startup:
+    """MambaModelConfig's assertion while VllmConfig validates (pydantic words it "Assertion failed, ...")."""
+    return refusal("VLM260", "ValidationError", "Chunked prefill is required for Mamba prefix caching.",
+                   key="enable_chunked_prefill", wrapped_in="1 validation error for VllmConfig")
 
 
 def qwen2_window_layers(max_window_layers, layers: int) -> Startup:

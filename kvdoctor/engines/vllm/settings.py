@@ -55,6 +55,8 @@ class VllmSettings(Section):
         None, description="true: --disable-hybrid-kv-cache-manager; false: --enable-...; null: vLLM decides")
     kv_cache_dtype: CacheDType = "auto"
     enable_prefix_caching: Optional[bool] = None
+    enable_chunked_prefill: Optional[bool] = Field(None, description="--enable-chunked-prefill / --no-enable-chunked-"
+                                                   "prefill; null: vLLM decides (on)")
     block_size: Optional[VllmBlockSize] = None
     mamba_block_size: Optional[VllmBlockSize] = None
     max_num_batched_tokens: Optional[VllmTokens] = None
