@@ -22,7 +22,7 @@ from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, chunked_prefill_for_mamba_caching,
-                                            config_class_rejects, from_budget, hma_forced_on,
+                                            config_class_rejects, from_budget, hma_forced_on, mamba2_groups_split,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown, sliding_mla_promotion,
                                             strict_null_window, text_config_not_a_config, tp_heads, vision_heads_split,
@@ -170,7 +170,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if unknown is not None:
             raise unrecognized_model_type(unknown)
         if registry.needs_remote_code(spec.raw_config, release) and not settings.trust_remote_code:
-            raise remote_code_not_trusted(str(spec.model_dir))
+            class_ref = str((spec.raw_config.get("auto_map") or {}).get("AutoConfig") or "")
+            raise remote_code_not_trusted(str(spec.model_dir), class_ref.split("--")[0] if "--" in class_ref else None)
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
         if hf_config.refuses_null_window(arch, spec.config) or (
@@ -194,19 +195,29 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if (settings.mamba_block_size is not None and settings.mamba_block_size != length
                 and settings.enable_prefix_caching is False):
             raise mamba_block_without_prefix_caching()
-        if (settings.enable_chunked_prefill is False and settings.enable_prefix_caching is not False
-                and arch in S.MAMBA_CONFIG_HOOK and at(releases.MAMBA_CACHING_NEEDS_CHUNKED_PREFILL, release)):
-            raise chunked_prefill_for_mamba_caching()
+        prefix_caching = settings.enable_prefix_caching if settings.enable_prefix_caching is not None else (
+            arch not in S.ATTENTION_FREE)
+        needs_chunked = at(releases.MAMBA_CACHING_CHUNKED_PREFILL_TEXT, release)
+        if settings.enable_chunked_prefill is False and prefix_caching and arch in S.MAMBA_CONFIG_HOOK and needs_chunked:
+            raise chunked_prefill_for_mamba_caching(needs_chunked)
         hma, why = hma_decision(spec.config, settings)
         facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
         _check_rope_type(spec)
+        groups_key = S.MAMBA2_GROUPS_KEY.get(arch)
+        groups = spec.config.get(groups_key) if groups_key else None
+        tp = settings.tensor_parallel_size
+        if isinstance(groups, int) and groups > 1 and groups % tp:
+            raise mamba2_groups_split(groups, tp, str(groups_key))
         is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
         facts = msgspec.structs.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
                                     layer_types=interp.layer_types,
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
         mode = settings_mode(settings, length, hma, checkpoint_kv_dtype(spec.raw_config))
+        if interp.rule == "no_cache_config":  # Attention(cache_config=None): kv_cache_dtype "auto"
+            mode = msgspec.structs.replace(mode, kv_cache_dtype="auto")
+        mode = msgspec.structs.replace(mode, prefix_caching=prefix_caching)
         why_not = _unmodeled(spec, interp, release) if interp.layers else (
             f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
         if why_not is None:
@@ -428,7 +439,7 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.engines.budget's facts with the layers as vLLM builds them (not as the model means them)."""
     state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION, "jamba": NO_ATTENTION,
-             "falcon_h1": NO_ATTENTION}.get(interp.rule, GDN)
+             "falcon_h1": NO_ATTENTION, "mamba1": NO_ATTENTION, "mamba2": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}
     shadow = [msgspec.structs.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
@@ -441,6 +452,10 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
         facts.mamba1 = jamba_dims(spec)
     if interp.rule == "falcon_h1":
         facts.mamba = falcon_h1_dims(spec, facts.serving_dtype)
+    if interp.rule == "mamba2":
+        facts.mamba = mamba2_class_dims(spec, facts.serving_dtype)
+    if interp.rule == "mamba1":
+        facts.mamba1 = mamba1_class_dims(spec)
     if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache
         dim, kernel = spec.config.get("conv_dim") or spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
         if not (isinstance(dim, int) and isinstance(kernel, int) and dim > 0 and kernel > 1):
@@ -524,6 +539,34 @@ def falcon_h1_dims(spec: ModelSpec, model_dtype: str) -> Mamba2Dims:
         values[key] = value
     return Mamba2Dims(values["mamba_n_heads"], values["mamba_d_head"], values["mamba_n_groups"], values["mamba_d_state"],
                       values["mamba_d_conv"], model_dtype)
+
+
+def _positive_ints(spec: ModelSpec, keys: tuple[tuple[str, int | None], ...], what: str) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for key, default in keys:
+        value = spec.config.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(f"config.json: {key} must be a positive integer for {what}")
+        values[key] = value
+    return values
+
+
+def mamba2_class_dims(spec: ModelSpec, model_dtype: str) -> Mamba2Dims:
+    """Mamba2ForCausalLM's mixer as mamba2.py reads it (Mamba2Config's defaults where unset): num_heads x head_dim
+    channels (expand x hidden_size), n_groups, state_size, conv_kernel; both states in the model dtype."""
+    v = _positive_ints(spec, (("num_heads", 128), ("head_dim", 64), ("n_groups", 1), ("state_size", 128),
+                              ("conv_kernel", 4)), "Mamba-2's state")
+    return Mamba2Dims(v["num_heads"], v["head_dim"], v["n_groups"], v["state_size"], v["conv_kernel"], model_dtype)
+
+
+def mamba1_class_dims(spec: ModelSpec) -> Mamba1Dims:
+    """MambaForCausalLM's mixer (mamba.py, also Falcon-Mamba's): intermediate_size channels, state_size, conv_kernel
+    (MambaConfig's defaults where unset: expand x hidden_size, 16, 4)."""
+    cfg = spec.config
+    default = (cfg.get("expand") or 2) * (cfg.get("hidden_size") or 0) or None
+    v = _positive_ints(spec, (("intermediate_size", default), ("state_size", 16), ("conv_kernel", 4)),
+                       "Mamba's state")
+    return Mamba1Dims(v["intermediate_size"], v["state_size"], v["conv_kernel"])
 
 
 def jamba_dims(spec: ModelSpec) -> Mamba1Dims:
