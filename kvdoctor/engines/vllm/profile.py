@@ -209,7 +209,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         tp = settings.tensor_parallel_size
         if isinstance(groups, int) and groups > 1 and groups % tp:
             raise mamba2_groups_split(groups, tp, str(groups_key))
-        is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
+        is_hybrid = arch in S.HYBRID or (arch not in S.ATTENTION_FREE and any(l.spec == S.MAMBA for l in interp.layers))
         facts = msgspec.structs.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
                                     layer_types=interp.layer_types,
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
