@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
 import msgspec
 from pydantic import BaseModel
 
+from kvdoctor.engines.budget.common import EngineRefusal
 from kvdoctor.engines.budget.facts import (POSITION_KEYS, Layer, Mamba1Dims, Mamba2Dims, ShortConvDims,
                                            facts_from_spec)
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
@@ -228,6 +229,10 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if arch == "DeepseekV4ForCausalLM" and not hma and any(l.kind == COMPRESSED for l in spec.layers) \
                 and at(releases.SLIDING_MLA_PROMOTION_FAILS, release):
             raise sliding_mla_promotion()  # what vLLM does with its specs, which kvdoctor does not plan
+        if why_not is not None and not hma and arch in S.MAMBA_CONFIG_HOOK - S.ATTENTION_FREE:
+            # a hybrid the table leaves to --dry-run still has attention beside its Mamba state, which HMA off cannot
+            # promote to one spec type (Zamba2, as Jamba and Falcon-H1 that the table plans)
+            raise from_budget(EngineRefusal("ValueError", at(releases.PROMOTION_FAILED, release)), True)
         if why_not is not None:
             facts = msgspec.structs.replace(facts, unmodeled=why_not)
             return Plan("vllm", versions, layers, (), facts, (*notes, why_not))
