@@ -17,7 +17,7 @@ corpus, the mutations and the settings grid.
 `KVDOCTOR_CHECK_CONFIGS=DIR[:DIR...]` takes the configs from those folders instead (a held-out set kept
 outside the repo) and `KVDOCTOR_CHECK_OUT=FILE.json` writes the points there instead of vllm_check.json.
 `KVDOCTOR_CHECK_MORE_SETTINGS=1` adds, on the unmutated config, `block_size` 32, `max_num_batched_tokens`
-2048 (chunked prefill) and ngram speculation with 3 tokens (held-out set 8).
+2048 (chunked prefill) and ngram speculation with 3 tokens (held-out set 8); `=2` also set 9's settings.
 `KVDOCTOR_CHECK_GRID=release` runs the per-release grid (goldens/releases.py --check): the unmutated
 configs under `default`, and under `hma_off` where the layers' specs differ (or the default point refused before
 they were built), each model in a fork of one process that imported vLLM once.
@@ -127,6 +127,15 @@ def settings_for(cfg: dict, hybrid: bool) -> dict[str, dict]:
     if os.environ.get("KVDOCTOR_CHECK_MORE_SETTINGS"):  # set 8's additions: page size, chunked prefill, speculation
         out.update(block32={"block_size": 32}, chunked2k={"max_num_batched_tokens": 2048},
                    ngram3={"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}})
+    if os.environ.get("KVDOCTOR_CHECK_MORE_SETTINGS") == "2":  # set 9's: TP 2 / 4, prefix caching off, block 64,
+        # a short max_model_len, fp8 KV with HMA off, chunked prefill off, MTP speculation where the config has layers
+        out.update(tp2={"tensor_parallel_size": 2}, tp4={"tensor_parallel_size": 4},
+                   no_prefix={"enable_prefix_caching": False}, block64={"block_size": 64},
+                   len4k={"max_model_len": 4096}, fp8_hma_off={"kv_cache_dtype": "fp8",
+                                                               "disable_hybrid_kv_cache_manager": True},
+                   no_chunked={"enable_chunked_prefill": False, "max_model_len": 4096})
+        if text_of(cfg).get("num_nextn_predict_layers"):
+            out["mtp1"] = {"speculative_config": {"method": "mtp", "num_speculative_tokens": 1}}
     return out
 
 

@@ -3,7 +3,7 @@ config of fixtures/configs/real and run `check --static` in this process for eve
 takes, then count what came back.
 
     .venv/bin/python tools/mutate_configs.py [--engine vllm] [--mutation null-window] [--kv-budget 40GiB]
-        [--tp 8] [--set radix_cache=false ...] [--json out.json]
+        [--tp 8] [--set radix_cache=false ...] [--json out.json] [--configs 'fixtures/configs/fresh/v9_*.json']
 
 `--kv-budget`, `--tp` and each `--set KEY=VALUE` (a YAML value) go into each engine's deploy section where
 its settings take that key, so that the sizing (and the rules that read it) runs too.
@@ -143,6 +143,7 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a deploy setting for the engines whose section takes KEY (repeatable)")
     parser.add_argument("--json", help="write every (config, mutation, engine) outcome here")
+    parser.add_argument("--configs", help="a glob of config.json files instead of fixtures/configs/real/*.json")
     args = parser.parse_args()
     engines = args.engine or check_engines()
     extra = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in args.set)}
@@ -152,7 +153,8 @@ def main() -> int:
     errors: collections.Counter[str] = collections.Counter()
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="kvdoctor-mutate-") as tmp:
-        models = mutated(sorted(REAL.glob("*.json")), names, Path(tmp))
+        configs = sorted(ROOT.glob(args.configs)) if args.configs else sorted(REAL.glob("*.json"))
+        models = mutated(configs, names, Path(tmp))
         for engine in engines:
             opts = Options(catalog=catalog, engine=engine, deploy=deploy(engine, args.kv_budget, args.tp, extra),
                            static=True,

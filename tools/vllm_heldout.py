@@ -9,8 +9,9 @@ start-up outcome, the per-layer KV specs (points where vLLM built specs) and the
 where it built groups), each as agreeing / compared, and the points of a model class the profile leaves to
 `--dry-run` (specs.NOT_PLANNED, VLM024), whose specs are not compared. The fields are those tests/test_vllm_profile.py
 holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
-`--merge` then appends the points that agree to goldens/vllm_check.json (points already there are left as they are),
-where tests/test_vllm_profile.py holds the profile to them.
+The profile is planned at the release the points file records. `--merge` then appends the points that agree to
+goldens/vllm_check.json when they are that file's release (0.33.0), else to goldens/vllm_heldout-<release>.json
+(points already there are left as they are), where tests/test_vllm_profile.py holds the profile to them.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ from kvdoctor.load.loader import load_model
 
 def _inner(outcome: dict) -> str:
     text = outcome.get("message") or ""
-    if outcome.get("class") == "ValidationError" and "Value error, " in text:
-        text = text.split("Value error, ", 1)[1].rsplit(" [type=value_error", 1)[0]
+    if outcome.get("class") == "ValidationError" and re.search(r"\n  (Value error|Assertion failed), ", text):
+        text = re.split(r"\n  (?:Value error|Assertion failed), ", text, maxsplit=1)[1].rsplit(" [type=", 1)[0]
     return text
 
 
@@ -40,7 +41,7 @@ def _norm(text: str, root: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", text)
 
 
-def compare(point: dict, scratch: Path) -> dict[str, str | None]:
+def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str, str | None]:
     """Each compared field -> None (agrees), a short reason (differs); absent: not compared."""
     model = scratch / point["model"] / f"{point['mutation']}-{point['setting']}"
     model.mkdir(parents=True)
@@ -49,7 +50,7 @@ def compare(point: dict, scratch: Path) -> dict[str, str | None]:
     try:
         spec = load_model(str(model), library_check=False)
         args = point.get("engine_args_effective", point["engine_args"])
-        got = plan(spec, VllmSettings(kv_budget=point["kv_budget_bytes"], **args))
+        got = plan(spec, VllmSettings(kv_budget=point["kv_budget_bytes"], **args).at_release(release))
     except Exception as exc:  # noqa: BLE001 - a held-out config kvdoctor cannot read is a miss, not a crash
         return {"outcome": f"kvdoctor: {type(exc).__name__}: {exc}"[:160]}
     want = point["outcome"]
@@ -61,8 +62,9 @@ def compare(point: dict, scratch: Path) -> dict[str, str | None]:
         mine = got.refusals[0]
         same = mine.error_class == want["class"] and _norm(mine.message, str(model)) == _norm(_inner(want), str(model))
         out["outcome"] = None if same else f"{mine.error_class}: {mine.message[:80]} | vLLM {want['class']}: {_inner(want)[:80]}"
-    if got.facts.unmodeled and not got.refusals and (point["config"].get("architectures") or [""])[0] in NOT_PLANNED:
-        return {**out, "unmodelled": None}  # VLM024 says kvdoctor leaves it to --dry-run: specs not compared
+    if (point["config"].get("architectures") or [""])[0] in NOT_PLANNED:
+        # VLM024 says kvdoctor leaves it to --dry-run: specs not compared, only the outcome (as test_vllm_profile.py)
+        return {**out, "unmodelled": None}
     if point.get("layers"):
         by_index = {layer.index: layer for layer in got.layers if "engine_spec" in layer.extra}
         reason = None
@@ -101,14 +103,16 @@ def compare(point: dict, scratch: Path) -> dict[str, str | None]:
 
 def main() -> None:
     path = Path(sys.argv[1])
-    points = [p for p in json.loads(path.read_text())["points"]
+    doc = json.loads(path.read_text())
+    release = doc["versions"]["vllm"]
+    points = [p for p in doc["points"]
               if p["outcome"]["start"] or not p["outcome"].get("cpu_only")]
     rows = {"outcome": [0, 0], "layers": [0, 0], "groups": [0, 0], "unmodelled": [0, 0]}
     whole = 0
     misses = []
     with tempfile.TemporaryDirectory() as scratch:
         for point in points:
-            result = compare(point, Path(scratch))
+            result = compare(point, Path(scratch), release)
             for field, reason in result.items():
                 rows[field][1] += 1
                 rows[field][0] += reason is None
@@ -121,13 +125,18 @@ def main() -> None:
     if "--misses" in sys.argv:
         print("\n".join(misses))
     if "--merge" in sys.argv:  # the points that agree: a miss stays in the report, not in the goldens
-        merge([p for p in json.loads(path.read_text())["points"] if f"{p['model']} {p['mutation']} {p['setting']}"
-               not in {" ".join(m.split()[:3]) for m in misses}])
+        merge([p for p in doc["points"] if f"{p['model']} {p['mutation']} {p['setting']}"
+               not in {" ".join(m.split()[:3]) for m in misses}], doc["versions"])
 
 
-def merge(points: list[dict]) -> None:
-    golden = Path(__file__).resolve().parent.parent / "goldens" / "vllm_check.json"
-    doc = json.loads(golden.read_text())
+def merge(points: list[dict], versions: dict) -> None:
+    goldens = Path(__file__).resolve().parent.parent / "goldens"
+    golden = goldens / "vllm_check.json"
+    if json.loads(golden.read_text())["versions"]["vllm"] != versions["vllm"]:
+        golden = goldens / f"vllm_heldout-{versions['vllm']}.json"
+    doc = json.loads(golden.read_text()) if golden.exists() else {
+        "schema": "kvdoctor.goldens/1", "engine": "vllm", "versions": versions, "grid": "held-out", "points": []}
+
     def key(p: dict) -> tuple:
         return p["model"], p["mutation"], p["setting"], json.dumps(p["engine_args"], sort_keys=True), p["kv_budget_bytes"]
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeGuard
 import msgspec
 from pydantic import BaseModel
 
+from kvdoctor.engines.budget.common import EngineRefusal
 from kvdoctor.engines.budget.facts import (POSITION_KEYS, Layer, Mamba1Dims, Mamba2Dims, ShortConvDims,
                                            facts_from_spec)
 from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
@@ -21,7 +22,8 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, chunked_prefill_for_mamba_caching,
+                                            config_class_rejects, from_budget, hma_forced_on, mamba2_groups_split,
                                             kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
                                             nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown, sliding_mla_promotion,
                                             strict_null_window, text_config_not_a_config, tp_heads, vision_heads_split,
@@ -169,7 +171,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if unknown is not None:
             raise unrecognized_model_type(unknown)
         if registry.needs_remote_code(spec.raw_config, release) and not settings.trust_remote_code:
-            raise remote_code_not_trusted(str(spec.model_dir))
+            class_ref = str((spec.raw_config.get("auto_map") or {}).get("AutoConfig") or "")
+            raise remote_code_not_trusted(str(spec.model_dir), class_ref.split("--")[0] if "--" in class_ref else None)
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
         if hf_config.refuses_null_window(arch, spec.config) or (
@@ -193,16 +196,29 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if (settings.mamba_block_size is not None and settings.mamba_block_size != length
                 and settings.enable_prefix_caching is False):
             raise mamba_block_without_prefix_caching()
+        prefix_caching = settings.enable_prefix_caching if settings.enable_prefix_caching is not None else (
+            arch not in S.ATTENTION_FREE)
+        needs_chunked = at(releases.MAMBA_CACHING_CHUNKED_PREFILL_TEXT, release)
+        if settings.enable_chunked_prefill is False and prefix_caching and arch in S.MAMBA_CONFIG_HOOK and needs_chunked:
+            raise chunked_prefill_for_mamba_caching(needs_chunked)
         hma, why = hma_decision(spec.config, settings)
         facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
         _check_rope_type(spec)
-        is_hybrid = arch in S.HYBRID or any(l.spec == S.MAMBA for l in interp.layers)
+        groups_key = S.MAMBA2_GROUPS_KEY.get(arch)
+        groups = spec.config.get(groups_key) if groups_key else None
+        tp = settings.tensor_parallel_size
+        if isinstance(groups, int) and groups > 1 and groups % tp:
+            raise mamba2_groups_split(groups, tp, str(groups_key))
+        is_hybrid = arch in S.HYBRID or (arch not in S.ATTENTION_FREE and any(l.spec == S.MAMBA for l in interp.layers))
         facts = msgspec.structs.replace(facts, model_window=interp.model_window, is_hybrid=is_hybrid,
                                     layer_types=interp.layer_types,
                                     hma_why=why if len({l.spec for l in interp.layers}) > 1 else
                                     why + "; every layer has the same spec class, so it changes nothing here")
         mode = settings_mode(settings, length, hma, checkpoint_kv_dtype(spec.raw_config))
+        if interp.rule == "no_cache_config":  # Attention(cache_config=None): kv_cache_dtype "auto"
+            mode = msgspec.structs.replace(mode, kv_cache_dtype="auto")
+        mode = msgspec.structs.replace(mode, prefix_caching=prefix_caching)
         why_not = _unmodeled(spec, interp, release) if interp.layers else (
             f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
         if why_not is None:
@@ -213,6 +229,10 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if arch == "DeepseekV4ForCausalLM" and not hma and any(l.kind == COMPRESSED for l in spec.layers) \
                 and at(releases.SLIDING_MLA_PROMOTION_FAILS, release):
             raise sliding_mla_promotion()  # what vLLM does with its specs, which kvdoctor does not plan
+        if why_not is not None and not hma and arch in S.MAMBA_CONFIG_HOOK - S.ATTENTION_FREE:
+            # a hybrid the table leaves to --dry-run still has attention beside its Mamba state, which HMA off cannot
+            # promote to one spec type (Zamba2, as Jamba and Falcon-H1 that the table plans)
+            raise from_budget(EngineRefusal("ValueError", at(releases.PROMOTION_FAILED, release)), True)
         if why_not is not None:
             facts = msgspec.structs.replace(facts, unmodeled=why_not)
             return Plan("vllm", versions, layers, (), facts, (*notes, why_not))
@@ -423,8 +443,8 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
 
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.engines.budget's facts with the layers as vLLM builds them (not as the model means them)."""
-    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION, "jamba": NO_ATTENTION}.get(
-        interp.rule, GDN)
+    state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION, "jamba": NO_ATTENTION,
+             "falcon_h1": NO_ATTENTION, "mamba1": NO_ATTENTION, "mamba2": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}
     shadow = [msgspec.structs.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
@@ -435,6 +455,12 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
         facts.mamba = mamba2_dims(spec)
     if interp.rule == "jamba":
         facts.mamba1 = jamba_dims(spec)
+    if interp.rule == "falcon_h1":
+        facts.mamba = falcon_h1_dims(spec, facts.serving_dtype)
+    if interp.rule == "mamba2":
+        facts.mamba = mamba2_class_dims(spec, facts.serving_dtype)
+    if interp.rule == "mamba1":
+        facts.mamba1 = mamba1_class_dims(spec)
     if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache
         dim, kernel = spec.config.get("conv_dim") or spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
         if not (isinstance(dim, int) and isinstance(kernel, int) and dim > 0 and kernel > 1):
@@ -495,6 +521,57 @@ def mamba2_dims(spec: ModelSpec) -> Mamba2Dims:
     ssm = cfg.get("mamba_ssm_cache_dtype")
     return Mamba2Dims(cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["n_groups"], cfg["ssm_state_size"],
                       cfg["conv_kernel"], ssm if isinstance(ssm, str) and ssm != "auto" else "float32")
+
+
+def falcon_h1_dims(spec: ModelSpec, model_dtype: str) -> Mamba2Dims:
+    """Falcon-H1's Mamba-2 mixer as falcon_h1.py reads it (get_mamba_state_shape_from_config), with FalconH1Config's
+    defaults: mamba_d_ssm channels (1024; None: mamba_expand x hidden_size) in mamba_n_heads heads of mamba_d_head
+    ("auto": channels / heads; the class's validation holds heads x head to the channels), mamba_n_groups,
+    mamba_d_state, mamba_d_conv. Both states are in the model dtype while mamba_cache_dtype and mamba_ssm_cache_dtype
+    are auto (MambaStateDtypeCalculator.mamba2_state_dtype)."""
+    cfg = spec.config
+    channels = cfg.get("mamba_d_ssm", 1024)
+    if channels is None:
+        channels = (cfg.get("mamba_expand") or 2) * (cfg.get("hidden_size") or 0)
+    values: dict[str, int] = {}
+    for key, default in (("mamba_n_heads", 128), ("mamba_n_groups", 1), ("mamba_d_state", 256), ("mamba_d_conv", 4),
+                         ("mamba_d_head", "auto")):
+        value = cfg.get(key, default)
+        if key == "mamba_d_head" and value == "auto" and isinstance(channels, int):
+            value = channels // values["mamba_n_heads"]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(f"config.json: {key} must be a positive integer for Falcon-H1's Mamba state")
+        values[key] = value
+    return Mamba2Dims(values["mamba_n_heads"], values["mamba_d_head"], values["mamba_n_groups"], values["mamba_d_state"],
+                      values["mamba_d_conv"], model_dtype)
+
+
+def _positive_ints(spec: ModelSpec, keys: tuple[tuple[str, int | None], ...], what: str) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for key, default in keys:
+        value = spec.config.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(f"config.json: {key} must be a positive integer for {what}")
+        values[key] = value
+    return values
+
+
+def mamba2_class_dims(spec: ModelSpec, model_dtype: str) -> Mamba2Dims:
+    """Mamba2ForCausalLM's mixer as mamba2.py reads it (Mamba2Config's defaults where unset): num_heads x head_dim
+    channels (expand x hidden_size), n_groups, state_size, conv_kernel; both states in the model dtype."""
+    v = _positive_ints(spec, (("num_heads", 128), ("head_dim", 64), ("n_groups", 1), ("state_size", 128),
+                              ("conv_kernel", 4)), "Mamba-2's state")
+    return Mamba2Dims(v["num_heads"], v["head_dim"], v["n_groups"], v["state_size"], v["conv_kernel"], model_dtype)
+
+
+def mamba1_class_dims(spec: ModelSpec) -> Mamba1Dims:
+    """MambaForCausalLM's mixer (mamba.py, also Falcon-Mamba's): intermediate_size channels, state_size, conv_kernel
+    (MambaConfig's defaults where unset: expand x hidden_size, 16, 4)."""
+    cfg = spec.config
+    default = (cfg.get("expand") or 2) * (cfg.get("hidden_size") or 0) or None
+    v = _positive_ints(spec, (("intermediate_size", default), ("state_size", 16), ("conv_kernel", 4)),
+                       "Mamba's state")
+    return Mamba1Dims(v["intermediate_size"], v["state_size"], v["conv_kernel"])
 
 
 def jamba_dims(spec: ModelSpec) -> Mamba1Dims:

@@ -45,6 +45,8 @@ CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers 
     "VLM139": SRC + "model_executor/models/registry.py#L1328",
     "VLM140": SRC + "model_executor/models/registry.py#L1313",
     "VLM141": SRC + "model_executor/models/registry.py#L1322",
+    "VLM209": SRC + "model_executor/models/config.py#L1103",
+    "VLM261": SRC + "model_executor/layers/mamba/mamba_mixer2.py#L318",
 }
 
 
@@ -86,14 +88,19 @@ def unrecognized_model_type(model_type: str) -> Startup:
                    wrapped_in="1 validation error for ModelConfig", transformers=TRANSFORMERS)
 
 
-def remote_code_not_trusted(model_dir: str) -> Startup:
+def remote_code_not_trusted(model_dir: str, upstream: str | None = None) -> Startup:
     """transformers' resolve_trust_remote_code (dynamic_module_utils.py), which AutoConfig runs for an
     auto_map class when vLLM passes trust_remote_code=False; the message names the model directory as
-    vLLM was given it, twice as a path and once as a Hub address."""
-    message = (f"The repository {model_dir} contains custom code which must be executed to correctly load the "
-               f"model. You can inspect the repository content at {os.path.abspath(model_dir)} .\n You can "
-               f"inspect the repository content at https://hf.co/{model_dir}.\nPlease pass the argument "
-               "`trust_remote_code=True` to allow custom code to be run.")
+    vLLM was given it, twice as a path and once as a Hub address. An auto_map class given as "repo--module.Class"
+    (EXAONE-3.0's) names an upstream repository, which AutoConfig passes where resolve_trust_remote_code takes its
+    `error_message` (configuration_auto.py), so the message starts with that repository instead."""
+    if upstream is not None:
+        head = f"{upstream} You can inspect the repository content at https://hf.co/{model_dir}.\n"
+    else:
+        head = (f"The repository {model_dir} contains custom code which must be executed to correctly load the "
+                f"model. You can inspect the repository content at {os.path.abspath(model_dir)} .\n You can "
+                f"inspect the repository content at https://hf.co/{model_dir}.\n")
+    message = head + "Please pass the argument `trust_remote_code=True` to allow custom code to be run."
     return refusal("VLM143", "ValidationError", message, key="trust_remote_code",
                    wrapped_in="1 validation error for ModelConfig")
 
@@ -230,6 +237,19 @@ def nvfp4_with_mla() -> Startup:
 def mamba_block_without_prefix_caching() -> Startup:
     return refusal("VLM012", "ValidationError", "--mamba-block-size can only be set with --enable-prefix-caching",
                    key="mamba_block_size", wrapped_in="1 validation error for VllmConfig")
+
+
+def chunked_prefill_for_mamba_caching(message: str) -> Startup:
+    """MambaModelConfig's assertion while VllmConfig validates (pydantic words it "Assertion failed, ...")."""
+    return refusal("VLM209", "ValidationError", message, key="enable_chunked_prefill",
+                   wrapped_in="1 validation error for VllmConfig")
+
+
+def mamba2_groups_split(groups: int, tp: int, key: str) -> Startup:
+    """MambaMixer2's assertion while the model is built: its B/C groups are split over the TP ranks."""
+    return refusal("VLM261", "AssertionError",
+                   "If tensor parallel world size does not divide num_groups, then num_groups must equal 1.",
+                   key=key, n_groups=groups, tensor_parallel_size=tp)
 
 
 def qwen2_window_layers(max_window_layers, layers: int) -> Startup:

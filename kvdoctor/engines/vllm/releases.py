@@ -55,6 +55,17 @@ SLIDING_MLA_PROMOTION_FAILS: tuple[Ranged[bool], ...] = (
     Ranged(False, since="0.34.0", source=src("0.34.0", "v1/kv_cache_interface.py")),
 )
 
+# A Mamba model (an IsHybrid class, or MODELS_CONFIG_MAP's attention-free Mamba classes) with prefix caching on
+# asserts chunked prefill in MambaModelConfig.verify_and_update_config (VLM209), worded per release; None: not read
+# (0.26.0 asserts only once its mamba_cache_mode resolved to 'align', which the profile does not follow).
+MAMBA_CACHING_CHUNKED_PREFILL_TEXT: tuple[Ranged[str | None], ...] = (
+    Ranged(None, until="0.32.0", source=src("0.26.0", "model_executor/models/config.py#L579-L582")),
+    Ranged("Chunked prefill is required for mamba cache mode 'align'.", since="0.32.0", until="0.33.0",
+           source=src("0.32.0", "model_executor/models/config.py#L694-L696")),
+    Ranged("Chunked prefill is required for Mamba prefix caching.", since="0.33.0",
+           source=src("0.34.0", "model_executor/models/config.py#L1103-L1105")),
+)
+
 # Hybrid block alignment (Platform._align_hybrid_block_size): from 0.27.0 an MLA + Mamba hybrid keeps its block a
 # multiple of 128 (TRTLLM / FlashInfer MLA decode kernels); 0.26.0 aligns it to the backend's kernel block alone.
 MLA_HYBRID_UNIT: tuple[Ranged[int], ...] = (
@@ -162,6 +173,10 @@ _LINES["0.34.0"]["VLM004"] = _LINES["0.34.0"]["MEM002"]
 # VLM152 (SLIDING_MLA_PROMOTION_FAILS) is raised only by 0.32.0 and 0.33.0, in replace_as
 _LINES["0.32.0"]["VLM152"] = "v1/kv_cache_interface.py#L138"
 _LINES["0.33.0"]["VLM152"] = "v1/kv_cache_interface.py#L175"
+_LINES["0.32.0"]["VLM209"] = "model_executor/models/config.py#L694"
+_LINES["0.33.0"]["VLM209"] = "model_executor/models/config.py#L773"
+for _release, _line in (("0.26.0", 289), ("0.32.0", 319), ("0.33.0", 320)):
+    _LINES[_release]["VLM261"] = f"model_executor/layers/mamba/mamba_mixer2.py#L{_line}"
 for _lines in _LINES.values():
     _lines.setdefault("VLM004", _lines["MEM002"])
 

@@ -57,6 +57,8 @@ class VllmSettings(Section):
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
         "auto", description="--dtype: the weights, activations and KV cache in that dtype (fit)")
     enable_prefix_caching: Optional[bool] = None
+    enable_chunked_prefill: Optional[bool] = Field(None, description="--enable-chunked-prefill / --no-enable-chunked-"
+                                                   "prefill; null: vLLM decides (on)")
     block_size: Optional[VllmBlockSize] = None
     mamba_block_size: Optional[VllmBlockSize] = None
     max_num_batched_tokens: Optional[VllmTokens] = None

@@ -57,6 +57,16 @@ RULES = {
     "JambaForCausalLM": "jamba",
     # kimi_k3.py builds Kimi-Linear's text model: KDA state on linear_attn_config.kda_layers, MLA elsewhere
     "KimiK3ForConditionalGeneration": "kimi_linear",
+    # falcon_h1.py: every decoder layer runs attention and a Mamba-2 mixer side by side; the attention's spec keeps
+    # the layer's index i, the mixer's is registered as layer num_hidden_layers + i ("In V1 all attention/ssm layers
+    # must have different index in prefix"), so the model has two specs per layer
+    "FalconH1ForCausalLM": "falcon_h1",
+    # falcon.py builds its Attention without the cache config (the only text model class of 0.34.0 that does): no
+    # layer gets CacheConfig.sliding_window, and the KV cache keeps the model dtype whatever kv_cache_dtype says
+    "FalconForCausalLM": "no_cache_config",
+    # the attention-free classes: a Mamba-2 mixer (mamba2.py) or a Mamba-1 mixer (mamba.py, which vLLM's registry also
+    # serves FalconMambaForCausalLM with) on every layer, each one MambaSpec
+    "Mamba2ForCausalLM": "mamba2", "MambaForCausalLM": "mamba1", "FalconMambaForCausalLM": "mamba1",
 }
 # Model classes the table leaves to `--dry-run` whatever their layers look like (goldens/vllm_check.json
 # holds what vLLM 0.33.0 does with them): why, in a few words.
@@ -65,9 +75,15 @@ NOT_PLANNED = {
                              "its key compressors (167 specs for DeepSeek-V4-Flash's 43 layers)",
     "DeciLMForCausalLM": "its config class ships with the model (auto_map), which vLLM runs only with "
                          "trust_remote_code",
-    "FalconH1ForCausalLM": "vLLM's model class gives every decoder layer both an attention KV cache and a "
-                           "Mamba-2 state (two specs per layer)",
+    "Zamba2ForCausalLM": "vLLM's model class gives every layer a Mamba-2 state and each hybrid layer a shared "
+                         "attention block (model.attn.N), which vLLM groups with the Mamba layers (8 groups for "
+                         "Zamba2-7B)",
 }
+# The config.json key of a Mamba-2 mixer's B/C group count, per model class: MambaMixer2 asserts that the TP size
+# divides it unless it is 1 (VLM261); checked only where config.json gives it
+MAMBA2_GROUPS_KEY = {"NemotronHForCausalLM": "n_groups", "FalconH1ForCausalLM": "mamba_n_groups",
+                     "Mamba2ForCausalLM": "n_groups", "Zamba2ForCausalLM": "mamba_ngroups",
+                     "GraniteMoeHybridForCausalLM": "mamba_n_groups"}
 # Architectures beside load.hf_config.STRICT_WINDOW_ARCHS whose transformers 5.20.2 class (the one vLLM
 # loads) refuses `sliding_window: null` as a strict int field (goldens: DeepSeek-V4-Flash and -Pro)
 STRICT_WINDOW_VLLM = {"DeepseekV4ForCausalLM"}
@@ -86,7 +102,14 @@ WINDOW_NEEDS_FLAG = {"deepseek_ocr2_encoder", "inkling_text", "modernbert", "qwe
 HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
           "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "NemotronHForCausalLM",
           "Lfm2ForCausalLM", "Lfm2VlForConditionalGeneration", "JambaForCausalLM",
-          "KimiK3ForConditionalGeneration"}
+          "KimiK3ForConditionalGeneration", "FalconH1ForCausalLM"}
+# model classes whose MambaModelConfig hook runs at vLLM's config stage (model_executor/models/config.py @ 0.34.0:
+# MODELS_CONFIG_MAP's attention-free Mamba classes, and every IsHybrid class): with prefix caching on, it asserts
+# chunked prefill
+# the IsAttentionFree classes above: vLLM leaves their prefix caching off unless it is asked for
+ATTENTION_FREE = {"Mamba2ForCausalLM", "MambaForCausalLM", "FalconMambaForCausalLM"}
+MAMBA_CONFIG_HOOK = HYBRID | {"Zamba2ForCausalLM", "GraniteMoeHybridForCausalLM", "OlmoHybridForCausalLM",
+                              "Lfm2MoeForCausalLM", "MambaForCausalLM", "Mamba2ForCausalLM", "FalconMambaForCausalLM"}
 
 
 class LayerSpecPlan(msgspec.Struct, frozen=True):
@@ -190,6 +213,8 @@ def interpret(spec: ModelSpec) -> Interpretation:
     model_window = window if all_sliding else None
     planned = (_layer(spec, rule, i, types, window, model_window) for i in range(n))
     layers = [layer for layer in planned if layer is not None]
+    if rule == "falcon_h1":  # the parallel Mamba-2 mixers, after the attention layers
+        layers += [LayerSpecPlan(n + i, MAMBA) for i in range(n)]
     if rule == "model_window" and types and len(set(types)) > 1:
         max_window = spec.config.get("max_window_layers")
         if max_window != n:
@@ -227,6 +252,10 @@ def _layer(spec: ModelSpec, rule: str, i: int, types: list[str] | None, window: 
     kind = types[i] if types else None
     if rule == "lfm2":
         return _attention(i, None, None) if kind == "full_attention" else LayerSpecPlan(i, MAMBA)
+    if rule in ("mamba1", "mamba2"):
+        return LayerSpecPlan(i, MAMBA)
+    if rule in ("falcon_h1", "no_cache_config"):  # plain Attention, no window (Falcon-H1: the layer's attention half)
+        return _attention(i, None, None)
     if rule == "jamba":  # JambaConfig.layer_types is a property (linear / full attention): no model-level window
         return LayerSpecPlan(i, MAMBA) if spec.layers[i].kind == MAMBA_KIND else _attention(i, None, None)
     if rule == "nemotron_h":
