@@ -203,8 +203,7 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
         spans = matcher.spans(text, only=found)
         for entry, _, _ in spans:
             add(entry, number, text)
-        line = Line(number, text, raw[:raw.find(text)].strip(), flat, keys, found,
-                    matcher.rooms(flat), matcher.reaches(flat), [])
+        line = Line(number, text, raw[:raw.find(text)].strip(), flat, keys, found, [])
         if _continues(window, line):
             _note_break(matcher, window[-1], line)
             window = [*window, line][-MAX_WRAP_LINES:]
@@ -250,9 +249,7 @@ class Line(NamedTuple):
     flat: str  # white-space runs squeezed to one space
     keys: set[str]  # the matcher's literal keys in `flat`
     found: list[int]  # the patterns whose literal is in `flat` (and those without a literal)
-    rooms: dict[str, int]  # literal key -> characters from its last occurrence to the line's end
-    reaches: dict[str, int]  # literal end -> characters from the line's start to its first end
-    tails: list[tuple[str, int]]  # the literals that may run past the line's end (see _note_break)
+    tails: list[tuple[str, int]]  # the literals that may run on into the next line (see _note_break)
 
 
 def _continues(window: list[Line], line: Line) -> bool:
@@ -270,12 +267,13 @@ def _note_break(matcher: Matcher, a: Line, b: Line) -> None:
     literal begins with a key of a that it runs past a's end from, and either ends with an end of
     b that it reaches or is longer than b (it may end on a later line). Keys and ends that lie
     across the break itself (rejoined with a space or with nothing) count as at the break."""
+    rooms, reaches = matcher.rooms(a.flat), matcher.reaches(b.flat)
     for sep in (" ", ""):
         across = a.flat[-(MIN_LITERAL - 1):] + sep + b.flat[:MIN_LITERAL - 1]
-        a.rooms.update(dict.fromkeys(matcher.keys_in(across), 0))
-        b.reaches.update(dict.fromkeys(matcher.ends_in(across), 0))
-    a.tails[:] = [(literal, index) for literal, index in matcher.running_past(a.rooms)
-                  if len(literal) > len(b.flat) or b.reaches.get(literal[-MIN_LITERAL:], len(literal)) < len(literal)]
+        rooms.update(dict.fromkeys(matcher.keys_in(across), 0))
+        reaches.update(dict.fromkeys(matcher.ends_in(across), 0))
+    a.tails[:] = [(literal, index) for literal, index in matcher.running_past(rooms)
+                  if len(literal) > len(b.flat) or reaches.get(literal[-MIN_LITERAL:], len(literal)) < len(literal)]
 
 
 def _wrapped(matcher: Matcher, lines: list[Line]) -> Iterator[tuple[Entry, str]]:
