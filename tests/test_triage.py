@@ -298,6 +298,8 @@ def test_cli_bad_input_is_exit_2(tmp_path):
     (r"x{2,3}yyyy", ["yyyy"]),
     ("[]x]yyyy", ["yyyy"]),
     ("(?:ab|cd)efgh", ["efgh"]),
+    ("(alpha beta|gamma delta)", ["alpha beta", "gamma delta"]),  # a capturing group around it all
+    ("(alpha beta)?gamma delta", ["gamma delta"]),
     ("(?i)hello world", None),             # flags: a substring test could miss a match
     (r"\x41bcdef", None),                  # a numeric escape is not its own text
     ("one|tw", None),                      # a branch too short to filter on
@@ -474,6 +476,26 @@ def test_halves_of_a_message_in_two_records_or_across_a_gap_are_not_joined():
     frame = ('ValueError: max_num_seqs (1024) exceeds\n  File "/x/vllm/config.py", line 3, in f\n'
              "available Mamba cache blocks (658).\n")
     assert codes_in(frame) == []
+
+
+WRAPPABLE = [e for e in WITH_ERROR if not e.error.context and not e.error.message.startswith(("assert ", "raise "))
+             and "\n" not in e.error.message]
+
+
+@pytest.mark.parametrize("entry", WRAPPABLE, ids=lambda e: e.code)
+def test_every_catalog_message_hard_wrapped_over_two_to_four_lines_is_found(entry):
+    """The wrapped-line prefilter (only patterns whose literal is in a line or may run across a
+    break are tried) loses no catalog message, however a terminal breaks it."""
+    from kvdoctor.pipeline.triage import strip_prefixes
+
+    message = fill(entry)
+    for lines in (2, 3, 4):
+        width = -(-len(message) // lines)
+        text = hard_wrap(message, width)
+        assert len(text.splitlines()) <= lines
+        if any(strip_prefixes(line) != line for line in text.splitlines()):
+            continue  # a piece that begins like a log prefix ("> " of a quoted reply) is read as one
+        assert entry.code in codes_in(text), (lines, text)
 
 
 def test_a_message_wrapped_over_more_lines_than_the_window_is_not_rejoined():

@@ -27,10 +27,33 @@ class Matcher:
                 for literal in literals:
                     self.literals.setdefault(literal[:MIN_LITERAL], []).append((literal, index))
         self.keys = set(self.literals)
+        self.ends = {literal[-MIN_LITERAL:] for pairs in self.literals.values() for literal, _ in pairs}
 
     def keys_in(self, flat: str) -> set[str]:
         """The literal keys (first 4 characters) that occur in a squeezed line."""
         return {flat[i:i + MIN_LITERAL] for i in range(len(flat) - MIN_LITERAL + 1)} & self.keys
+
+    def ends_in(self, flat: str) -> set[str]:
+        """The literal ends (last 4 characters) that occur in a squeezed line."""
+        return {flat[i:i + MIN_LITERAL] for i in range(len(flat) - MIN_LITERAL + 1)} & self.ends
+
+    def rooms(self, flat: str) -> dict[str, int]:
+        """Each literal key in a squeezed line, with the characters from its last occurrence to the
+        end of the line: a literal that runs past the line's end is longer than that."""
+        n = len(flat)
+        return {key: n - i for i in range(n - MIN_LITERAL + 1) if (key := flat[i:i + MIN_LITERAL]) in self.keys}
+
+    def reaches(self, flat: str) -> dict[str, int]:
+        """Each literal end in a squeezed line, with the characters from the line's start to the end
+        of its first occurrence: a literal that began on an earlier line is longer than that."""
+        return {end: i + MIN_LITERAL for i in reversed(range(len(flat) - MIN_LITERAL + 1))
+                if (end := flat[i:i + MIN_LITERAL]) in self.ends}
+
+    def running_past(self, rooms: dict[str, int]) -> list[tuple[str, int]]:
+        """(literal, pattern) of the literals that may begin on a line and run past its end: those
+        whose key is in the line and which are longer than the key's room (see `rooms`)."""
+        return [(literal, index) for key, room in rooms.items() for literal, index in self.literals[key]
+                if len(literal) > room]
 
     def candidates(self, flat: str, keys: set[str]) -> list[int]:
         """The patterns whose literal occurs in `flat` (a line with white-space runs squeezed to one
@@ -38,12 +61,16 @@ class Matcher:
         found = {index for key in keys for literal, index in self.literals[key] if literal in flat}
         return sorted(found.union(self.always))
 
-    def spans(self, text: str, keys: set[str] | None = None) -> list[tuple[Entry, int, int]]:
+    def spans(self, text: str, keys: set[str] | None = None,
+              only: list[int] | None = None) -> list[tuple[Entry, int, int]]:
         """(entry, start, end) of each entry matching `text`, less those inside a longer match.
-        `keys`, when given, are the literal keys known to occur in `text` (a superset is fine)."""
-        flat = " ".join(text.split())
+        `keys`, when given, are the literal keys known to occur in `text` (a superset is fine);
+        `only`, when given, are the patterns already known to be the candidates."""
+        if only is None:
+            flat = " ".join(text.split())
+            only = self.candidates(flat, self.keys_in(flat) if keys is None else keys)
         found: dict[str, tuple[Entry, int, int]] = {}
-        for i in self.candidates(flat, self.keys_in(flat) if keys is None else keys):
+        for i in only:
             m = self.patterns[i][1].search(text)
             entry = self.patterns[i][0]
             if m and (entry.code not in found or m.end() - m.start() > found[entry.code][2] - found[entry.code][1]):
@@ -102,8 +129,9 @@ def required_literals(pattern: str) -> list[str] | None:
     if (pattern.startswith("(?") and not pattern.startswith("(?:")) or _UNREADABLE.search(pattern):
         return None
     branches = _split_top(pattern)
-    if len(branches) == 1 and pattern.startswith("(?:") and _group_end(pattern, 0) == len(pattern):
-        branches = _split_top(pattern[3:-1])  # (?:A|B) around the whole pattern
+    if len(branches) == 1 and pattern.startswith("(") and _group_end(pattern, 0) == len(pattern):
+        inner = 3 if pattern.startswith("(?:") else 1
+        branches = _split_top(pattern[inner:-1])  # (?:A|B) or (A|B) around the whole pattern
     literals = [_longest_literal(branch) for branch in branches]
     return literals if all(len(lit) >= MIN_LITERAL for lit in literals) else None
 

@@ -199,11 +199,16 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
         bodies.append((number, text))
         flat = " ".join(text.split())
         keys = matcher.keys_in(flat)
-        spans = matcher.spans(text, keys)
+        found = matcher.candidates(flat, keys)
+        spans = matcher.spans(text, only=found)
         for entry, _, _ in spans:
             add(entry, number, text)
-        line = Line(number, text, raw[:raw.find(text)].strip(), flat, keys)
-        window = [*window, line][-MAX_WRAP_LINES:] if _continues(window, line) else [line] if flat else []
+        line = Line(number, text, raw[:raw.find(text)].strip(), flat, keys, found, [])
+        if _continues(window, line):
+            _note_break(matcher, window[-1], line)
+            window = [*window, line][-MAX_WRAP_LINES:]
+        else:
+            window = [line] if flat else []
         for start in range(len(window) - 1):
             for entry, joined in _wrapped(matcher, window[start:]):
                 add(entry, window[start].number, joined)
@@ -243,6 +248,8 @@ class Line(NamedTuple):
     prefix: str  # the prefixes removed, white space trimmed
     flat: str  # white-space runs squeezed to one space
     keys: set[str]  # the matcher's literal keys in `flat`
+    found: list[int]  # the patterns whose literal is in `flat` (and those without a literal)
+    tails: list[tuple[str, int]]  # the literals that may run on into the next line (see _note_break)
 
 
 def _continues(window: list[Line], line: Line) -> bool:
@@ -255,19 +262,42 @@ def _continues(window: list[Line], line: Line) -> bool:
     return line.prefix in ("", window[0].prefix)
 
 
+def _note_break(matcher: Matcher, a: Line, b: Line) -> None:
+    """Fill in a.tails: the literals that may begin on a and run across the break into b. Such a
+    literal begins with a key of a that it runs past a's end from, and either ends with an end of
+    b that it reaches or is longer than b (it may end on a later line). Keys and ends that lie
+    across the break itself (rejoined with a space or with nothing) count as at the break."""
+    rooms, reaches = matcher.rooms(a.flat), matcher.reaches(b.flat)
+    for sep in (" ", ""):
+        across = a.flat[-(MIN_LITERAL - 1):] + sep + b.flat[:MIN_LITERAL - 1]
+        rooms.update(dict.fromkeys(matcher.keys_in(across), 0))
+        reaches.update(dict.fromkeys(matcher.ends_in(across), 0))
+    a.tails[:] = [(literal, index) for literal, index in matcher.running_past(rooms)
+                  if len(literal) > len(b.flat) or reaches.get(literal[-MIN_LITERAL:], len(literal)) < len(literal)]
+
+
 def _wrapped(matcher: Matcher, lines: list[Line]) -> Iterator[tuple[Entry, str]]:
     """Entries whose match begins on the first of these lines and ends on the last, each break
-    rejoined with a space (a wrap at a word boundary) or with nothing (a hard wrap inside a word)."""
+    rejoined with a space (a wrap at a word boundary) or with nothing (a hard wrap inside a word).
+
+    Most windows hold no catalog text at all, so the regexes run only on the patterns that can
+    match: those whose literal is inside one of the lines (`Line.found`), and those whose literal
+    may run across a break (`Line.tails`) and does in this rejoining."""
+    crossing = [tail for x in lines[:-1] for tail in x.tails]
+    inside = set().union(*(x.found for x in lines))
+    if not crossing and not inside:
+        return
     parts = [lines[0].text.rstrip(), *(x.text.strip() for x in lines[1:-1]), lines[-1].text.lstrip()]
-    keys = set().union(*(x.keys for x in lines))
-    for a, b in zip(lines, lines[1:]):  # a literal crossing a break starts near the end of a line
-        for sep in (" ", ""):
-            keys |= matcher.keys_in(a.flat[-(MIN_LITERAL - 1):] + sep + b.flat[:MIN_LITERAL - 1])
+    flats = [x.flat for x in lines]
     found: set[str] = set()
     for seps in product((" ", ""), repeat=len(parts) - 1):
+        flat = flats[0] + "".join(sep + part for sep, part in zip(seps, flats[1:]))
+        only = sorted(inside.union(index for literal, index in crossing if literal in flat))
+        if not only:
+            continue
         joined = parts[0] + "".join(sep + part for sep, part in zip(seps, parts[1:]))
         first_end, last_start = len(parts[0]), len(joined) - len(parts[-1])
-        for entry, start, end in matcher.spans(joined, keys):
+        for entry, start, end in matcher.spans(joined, only=only):
             if start < first_end and end > last_start and entry.code not in found:
                 found.add(entry.code)
                 yield entry, joined

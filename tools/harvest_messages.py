@@ -1,0 +1,88 @@
+"""List the runtime messages of an engine's source tree that no catalog entry names yet.
+
+    python tools/harvest_messages.py ROOT GLOB [GLOB ...] [--all]
+
+ROOT is an unpacked release (a wheel or sdist: the folder holding `vllm/`, `sglang/`, `mlx_lm/` or
+`transformers/`); each GLOB picks files under it (`'vllm/v1/core/**/*.py'`). Every `raise X("...")`,
+`assert ..., "..."` and `logger.error/warning/critical("...")` whose message is about KV caches, blocks,
+pools, tokens, memory or state caches is rendered as the engine prints it (an f-string's fields as
+`{expression}`), and matched against the catalog with each field filled by "7", as `triage` would read
+it. One line per message no entry names (`--all`: every message, with the codes that name it):
+
+    path:line  Class  message
+
+This is how round 3 of issue 43 found what to add; the entries carry the messages verbatim.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+from kvdoctor.catalog import builtin_catalog
+from kvdoctor.catalog.matcher import Matcher
+
+TOPIC = re.compile(r"kv|cache|block|pool|token|memory|slot|page|state|alloc|free|leak|mamba|swa|window|evict|"
+                   r"radix|req_to|out of", re.IGNORECASE)
+MIN_MESSAGE = 20
+LOG_METHODS = ("error", "warning", "critical")
+FIELD = re.compile(r"\{[^{}]*\}")
+
+
+def text_of(node: ast.expr) -> str | None:
+    """A message expression as the engine prints it, fields kept as `{expression}`; None if it is not
+    a string built from literals (a variable, a call other than str.format)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"  # type: ignore[attr-defined]
+                       for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = text_of(node.left), text_of(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):  # "... %s" % args
+        return text_of(node.left)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        return text_of(node.func.value)
+    return None
+
+
+def messages(path: Path) -> list[tuple[int, str, str]]:
+    """(line, class, message) of each raise, assert and logged error in one file."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+            found.append((node.lineno, ast.unparse(node.exc.func), text_of(node.exc.args[0])))
+        elif isinstance(node, ast.Assert) and node.msg is not None:
+            found.append((node.lineno, "AssertionError", text_of(node.msg)))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in LOG_METHODS and node.args):
+            found.append((node.lineno, f"log.{node.func.attr}", text_of(node.args[0])))
+    return [(line, cls, text) for line, cls, text in found
+            if text is not None and len(text) >= MIN_MESSAGE and TOPIC.search(text)]
+
+
+def main(argv: list[str]) -> int:
+    show_all = "--all" in argv
+    args = [a for a in argv if a != "--all"]
+    if len(args) < 2:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    root, globs = Path(args[0]), args[1:]
+    matcher = Matcher(builtin_catalog())
+    for path in sorted({p for g in globs for p in root.glob(g) if p.is_file()}):
+        for line, cls, text in messages(path):
+            codes = sorted({entry.code for entry, _, _ in matcher.spans(FIELD.sub("7", text))})
+            if show_all or not codes:
+                named = f"  [{', '.join(codes)}]" if codes else ""
+                print(f"{path.relative_to(root)}:{line}  {cls}  {text!r}{named}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
