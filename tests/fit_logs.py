@@ -30,7 +30,7 @@ GIB = 1 << 30
 # The engines' flags as a log passes them that fit reads (the rest are the engine's defaults at that version).
 SETTING_KEYS = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "enforce_eager",
                 "enable_prefix_caching", "mem_fraction_static", "chunked_prefill_size", "max_running_requests",
-                "disable_cuda_graph", "dtype")
+                "disable_cuda_graph", "dtype", "quantization")
 
 sys.path.insert(0, str(ROOT))
 

@@ -211,8 +211,11 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     assert spec.checkpoint is not None
     if s.get("dtype") not in (None, "auto"):  # --dtype: the weights, activations and KV cache in that dtype
         facts = replace(facts, dtype=str(s["dtype"]))
+    online = vw.online_quantization(spec.config, s.get("quantization"))
     weights = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, vw.parallel(tp, pp, dp, ep), spec.num_hidden_layers,
-                               dtype_bytes(facts.serving_dtype))
+                               dtype_bytes(facts.serving_dtype), online[0] if online else None)
+    if online:
+        weights = replace(weights, source=f"{weights.source}; {online[1]}")
     padding, padding_source = vw.mxfp4_padding(spec.config, weights.by_kind.get("expert", 0), gpu.sm, tp,
                                                ep, version)
     if padding:  # the MoE kernel's tile padding of MXFP4 experts, loaded into the padded shapes
