@@ -291,3 +291,26 @@ def _numels(spec, suffixes: tuple[str, ...]) -> list[int]:
                 n *= d
             out.append(n)
     return out
+
+
+def test_vllm_refuses_tp_that_does_not_divide_the_vocabulary_or_the_kv_heads(tmp_path) -> None:
+    """Qwen3-14B's shapes on a Qwen2 config (40 heads, 8 KV heads, 151936 tokens) at TP 5: the heads divide, the embedding's rows
+    do not, and vLLM stops on that assertion building the model (the fresh2 log's text); with 10 KV heads, TP 4
+    divides the heads and the vocabulary but not the KV heads."""
+    from helpers import real_config
+
+    from kvdoctor.engines import profile
+    from kvdoctor.engines.budget.fit import Request
+    from kvdoctor.load.loader import load_model
+
+    base = {**real_config("qwen2.5-7b"), "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 8,
+            "num_hidden_layers": 2, "intermediate_size": 17408, "vocab_size": 151936}
+    rows = {}
+    for kv, tp in ((8, 5), (8, 4), (10, 4)):
+        spec = load_model(str(make_model(tmp_path, {**base, "num_key_value_heads": kv}, dirname=f"kv{kv}-tp{tp}")))
+        facts = profile("vllm").budget_facts(spec)
+        rows[kv, tp] = vfit.fit(spec, facts, gpu("H100-80GB"), {"tp": tp}, Request(context=8192), {"version": "0.19.0"})
+    assert rows[8, 5].refusal is not None and rows[8, 5].refusal.message == "151936 is not divisible by 5"
+    assert rows[8, 5].refusal.cls == "AssertionError" and not rows[8, 5].launch
+    assert rows[8, 4].refusal is None and rows[8, 4].launch
+    assert rows[10, 4].refusal is not None and rows[10, 4].refusal.message == "10 is not divisible by 4"
