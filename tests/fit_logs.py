@@ -9,7 +9,8 @@ quantization_config says), so the weights are priced as the engine stores them.
 Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers;
 `--summary` prints how many logs meet each of issue 40's bounds, per part (calibration, validation, held-out: the
 set collected after the last calibration and scored before any change it prompted; fresh: a second such set, collected
-after the fixes the first one prompted) and for the logs collected after the last calibration (their
+after the fixes the first one prompted; fresh2: a third, collected after the fresh set's fixes), the refusals fit
+predicts among the logs whose engine refused, and for the logs collected after the last calibration (their
 `collected_after_calibration` field).
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ GIB = 1 << 30
 # The engines' flags as a log passes them that fit reads (the rest are the engine's defaults at that version).
 SETTING_KEYS = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "enforce_eager",
                 "enable_prefix_caching", "mem_fraction_static", "chunked_prefill_size", "max_running_requests",
-                "disable_cuda_graph", "dtype")
+                "disable_cuda_graph", "dtype", "quantization")
 
 sys.path.insert(0, str(ROOT))
 
@@ -42,7 +43,8 @@ def _quantize(layout: dict, config: dict) -> None:
     """Store the synthesized tensors as the config's quantization_config says the published ones are."""
     q = config.get("quantization_config") or {}
     method = q.get("quant_method")
-    skip = tuple(q.get("modules_to_not_convert") or q.get("ignored_layers") or ())
+    skip = tuple(q.get("modules_to_not_convert") or q.get("ignored_layers") or q.get("ignore") or ())
+    stored = _compressed_tensors_dtype(q) if method == "compressed-tensors" else None
     for name, (_dtype, shape) in list(layout.items()):
         linear = name.endswith("proj.weight") and ".layers." in name and not any(s in name for s in skip)
         if not linear or len(shape) != 2:
@@ -52,11 +54,23 @@ def _quantize(layout: dict, config: dict) -> None:
             layout[name] = ("F8_E4M3", shape)
             block = q.get("weight_block_size") or [128, 128]
             layout[name[:-len("weight")] + "weight_scale_inv"] = ("F32", [-(-out // block[0]), -(-inp // block[1])])
+        elif stored:  # one 8-bit weight per element and one scale per output channel
+            layout[name] = (stored, shape)
+            layout[name[:-len("weight")] + "weight_scale"] = ("BF16", [out, 1])
         elif method == "mxfp4" and ".experts." in name:
             del layout[name]
             base = name[:-len(".weight")]
             layout[base + "_blocks"] = ("U8", [out, inp // 32, 16])
             layout[base + "_scales"] = ("U8", [out, inp // 32])
+
+
+def _compressed_tensors_dtype(q: dict) -> str | None:
+    """The safetensors dtype of a compressed-tensors checkpoint's linear weights: 8-bit channel-wise schemes
+    (W8A8 FP8 in `float-quantized`, W8A8 INT8 in `int-quantized`) store one byte a weight; others are not laid out."""
+    weights = [g.get("weights") or {} for g in (q.get("config_groups") or {}).values()]
+    if len(weights) != 1 or weights[0].get("num_bits") != 8 or weights[0].get("strategy") != "channel":
+        return None
+    return {"float": "F8_E4M3", "int": "I8"}.get(weights[0].get("type"))
 
 
 def model_dir(tmp: Path, model: str) -> Path | None:
@@ -109,6 +123,7 @@ def predict(log: dict[str, Any], tmp: Path) -> dict[str, Any]:
         request = Request(context=s.get("max_model_len") or s.get("context_length"), kv_cache_dtype=kv_dtype)
         card = gpu(None, str(int(log['gpu_memory_gib'] * GIB))) if log.get("gpu_memory_gib") else gpu(log["gpu"])
         row = prof.fit(spec, facts, card, layout, request, {**settings, "version": log["version"]})
+        out["refusal"] = row.refusal.message if row.refusal is not None else None
         if not log.get("kv_only"):  # kv_only: the stored config is not the checkpoint served (a quantized copy)
             out["weights_gib"] = row.weights.bytes_per_rank / GIB
             out["available_kv_gib"] = row.kv_bytes / GIB
@@ -157,7 +172,8 @@ def rows() -> list[dict[str, Any]]:
             p = predict(log, tmp)
             obs = log["observed"]
             out.append({"log": stem, "part": log["part"], "engine": log["engine"], "version": log["version"],
-                        "skip": p.get("skip"),
+                        "skip": p.get("skip"), "refused": bool(obs.get("refused")),
+                        "refusal": p.get("refusal"),
                         "weights": (p.get("weights_gib"), obs.get("weights_gib"), error(p.get("weights_gib"),
                                                                                        obs.get("weights_gib"))),
                         "kv": (p.get("available_kv_gib"), available_kv(log),
@@ -207,7 +223,8 @@ def summary(data: list[dict[str, Any]]) -> str:
     groups = [("calibration", [r for r in data if r["part"] == "calibration"]),
               ("validation", [r for r in data if r["part"] == "validation"]),
               ("held-out", [r for r in data if r["part"] == "held-out"]),
-              ("fresh held-out", [r for r in data if r["part"] == "fresh"]), ("all", data),
+              ("fresh held-out", [r for r in data if r["part"] == "fresh"]),
+              ("third held-out (fresh2)", [r for r in data if r["part"] == "fresh2"]), ("all", data),
               ("collected after the last calibration", [r for r in data if r["log"] in late])]
     lines = [f"{len(data)} logs, {sum(1 for r in data if not r['skip'])} predicted"]
     for name, group in groups:
@@ -215,6 +232,8 @@ def summary(data: list[dict[str, Any]]) -> str:
         for key, bound, label in BOUNDS:
             within, counted = share_within(group, key, bound)
             cells.append(f"{label}: {within}/{counted}")
+        refused = [r for r in group if r["refused"] and not r["skip"]]
+        cells.append(f"refusals predicted: {sum(1 for r in refused if r['refusal'])}/{len(refused)}")
         lines.append(f"{name} ({len(group)} logs): " + "; ".join(cells))
     return "\n".join(lines) + "\n"
 

@@ -259,3 +259,58 @@ def test_sglang_mxfp4_padding_by_gpu_class() -> None:
     assert sw.mxfp4_padding(gpt_oss, experts, 90, 4, 1) == experts * 736 // 720 - experts
     assert sw.mxfp4_padding(gpt_oss, experts, 90, 8, 1) == experts * 384 // 360 - experts  # 360 -> 384
     assert sw.mxfp4_padding({**gpt_oss, "quantization_config": {}}, experts, 100, 1, 1) == 0
+
+
+def test_vllm_online_fp8_stores_the_linear_layers_in_one_byte(tmp_path) -> None:
+    """--quantization fp8 on a bfloat16 checkpoint: vLLM keeps its linear layers (and experts) in FP8 once loaded;
+    the embeddings, head and norms stay bfloat16. A checkpoint already quantized is priced as stored."""
+    from kvdoctor.engines import profile
+    from kvdoctor.engines.budget.fit import Request
+    from kvdoctor.load.loader import load_model
+
+    spec = load_model(str(make_model(tmp_path, "llama-3.1-8b")))
+    assert spec.checkpoint is not None
+    facts = profile("vllm").budget_facts(spec)
+    card, request = gpu("H100-80GB"), Request(context=8192)
+    bf16 = vfit.fit(spec, facts, card, {"tp": 1}, request, {"version": "0.19.0"})
+    fp8 = vfit.fit(spec, facts, card, {"tp": 1}, request, {"version": "0.19.0", "quantization": "fp8"})
+    linear = sum(2 * n for n in _numels(spec, ("proj.weight",)))
+    assert linear > 0 and bf16.weights.bytes_per_rank - fp8.weights.bytes_per_rank == linear // 2
+    assert fp8.kv_bytes - bf16.kv_bytes == linear // 2  # the memory freed goes to the KV cache
+    assert "Fp8OnlineLinearMethod" in fp8.weights.source
+    assert vw.online_quantization({"quantization_config": {"quant_method": "fp8"}}, "fp8") is None
+    assert vw.online_quantization({}, None) is None
+
+
+def _numels(spec, suffixes: tuple[str, ...]) -> list[int]:
+    out = []
+    for name, _dtype, shape, _file in spec.checkpoint.tensors.values():
+        if name.endswith(suffixes) and ".layers." in name:
+            n = 1
+            for d in shape:
+                n *= d
+            out.append(n)
+    return out
+
+
+def test_vllm_refuses_tp_that_does_not_divide_the_vocabulary_or_the_kv_heads(tmp_path) -> None:
+    """Qwen3-14B's shapes on a Qwen2 config (40 heads, 8 KV heads, 151936 tokens) at TP 5: the heads divide, the embedding's rows
+    do not, and vLLM stops on that assertion building the model (the fresh2 log's text); with 10 KV heads, TP 4
+    divides the heads and the vocabulary but not the KV heads."""
+    from helpers import real_config
+
+    from kvdoctor.engines import profile
+    from kvdoctor.engines.budget.fit import Request
+    from kvdoctor.load.loader import load_model
+
+    base = {**real_config("qwen2.5-7b"), "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 8,
+            "num_hidden_layers": 2, "intermediate_size": 17408, "vocab_size": 151936}
+    rows = {}
+    for kv, tp in ((8, 5), (8, 4), (10, 4)):
+        spec = load_model(str(make_model(tmp_path, {**base, "num_key_value_heads": kv}, dirname=f"kv{kv}-tp{tp}")))
+        facts = profile("vllm").budget_facts(spec)
+        rows[kv, tp] = vfit.fit(spec, facts, gpu("H100-80GB"), {"tp": tp}, Request(context=8192), {"version": "0.19.0"})
+    assert rows[8, 5].refusal is not None and rows[8, 5].refusal.message == "151936 is not divisible by 5"
+    assert rows[8, 5].refusal.cls == "AssertionError" and not rows[8, 5].launch
+    assert rows[8, 4].refusal is None and rows[8, 4].launch
+    assert rows[10, 4].refusal is not None and rows[10, 4].refusal.message == "10 is not divisible by 4"

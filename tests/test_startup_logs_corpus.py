@@ -27,6 +27,8 @@ FIELDS = {"source": str, "date": str, "engine": str, "version": str, "version_st
           "observed": dict, "notes": str, "part": str}
 OPTIONAL = {"config_missing": str, "gpu_memory_gib": float, "kv_only": str, "fitted": bool,
             "collected_after_calibration": str, "config_model": str}
+# The sets collected after a calibration and scored before any change they prompted, in the order collected.
+HELD_OUT = {"held-out", "fresh", "fresh2"}
 # Observed figures that are not printed numbers: flags set from what the log shows.
 FLAGS = {"refused"}
 
@@ -82,8 +84,8 @@ def test_each_log_has_the_fields(path):
     assert doc["lines"] and all(isinstance(line, str) and line.strip() for line in doc["lines"])
     assert doc["observed"] and doc["notes"].strip() and doc["version"].strip()
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc["date"])
-    assert doc["part"] in {"calibration", "validation", "held-out", "fresh"}
-    assert doc["part"] not in ("held-out", "fresh") or "collected_after_calibration" in doc
+    assert doc["part"] in {"calibration", "validation"} | HELD_OUT
+    assert doc["part"] not in HELD_OUT or "collected_after_calibration" in doc
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
@@ -180,7 +182,7 @@ def test_the_split_is_the_documented_draw():
     ranked = sorted(drawn, key=lambda stem: hashlib.sha256(SPLIT_SEED + stem.encode()).hexdigest())
     half = (len(ranked) + 1) // 2
     expected = {stem: "calibration" if rank < half else "validation" for rank, stem in enumerate(ranked)}
-    expected |= {stem: "calibration" if doc.get("fitted") else doc["part"] if doc["part"] in ("held-out", "fresh") else "validation"
+    expected |= {stem: "calibration" if doc.get("fitted") else doc["part"] if doc["part"] in HELD_OUT else "validation"
                  for stem, doc in docs.items() if stem not in expected}
     assert {stem: doc["part"] for stem, doc in docs.items()} == expected
     assert SPLIT_SEED.decode() in DOC.read_text()

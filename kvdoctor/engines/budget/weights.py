@@ -165,7 +165,7 @@ class _Classified(msgspec.Struct):
     unmatched: list[str]
 
 
-_LAST: dict[int, tuple[Checkpoint, tuple[ShardRules, int | None], _Classified]] = {}
+_LAST: dict[int, tuple[Checkpoint, tuple[ShardRules, int | None, int | None], _Classified]] = {}
 
 
 # Float tensors the engines cast to the serving dtype as they load them: the layers' weights. Scales of quantized
@@ -173,15 +173,21 @@ _LAST: dict[int, tuple[Checkpoint, tuple[ShardRules, int | None], _Classified]] 
 _CAST = {"BF16", "F16", "F32"}
 
 
+# The splits of the engines' linear layers (and routed experts): what an engine quantizing a float checkpoint as it
+# loads it (vLLM's --quantization fp8) stores in the narrower type. Embeddings, the head and norms stay as they are.
+_LINEAR = {"column", "kv_column", "row", "expert"}
+
+
 def _cast(name: str, dtype: str) -> bool:
     return dtype in _CAST and name.endswith(".weight") and "scale" not in name
 
 
-def _classify(ckpt: Checkpoint, rules: ShardRules, float_bits: int | None = None) -> _Classified:
+def _classify(ckpt: Checkpoint, rules: ShardRules, float_bits: int | None = None,
+              linear_bits: int | None = None) -> _Classified:
     """Each tensor's split and place, summed into groups once per checkpoint, so that pricing one more
     layout costs a pass over a few hundred groups, not over every tensor."""
     hit = _LAST.get(id(ckpt))
-    if hit is not None and hit[0] is ckpt and hit[1] == (rules, float_bits):
+    if hit is not None and hit[0] is ckpt and hit[1] == (rules, float_bits, linear_bits):
         return hit[2]
     from kvdoctor.load.checkpoint import DTYPE_BITS
 
@@ -193,11 +199,13 @@ def _classify(ckpt: Checkpoint, rules: ShardRules, float_bits: int | None = None
         numel = 1
         for d in shape:
             numel *= d
-        bits = float_bits if float_bits and _cast(name, dtype) else DTYPE_BITS[dtype]
-        nbytes = (numel * bits + 7) // 8
-        total += nbytes
         pattern = _NUMBERS.sub("#", name)
         kind = kinds[pattern] if pattern in kinds else kinds.setdefault(pattern, rules.kind(name))
+        bits = float_bits if float_bits and _cast(name, dtype) else DTYPE_BITS[dtype]
+        if linear_bits and kind in _LINEAR and len(shape) >= 2 and _cast(name, dtype):
+            bits = linear_bits
+        nbytes = (numel * bits + 7) // 8
+        total += nbytes
         if kind is None:
             kind = "replicated"
             if len(unmatched) < 20:
@@ -216,16 +224,17 @@ def _classify(ckpt: Checkpoint, rules: ShardRules, float_bits: int | None = None
         group.nbytes += nbytes
     out = _Classified(groups=list(groups.values()), total=total, tensors=len(ckpt.tensors), unmatched=unmatched)
     _LAST.clear()
-    _LAST[id(ckpt)] = (ckpt, (rules, float_bits), out)
+    _LAST[id(ckpt)] = (ckpt, (rules, float_bits, linear_bits), out)
     return out
 
 
 def weights_per_rank(ckpt: Checkpoint, config: dict[str, Any], rules: ShardRules, par: Parallel,
-                     layers: int, float_bytes: int | None = None) -> WeightsRecord:
+                     layers: int, float_bytes: int | None = None, linear_bytes: int | None = None) -> WeightsRecord:
     """Price every tensor on the fullest rank of each pipeline stage. Embeddings sit on the first stage;
     the output head and final norm on the last (a tied head too, once there is more than one stage).
     `float_bytes`: the serving dtype's width, which the engine casts the float weights to (a float32
-    checkpoint served in bfloat16, or `--dtype float32`); None: priced as stored (mlx-lm)."""
+    checkpoint served in bfloat16, or `--dtype float32`); None: priced as stored (mlx-lm). `linear_bytes`: the
+    width the engine quantizes the float weights of its linear layers and experts to as it loads them."""
     if not ckpt.tensors:
         raise InputError("weights per rank need the checkpoint's safetensors headers; this model has none")
     stages = pp_partition(layers, par.pp)
@@ -239,7 +248,7 @@ def weights_per_rank(ckpt: Checkpoint, config: dict[str, Any], rules: ShardRules
     per_stage = [0] * par.pp
     by_kind: dict[str, list[int]] = {k: [0] * par.pp for k in KINDS}
     tied = bool(config.get("tie_word_embeddings"))
-    classified = _classify(ckpt, rules, 8 * float_bytes if float_bytes else None)
+    classified = _classify(ckpt, rules, 8 * float_bytes if float_bytes else None, 8 * linear_bytes if linear_bytes else None)
     for g in classified.groups:
         share = _share(g.kind, g.nbytes, g.rows, par, g.attention, rules, kv_heads, (held, experts))
         if g.place == "layer":

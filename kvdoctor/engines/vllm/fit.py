@@ -167,6 +167,21 @@ def vocab_size(spec: ModelSpec) -> int:
     return max(rows, default=0)
 
 
+def indivisible(facts: ModelFacts, vocab: int, tp: int) -> EngineRefusal | None:
+    """The assertion vLLM's layers stop on while the model is built, where TP does not divide what they split:
+    the input embedding first (its rows padded to 64, vocab_parallel_embedding.py:304), then each attention
+    layer's KV heads, or TP by the KV heads where TP exceeds them (QKVParallelLinear, linear.py:1065-1070); both
+    through distributed/utils.py:51-55 and 130-134 @ 0.33.0 ("151936 is not divisible by 5": Qwen3-14B at TP 5,
+    vLLM 0.19.0, llm-d-incubation/llm-d-planner PR #205)."""
+    pairs = [(math.ceil(vocab / vw.RULES.vocab_padding) * vw.RULES.vocab_padding, tp)] if vocab else []
+    if facts.kv_heads and not facts.mla_latent:
+        pairs.append((tp, facts.kv_heads) if tp >= facts.kv_heads else (facts.kv_heads, tp))
+    for numerator, denominator in pairs:
+        if numerator % denominator:
+            return EngineRefusal("AssertionError", f"{numerator} is not divisible by {denominator}", stage="load")
+    return None
+
+
 def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: int, seqs: int,
                     version: str, ep: bool = False, vocab: int = 0) -> int:
     """The profiling run's peak above the weights on one rank (modelled: see SOURCES). The fused-MoE
@@ -211,8 +226,11 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     assert spec.checkpoint is not None
     if s.get("dtype") not in (None, "auto"):  # --dtype: the weights, activations and KV cache in that dtype
         facts = replace(facts, dtype=str(s["dtype"]))
+    online = vw.online_quantization(spec.config, s.get("quantization"))
     weights = weights_per_rank(spec.checkpoint, spec.config, vw.RULES, vw.parallel(tp, pp, dp, ep), spec.num_hidden_layers,
-                               dtype_bytes(facts.serving_dtype))
+                               dtype_bytes(facts.serving_dtype), online[0] if online else None)
+    if online:
+        weights = replace(weights, source=f"{weights.source}; {online[1]}")
     padding, padding_source = vw.mxfp4_padding(spec.config, weights.by_kind.get("expert", 0), gpu.sm, tp,
                                                ep, version)
     if padding:  # the MoE kernel's tile padding of MXFP4 experts, loaded into the padded shapes
@@ -256,7 +274,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
         row.refusal = EngineRefusal("ValidationError", f"Total number of attention heads ({facts.attention_heads}) must "
                                     f"be divisible by tensor parallel size ({tp}).")  # config/model.py:1557-1564 @ 0.33.0
         return row
-    if s.get("kv_budget") is None:  # given the engine's own KV figure, the engine did load the weights
+    row.refusal = indivisible(facts, vocab_size(spec), tp)
+    if row.refusal is None and s.get("kv_budget") is None:  # given the engine's KV figure, it did load the weights
         row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
     if row.refusal is not None:
         return row

@@ -23,6 +23,25 @@ def parallel(tp: int, pp: int = 1, dp: int = 1, expert_parallel: bool = False) -
     return Parallel(tp=tp, pp=pp, dp=dp, ep=tp * dp if expert_parallel else 1)
 
 
+# --quantization fp8 on a checkpoint with no quantization_config: Fp8Config with is_checkpoint_fp8_serialized off gives
+# every LinearBase layer Fp8OnlineLinearMethod, which loads the float weights and keeps them as float8_e4m3fn with a
+# per-tensor scale (ops.scaled_fp8_quant in process_weights_after_loading), and the routed experts Fp8MoEMethod;
+# the embeddings, head and norms are no LinearBase and stay in the serving dtype. 0.19.0 logs it ("Selected
+# CutlassFP8ScaledMMLinearKernel for Fp8OnlineLinearMethod", llm-d-incubation/llm-d-planner PR #205); 0.33.0's
+# Fp8Config refuses it ("The `fp8` quantization method no longer supports online quantization").
+ONLINE_FP8_SOURCE = ("--quantization fp8: linear layers and experts quantized to FP8 as loaded "
+                     "(model_executor/layers/quantization/fp8.py Fp8OnlineLinearMethod @ 0.19.0)")
+
+
+def online_quantization(config: dict, method: object) -> tuple[int, str] | None:
+    """The byte width vLLM quantizes a float checkpoint's linear weights to as it loads them, and where that
+    comes from; None where the checkpoint is already quantized or no online method is asked for."""
+    if method != "fp8" or config.get("quantization_config") or (config.get("text_config") or {}).get(
+            "quantization_config"):
+        return None
+    return 1, ONLINE_FP8_SOURCE
+
+
 def _gpu_class(sm: int) -> str | None:
     return "hopper" if sm == 90 else "ampere" if 80 <= sm < 90 else "blackwell" if sm >= 100 else None
 
