@@ -136,3 +136,12 @@ INTERVAL_ARCHS = {
     "Qwen3_5MoeForCausalLM": "configs/qwen3_5.py#L119",
 }
 
+
+# SGLang's LFM2 config classes give the KV pool only the layers typed `full_attention` and the conv state only
+# those typed `conv` / `short_conv` (configs/lfm2.py#L27, lfm2_vl.py, lfm2_moe.py#L28): a layer of any other
+# type gets neither.
+TYPED_CONV_ARCHS = {
+    "Lfm2ForCausalLM": "configs/lfm2.py#L27",
+    "Lfm2MoeForCausalLM": "configs/lfm2_moe.py#L28",
+    "Lfm2VlForConditionalGeneration": "configs/lfm2_vl.py#L24",
+}

@@ -13,7 +13,7 @@ import msgspec
 from kvdoctor.engines.base import LayerPlan, Refusal
 from kvdoctor.engines.sglang import archs, pools, refusals, sizing, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
-from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CONV, FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
 
@@ -54,7 +54,7 @@ class SglangCudaFacts(msgspec.Struct, frozen=True):
 def _cache(kind: str, placement: pools.Placement | None) -> str:
     if kind == KDA:
         return "kda-replayssm"
-    if kind in (GDN, MAMBA):
+    if kind in (GDN, MAMBA, CONV):
         return "mamba"
     if placement is None:
         return "none"
@@ -78,7 +78,7 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
             extra = {"pool": placement.pool, "pool_index": placement.index}
         layers.append(LayerPlan(index=layer.index, engine_window=windows.get(layer.index),
                                 cache=_cache(kind, placement),
-                                state=state if kind in (GDN, MAMBA) else None, extra=extra))
+                                state=state if kind in (GDN, MAMBA, CONV) else None, extra=extra))
     differs = tuple(l.index for l in spec.layers if l.kind in (SLIDING, FULL)
                     and (l.window if l.kind == SLIDING else None) != windows.get(l.index))
     refused = refusals.predict(spec, settings)

@@ -16,10 +16,10 @@ from kvdoctor.engines.sglang import archs
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang.swa import SwaDecision
 from kvdoctor.load import hf_config
-from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CHUNKED, CONV, FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 ATTENTION = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA)
-STATE = (GDN, KDA, MAMBA)
+STATE = (GDN, KDA, MAMBA, CONV)
 KV_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "mxfp8": "float8_e4m3fn",
              "bf16": "bfloat16", "bfloat16": "bfloat16"}
 # ModelConfig's `_get_and_verify_dtype` (configs/model_config.py#L2284) reads the text config's dtype by these
@@ -143,11 +143,15 @@ def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
 
 def sglang_kinds(spec: ModelSpec) -> dict[int, str]:
     """Layer id -> the kind SGLang builds there: the model's own, except for the families whose SGLang
-    config class derives the layout itself (`archs.INTERVAL_ARCHS`)."""
+    config class derives the layout itself (`archs.INTERVAL_ARCHS`) or keeps only some layer types
+    (`archs.TYPED_CONV_ARCHS`)."""
     kinds = {layer.index: layer.kind for layer in spec.layers}
-    if archs.serving_arch(spec.raw_config) in archs.INTERVAL_ARCHS:
+    arch = archs.serving_arch(spec.raw_config)
+    if arch in archs.INTERVAL_ARCHS:
         interval = spec.config.get("full_attention_interval") or 4
         kinds = {i: (FULL if (i + 1) % interval == 0 else GDN) for i in kinds}
+    if arch in archs.TYPED_CONV_ARCHS:
+        kinds = {i: (k if k in (FULL, CONV) else NO_ATTENTION) for i, k in kinds.items()}
     return kinds
 
 
@@ -269,9 +273,29 @@ def mamba2_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str
             "temporal": {"shape": [heads // tp, head_dim, state], "dtype": ssm_dtype(spec, settings)}}
 
 
+def conv_dims(spec: ModelSpec) -> tuple[int, int] | None:
+    """(channels, kernel) of LFM2's short-convolution state as SGLang's Lfm2Config sizes it: hidden_size
+    channels (not conv_dim) and conv_L_cache; None where the config lacks either."""
+    hidden, kernel = spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, kernel))
+    return (hidden, kernel) if ok else None  # type: ignore[return-value]
+
+
+def conv_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, Any]:
+    """One LFM2 conv layer's state on one rank. configs/lfm2.py builds a Mamba2StateShape with hidden_size
+    channels, one group, as many heads as TP ranks and no SSM state: conv (hidden / tp, kernel - 1) in the model
+    dtype, an empty temporal state (1, hidden, 0) in the SSM dtype."""
+    dims = conv_dims(spec)
+    assert dims is not None  # state_by_tp asks only where the dims are there
+    hidden, kernel = dims
+    return {"conv": {"shape": [hidden // tp, kernel - 1], "dtype": model_dtype(spec)},
+            "temporal": {"shape": [1, hidden, 0], "dtype": ssm_dtype(spec, settings)}}
+
+
 def state_by_tp(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     kinds = spec.kinds()
-    build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds and mamba2_dims(spec) else None
+    build = (gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds and mamba2_dims(spec)
+             else conv_state if CONV in kinds and conv_dims(spec) else None)
     if build is None:
         return None
     tps = (settings.tp_size,) if settings.tp_size else TP_SIZES

@@ -187,9 +187,13 @@ def per_layer_config_keys(spec: ModelSpec) -> Refusal | None:
 
 
 def layer_types_length(spec: ModelSpec) -> Refusal | None:
+    """transformers' `validate_layer_type`, unless SGLang's own config class for the text config's model type
+    skips it (the registry's `layer_types_unchecked`, measured in the pinned venv: LFM2's)."""
     types = spec.config.get("layer_types")
     n = spec.config.get("num_hidden_layers")
     if not isinstance(types, list) or not isinstance(n, int) or len(types) == n:
+        return None
+    if (spec.config.get("model_type") or spec.model_type) in registry().get("layer_types_unchecked", ()):
         return None
     message = ("Class validation error for validator 'validate_layer_type':\n    ValueError: `num_hidden_layers` "
                f"({n}) must be equal to the number of `layer_types` ({len(types)})")

@@ -7,13 +7,13 @@ from typing import Any
 import msgspec
 
 from kvdoctor.engines.sglang import budget
-from kvdoctor.engines.budget.facts import facts_from_spec
+from kvdoctor.engines.budget.facts import ShortConvDims, facts_from_spec
 from kvdoctor.engines.sglang import pools, swa
 from kvdoctor.engines.sglang.pools import as_sglang_builds
 from kvdoctor.engines.sglang.refusals import derived_context_length
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.errors import InputError
-from kvdoctor.model import CHUNKED, FULL, MAMBA, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CHUNKED, CONV, FULL, MAMBA, SLIDING, SPARSE_MLA, ModelSpec
 
 
 def mode(spec: ModelSpec, settings: SglangSettings, kv_budget: int) -> budget.Mode:
@@ -54,8 +54,14 @@ def size(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
         return None
     try:
         sized, hybrid_swa = as_sized(spec, settings)
-        facts = facts_from_spec(sized, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
+        facts = facts_from_spec(sized, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa", CONV: "short_conv"})
         facts.dsa_index_skips = budget.dsa_index_skips(spec)
+        conv = pools.conv_dims(spec)
+        if facts.count("short_conv"):
+            if conv is None:
+                raise InputError(f"{spec.model_dir / 'config.json'}: conv layers need hidden_size and conv_L_cache "
+                                 "(positive integers) for SGLang's conv state")
+            facts.short_conv = ShortConvDims(*conv)
     except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
         return {"not_priced": str(exc)}
     result = budget.plan(facts, msgspec.structs.replace(mode(spec, settings, settings.kv_budget),
