@@ -51,6 +51,26 @@ def layer_types_unchecked(mapping) -> list[str]:
     return out
 
 
+def transformers_backend() -> dict[str, list[str]]:
+    """transformers' model classes (every name in its auto mappings) split by `is_backend_compatible()`: SGLang
+    falls back to its Transformers backend for an architecture it has no class for, and with `--model-impl auto`
+    stops at model load where that class is not compatible (model_loader/utils.py `resolve_transformers_arch`)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    names: set[str] = set()
+    for attr in dir(modeling_auto):
+        if attr.startswith("MODEL_") and attr.endswith("_MAPPING_NAMES"):
+            for value in getattr(modeling_auto, attr).values():
+                names.update(value if isinstance(value, (list, tuple)) else [value])
+    out: dict[str, list[str]] = {"compatible": [], "incompatible": []}
+    for name in sorted(names):
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            out["compatible" if cls.is_backend_compatible() else "incompatible"].append(name)
+    return out
+
+
 def main() -> int:
     sys.path[:0] = [str(ROOT / "kvdoctor" / "engines" / "sglang" / "shims"), str(ROOT / "goldens" / "stubs")]
     import cudafake
@@ -69,6 +89,7 @@ def main() -> int:
            "source": "transformers.CONFIG_MAPPING after sglang.srt.utils.hf_transformers.common registered its classes",
            "sglang_registered": sglang_own, "model_types": types,
            "layer_types_unchecked": layer_types_unchecked(CONFIG_MAPPING),
+           "transformers_backend": transformers_backend(),
            "architectures": entry_classes(Path(sglang.__file__).parent / "srt" / "models")}
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)}: {len(types)} model types ({len(sglang_own)} registered by SGLang), "
