@@ -145,3 +145,8 @@ TYPED_CONV_ARCHS = {
     "Lfm2MoeForCausalLM": "configs/lfm2_moe.py#L28",
     "Lfm2VlForConditionalGeneration": "configs/lfm2_vl.py#L24",
 }
+
+# ModelConfig computes no SWA / full layer ids for DeepSeek-V4 (configs/model_config.py#L1226); with hybrid-SWA on
+# its pools come from DSV4PoolConfigurator (model_executor/pool_configurator.py#L1718), which has no
+# "at least one SWA layer" assertion.
+DEEPSEEK_V4_ARCHS = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})

@@ -86,7 +86,9 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
     swa_ids = set(decision.swa_layer_ids or ()) if decision.on else set()
     full_ids = {i for i, p in where.items() if p.pool != "mamba"} - swa_ids
     buffers = {"attention_buffer_per_token": pools.attention_buffers(spec, settings, tp, full_ids)}
-    if decision.on:
+    if decision.on and archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:  # its SWA buffers hold whole pages
+        buffers = {"attention_buffer_per_token": None, "swa_buffer_per_token": pools.dsv4_swa_page(spec)}
+    elif decision.on:
         buffers["swa_buffer_per_token"] = pools.attention_buffers(spec, settings, tp, swa_ids, "swa")
     facts = SglangCudaFacts(
         architecture=archs.serving_arch(spec.raw_config),
@@ -105,13 +107,13 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
 
 def unmodeled(spec: ModelSpec) -> str | None:
     """Why the plan is not SGLang's own for this model, or None: an architecture SGLang has no model class for
-    (it tries its Transformers backend, whose pools and refusals kvdoctor does not model), or Mamba layers
-    whose state is not Mamba-2's (no state pool is planned for them)."""
+    and serves with its Transformers backend (not modelled; where that backend refuses, SGL250 says so first),
+    or Mamba layers whose state is not Mamba-2's (no state pool is planned for them)."""
     arch = archs.serving_arch(spec.raw_config)
     reasons = []
     if arch and arch not in refusals.registry()["architectures"]:
-        reasons.append(f"sglang {archs.TAG.lstrip('v')} has no model class for {arch}: it falls back to its "
-                       "Transformers backend where transformers' class allows it, else stops at model load")
+        reasons.append(f"sglang {archs.TAG.lstrip('v')} has no model class for {arch}: it serves it with its "
+                       "Transformers backend, which kvdoctor does not model")
     if MAMBA in spec.kinds() and pools.mamba2_dims(spec) is None:
         reasons.append("its Mamba layers carry no Mamba-2 state keys (heads, head dim, groups, state, conv kernel): "
                        "no state pool is planned for them")

@@ -49,8 +49,12 @@ def model_dtype(spec: ModelSpec) -> str:
 
 
 def kv_dtype(spec: ModelSpec, settings: SglangSettings) -> str:
-    return model_dtype(spec) if settings.kv_cache_dtype == "auto" else KV_DTYPES.get(settings.kv_cache_dtype,
-                                                                                       settings.kv_cache_dtype)
+    """--kv-cache-dtype; `auto` is the model dtype, but fp8_e4m3 for DeepSeek-V4 on CUDA
+    (arg_groups/overrides.py:891 `_deepseek_v4_kv_cache_dtype`)."""
+    chosen = settings.kv_cache_dtype
+    if chosen == "auto" and archs.serving_arch(spec.raw_config) == "DeepseekV4ForCausalLM":
+        chosen = "fp8_e4m3"
+    return model_dtype(spec) if chosen == "auto" else KV_DTYPES.get(chosen, chosen)
 
 
 def store_dtype(dtype: str) -> str:
@@ -129,6 +133,9 @@ def default_page_size(sparse_mla: bool, config: Mapping[str, Any]) -> int:
 
 
 def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
+    if swa.on and archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:
+        return {"token_to_kv_pool": "DeepSeekV4TokenToKVPool", "swa_kv_pool": "DeepSeekV4SingleKVPool",
+                "req_to_token_pool": "ReqToTokenPool", "allocator": "SWATokenToKVPoolAllocator"}
     kinds = set(sglang_kinds(spec).values())
     mla = bool(kinds & {MLA, SPARSE_MLA})
     attention = "DSATokenToKVPool" if SPARSE_MLA in kinds else "MLATokenToKVPool" if mla else "MHATokenToKVPool"
@@ -156,6 +163,9 @@ def sglang_kinds(spec: ModelSpec) -> dict[int, str]:
 
 
 def placements(spec: ModelSpec, swa: SwaDecision) -> dict[int, Placement]:
+    if swa.on and archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:
+        # DeepSeekV4TokenToKVPool: every layer, compressed or not, has its window's KV in the SWA sub-pool
+        return {l.index: Placement(l.index, "swa", l.index) for l in spec.layers}
     by_layer = sglang_kinds(spec)
     kinds = set(by_layer.values())
     hybrid_state = bool(kinds & set(STATE))
@@ -219,6 +229,19 @@ def attention_buffers(spec: ModelSpec, settings: SglangSettings, tp: int, pool_l
         return {"kv_buffer": [1, width], "dtype": dtype}
     heads, head_dim, v_dim = pool_geometry(spec, pool)
     return {"k_buffer": [max(1, heads // tp), head_dim], "v_buffer": [max(1, heads // tp), v_dim], "dtype": dtype}
+
+
+DSV4_PAGE, DSV4_PAGE_ALIGN, DSV4_SCALE_TILE = 256, 576, 64  # kernels/ops/attention/dsv4/kv_layout.py (layout V4)
+
+
+def dsv4_swa_page(spec: ModelSpec) -> dict[str, Any]:
+    """One layer's SWA buffer row of DeepSeek-V4 on CUDA: one 256-token page (its page size whatever
+    --page-size says) of fp8 nope, bf16 rope and one fp8 scale per 64 nope values plus a pad byte per token,
+    padded to 576 bytes (`DeepSeekV4SingleKVPool.get_bytes_per_token`, `KVLayout.page_bytes`)."""
+    rope = spec.config.get("qk_rope_head_dim") or 0
+    nope = (spec.config.get("head_dim") or 0) - rope
+    raw = DSV4_PAGE * (nope + 2 * rope + nope // DSV4_SCALE_TILE + 1)
+    return {"kv_buffer": [-(-raw // DSV4_PAGE_ALIGN) * DSV4_PAGE_ALIGN], "dtype": "uint8"}
 
 
 def ssm_dtype(spec: ModelSpec, settings: SglangSettings) -> str:

@@ -268,12 +268,46 @@ def null_window(spec: ModelSpec) -> Refusal | None:
 def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
     """Hybrid-SWA memory on, but SGLang finds no SWA layer id: its hybrid-SWA pool configurator asserts."""
     decision = swa.decide(spec, settings)
-    if not decision.on or decision.swa_layer_ids or set(pools.sglang_kinds(spec).values()) & set(pools.STATE):
+    if not decision.on or decision.swa_layer_ids or set(pools.sglang_kinds(spec).values()) & set(pools.STATE) \
+            or archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:
         return None
     return Refusal("SGL012", "AssertionError", "Hybrid SWA model must have at least one SWA layer", "startup",
                    key=spec.config_prefix + ("layer_types" if "layer_types" in spec.config else "sliding_window"),
                    source=archs.ref("model_executor/pool_configurator.py#L668"),
                    evidence={"architecture": archs.serving_arch(spec.raw_config), "swa_layer_ids": []})
+
+
+def model_class(spec: ModelSpec) -> Refusal | None:
+    """load_model's architecture resolution (model_loader/utils.py `get_model_architecture`): an architecture
+    SGLang has no class for goes to its Transformers backend; with `--model-impl auto` a transformers class
+    that is not backend-compatible, or no class and no `auto_map.AutoModel`, stops start-up there
+    (`resolve_transformers_arch`). With an AutoModel of the model's own code the outcome depends on that code:
+    no prediction."""
+    names = [archs.RENAMED.get(a, a) for a in spec.raw_config.get("architectures") or [] if isinstance(a, str)]
+    if not names or set(names) & registry()["architectures"]:
+        return None
+    backend = registry().get("transformers_backend", {})
+    auto_map = spec.raw_config.get("auto_map")
+    auto_map = auto_map if isinstance(auto_map, dict) else {}
+    for name in names:  # SGLang checks each listed architecture in turn
+        if name in backend.get("compatible", ()):
+            continue
+        if name in backend.get("incompatible", ()):
+            message = (f"{name} has no SGlang implementation and the Transformers implementation is not "
+                       "compatible with SGLang.")
+            line = 185
+        elif "AutoModel" not in auto_map:
+            message = (f"Cannot find model module. '{name}' is not a registered model in the Transformers library "
+                       "(only relevant if the model is meant to be in Transformers) and 'AutoModel' is not present "
+                       "in the model config's 'auto_map' (relevant if the model is custom).")
+            line = 155
+        else:
+            return None
+        return Refusal("SGL250", "ValueError", message, "startup", key="architectures",
+                       source=archs.ref(f"model_loader/utils.py#L{line}"),
+                       evidence={"architecture": name, "sglang_model_class": None,
+                                 "transformers_class": name in backend.get("incompatible", ())})
+    return None
 
 
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
@@ -284,5 +318,5 @@ def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
              context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
-        first = no_swa_layer(spec, settings)
+        first = model_class(spec) or no_swa_layer(spec, settings)
     return (first,) if first else ()

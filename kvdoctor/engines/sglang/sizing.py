@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from kvdoctor.engines.sglang import budget
-from kvdoctor.engines.budget.facts import ShortConvDims, facts_from_spec
+from kvdoctor.engines.budget.facts import ModelFacts, ShortConvDims, facts_from_spec
 from kvdoctor.engines.sglang import pools, swa
 from kvdoctor.engines.sglang.pools import as_sglang_builds
 from kvdoctor.engines.sglang.refusals import derived_context_length
@@ -48,20 +48,27 @@ def as_sized(spec: ModelSpec, settings: SglangSettings) -> tuple[ModelSpec, bool
     return msgspec.structs.replace(built, layers=layers), decision.on
 
 
+def priced(built: ModelSpec, spec: ModelSpec) -> ModelFacts:
+    """The budget facts of `built` (the layers as SGLang builds them): the Mamba-2, DSA and LFM2 conv layers
+    SGLang's calculator prices, with the model's own DSA index skips and conv state dims."""
+    facts = facts_from_spec(built, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa", CONV: "short_conv"})
+    facts.dsa_index_skips = budget.dsa_index_skips(spec)
+    if facts.count("short_conv"):
+        conv = pools.conv_dims(spec)
+        if conv is None:
+            raise InputError(f"{spec.model_dir / 'config.json'}: conv layers need hidden_size and conv_L_cache "
+                             "(positive integers) for SGLang's conv state")
+        facts.short_conv = ShortConvDims(*conv)
+    return facts
+
+
 def size(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     """None without `kv_budget`; else the pools' tokens, state slots and max_running_requests, or the refusal."""
     if settings.kv_budget is None:
         return None
     try:
         sized, hybrid_swa = as_sized(spec, settings)
-        facts = facts_from_spec(sized, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa", CONV: "short_conv"})
-        facts.dsa_index_skips = budget.dsa_index_skips(spec)
-        conv = pools.conv_dims(spec)
-        if facts.count("short_conv"):
-            if conv is None:
-                raise InputError(f"{spec.model_dir / 'config.json'}: conv layers need hidden_size and conv_L_cache "
-                                 "(positive integers) for SGLang's conv state")
-            facts.short_conv = ShortConvDims(*conv)
+        facts = priced(sized, spec)
     except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
         return {"not_priced": str(exc)}
     result = budget.plan(facts, msgspec.structs.replace(mode(spec, settings, settings.kv_budget),
