@@ -150,3 +150,9 @@ TYPED_CONV_ARCHS = {
 # its pools come from DSV4PoolConfigurator (model_executor/pool_configurator.py#L1718), which has no
 # "at least one SWA layer" assertion.
 DEEPSEEK_V4_ARCHS = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})
+
+# Pure state-space models: no attention layer, attention arch SSM, every layer in the MambaPool
+# (configs/model_config.py#L156 PURE_MAMBA1_ARCHITECTURES, #L164 PURE_SSM_ARCHITECTURES). The Mamba-1 ones
+# size a full-rank state (configs/mamba.py, `Mamba2StateShape.create_full_rank`).
+PURE_MAMBA1_ARCHS = frozenset({"FalconMambaForCausalLM", "MambaForCausalLM"})
+PURE_SSM_ARCHS = frozenset({"Mamba2ForCausalLM"}) | PURE_MAMBA1_ARCHS

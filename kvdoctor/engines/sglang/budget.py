@@ -190,6 +190,10 @@ def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[StateTen
         conv = ((m.heads * m.head_dim + 2 * groups * m.state_size) // mode.tp, m.conv_kernel - 1)
         ssm = (m.heads // mode.tp, m.head_dim, m.state_size)
         layers = facts.count("mamba")
+    elif facts.mamba1:  # Mamba-1 (configs/mamba.py): conv over the intermediate channels, a full-rank state
+        j = facts.mamba1
+        conv, ssm = (j.intermediate // mode.tp, j.conv_kernel - 1), (j.intermediate // mode.tp, 1, j.state_size)
+        layers = facts.count("mamba")
     elif facts.short_conv:  # LFM2 (configs/lfm2.py): hidden channels, heads = TP ranks, no SSM state
         c = facts.short_conv
         conv, ssm = (c.conv_dim // mode.tp, c.conv_kernel - 1), (1, c.conv_dim, 0)

@@ -92,7 +92,8 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
         buffers["swa_buffer_per_token"] = pools.attention_buffers(spec, settings, tp, swa_ids, "swa")
     facts = SglangCudaFacts(
         architecture=archs.serving_arch(spec.raw_config),
-        attention_arch="MLA" if spec.kinds() & {MLA, SPARSE_MLA} else "MHA",
+        attention_arch="SSM" if archs.serving_arch(spec.raw_config) in archs.PURE_SSM_ARCHS
+        else "MLA" if spec.kinds() & {MLA, SPARSE_MLA} else "MHA",
         hybrid_swa=decision.on, hybrid_swa_why=decision.why, hybrid_swa_detail=decision.detail,
         hybrid_swa_source=decision.source, swa_layer_ids=decision.swa_layer_ids,
         full_layer_ids=decision.full_layer_ids, runner_sliding_window=swa.runner_window(spec, decision.on),
@@ -114,7 +115,7 @@ def unmodeled(spec: ModelSpec) -> str | None:
     if arch and arch not in refusals.registry()["architectures"]:
         reasons.append(f"sglang {archs.TAG.lstrip('v')} has no model class for {arch}: it serves it with its "
                        "Transformers backend, which kvdoctor does not model")
-    if MAMBA in spec.kinds() and pools.mamba2_dims(spec) is None:
+    if MAMBA in spec.kinds() and pools.mamba2_dims(spec) is None and pools.mamba1_dims(spec) is None:
         reasons.append("its Mamba layers carry no Mamba-2 state keys (heads, head dim, groups, state, conv kernel): "
                        "no state pool is planned for them")
     other = sorted(spec.kinds() - set(pools.ATTENTION) - set(pools.STATE) - {NO_ATTENTION})

@@ -266,9 +266,9 @@ def gdn_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, A
                                                                              "dtype": ssm_dtype(spec, settings)}}
 
 
-MAMBA2_KEYS = {  # Nemotron-H spelling, Falcon-H1 spelling
-    "heads": ("mamba_num_heads", "mamba_n_heads"), "head_dim": ("mamba_head_dim", "mamba_d_head"),
-    "state": ("ssm_state_size", "mamba_d_state"), "groups": ("n_groups", "mamba_n_groups"),
+MAMBA2_KEYS = {  # Nemotron-H spelling, Falcon-H1 spelling, Mamba2ForCausalLM's (configs/mamba2.py)
+    "heads": ("mamba_num_heads", "mamba_n_heads", "num_heads"), "head_dim": ("mamba_head_dim", "mamba_d_head", "head_dim"),
+    "state": ("ssm_state_size", "mamba_d_state", "state_size"), "groups": ("n_groups", "mamba_n_groups"),
     "kernel": ("conv_kernel", "mamba_d_conv"),
 }
 
@@ -277,9 +277,29 @@ def _first(cfg: dict, keys: tuple[str, ...]) -> int | None:
     return next((cfg[k] for k in keys if isinstance(cfg.get(k), int)), None)
 
 
+def mamba1_dims(spec: ModelSpec) -> tuple[int, int, int] | None:
+    """(intermediate, state, kernel) of the pure Mamba-1 models SGLang serves (`archs.PURE_MAMBA1_ARCHS`)."""
+    if archs.serving_arch(spec.raw_config) not in archs.PURE_MAMBA1_ARCHS:
+        return None
+    dims = tuple(_first(spec.config, (key,)) for key in ("intermediate_size", "state_size", "conv_kernel"))
+    return None if None in dims else dims  # type: ignore[return-value]
+
+
+def mamba1_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, Any]:
+    """One Mamba-1 layer's state on one rank (configs/mamba_utils.py `create_full_rank`): conv over the
+    intermediate channels only (intermediate / tp, kernel - 1), a full-rank SSM state (intermediate / tp, 1, state)."""
+    dims = mamba1_dims(spec)
+    assert dims is not None  # state_by_tp asks only where the dims are there
+    inter, state, kernel = dims
+    return {"conv": {"shape": [inter // tp, kernel - 1], "dtype": model_dtype(spec)},
+            "temporal": {"shape": [inter // tp, 1, state], "dtype": ssm_dtype(spec, settings)}}
+
+
 def mamba2_dims(spec: ModelSpec) -> tuple[int, int, int, int, int] | None:
     """(heads, head_dim, state, groups, kernel) in the spellings SGLang's Mamba2 configs use; None for a
-    Mamba layer without them (Mamba-1 state: Jamba, Zamba2), which the plan does not model."""
+    Mamba layer without them (Mamba-1 state), or a pure Mamba-1 model (`mamba1_dims`)."""
+    if mamba1_dims(spec) is not None:
+        return None
     dims = tuple(_first(spec.config, MAMBA2_KEYS[k]) for k in ("heads", "head_dim", "state", "groups", "kernel"))
     return None if None in dims else dims  # type: ignore[return-value]
 
@@ -318,6 +338,7 @@ def conv_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, 
 def state_by_tp(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     kinds = spec.kinds()
     build = (gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds and mamba2_dims(spec)
+             else mamba1_state if MAMBA in kinds and mamba1_dims(spec)
              else conv_state if CONV in kinds and conv_dims(spec) else None)
     if build is None:
         return None
