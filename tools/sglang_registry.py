@@ -71,6 +71,28 @@ def transformers_backend() -> dict[str, list[str]]:
     return out
 
 
+def composite_text_defaults(mapping) -> dict[str, dict[str, int | None]]:
+    """Model types whose configuration class holds the language model in a `text_config` sub-config and, when
+    config.json gives none, builds its default one, keeping top-level text keys as unused attributes (classes
+    that move them into text_config are left out); with the geometry of that default: what SGLang's
+    `hf_text_config` then is."""
+    out: dict[str, dict[str, int | None]] = {}
+    for model_type in sorted(mapping.keys()):
+        try:
+            cls = mapping[model_type]
+            if "text_config" not in (getattr(cls, "sub_configs", None) or {}):
+                continue
+            text = cls().text_config
+            stated = (text.num_hidden_layers or 0) + 1
+            if cls(num_hidden_layers=stated).text_config.num_hidden_layers == stated:
+                continue  # the class moves top-level text keys into its text_config (Qwen2-VL's old layout)
+            out[model_type] = {k: getattr(text, k, None) for k in ("num_hidden_layers", "num_key_value_heads",
+                                                                   "head_dim")}
+        except Exception:  # noqa: BLE001 - a class that cannot build (or read) its defaults has none to report
+            continue
+    return out
+
+
 def main() -> int:
     sys.path[:0] = [str(ROOT / "kvdoctor" / "engines" / "sglang" / "shims"), str(ROOT / "goldens" / "stubs")]
     import cudafake
@@ -90,6 +112,7 @@ def main() -> int:
            "sglang_registered": sglang_own, "model_types": types,
            "layer_types_unchecked": layer_types_unchecked(CONFIG_MAPPING),
            "transformers_backend": transformers_backend(),
+           "text_config_defaults": composite_text_defaults(CONFIG_MAPPING),
            "architectures": entry_classes(Path(sglang.__file__).parent / "srt" / "models")}
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)}: {len(types)} model types ({len(sglang_own)} registered by SGLang), "
