@@ -95,15 +95,11 @@ BUDGET_REFUSES = {
     **dict.fromkeys(("sgl9__mistralai__Mamba-Codestral-7B-v0.1", "sgl9__tiiuae__falcon-mamba-7b"),
                     "config.json states no context: the budget asks for --context, SGLang takes its default 2048"),
 }
-# Points the budget prices otherwise than SGLang, with the finding that says why.
-BUDGET_DIFFERS = {"sgl9__google__gemma-3-4b-pt": "top-level text keys of a composite config: SGLang sizes the class's "
-                                                 "default text config (SGL251 says so)"}
 
 
 @pytest.mark.parametrize("point", [pytest.param(p, id=p["model"], marks=[pytest.mark.xfail(
-    raises=InputError, reason=BUDGET_REFUSES[p["model"]], strict=True)] if p["model"] in BUDGET_REFUSES else [
-    pytest.mark.xfail(raises=AssertionError, reason=BUDGET_DIFFERS[p["model"]], strict=True)]
-    if p["model"] in BUDGET_DIFFERS else []) for p in SGLANG_SIZED])
+    raises=InputError, reason=BUDGET_REFUSES[p["model"]], strict=True)] if p["model"] in BUDGET_REFUSES else [])
+    for p in SGLANG_SIZED])
 def test_sglang_budget_matches_sglangs_own_sizing_at_40GiB(tmp_path, point):
     """`kvdoctor budget --engine sglang` against SGLang 0.5.23's own sizing of the same config
     (goldens/sglang_check.json): pool tokens, max running requests, Mamba state slots. The Mamba-2

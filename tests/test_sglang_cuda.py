@@ -44,11 +44,6 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
     ("budget", "LiquidAI__LFM2.5-VL-1.6B", "mtp_appended"): "SGLang's Lfm2 config keeps the conv entry past "
                                                             "num_hidden_layers as an 11th conv state layer; kvdoctor "
                                                             "reads 16 layers (10 conv): one token fewer in the pool",
-    **{(test, "sgl9__google__gemma-3-4b-pt"): "a gemma3 (composite) config with its text keys at the top level: SGLang "
-                                              "serves the class's default 26-layer text config, kvdoctor plans the "
-                                              "stated 34 layers and says so (SGL251)" for test in ("plan", "budget")},
-    ("plan", "sgl9__google__gemma-3-4b-pt", "none", "context_length_2x"): "as the model's other points (SGL251): "
-                                                                         "the default text config's 131072 context",
     ("plan", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "a window added to an MLA config: kvdoctor's loader "
                                                                 "reads sliding MHA layers, SGLang keeps MLA",
     ("budget", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "as the plan point",

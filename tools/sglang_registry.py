@@ -75,7 +75,9 @@ def composite_text_defaults(mapping) -> dict[str, dict[str, int | None]]:
     """Model types whose configuration class holds the language model in a `text_config` sub-config and, when
     config.json gives none, builds its default one, keeping top-level text keys as unused attributes (classes
     that move them into text_config are left out); with the geometry of that default: what SGLang's
-    `hf_text_config` then is."""
+    `hf_text_config` then is, and the context SGLang derives from it (`get_context_length`)."""
+    from sglang.srt.utils.hf_transformers.common import get_context_length
+
     out: dict[str, dict[str, int | None]] = {}
     for model_type in sorted(mapping.keys()):
         try:
@@ -88,6 +90,7 @@ def composite_text_defaults(mapping) -> dict[str, dict[str, int | None]]:
                 continue  # the class moves top-level text keys into its text_config (Qwen2-VL's old layout)
             out[model_type] = {k: getattr(text, k, None) for k in ("num_hidden_layers", "num_key_value_heads",
                                                                    "head_dim")}
+            out[model_type]["context_length"] = get_context_length(text)
         except Exception:  # noqa: BLE001 - a class that cannot build (or read) its defaults has none to report
             continue
     return out

@@ -64,23 +64,18 @@ def run(ctx: Context) -> Iterable[Finding]:
                          evidence={"kind": layers[index].kind, "engine_cache": planned[index].cache})
 
 
-GEOMETRY = ("num_hidden_layers", "num_key_value_heads", "head_dim")
-
-
 def _default_text_config(ctx: Context) -> Iterable[Finding]:
     """SGL251: the config states text geometry at its top level, which the composite class ignores."""
-    from kvdoctor.engines.sglang.refusals import registry
+    from kvdoctor.engines.sglang.archs import default_text_config
 
     raw = ctx.spec.raw_config
-    defaults = registry().get("text_config_defaults", {}).get(raw.get("model_type"))
-    if not defaults or "text_config" in raw:
+    found = default_text_config(raw)
+    if found is None:
         return
-    differs = {k: (raw[k], defaults.get(k)) for k in GEOMETRY if isinstance(raw.get(k), int) and raw[k] != defaults.get(k)}
-    if not differs:
-        return
-    said = ", ".join(f"{k} {stated} (served: {served})" for k, (stated, served) in differs.items())
+    served, differs = found
+    said = ", ".join(f"{k} {stated} (served: {value})" for k, (stated, value) in differs.items())
     yield Finding.at("SGL251", f"model_type {raw['model_type']!r} keeps the language model in text_config, which "
                      f"config.json lacks: transformers' class builds its default text config and SGLang serves "
                      f"that, not the top-level {said}", ctx.spec.key_source(next(iter(differs))),
                      evidence={"model_type": raw["model_type"], "stated": {k: v[0] for k, v in differs.items()},
-                               "served": defaults})
+                               "served": served})

@@ -6,6 +6,12 @@ python/sglang/srt/.
 """
 from __future__ import annotations
 
+import json
+from functools import cache
+from typing import Any
+
+from kvdoctor.resources import data_dir
+
 TAG = "v0.5.23"
 BLOB = f"https://github.com/sgl-project/sglang/blob/{TAG}/python/sglang/srt"
 
@@ -156,3 +162,29 @@ DEEPSEEK_V4_ARCHS = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNe
 # size a full-rank state (configs/mamba.py, `Mamba2StateShape.create_full_rank`).
 PURE_MAMBA1_ARCHS = frozenset({"FalconMambaForCausalLM", "MambaForCausalLM"})
 PURE_SSM_ARCHS = frozenset({"Mamba2ForCausalLM"}) | PURE_MAMBA1_ARCHS
+
+
+# The model types SGLang's config loader resolves without remote code (transformers' own and SGLang's registered
+# classes), its model classes, transformers' Transformers-backend compatibility and composite classes' default
+# text configs: written by tools/sglang_registry.py from the pinned release's venv.
+REGISTRY = data_dir("sglang_registry.json")
+
+
+@cache
+def registry() -> dict[str, Any]:
+    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions)."""
+    doc = json.loads(REGISTRY.read_text())
+    return {**doc, "model_types": frozenset(doc["model_types"]), "architectures": frozenset(doc["architectures"])}
+
+
+GEOMETRY = ("num_hidden_layers", "num_key_value_heads", "head_dim")
+
+
+def default_text_config(raw: dict) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]] | None:
+    """(the text config SGLang serves, {key: (stated, served)}) for a composite model type whose config.json
+    keeps differing text geometry at its top level and has no text_config (SGL251); else None."""
+    served = registry().get("text_config_defaults", {}).get(raw.get("model_type"))
+    if not served or "text_config" in raw:
+        return None
+    differs = {k: (raw[k], served.get(k)) for k in GEOMETRY if isinstance(raw.get(k), int) and raw[k] != served.get(k)}
+    return (served, differs) if differs else None

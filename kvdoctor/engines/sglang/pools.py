@@ -62,9 +62,26 @@ def store_dtype(dtype: str) -> str:
     return "uint8" if dtype.startswith("float8") else dtype
 
 
+def as_served(spec: ModelSpec) -> ModelSpec:
+    """The spec SGLang serves: for a composite config with its text geometry at the top level (SGL251), the
+    class's default text config's layer count, KV heads and head dim (layers past the stated count cannot be
+    read, so a larger default keeps the stated ones)."""
+    found = archs.default_text_config(spec.raw_config)
+    if found is None:
+        return spec
+    served = found[0]
+    count = served.get("num_hidden_layers") or len(spec.layers)
+    heads, head_dim = served.get("num_key_value_heads"), served.get("head_dim")
+    return msgspec.structs.replace(spec, layers=[
+        msgspec.structs.replace(l, n_kv_heads=heads or l.n_kv_heads, head_dim=head_dim or l.head_dim,
+                                v_head_dim=head_dim or l.v_head_dim) if l.kind in ATTENTION else l
+        for l in spec.layers if l.index < count])
+
+
 def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
     """The spec with each layer's kind replaced by the kind SGLang builds there, and attention layers whose
     geometry the config does not state given ModelConfig's (the configuration class's defaults)."""
+    spec = as_served(spec)
     kinds = sglang_kinds(spec)
     unsized = [l for l in spec.layers if l.kind in (FULL, SLIDING, CHUNKED) and not (l.n_kv_heads and l.head_dim)]
     if all(kinds[l.index] == l.kind for l in spec.layers) and not unsized:
@@ -166,6 +183,7 @@ def placements(spec: ModelSpec, swa: SwaDecision) -> dict[int, Placement]:
     if swa.on and archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:
         # DeepSeekV4TokenToKVPool: every layer, compressed or not, has its window's KV in the SWA sub-pool
         return {l.index: Placement(l.index, "swa", l.index) for l in spec.layers}
+    spec = as_served(spec)
     by_layer = sglang_kinds(spec)
     kinds = set(by_layer.values())
     hybrid_state = bool(kinds & set(STATE))

@@ -5,8 +5,6 @@ the config with) prints, with the numbers filled in, and the pinned source line 
 """
 from __future__ import annotations
 
-import json
-from functools import cache
 from typing import Any
 
 from kvdoctor.engines.base import Refusal
@@ -14,7 +12,6 @@ from kvdoctor.engines.sglang import archs, pools, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
 from kvdoctor.model import ModelSpec
-from kvdoctor.resources import data_dir
 
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.20.2/src/transformers/"
@@ -30,18 +27,9 @@ OWN_LENGTH_VALIDATORS = {
 PER_LAYER_CONFIG_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"})
 
 
-# The model types SGLang's config loader resolves without remote code (transformers' own and SGLang's registered
-# classes), written by tools/sglang_registry.py from the pinned release's venv.
-CONFIG_TYPES = data_dir("sglang_registry.json")
+registry = archs.registry  # the shipped facts of SGLang's config loader and model registry
 AUTO_CONFIG = TRANSFORMERS + "models/auto/configuration_auto.py"
 REMOTE_CODE = TRANSFORMERS + "dynamic_module_utils.py#L788"
-
-
-@cache
-def registry() -> dict[str, Any]:
-    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions)."""
-    doc = json.loads(CONFIG_TYPES.read_text())
-    return {**doc, "model_types": frozenset(doc["model_types"]), "architectures": frozenset(doc["architectures"])}
 
 
 def config_types() -> frozenset[str]:
@@ -128,7 +116,11 @@ def config_class_rejects(spec: ModelSpec) -> Refusal | None:
 def derived_context_length(spec: ModelSpec) -> int:
     """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context attribute of the
     text config, times the rope-scaling factor unless the scaling states its original length or is
-    llama3-style (a per-layer-type scaling has no top-level factor)."""
+    llama3-style (a per-layer-type scaling has no top-level factor). A composite config served with its class's
+    default text config (SGL251) has that config's context, as the registry read it with SGLang's function."""
+    served = archs.default_text_config(spec.raw_config)
+    if served is not None and isinstance(served[0].get("context_length"), int):
+        return served[0]["context_length"]
     cfg = _text_config_view(spec)
     scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
     factor = 1
