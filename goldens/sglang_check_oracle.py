@@ -103,7 +103,7 @@ def model_context(cfg: dict) -> int:
 
 
 # Settings the default grid lacks, for held-out sets (--more-settings): other TP sizes, a page size FA3 takes,
-# the other fp8 KV format, a request cap, and a context shorter than the model's.
+# the other fp8 KV format, a request cap, a smaller chunked prefill, and a context shorter than the model's.
 MORE_SETTINGS = {"tp2": {"tp_size": 2}, "tp4": {"tp_size": 4}, "page_size_16": {"page_size": 16},
                  "fp8_e5m2_kv": {"kv_cache_dtype": "fp8_e5m2"}, "max_running_requests_64": {"max_running_requests": 64},
                  "chunked_prefill_4096": {"chunked_prefill_size": 4096}}
