@@ -103,9 +103,10 @@ def model_context(cfg: dict) -> int:
 
 
 # Settings the default grid lacks, for held-out sets (--more-settings): other TP sizes, a page size FA3 takes,
-# the other fp8 KV format, a request cap, and a context shorter than the model's.
+# the other fp8 KV format, a request cap, a smaller chunked prefill, and a context shorter than the model's.
 MORE_SETTINGS = {"tp2": {"tp_size": 2}, "tp4": {"tp_size": 4}, "page_size_16": {"page_size": 16},
-                 "fp8_e5m2_kv": {"kv_cache_dtype": "fp8_e5m2"}, "max_running_requests_64": {"max_running_requests": 64}}
+                 "fp8_e5m2_kv": {"kv_cache_dtype": "fp8_e5m2"}, "max_running_requests_64": {"max_running_requests": 64},
+                 "chunked_prefill_4096": {"chunked_prefill_size": 4096}}
 MORE = False  # set by --more-settings
 
 
@@ -276,6 +277,13 @@ def _mamba_pool(req_pool) -> dict | None:
     return out
 
 
+def _native_archs() -> set[str]:
+    """The architectures SGLang's model registry serves natively (its modules' EntryClass names, as
+    tools/sglang_registry.py reads them from this venv into kvdoctor/data/sglang_registry.json)."""
+    registry = HERE.parent / "kvdoctor" / "data" / "sglang_registry.json"
+    return set(json.loads(registry.read_text())["architectures"])
+
+
 RESOLVED = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "page_size",
             "kv_cache_dtype", "context_length", "mamba_radix_cache_strategy", "disable_overlap_schedule",
             "linear_attn_backend", "chunked_prefill_size", "mamba_ssm_dtype", "disable_hybrid_swa_memory",
@@ -329,6 +337,10 @@ def run_point(model_dir: Path, settings: dict) -> dict:
              "v_head_dim": getattr(mc, "v_head_dim", None), "quantization": mc.quantization,
              "layer_types": getattr(text, "layer_types", None)}
         out["model"] = m
+        stage = "model_arch"  # load_model resolves the model class before any pool (model_loader/utils.py:230)
+        if not set(mc.hf_config.architectures) & _native_archs():
+            from sglang.srt.model_loader.utils import resolve_transformers_arch
+            resolve_transformers_arch(mc, list(mc.hf_config.architectures))
         stage = "layer_info"
         import types as _t
         layers = resolve_layer_indices(model=_t.SimpleNamespace(), model_config=mc, is_draft_worker=False)

@@ -88,8 +88,10 @@ SGLANG_SIZED = [p for p in json.loads((ROOT / "goldens" / "sglang_check.json").r
 # Configs the budget refuses to price (one line, exit 2) where SGLang sizes them: layer kinds it does not model
 # (SGL152 says so in a check). A config stating no context (Gemma-3) takes its class's default, as SGLang does.
 BUDGET_REFUSES = {
-    **dict.fromkeys(("deepseek-ai__DeepSeek-V4-Flash", "deepseek-ai__DeepSeek-V4-Pro", "LiquidAI__LFM2.5-VL-1.6B",
-                     "ai21labs__AI21-Jamba-1.5-Mini"), "layer kinds the budget does not price (compressed, conv, Mamba-1)"),
+    **dict.fromkeys(("deepseek-ai__DeepSeek-V4-Flash", "deepseek-ai__DeepSeek-V4-Pro"),
+                    "layer kinds the budget does not price (DeepSeek-V4's compressed attention)"),
+    **dict.fromkeys(("sgl9__mistralai__Mamba-Codestral-7B-v0.1", "sgl9__tiiuae__falcon-mamba-7b"),
+                    "config.json states no context: the budget asks for --context, SGLang takes its default 2048"),
 }
 
 

@@ -222,3 +222,23 @@ def test_gemma3_kept_out_of_hybrid_swa_memory_still_masks_its_window():
     assert sliding["length"] > 512 and sliding["off_window_count"] == 0
     assert full["keys_read_max"] == full["length"] + 1
     assert codes(spec, plan, result) == []
+
+
+@needs_sglang
+def test_a_model_sglang_has_no_class_for_stops_where_the_plan_says(tmp_path):
+    """Jamba: SGLang's own load-time architecture resolution refuses it (its Transformers fallback is not
+    compatible), at the step the plan's SGL250 names, with the same text; GPT-NeoX falls back and starts."""
+    (tmp_path / "jamba").mkdir()
+    (tmp_path / "jamba" / "config.json").write_text(
+        (ROOT / "fixtures" / "configs" / "fresh" / "ai21labs__AI21-Jamba-1.5-Mini.json").read_text())
+    spec = spec_of(tmp_path / "jamba")
+    plan, result = dry(spec)
+    outcome = result["outcome"]
+    assert not outcome["start"] and outcome["step"] == "model_arch"
+    assert (outcome["class"], outcome["message"]) == (plan.refusals[0].error_class, plan.refusals[0].message)
+    assert plan.refusals[0].code == "SGL250" and codes(spec, plan, result) == []
+    (tmp_path / "neox").mkdir()
+    (tmp_path / "neox" / "config.json").write_text(
+        (ROOT / "fixtures" / "configs" / "fresh" / "togethercomputer__RedPajama-INCITE-Chat-3B-v1.json").read_text())
+    neox_plan, neox = dry(spec_of(tmp_path / "neox"))
+    assert neox["outcome"]["start"] and neox_plan.refusals == ()

@@ -147,3 +147,25 @@ def test_pool_rule_reports_a_startup_the_plan_did_not_predict(tmp_path):
     found = list(sglang_pools.run(ctx))
     assert [f.code for f in found] == ["SGL008"]
     assert found[0].engine_error == {"class": "ValueError", "message": "context_length is too large", "stage": "startup"}
+
+
+def test_text_keys_a_composite_config_ignores_are_an_error_with_a_quiet_twin(tmp_path):
+    """Megatron-Bridge's Gemma-3 4B fixture states 34 layers at the top level of a `gemma3` (composite) config:
+    SGLang served the class's default 26-layer text config (goldens/measured/sglang_check-set9.json). Moving the
+    keys into text_config is quiet."""
+    import json
+
+    cfg = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "configs" / "fresh"
+                      / "sgl9__google__gemma-3-4b-pt.json").read_text())
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "config.json").write_text(json.dumps(cfg, indent=2))
+    rc, res = result(str(tmp_path / "flat"))
+    [found] = [f for f in res["findings"] if f["code"] == "SGL251"]
+    assert rc == 1 and found["severity"] == "error" and found["evidence"]["served"]["num_hidden_layers"] == 26
+    assert found["evidence"]["stated"] == {"num_hidden_layers": 34} and found["line"] > 1
+    nested = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+              "text_config": {**{k: v for k, v in cfg.items() if k not in ("architectures",)}, "model_type": "gemma3_text"}}
+    (tmp_path / "nested").mkdir()
+    (tmp_path / "nested" / "config.json").write_text(json.dumps(nested, indent=2))
+    _, res = result(str(tmp_path / "nested"))
+    assert "SGL251" not in codes({"results": [res]})

@@ -47,6 +47,8 @@ def golden_placements(pools: dict) -> dict[int, tuple[str, int]]:
     """Layer id -> (pool, buffer index) as SGLang's own pool objects map them (tests/test_sglang_cuda.py too)."""
     kv = pools["token_to_kv_pool"]
     attn = "mla" if (kv.get("full_kv_pool") or kv)["class"] in ("MLATokenToKVPool", "DSATokenToKVPool") else "full"
+    if kv["class"] == "DeepSeekV4TokenToKVPool":  # each layer's window KV lives in its SWA sub-pool, by layer id
+        return {kv["start_layer"] + i: ("swa", i) for i in range(kv["layer_num"])}
     if "layers_mapping" in kv:
         return {int(k): ("swa" if is_swa else "full", i) for k, (i, is_swa) in kv["layers_mapping"].items()}
     if "full_attention_layer_id_mapping" in kv:

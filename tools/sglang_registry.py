@@ -37,6 +37,65 @@ def entry_classes(models: Path) -> list[str]:
     return sorted(names)
 
 
+def layer_types_unchecked(mapping) -> list[str]:
+    """The model types SGLang registers a config class for that accept a `layer_types` list whose length is
+    not num_hidden_layers: their classes skip transformers' strict `validate_layer_type` (SGLang's Lfm2Config
+    subclasses transformers' without being a strict dataclass itself), so SGL002 does not apply to them."""
+    out = []
+    for model_type, cls in sorted(mapping._extra_content.items()):
+        try:
+            cls(num_hidden_layers=4, layer_types=["full_attention"] * 3)
+        except Exception:  # noqa: BLE001 - any refusal means the class checks the config
+            continue
+        out.append(model_type)
+    return out
+
+
+def transformers_backend() -> dict[str, list[str]]:
+    """transformers' model classes (every name in its auto mappings) split by `is_backend_compatible()`: SGLang
+    falls back to its Transformers backend for an architecture it has no class for, and with `--model-impl auto`
+    stops at model load where that class is not compatible (model_loader/utils.py `resolve_transformers_arch`)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    names: set[str] = set()
+    for attr in dir(modeling_auto):
+        if attr.startswith("MODEL_") and attr.endswith("_MAPPING_NAMES"):
+            for value in getattr(modeling_auto, attr).values():
+                names.update(value if isinstance(value, (list, tuple)) else [value])
+    out: dict[str, list[str]] = {"compatible": [], "incompatible": []}
+    for name in sorted(names):
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            out["compatible" if cls.is_backend_compatible() else "incompatible"].append(name)
+    return out
+
+
+def composite_text_defaults(mapping) -> dict[str, dict[str, int | None]]:
+    """Model types whose configuration class holds the language model in a `text_config` sub-config and, when
+    config.json gives none, builds its default one, keeping top-level text keys as unused attributes (classes
+    that move them into text_config are left out); with the geometry of that default: what SGLang's
+    `hf_text_config` then is, and the context SGLang derives from it (`get_context_length`)."""
+    from sglang.srt.utils.hf_transformers.common import get_context_length
+
+    out: dict[str, dict[str, int | None]] = {}
+    for model_type in sorted(mapping.keys()):
+        try:
+            cls = mapping[model_type]
+            if "text_config" not in (getattr(cls, "sub_configs", None) or {}):
+                continue
+            text = cls().text_config
+            stated = (text.num_hidden_layers or 0) + 1
+            if cls(num_hidden_layers=stated).text_config.num_hidden_layers == stated:
+                continue  # the class moves top-level text keys into its text_config (Qwen2-VL's old layout)
+            out[model_type] = {k: getattr(text, k, None) for k in ("num_hidden_layers", "num_key_value_heads",
+                                                                   "head_dim")}
+            out[model_type]["context_length"] = get_context_length(text)
+        except Exception:  # noqa: BLE001 - a class that cannot build (or read) its defaults has none to report
+            continue
+    return out
+
+
 def main() -> int:
     sys.path[:0] = [str(ROOT / "kvdoctor" / "engines" / "sglang" / "shims"), str(ROOT / "goldens" / "stubs")]
     import cudafake
@@ -54,6 +113,9 @@ def main() -> int:
     doc = {"sglang": sglang.__version__, "transformers": transformers.__version__,
            "source": "transformers.CONFIG_MAPPING after sglang.srt.utils.hf_transformers.common registered its classes",
            "sglang_registered": sglang_own, "model_types": types,
+           "layer_types_unchecked": layer_types_unchecked(CONFIG_MAPPING),
+           "transformers_backend": transformers_backend(),
+           "text_config_defaults": composite_text_defaults(CONFIG_MAPPING),
            "architectures": entry_classes(Path(sglang.__file__).parent / "srt" / "models")}
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)}: {len(types)} model types ({len(sglang_own)} registered by SGLang), "

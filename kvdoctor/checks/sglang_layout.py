@@ -3,7 +3,8 @@ different layer kind (SGL006). Both come from the static pool plan (`kvdoctor.en
 which reads the model classes' own window and layout rules. SGL004 fires only for classes whose window
 rule kvdoctor has read (`archs.WINDOW_RULES`, `archs.NO_WINDOW_ARCHS`); one finding per group of layers.
 SGL152 says where the plan is not SGLang's own: an architecture SGLang has no model class for, or Mamba layers
-without Mamba-2 state."""
+without Mamba-2 state. SGL251: a composite model type whose config.json keeps its text geometry at the top level
+instead of in `text_config`; transformers' class builds its default text config there and SGLang serves that."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -12,7 +13,7 @@ from kvdoctor.checks import Rule
 from kvdoctor.checks.context import Context
 from kvdoctor.model import CHUNKED, SLIDING, Finding
 
-RULE = Rule(codes=("SGL004", "SGL006", "SGL152"), engines=("sglang",))
+RULE = Rule(codes=("SGL004", "SGL006", "SGL152", "SGL251"), engines=("sglang",))
 
 
 def _shown(window: int | None) -> str:
@@ -28,6 +29,7 @@ def run(ctx: Context) -> Iterable[Finding]:
     from kvdoctor.engines.sglang.archs import NO_WINDOW_ARCHS, WINDOW_RULES
     from kvdoctor.engines.sglang.refusals import derived_context_length
 
+    yield from _default_text_config(ctx)
     facts = pool_facts(ctx.plan)
     if facts is None:
         return
@@ -60,3 +62,20 @@ def run(ctx: Context) -> Iterable[Finding]:
                          f"{facts.architecture} builds {planned[index].cache} there (it lays the layers out from "
                          "its own rule, not layer_types)", ctx.spec.key_source("layer_types"), layer=index,
                          evidence={"kind": layers[index].kind, "engine_cache": planned[index].cache})
+
+
+def _default_text_config(ctx: Context) -> Iterable[Finding]:
+    """SGL251: the config states text geometry at its top level, which the composite class ignores."""
+    from kvdoctor.engines.sglang.archs import default_text_config
+
+    raw = ctx.spec.raw_config
+    found = default_text_config(raw)
+    if found is None:
+        return
+    served, differs = found
+    said = ", ".join(f"{k} {stated} (served: {value})" for k, (stated, value) in differs.items())
+    yield Finding.at("SGL251", f"model_type {raw['model_type']!r} keeps the language model in text_config, which "
+                     f"config.json lacks: transformers' class builds its default text config and SGLang serves "
+                     f"that, not the top-level {said}", ctx.spec.key_source(next(iter(differs))),
+                     evidence={"model_type": raw["model_type"], "stated": {k: v[0] for k, v in differs.items()},
+                               "served": served})

@@ -6,6 +6,12 @@ python/sglang/srt/.
 """
 from __future__ import annotations
 
+import json
+from functools import cache
+from typing import Any
+
+from kvdoctor.resources import data_dir
+
 TAG = "v0.5.23"
 BLOB = f"https://github.com/sgl-project/sglang/blob/{TAG}/python/sglang/srt"
 
@@ -136,3 +142,49 @@ INTERVAL_ARCHS = {
     "Qwen3_5MoeForCausalLM": "configs/qwen3_5.py#L119",
 }
 
+
+# SGLang's LFM2 config classes give the KV pool only the layers typed `full_attention` and the conv state only
+# those typed `conv` / `short_conv` (configs/lfm2.py#L27, lfm2_vl.py, lfm2_moe.py#L28): a layer of any other
+# type gets neither.
+TYPED_CONV_ARCHS = {
+    "Lfm2ForCausalLM": "configs/lfm2.py#L27",
+    "Lfm2MoeForCausalLM": "configs/lfm2_moe.py#L28",
+    "Lfm2VlForConditionalGeneration": "configs/lfm2_vl.py#L24",
+}
+
+# ModelConfig computes no SWA / full layer ids for DeepSeek-V4 (configs/model_config.py#L1226); with hybrid-SWA on
+# its pools come from DSV4PoolConfigurator (model_executor/pool_configurator.py#L1718), which has no
+# "at least one SWA layer" assertion.
+DEEPSEEK_V4_ARCHS = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})
+
+# Pure state-space models: no attention layer, attention arch SSM, every layer in the MambaPool
+# (configs/model_config.py#L156 PURE_MAMBA1_ARCHITECTURES, #L164 PURE_SSM_ARCHITECTURES). The Mamba-1 ones
+# size a full-rank state (configs/mamba.py, `Mamba2StateShape.create_full_rank`).
+PURE_MAMBA1_ARCHS = frozenset({"FalconMambaForCausalLM", "MambaForCausalLM"})
+PURE_SSM_ARCHS = frozenset({"Mamba2ForCausalLM"}) | PURE_MAMBA1_ARCHS
+
+
+# The model types SGLang's config loader resolves without remote code (transformers' own and SGLang's registered
+# classes), its model classes, transformers' Transformers-backend compatibility and composite classes' default
+# text configs: written by tools/sglang_registry.py from the pinned release's venv.
+REGISTRY = data_dir("sglang_registry.json")
+
+
+@cache
+def registry() -> dict[str, Any]:
+    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions)."""
+    doc = json.loads(REGISTRY.read_text())
+    return {**doc, "model_types": frozenset(doc["model_types"]), "architectures": frozenset(doc["architectures"])}
+
+
+GEOMETRY = ("num_hidden_layers", "num_key_value_heads", "head_dim")
+
+
+def default_text_config(raw: dict) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]] | None:
+    """(the text config SGLang serves, {key: (stated, served)}) for a composite model type whose config.json
+    keeps differing text geometry at its top level and has no text_config (SGL251); else None."""
+    served = registry().get("text_config_defaults", {}).get(raw.get("model_type"))
+    if not served or "text_config" in raw:
+        return None
+    differs = {k: (raw[k], served.get(k)) for k in GEOMETRY if isinstance(raw.get(k), int) and raw[k] != served.get(k)}
+    return (served, differs) if differs else None

@@ -190,6 +190,14 @@ def state_per_request(facts: ModelFacts, mode: Mode) -> tuple[int, list[StateTen
         conv = ((m.heads * m.head_dim + 2 * groups * m.state_size) // mode.tp, m.conv_kernel - 1)
         ssm = (m.heads // mode.tp, m.head_dim, m.state_size)
         layers = facts.count("mamba")
+    elif facts.mamba1:  # Mamba-1 (configs/mamba.py): conv over the intermediate channels, a full-rank state
+        j = facts.mamba1
+        conv, ssm = (j.intermediate // mode.tp, j.conv_kernel - 1), (j.intermediate // mode.tp, 1, j.state_size)
+        layers = facts.count("mamba")
+    elif facts.short_conv:  # LFM2 (configs/lfm2.py): hidden channels, heads = TP ranks, no SSM state
+        c = facts.short_conv
+        conv, ssm = (c.conv_dim // mode.tp, c.conv_kernel - 1), (1, c.conv_dim, 0)
+        layers = facts.count("short_conv")
     else:
         k = facts.kda
         conv = (k.conv_kernel - 1, 3 * (k.heads * k.head_dim // mode.tp))
@@ -370,7 +378,10 @@ def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int 
         if full <= 0:
             raise not_enough_memory()
         return "HybridSWAPoolConfigurator", full, swa
-    tokens = available // pool_bytes(facts, mode, ("full", "sliding", "mla", "dsa")) // page * page
+    per_token = pool_bytes(facts, mode, ("full", "sliding", "mla", "dsa"))
+    if not per_token:  # no attention layer: the pool holds the context length (pool_configurator.py:246)
+        return "DefaultPoolConfigurator", (mode.max_total_tokens or mode.context_length) // page * page, None
+    tokens = available // per_token // page * page
     tokens = _cap_total(tokens, None, mode)[0]
     if tokens <= 0:
         raise not_enough_memory()

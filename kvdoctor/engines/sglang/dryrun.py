@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from kvdoctor.engines.base import DryRun, DryRunError, DryRunner, Plan, stages_reached
 from kvdoctor.engines.child import STUBS, find_python, run_child
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.sglang import archs
 from kvdoctor.model import ModelSpec
 
 CHILD = Path(__file__).resolve().parent / "startup.py"
@@ -30,7 +31,7 @@ DEFAULT_TIMEOUT = 300.0
 DEFAULT_BUDGET = 40 << 30  # sizing needs a number; the deploy's kv_budget when given (and only then compared)
 IMPORT_SECONDS, IMPORT_BYTES = 15.0, 600 << 20  # SGLang + torch import on one core, measured (docs/sglang.md)
 # The child's steps, in order (startup.py); pools and window reads run once SGLang has started.
-STAGES = ("server_args", "model_config", "model_window", "configurator", "sizing", "pools", "window_reads")
+STAGES = ("server_args", "model_config", "model_arch", "model_window", "configurator", "sizing", "pools", "window_reads")
 COMPARED = ("start-up outcome", "hybrid-SWA decision", "SWA and full layer ids", "runner window", "KV dtype",
             "pools and buffers", "state shapes", "sizes at the deploy's kv_budget", "keys each window read")
 
@@ -69,7 +70,8 @@ def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path, tim
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(spec.raw_config))
         request = {"model_dir": str(model_dir), "server_args": args, "kv_budget_bytes": budget,
-                   "planned_sliding_layers": planned_sliding or []}
+                   "planned_sliding_layers": planned_sliding or [],
+                   "native_architectures": sorted(archs.registry()["architectures"])}
         env = {"TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(STUBS)}
         # one warm child per tp size: the shims make torch report that many devices before SGLang imports
         return run_child(python, CHILD, Path(tmp), request, env, timeout, warm_key={"tp_size": args.get("tp_size") or 1})

@@ -13,7 +13,7 @@ import msgspec
 from kvdoctor.engines.base import LayerPlan, Refusal
 from kvdoctor.engines.sglang import archs, pools, refusals, sizing, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
-from kvdoctor.model import FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CONV, FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 CACHE_LABELS = {"full": "full", "swa": "swa", "mla": "mla"}
 
@@ -54,7 +54,7 @@ class SglangCudaFacts(msgspec.Struct, frozen=True):
 def _cache(kind: str, placement: pools.Placement | None) -> str:
     if kind == KDA:
         return "kda-replayssm"
-    if kind in (GDN, MAMBA):
+    if kind in (GDN, MAMBA, CONV):
         return "mamba"
     if placement is None:
         return "none"
@@ -78,7 +78,7 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
             extra = {"pool": placement.pool, "pool_index": placement.index}
         layers.append(LayerPlan(index=layer.index, engine_window=windows.get(layer.index),
                                 cache=_cache(kind, placement),
-                                state=state if kind in (GDN, MAMBA) else None, extra=extra))
+                                state=state if kind in (GDN, MAMBA, CONV) else None, extra=extra))
     differs = tuple(l.index for l in spec.layers if l.kind in (SLIDING, FULL)
                     and (l.window if l.kind == SLIDING else None) != windows.get(l.index))
     refused = refusals.predict(spec, settings)
@@ -86,11 +86,14 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
     swa_ids = set(decision.swa_layer_ids or ()) if decision.on else set()
     full_ids = {i for i, p in where.items() if p.pool != "mamba"} - swa_ids
     buffers = {"attention_buffer_per_token": pools.attention_buffers(spec, settings, tp, full_ids)}
-    if decision.on:
+    if decision.on and archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:  # its SWA buffers hold whole pages
+        buffers = {"attention_buffer_per_token": None, "swa_buffer_per_token": pools.dsv4_swa_page(spec)}
+    elif decision.on:
         buffers["swa_buffer_per_token"] = pools.attention_buffers(spec, settings, tp, swa_ids, "swa")
     facts = SglangCudaFacts(
         architecture=archs.serving_arch(spec.raw_config),
-        attention_arch="MLA" if spec.kinds() & {MLA, SPARSE_MLA} else "MHA",
+        attention_arch="SSM" if archs.serving_arch(spec.raw_config) in archs.PURE_SSM_ARCHS
+        else "MLA" if spec.kinds() & {MLA, SPARSE_MLA} else "MHA",
         hybrid_swa=decision.on, hybrid_swa_why=decision.why, hybrid_swa_detail=decision.detail,
         hybrid_swa_source=decision.source, swa_layer_ids=decision.swa_layer_ids,
         full_layer_ids=decision.full_layer_ids, runner_sliding_window=swa.runner_window(spec, decision.on),
@@ -105,14 +108,14 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
 
 def unmodeled(spec: ModelSpec) -> str | None:
     """Why the plan is not SGLang's own for this model, or None: an architecture SGLang has no model class for
-    (it tries its Transformers backend, whose pools and refusals kvdoctor does not model), or Mamba layers
-    whose state is not Mamba-2's (no state pool is planned for them)."""
+    and serves with its Transformers backend (not modelled; where that backend refuses, SGL250 says so first),
+    or Mamba layers whose state is not Mamba-2's (no state pool is planned for them)."""
     arch = archs.serving_arch(spec.raw_config)
     reasons = []
     if arch and arch not in refusals.registry()["architectures"]:
-        reasons.append(f"sglang {archs.TAG.lstrip('v')} has no model class for {arch}: it falls back to its "
-                       "Transformers backend where transformers' class allows it, else stops at model load")
-    if MAMBA in spec.kinds() and pools.mamba2_dims(spec) is None:
+        reasons.append(f"sglang {archs.TAG.lstrip('v')} has no model class for {arch}: it serves it with its "
+                       "Transformers backend, which kvdoctor does not model")
+    if MAMBA in spec.kinds() and pools.mamba2_dims(spec) is None and pools.mamba1_dims(spec) is None:
         reasons.append("its Mamba layers carry no Mamba-2 state keys (heads, head dim, groups, state, conv kernel): "
                        "no state pool is planned for them")
     other = sorted(spec.kinds() - set(pools.ATTENTION) - set(pools.STATE) - {NO_ATTENTION})

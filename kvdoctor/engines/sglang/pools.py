@@ -16,10 +16,10 @@ from kvdoctor.engines.sglang import archs
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang.swa import SwaDecision
 from kvdoctor.load import hf_config
-from kvdoctor.model import CHUNKED, FULL, GDN, KDA, MAMBA, MLA, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CHUNKED, CONV, FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 ATTENTION = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA)
-STATE = (GDN, KDA, MAMBA)
+STATE = (GDN, KDA, MAMBA, CONV)
 KV_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "mxfp8": "float8_e4m3fn",
              "bf16": "bfloat16", "bfloat16": "bfloat16"}
 # ModelConfig's `_get_and_verify_dtype` (configs/model_config.py#L2284) reads the text config's dtype by these
@@ -49,8 +49,12 @@ def model_dtype(spec: ModelSpec) -> str:
 
 
 def kv_dtype(spec: ModelSpec, settings: SglangSettings) -> str:
-    return model_dtype(spec) if settings.kv_cache_dtype == "auto" else KV_DTYPES.get(settings.kv_cache_dtype,
-                                                                                       settings.kv_cache_dtype)
+    """--kv-cache-dtype; `auto` is the model dtype, but fp8_e4m3 for DeepSeek-V4 on CUDA
+    (arg_groups/overrides.py:891 `_deepseek_v4_kv_cache_dtype`)."""
+    chosen = settings.kv_cache_dtype
+    if chosen == "auto" and archs.serving_arch(spec.raw_config) == "DeepseekV4ForCausalLM":
+        chosen = "fp8_e4m3"
+    return model_dtype(spec) if chosen == "auto" else KV_DTYPES.get(chosen, chosen)
 
 
 def store_dtype(dtype: str) -> str:
@@ -58,9 +62,26 @@ def store_dtype(dtype: str) -> str:
     return "uint8" if dtype.startswith("float8") else dtype
 
 
+def as_served(spec: ModelSpec) -> ModelSpec:
+    """The spec SGLang serves: for a composite config with its text geometry at the top level (SGL251), the
+    class's default text config's layer count, KV heads and head dim (layers past the stated count cannot be
+    read, so a larger default keeps the stated ones)."""
+    found = archs.default_text_config(spec.raw_config)
+    if found is None:
+        return spec
+    served = found[0]
+    count = served.get("num_hidden_layers") or len(spec.layers)
+    heads, head_dim = served.get("num_key_value_heads"), served.get("head_dim")
+    return msgspec.structs.replace(spec, layers=[
+        msgspec.structs.replace(l, n_kv_heads=heads or l.n_kv_heads, head_dim=head_dim or l.head_dim,
+                                v_head_dim=head_dim or l.v_head_dim) if l.kind in ATTENTION else l
+        for l in spec.layers if l.index < count])
+
+
 def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
     """The spec with each layer's kind replaced by the kind SGLang builds there, and attention layers whose
     geometry the config does not state given ModelConfig's (the configuration class's defaults)."""
+    spec = as_served(spec)
     kinds = sglang_kinds(spec)
     unsized = [l for l in spec.layers if l.kind in (FULL, SLIDING, CHUNKED) and not (l.n_kv_heads and l.head_dim)]
     if all(kinds[l.index] == l.kind for l in spec.layers) and not unsized:
@@ -129,6 +150,9 @@ def default_page_size(sparse_mla: bool, config: Mapping[str, Any]) -> int:
 
 
 def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
+    if swa.on and archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:
+        return {"token_to_kv_pool": "DeepSeekV4TokenToKVPool", "swa_kv_pool": "DeepSeekV4SingleKVPool",
+                "req_to_token_pool": "ReqToTokenPool", "allocator": "SWATokenToKVPoolAllocator"}
     kinds = set(sglang_kinds(spec).values())
     mla = bool(kinds & {MLA, SPARSE_MLA})
     attention = "DSATokenToKVPool" if SPARSE_MLA in kinds else "MLATokenToKVPool" if mla else "MHATokenToKVPool"
@@ -143,15 +167,23 @@ def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
 
 def sglang_kinds(spec: ModelSpec) -> dict[int, str]:
     """Layer id -> the kind SGLang builds there: the model's own, except for the families whose SGLang
-    config class derives the layout itself (`archs.INTERVAL_ARCHS`)."""
+    config class derives the layout itself (`archs.INTERVAL_ARCHS`) or keeps only some layer types
+    (`archs.TYPED_CONV_ARCHS`)."""
     kinds = {layer.index: layer.kind for layer in spec.layers}
-    if archs.serving_arch(spec.raw_config) in archs.INTERVAL_ARCHS:
+    arch = archs.serving_arch(spec.raw_config)
+    if arch in archs.INTERVAL_ARCHS:
         interval = spec.config.get("full_attention_interval") or 4
         kinds = {i: (FULL if (i + 1) % interval == 0 else GDN) for i in kinds}
+    if arch in archs.TYPED_CONV_ARCHS:
+        kinds = {i: (k if k in (FULL, CONV) else NO_ATTENTION) for i, k in kinds.items()}
     return kinds
 
 
 def placements(spec: ModelSpec, swa: SwaDecision) -> dict[int, Placement]:
+    if swa.on and archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:
+        # DeepSeekV4TokenToKVPool: every layer, compressed or not, has its window's KV in the SWA sub-pool
+        return {l.index: Placement(l.index, "swa", l.index) for l in spec.layers}
+    spec = as_served(spec)
     by_layer = sglang_kinds(spec)
     kinds = set(by_layer.values())
     hybrid_state = bool(kinds & set(STATE))
@@ -217,6 +249,19 @@ def attention_buffers(spec: ModelSpec, settings: SglangSettings, tp: int, pool_l
     return {"k_buffer": [max(1, heads // tp), head_dim], "v_buffer": [max(1, heads // tp), v_dim], "dtype": dtype}
 
 
+DSV4_PAGE, DSV4_PAGE_ALIGN, DSV4_SCALE_TILE = 256, 576, 64  # kernels/ops/attention/dsv4/kv_layout.py (layout V4)
+
+
+def dsv4_swa_page(spec: ModelSpec) -> dict[str, Any]:
+    """One layer's SWA buffer row of DeepSeek-V4 on CUDA: one 256-token page (its page size whatever
+    --page-size says) of fp8 nope, bf16 rope and one fp8 scale per 64 nope values plus a pad byte per token,
+    padded to 576 bytes (`DeepSeekV4SingleKVPool.get_bytes_per_token`, `KVLayout.page_bytes`)."""
+    rope = spec.config.get("qk_rope_head_dim") or 0
+    nope = (spec.config.get("head_dim") or 0) - rope
+    raw = DSV4_PAGE * (nope + 2 * rope + nope // DSV4_SCALE_TILE + 1)
+    return {"kv_buffer": [-(-raw // DSV4_PAGE_ALIGN) * DSV4_PAGE_ALIGN], "dtype": "uint8"}
+
+
 def ssm_dtype(spec: ModelSpec, settings: SglangSettings) -> str:
     """--mamba-ssm-dtype, else the GDN config's mamba_ssm_dtype, else float32 (configs/mamba_utils.py)."""
     if settings.mamba_ssm_dtype:
@@ -239,9 +284,9 @@ def gdn_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, A
                                                                              "dtype": ssm_dtype(spec, settings)}}
 
 
-MAMBA2_KEYS = {  # Nemotron-H spelling, Falcon-H1 spelling
-    "heads": ("mamba_num_heads", "mamba_n_heads"), "head_dim": ("mamba_head_dim", "mamba_d_head"),
-    "state": ("ssm_state_size", "mamba_d_state"), "groups": ("n_groups", "mamba_n_groups"),
+MAMBA2_KEYS = {  # Nemotron-H spelling, Falcon-H1 spelling, Mamba2ForCausalLM's (configs/mamba2.py)
+    "heads": ("mamba_num_heads", "mamba_n_heads", "num_heads"), "head_dim": ("mamba_head_dim", "mamba_d_head", "head_dim"),
+    "state": ("ssm_state_size", "mamba_d_state", "state_size"), "groups": ("n_groups", "mamba_n_groups"),
     "kernel": ("conv_kernel", "mamba_d_conv"),
 }
 
@@ -250,9 +295,29 @@ def _first(cfg: dict, keys: tuple[str, ...]) -> int | None:
     return next((cfg[k] for k in keys if isinstance(cfg.get(k), int)), None)
 
 
+def mamba1_dims(spec: ModelSpec) -> tuple[int, int, int] | None:
+    """(intermediate, state, kernel) of the pure Mamba-1 models SGLang serves (`archs.PURE_MAMBA1_ARCHS`)."""
+    if archs.serving_arch(spec.raw_config) not in archs.PURE_MAMBA1_ARCHS:
+        return None
+    dims = tuple(_first(spec.config, (key,)) for key in ("intermediate_size", "state_size", "conv_kernel"))
+    return None if None in dims else dims  # type: ignore[return-value]
+
+
+def mamba1_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, Any]:
+    """One Mamba-1 layer's state on one rank (configs/mamba_utils.py `create_full_rank`): conv over the
+    intermediate channels only (intermediate / tp, kernel - 1), a full-rank SSM state (intermediate / tp, 1, state)."""
+    dims = mamba1_dims(spec)
+    assert dims is not None  # state_by_tp asks only where the dims are there
+    inter, state, kernel = dims
+    return {"conv": {"shape": [inter // tp, kernel - 1], "dtype": model_dtype(spec)},
+            "temporal": {"shape": [inter // tp, 1, state], "dtype": ssm_dtype(spec, settings)}}
+
+
 def mamba2_dims(spec: ModelSpec) -> tuple[int, int, int, int, int] | None:
     """(heads, head_dim, state, groups, kernel) in the spellings SGLang's Mamba2 configs use; None for a
-    Mamba layer without them (Mamba-1 state: Jamba, Zamba2), which the plan does not model."""
+    Mamba layer without them (Mamba-1 state), or a pure Mamba-1 model (`mamba1_dims`)."""
+    if mamba1_dims(spec) is not None:
+        return None
     dims = tuple(_first(spec.config, MAMBA2_KEYS[k]) for k in ("heads", "head_dim", "state", "groups", "kernel"))
     return None if None in dims else dims  # type: ignore[return-value]
 
@@ -269,9 +334,30 @@ def mamba2_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str
             "temporal": {"shape": [heads // tp, head_dim, state], "dtype": ssm_dtype(spec, settings)}}
 
 
+def conv_dims(spec: ModelSpec) -> tuple[int, int] | None:
+    """(channels, kernel) of LFM2's short-convolution state as SGLang's Lfm2Config sizes it: hidden_size
+    channels (not conv_dim) and conv_L_cache; None where the config lacks either."""
+    hidden, kernel = spec.config.get("hidden_size"), spec.config.get("conv_L_cache")
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, kernel))
+    return (hidden, kernel) if ok else None  # type: ignore[return-value]
+
+
+def conv_state(spec: ModelSpec, settings: SglangSettings, tp: int) -> dict[str, Any]:
+    """One LFM2 conv layer's state on one rank. configs/lfm2.py builds a Mamba2StateShape with hidden_size
+    channels, one group, as many heads as TP ranks and no SSM state: conv (hidden / tp, kernel - 1) in the model
+    dtype, an empty temporal state (1, hidden, 0) in the SSM dtype."""
+    dims = conv_dims(spec)
+    assert dims is not None  # state_by_tp asks only where the dims are there
+    hidden, kernel = dims
+    return {"conv": {"shape": [hidden // tp, kernel - 1], "dtype": model_dtype(spec)},
+            "temporal": {"shape": [1, hidden, 0], "dtype": ssm_dtype(spec, settings)}}
+
+
 def state_by_tp(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     kinds = spec.kinds()
-    build = gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds and mamba2_dims(spec) else None
+    build = (gdn_state if GDN in kinds else mamba2_state if MAMBA in kinds and mamba2_dims(spec)
+             else mamba1_state if MAMBA in kinds and mamba1_dims(spec)
+             else conv_state if CONV in kinds and conv_dims(spec) else None)
     if build is None:
         return None
     tps = (settings.tp_size,) if settings.tp_size else TP_SIZES

@@ -435,19 +435,16 @@ class SglangProfile(EngineProfile):
         return fit_sglang.layouts(facts, dict(config), gpus)
 
     def budget_facts(self, spec: ModelSpec) -> "ModelFacts":
-        """The layers as SGLang builds them, with the Mamba-2 state and DSA layers its calculator
+        """The layers as SGLang builds them, with the Mamba-2 state, DSA and LFM2 conv layers its calculator
         prices (the reading `check --engine sglang` sizes its pools from)."""
         import msgspec
 
-        from kvdoctor.engines.budget.facts import facts_from_spec
-        from kvdoctor.engines.sglang.budget import dsa_index_skips
         from kvdoctor.engines.sglang.pools import as_sglang_builds
-        from kvdoctor.model import CHUNKED, MAMBA, SLIDING, SPARSE_MLA
+        from kvdoctor.engines.sglang.sizing import priced
+        from kvdoctor.model import CHUNKED, SLIDING
 
         built = as_sglang_builds(spec)
         # a chunked layer is an SWA layer to SGLang (configs/model_config.py get_hybrid_layer_ids)
         built = msgspec.structs.replace(built, layers=[msgspec.structs.replace(l, kind=SLIDING) if l.kind == CHUNKED else l
                                                    for l in built.layers])
-        facts = facts_from_spec(built, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
-        facts.dsa_index_skips = dsa_index_skips(spec)
-        return facts
+        return priced(built, spec)

@@ -5,8 +5,6 @@ the config with) prints, with the numbers filled in, and the pinned source line 
 """
 from __future__ import annotations
 
-import json
-from functools import cache
 from typing import Any
 
 from kvdoctor.engines.base import Refusal
@@ -14,7 +12,6 @@ from kvdoctor.engines.sglang import archs, pools, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
 from kvdoctor.model import ModelSpec
-from kvdoctor.resources import data_dir
 
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.20.2/src/transformers/"
@@ -30,18 +27,9 @@ OWN_LENGTH_VALIDATORS = {
 PER_LAYER_CONFIG_ARCHS = frozenset({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"})
 
 
-# The model types SGLang's config loader resolves without remote code (transformers' own and SGLang's registered
-# classes), written by tools/sglang_registry.py from the pinned release's venv.
-CONFIG_TYPES = data_dir("sglang_registry.json")
+registry = archs.registry  # the shipped facts of SGLang's config loader and model registry
 AUTO_CONFIG = TRANSFORMERS + "models/auto/configuration_auto.py"
 REMOTE_CODE = TRANSFORMERS + "dynamic_module_utils.py#L788"
-
-
-@cache
-def registry() -> dict[str, Any]:
-    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions)."""
-    doc = json.loads(CONFIG_TYPES.read_text())
-    return {**doc, "model_types": frozenset(doc["model_types"]), "architectures": frozenset(doc["architectures"])}
 
 
 def config_types() -> frozenset[str]:
@@ -128,7 +116,11 @@ def config_class_rejects(spec: ModelSpec) -> Refusal | None:
 def derived_context_length(spec: ModelSpec) -> int:
     """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context attribute of the
     text config, times the rope-scaling factor unless the scaling states its original length or is
-    llama3-style (a per-layer-type scaling has no top-level factor)."""
+    llama3-style (a per-layer-type scaling has no top-level factor). A composite config served with its class's
+    default text config (SGL251) has that config's context, as the registry read it with SGLang's function."""
+    served = archs.default_text_config(spec.raw_config)
+    if served is not None and isinstance(served[0].get("context_length"), int):
+        return served[0]["context_length"]
     cfg = _text_config_view(spec)
     scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
     factor = 1
@@ -187,9 +179,13 @@ def per_layer_config_keys(spec: ModelSpec) -> Refusal | None:
 
 
 def layer_types_length(spec: ModelSpec) -> Refusal | None:
+    """transformers' `validate_layer_type`, unless SGLang's own config class for the text config's model type
+    skips it (the registry's `layer_types_unchecked`, measured in the pinned venv: LFM2's)."""
     types = spec.config.get("layer_types")
     n = spec.config.get("num_hidden_layers")
     if not isinstance(types, list) or not isinstance(n, int) or len(types) == n:
+        return None
+    if (spec.config.get("model_type") or spec.model_type) in registry().get("layer_types_unchecked", ()):
         return None
     message = ("Class validation error for validator 'validate_layer_type':\n    ValueError: `num_hidden_layers` "
                f"({n}) must be equal to the number of `layer_types` ({len(types)})")
@@ -264,12 +260,46 @@ def null_window(spec: ModelSpec) -> Refusal | None:
 def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
     """Hybrid-SWA memory on, but SGLang finds no SWA layer id: its hybrid-SWA pool configurator asserts."""
     decision = swa.decide(spec, settings)
-    if not decision.on or decision.swa_layer_ids or set(pools.sglang_kinds(spec).values()) & set(pools.STATE):
+    if not decision.on or decision.swa_layer_ids or set(pools.sglang_kinds(spec).values()) & set(pools.STATE) \
+            or archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:
         return None
     return Refusal("SGL012", "AssertionError", "Hybrid SWA model must have at least one SWA layer", "startup",
                    key=spec.config_prefix + ("layer_types" if "layer_types" in spec.config else "sliding_window"),
                    source=archs.ref("model_executor/pool_configurator.py#L668"),
                    evidence={"architecture": archs.serving_arch(spec.raw_config), "swa_layer_ids": []})
+
+
+def model_class(spec: ModelSpec) -> Refusal | None:
+    """load_model's architecture resolution (model_loader/utils.py `get_model_architecture`): an architecture
+    SGLang has no class for goes to its Transformers backend; with `--model-impl auto` a transformers class
+    that is not backend-compatible, or no class and no `auto_map.AutoModel`, stops start-up there
+    (`resolve_transformers_arch`). With an AutoModel of the model's own code the outcome depends on that code:
+    no prediction."""
+    names = [archs.RENAMED.get(a, a) for a in spec.raw_config.get("architectures") or [] if isinstance(a, str)]
+    if not names or set(names) & registry()["architectures"]:
+        return None
+    backend = registry().get("transformers_backend", {})
+    auto_map = spec.raw_config.get("auto_map")
+    auto_map = auto_map if isinstance(auto_map, dict) else {}
+    for name in names:  # SGLang checks each listed architecture in turn
+        if name in backend.get("compatible", ()):
+            continue
+        if name in backend.get("incompatible", ()):
+            message = (f"{name} has no SGlang implementation and the Transformers implementation is not "
+                       "compatible with SGLang.")
+            line = 185
+        elif "AutoModel" not in auto_map:
+            message = (f"Cannot find model module. '{name}' is not a registered model in the Transformers library "
+                       "(only relevant if the model is meant to be in Transformers) and 'AutoModel' is not present "
+                       "in the model config's 'auto_map' (relevant if the model is custom).")
+            line = 155
+        else:
+            return None
+        return Refusal("SGL250", "ValueError", message, "startup", key="architectures",
+                       source=archs.ref(f"model_loader/utils.py#L{line}"),
+                       evidence={"architecture": name, "sglang_model_class": None,
+                                 "transformers_class": name in backend.get("incompatible", ())})
+    return None
 
 
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
@@ -280,5 +310,5 @@ def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
              context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
-        first = no_swa_layer(spec, settings)
+        first = model_class(spec) or no_swa_layer(spec, settings)
     return (first,) if first else ()

@@ -7,13 +7,13 @@ from typing import Any
 import msgspec
 
 from kvdoctor.engines.sglang import budget
-from kvdoctor.engines.budget.facts import facts_from_spec
+from kvdoctor.engines.budget.facts import Layer, Mamba1Dims, Mamba2Dims, ModelFacts, ShortConvDims, facts_from_spec
 from kvdoctor.engines.sglang import pools, swa
 from kvdoctor.engines.sglang.pools import as_sglang_builds
 from kvdoctor.engines.sglang.refusals import derived_context_length
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.errors import InputError
-from kvdoctor.model import CHUNKED, FULL, MAMBA, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CHUNKED, CONV, FULL, MAMBA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 
 def mode(spec: ModelSpec, settings: SglangSettings, kv_budget: int) -> budget.Mode:
@@ -48,14 +48,42 @@ def as_sized(spec: ModelSpec, settings: SglangSettings) -> tuple[ModelSpec, bool
     return msgspec.structs.replace(built, layers=layers), decision.on
 
 
+def priced(built: ModelSpec, spec: ModelSpec) -> ModelFacts:
+    """The budget facts of `built` (the layers as SGLang builds them): the Mamba (-1 or -2), DSA and LFM2 conv
+    layers SGLang's calculator prices, with the model's own state dims (in SGLang's spellings, kvdoctor.engines.
+    sglang.pools) and DSA index skips."""
+    mamba = [l.index for l in built.layers if l.kind == MAMBA]
+    unread = msgspec.structs.replace(built, layers=[msgspec.structs.replace(l, kind=NO_ATTENTION) if l.kind == MAMBA
+                                                    else l for l in built.layers])
+    facts = facts_from_spec(unread, extra_kinds={SPARSE_MLA: "dsa", CONV: "short_conv"})
+    facts.dsa_index_skips = budget.dsa_index_skips(spec)
+    if mamba:
+        two, one = pools.mamba2_dims(spec), pools.mamba1_dims(spec)
+        if two is None and one is None:
+            raise InputError(f"{spec.model_dir / 'config.json'}: Mamba layers without the Mamba-2 (heads, head dim, "
+                             "state, groups, conv kernel) or pure Mamba-1 keys SGLang sizes a state from")
+        if two is not None:
+            heads, head_dim, state, groups, kernel = two
+            facts.mamba = Mamba2Dims(heads, head_dim, groups, state, kernel)
+        elif one is not None:
+            facts.mamba1 = Mamba1Dims(*one)
+        facts.layers = sorted(facts.layers + [Layer(i, "mamba") for i in mamba], key=lambda l: l.index)
+    if facts.count("short_conv"):
+        conv = pools.conv_dims(spec)
+        if conv is None:
+            raise InputError(f"{spec.model_dir / 'config.json'}: conv layers need hidden_size and conv_L_cache "
+                             "(positive integers) for SGLang's conv state")
+        facts.short_conv = ShortConvDims(*conv)
+    return facts
+
+
 def size(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
     """None without `kv_budget`; else the pools' tokens, state slots and max_running_requests, or the refusal."""
     if settings.kv_budget is None:
         return None
     try:
         sized, hybrid_swa = as_sized(spec, settings)
-        facts = facts_from_spec(sized, extra_kinds={MAMBA: "mamba", SPARSE_MLA: "dsa"})
-        facts.dsa_index_skips = budget.dsa_index_skips(spec)
+        facts = priced(sized, spec)
     except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
         return {"not_priced": str(exc)}
     result = budget.plan(facts, msgspec.structs.replace(mode(spec, settings, settings.kv_budget),

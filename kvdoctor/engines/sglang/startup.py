@@ -7,7 +7,8 @@ order the launcher and the model runner run them, all SGLang's own code:
 1. `ServerArgs(model_path=DIR, skip_tokenizer_init=True, load_format="dummy", **args).resolve_once()` and
    `handle_environment_variables` (backend, page size, Mamba cache strategy, validation);
 2. `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list, SWA / full layer ids, state
-   configs), then `resolve_sliding_window_size` on a bare instance of the registered model class
+   configs), load_model's `resolve_transformers_arch` for an architecture SGLang has no class for, then
+   `resolve_sliding_window_size` on a bare instance of the registered model class
    (`__init__` not run, `.config` set: the model class's `get_attention_sliding_window_size`);
 3. `resolve_layer_indices`, `configure_kv_cache_dtype` and a `KVCacheConfigurator` sized for the KV
    budget (`_handle_max_mamba_cache`, `config_from_budget`, `resolve_max_num_reqs`): the GPU profile is
@@ -183,8 +184,10 @@ def placements(pools: dict) -> dict[str, list]:
 
 # ---- the stages --------------------------------------------------------------------------------
 
-def start(model_dir: Path, args: dict, budget: int, out: dict):
-    """Stages 1-3: returns (model config, configurator); raises Refused with SGLang's exception."""
+def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str] | None = None):
+    """Stages 1-3: returns (model config, configurator); raises Refused with SGLang's exception. `native`:
+    the architectures SGLang's registry serves (from the parent); for any other, load_model's
+    `resolve_transformers_arch` runs first, as it does before any pool is built."""
     from sglang.srt.arg_groups.serving_hook import handle_environment_variables
     from sglang.srt.configs.model_config import ModelConfig, is_hybrid_swa_model
     from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
@@ -203,6 +206,10 @@ def start(model_dir: Path, args: dict, budget: int, out: dict):
         get_context().set_server_args(sa)
         get_parallel().override_permanently(attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
         mc = ModelConfig.from_server_args(sa)
+        if native is not None and not set(mc.hf_config.architectures) & set(native):
+            step = "model_arch"
+            from sglang.srt.model_loader.utils import resolve_transformers_arch
+            resolve_transformers_arch(mc, list(mc.hf_config.architectures))
         step = "model_window"
         model, class_name = bare_model(mc)
         window = resolve_sliding_window_size(model, mc)
@@ -435,15 +442,15 @@ def window_request(mc, window: int | None, planned: list[int], source: str | Non
 
 # ---- the point ---------------------------------------------------------------------------------
 
-def run(model_dir: Path, args: dict, budget: int, planned: list[int]) -> dict:
+def run(model_dir: Path, args: dict, budget: int, planned: list[int], native: list[str] | None = None) -> dict:
     out: dict = {"stages": []}
     started = time.monotonic()
     try:
-        mc, kvc = start(model_dir, args, budget, out)
+        mc, kvc = start(model_dir, args, budget, out, native)
     except Refused as refused:
         out["outcome"] = {"start": False, **refused.row}
         return out
-    out["stages"] += ["server_args", "model_config", "model_window", "configurator", "sizing"]
+    out["stages"] += ["server_args", "model_config", "model_arch", "model_window", "configurator", "sizing"]
     out["outcome"] = {"start": True}
     window = out["model"]["runner_sliding_window_size"]
     length, why_not = window_request(mc, window, planned, out["model"]["runner_window_from"])
@@ -510,7 +517,8 @@ def preload(key: dict) -> None:
 
 
 def main() -> None:
-    """REQUEST.json {"model_dir", "server_args", "kv_budget_bytes", "planned_sliding_layers"} -> RESULT.json."""
+    """REQUEST.json {"model_dir", "server_args", "kv_budget_bytes", "planned_sliding_layers",
+    "native_architectures"} -> RESULT.json."""
     request = json.loads(Path(sys.argv[1]).read_text())
     result_path = Path(sys.argv[2])
     args = request.get("server_args") or {}
@@ -521,7 +529,7 @@ def main() -> None:
     result: dict = {"versions": {"sglang": sglang.__version__, "torch": torch.__version__}}
     result_path.write_text(json.dumps(result))  # how far it got, if SGLang kills the process
     result.update(run(Path(request["model_dir"]), args, int(request["kv_budget_bytes"]),
-                      request.get("planned_sliding_layers") or []))
+                      request.get("planned_sliding_layers") or [], request.get("native_architectures")))
     result_path.write_text(json.dumps(result, default=str))
 
 

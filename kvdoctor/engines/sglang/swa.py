@@ -73,7 +73,7 @@ def decide(spec: ModelSpec, settings: SglangSettings) -> SwaDecision:
     if settings.disable_hybrid_swa_memory:
         return SwaDecision(False, "disabled-by-flag", "disable_hybrid_swa_memory is set: sliding layers keep "
                            "full-length slots in the one pool", FLAG_REF, warning)
-    swa, full = split_ids(arch, spec)
+    swa, full = (None, None) if arch in archs.DEEPSEEK_V4_ARCHS else split_ids(arch, spec)
     return SwaDecision(True, "allow-list", f"{arch} is on SGLang's hybrid-SWA allow-list: sliding layers get a "
                        "separate pool of swa_full_tokens_ratio times the full pool's tokens", ALLOW_LIST_REF,
                        warning, swa, full)
