@@ -63,6 +63,8 @@ def test_seed_entries_are_verbatim():
     ({"fixes": []}, "fixes"),
     ({"surprise": 1}, "surprise"),
     ({"error": {"class": "ValueError", "message": "m", "pattern": "(unclosed", "source": "a.py:1 @ 1"}}, "pattern"),
+    ({"error": {"class": "AssertionError", "message": "assert x", "pattern": "x", "source": "a.py:1 @ 1",
+                "functions": ["a.py:f"]}}, "functions"),
 ])
 def test_schema_refuses_a_broken_entry(tmp_path, broken, field):
     good = yaml.safe_load((RULES / "CFG001.yaml").read_text())

@@ -378,6 +378,24 @@ def test_a_bare_assertion_is_named_by_its_raising_frame():
     assert report.hits == [] and report.unknown == {"line": 6, "text": "AssertionError"}
 
 
+def test_a_bare_assertion_is_named_by_a_function_it_alone_asserts_in():
+    """VLM101's statement is the only bare assert of unify_kv_cache_spec_page_size (vLLM 0.25.1-0.34.0), so
+    that frame names it at any line; a frame in another function, another file, or showing another
+    statement does not."""
+    unlisted = BARE_ASSERT.format(file="kv_cache_planning.py", line=977, code="")
+    assert [(h.entry.code, h.how) for h in report_of(unlisted).hits] == [("VLM101", "frame")]
+    other_function = unlisted.replace("in unify_kv_cache_spec_page_size", "in get_kv_cache_config")
+    assert report_of(other_function).hits == []
+    other_file = BARE_ASSERT.format(file="kv_cache_manager.py", line=977, code="")
+    assert report_of(other_file).hits == []
+    other_statement = BARE_ASSERT.format(file="kv_cache_planning.py", line=977, code="assert len(specs) > 0")
+    assert report_of(other_statement).hits == []
+    swa = ('  File "/sgl-workspace/sglang/python/sglang/srt/mem_cache/allocator/swa.py", line 611, in _release_swa\n'
+           "AssertionError\n")
+    assert [h.entry.code for h in report_of(swa).hits] == ["SGL144"]
+    assert report_of(swa.replace("_release_swa", "free_group_end")).hits == []  # two bare asserts there
+
+
 def test_a_raise_statement_in_a_cut_traceback_names_its_entry():
     text = ('  File "/opt/vllm/v1/core/kv_cache_utils.py", line 699, in check_enough_kv_cache_memory\n'
             '    raise ValueError("No available memory for the cache blocks. "\n'

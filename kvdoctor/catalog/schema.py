@@ -15,6 +15,7 @@ from kvdoctor.catalog.codes import CODE_RE, NAME_RE, reference_problem
 from kvdoctor.model import Severity
 
 SITE_RE = re.compile(r"^[\w./-]+\.py:\d+ @ [\w.+-]+$")
+FUNCTION_RE = re.compile(r"^[\w./-]+\.py in \w+$")
 
 
 def _compile(value: str, what: str) -> str:
@@ -66,6 +67,9 @@ class EngineErrorFact(_Strict):
     source: str = Field(description="file:line at a version, verbatim from the engine")
     sites: list[str] = Field(default_factory=list, description="file:line @ version at other releases: "
                              "a traceback that ends in a bare assertion is matched on its raising frame")
+    functions: list[str] = Field(default_factory=list, description="for a bare assert: 'path/file.py in name', a "
+                                 "function whose every bare assert is this statement at each release read; a "
+                                 "traceback frame in it names the entry at any line")
     context: list[str] = Field(default_factory=list, description="for generic errors (CUDA asserts): the "
                                "entry is named only when each of these matches a nearby line")
 
@@ -85,6 +89,14 @@ class EngineErrorFact(_Strict):
         for value in values:
             if not SITE_RE.match(value):
                 raise ValueError(f"site {value!r} must read 'path/file.py:LINE @ VERSION'")
+        return values
+
+    @field_validator("functions")
+    @classmethod
+    def _functions(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not FUNCTION_RE.match(value):
+                raise ValueError(f"function {value!r} must read 'path/file.py in function_name'")
         return values
 
     @property

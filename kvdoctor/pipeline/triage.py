@@ -134,12 +134,17 @@ class FrameIndex:
 
     def __init__(self, catalog: Catalog):
         self.by_name: dict[str, list[tuple[Entry, str, int]]] = {}
+        # (file name, function) -> the bare-assert entries that are the only bare asserts of that function
+        self.by_function: dict[tuple[str, str], list[tuple[Entry, str]]] = {}
         self.entries = [e for e in catalog.entries.values() if e.error is not None]
         for entry in self.entries:
             for site in [entry.error.source, *entry.error.sites]:
                 for path, line in re.findall(r"([\w/.-]+\.py):(\d+)", site.split(" @ ")[0]):
                     path = path.removeprefix("python/")
                     self.by_name.setdefault(path.rsplit("/", 1)[-1], []).append((entry, path, int(line)))
+            for function in entry.error.functions if quotes_statement(entry) else []:
+                path, name = function.split(" in ")
+                self.by_function.setdefault((path.rsplit("/", 1)[-1], name), []).append((entry, path))
 
     def raising(self, code: str) -> Entry | None:
         """The entry whose message begins with the string literal of a `raise X("...` frame line: a
@@ -155,9 +160,18 @@ class FrameIndex:
         return None
 
     def match(self, cls: str, frame: tuple[str, int, str], code: str) -> Entry | None:
-        path, line, _ = frame
+        """The entry raised at this frame: a listed site (file and line), the statement the frame
+        shows, or a function whose only bare asserts are the entry's (at any line: a build between
+        releases moves lines)."""
+        path, line, function = frame
         shown = path.rsplit("...", 1)[-1]  # a pasted path is often shortened: ".../mem_cache/pool.py"
-        for entry, site_path, site_line in self.by_name.get(path.rsplit("/", 1)[-1], []):
+        name = path.rsplit("/", 1)[-1]
+        for entry, site_path in self.by_function.get((name, function), []):
+            same_file = path.endswith(site_path) or (shown != path and site_path.endswith(shown.lstrip("/")))
+            other_statement = code.strip().startswith("assert") and code.strip() != entry.error.message.strip()
+            if same_file and not other_statement and cls.rsplit(".", 1)[-1] == entry.error.class_ == "AssertionError":
+                return entry
+        for entry, site_path, site_line in self.by_name.get(name, []):
             same_file = path.endswith(site_path) or (shown != path and site_path.endswith(shown.lstrip("/")))
             if not same_file or entry.error.class_.rsplit(".", 1)[-1] != cls.rsplit(".", 1)[-1]:
                 continue
