@@ -241,9 +241,13 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
     n_layers = look.get("num_hidden_layers")
     if n_layers is None or "num_hidden_layers" not in cfg:
         n_layers = _layer_count(cfg) or n_layers
+    unread = None
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not 0 < n_layers <= MAX_LAYERS:
-        raise InputError(f"{config_path}: missing or invalid 'num_hidden_layers' ({show(n_layers)}); "
-                         f"expected 1..{MAX_LAYERS}")
+        unread = (f"{config_path}: missing or invalid 'num_hidden_layers' ({show(n_layers)}); "
+                  f"expected 1..{MAX_LAYERS}")
+        if n_layers is not None or family.semantics != "guess":
+            raise InputError(unread)
+        n_layers = 0  # no class reads this config: an engine's config stage may refuse it first (ModelSpec.unread)
     layers = build_layers(family, look, n_layers)
     _check_layers(layers, config_path)
 
@@ -254,7 +258,7 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
         hidden_size=cfg.get("hidden_size"), vocab_size=cfg.get("vocab_size"),
         dtype=dtype if isinstance(dtype, str) else None,
         checkpoint=None, key_lines=lines, defaults=dict(look.used_defaults), notes=notes, hf_id=where.hf_id,
-        semantics=family.semantics, rejected=rejected, origin=where.source,
+        semantics=family.semantics, rejected=rejected, origin=where.source, unread=unread,
     )
     for layer in layers:
         layer.dtype = spec.dtype

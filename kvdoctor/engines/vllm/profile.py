@@ -86,6 +86,7 @@ class VllmProfile(EngineProfile):
     # checks.cfg_geometry's (an unknown RoPE type, which vLLM refuses while it builds the model)
     refusal_codes = tuple(code for code in CODES if not code.startswith(("MEM", "CFG")))
     shared_refusal_codes = tuple(code for code in CODES if code.startswith(("MEM", "CFG")))
+    answers_unread = True  # its config stage (unknown model_type, remote code) comes before any layer
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
         return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
@@ -127,6 +128,7 @@ class VllmProfile(EngineProfile):
         """For a model class in kvdoctor's vLLM table, the layers as vLLM builds their specs (what
         `check --engine vllm` sizes): Mamba-2 and short-convolution mixers get MambaSpec state, chunked
         layers their chunk. Any other class: the config's own layer kinds."""
+        spec.require_layers()
         if S.architecture(spec) not in S.RULES:
             return super().budget_facts(spec)
         try:
@@ -170,6 +172,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             raise unrecognized_model_type(unknown)
         if registry.needs_remote_code(spec.raw_config, release) and not settings.trust_remote_code:
             raise remote_code_not_trusted(str(spec.model_dir))
+        spec.require_layers()  # past the config stage, vLLM reads the layers kvdoctor could not
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
         if hf_config.refuses_null_window(arch, spec.config) or (
