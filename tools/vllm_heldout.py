@@ -46,7 +46,7 @@ def _layer(name: str) -> int:
     return int(re.search(r"(?:^|\.)(\d+)\.", name).group(1))  # type: ignore[union-attr]
 
 
-def compare(point: dict, scratch: Path) -> dict[str, str | None]:
+def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str, str | None]:
     """Each compared field -> None (agrees), a short reason (differs); absent: not compared."""
     model = scratch / point["model"] / f"{point['mutation']}-{point['setting']}"
     model.mkdir(parents=True)
@@ -55,7 +55,7 @@ def compare(point: dict, scratch: Path) -> dict[str, str | None]:
     try:
         spec = load_model(str(model), library_check=False)
         args = point.get("engine_args_effective", point["engine_args"])
-        got = plan(spec, VllmSettings(kv_budget=point["kv_budget_bytes"], **args))
+        got = plan(spec, VllmSettings(kv_budget=point["kv_budget_bytes"], **args).at_release(release))
     except Exception as exc:  # noqa: BLE001 - a held-out config kvdoctor cannot read is a miss, not a crash
         return {"outcome": f"kvdoctor: {type(exc).__name__}: {exc}"[:160]}
     want = point["outcome"]
@@ -108,6 +108,7 @@ def compare(point: dict, scratch: Path) -> dict[str, str | None]:
 
 def main() -> None:
     path = Path(sys.argv[1])
+    release = json.loads(path.read_text())["versions"]["vllm"]  # the profile at the release that made the file
     points = [p for p in json.loads(path.read_text())["points"]
               if p["outcome"]["start"] or not p["outcome"].get("cpu_only")]
     rows = {"outcome": [0, 0], "layers": [0, 0], "groups": [0, 0], "unmodelled": [0, 0]}
@@ -115,7 +116,7 @@ def main() -> None:
     misses = []
     with tempfile.TemporaryDirectory() as scratch:
         for point in points:
-            result = compare(point, Path(scratch))
+            result = compare(point, Path(scratch), release)
             for field, reason in result.items():
                 rows[field][1] += 1
                 rows[field][0] += reason is None
