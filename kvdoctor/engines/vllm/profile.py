@@ -21,9 +21,10 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget, hma_forced_on,
-                                            kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
-                                            nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown, sliding_mla_promotion,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, config_class_rejects, from_budget,
+                                            gemma4_global_head_dim, hma_forced_on, kv_heads_split,
+                                            mamba_block_without_prefix_caching, max_model_len_over, nvfp4_with_mla,
+                                            remote_code_not_trusted, rope_type_unknown, sliding_mla_promotion,
                                             strict_null_window, text_config_not_a_config, tp_heads, vision_heads_split,
                                             unrecognized_model_type)
 from kvdoctor.engines.vllm.settings import VllmSettings
@@ -45,6 +46,7 @@ CACHE_LABELS = {S.FULL: "full", S.SLIDING: "windowed", S.CHUNKED: "chunked", S.M
 BUDGET_KINDS = {S.FULL: "full", S.SLIDING: "sliding", S.CHUNKED: "chunked", S.MLA: "mla"}
 KV_HEAD_KINDS = {BUDGET_KINDS[spec] for spec in (S.FULL, S.SLIDING, S.CHUNKED)}  # split by TP (not MLA's latent)
 ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, LINEAR, GDN, KDA)  # layers the table's rules cover
+GEMMA4_TYPES = ("gemma4", "gemma4_text")  # Gemma4ModelArchConfigConvertor's heterogeneous configs seen refused
 ROPE_FACTOR_FREE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling", "default")
 
 
@@ -184,6 +186,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         unsupported = registry.architecture_refusal(spec.raw_config, release)
         if unsupported is not None:
             raise unsupported
+        if spec.model_type in GEMMA4_TYPES and at(releases.GEMMA4_GLOBAL_HEAD_DIM, release):
+            raise gemma4_global_head_dim()
         length = _max_model_len(spec, settings, derived, key)
         heads = spec.config.get("num_attention_heads")
         if heads is None:  # the class's own spelling (GPT-2's n_head), as the loader read it
