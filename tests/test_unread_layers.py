@@ -1,6 +1,7 @@
-"""A config no library class reads and with no layer count (Phi-2's `phi-msft` remote-code form, issue 42's
-held-out set): vLLM refuses it at its config stage before reading a layer, and so does the vLLM profile; every
-other use of the layers is the loader's one-line error, exit 2."""
+"""Config forms the engines answer themselves (issue 42's held-out sets). A config no library class reads and with
+no layer count (Phi-2's `phi-msft` remote-code form): vLLM refuses it at its config stage before reading a layer,
+and so does the vLLM profile; every other use of the layers is the loader's one-line error, exit 2. A composite
+config whose text_config leaves its sizes to its class (LLaVA-NeXT's): the class's defaults, as vLLM reads them."""
 from __future__ import annotations
 
 import json
@@ -79,3 +80,35 @@ def test_trusting_the_code_does_not_make_the_layers_readable(phi2, tmp_path):
     proc = run("check", "--static", str(phi2), "--deploy", str(deploy))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "missing or invalid 'num_hidden_layers' (None)" in proc.stderr
+
+
+LLAVA_NEXT = ROOT / "goldens" / "heldout-rel2" / "llava-hf__llava-v1.6-mistral-7b-hf.json"  # its SOURCES.md
+
+
+def test_a_text_config_that_leaves_its_sizes_to_its_class_gets_the_class_defaults(tmp_path):
+    """What vLLM 0.34.0 built for LLaVA-NeXT (goldens/heldout-rel2/vllm_check-0.34.0.json): the layers of
+    MistralConfig's defaults, in the root config's float16."""
+    from kvdoctor.engines.vllm.profile import plan
+    from kvdoctor.engines.vllm.settings import VllmSettings
+    from kvdoctor.load.loader import load_model
+
+    d = tmp_path / "llava"
+    d.mkdir()
+    shutil.copy(LLAVA_NEXT, d / "config.json")
+    spec = load_model(str(d), library_check=False)
+    assert {"num_hidden_layers", "hidden_size", "num_attention_heads"} <= set(spec.defaults)
+    doc = json.loads((LLAVA_NEXT.parent / "vllm_check-0.34.0.json").read_text())
+    [point] = [p for p in doc["points"] if p["model"] == LLAVA_NEXT.stem and p["setting"] == "default"]
+    assert point["outcome"]["start"]
+    got = plan(spec, VllmSettings(kv_budget=point["kv_budget_bytes"]).at_release("0.34.0"))
+    assert not got.refusals
+    assert [(layer.extra["engine_spec"], layer.extra["num_kv_heads"], layer.extra["head_size"], layer.extra["dtype"])
+            for layer in got.layers] == [(row["spec"], row["num_kv_heads"], row["head_size"], row["dtype"])
+                                         for row in point["layers"]]
+
+
+def test_a_top_level_config_without_a_layer_count_stays_bad_input(tmp_path):
+    config = json.loads(LLAVA_NEXT.read_text())["text_config"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    proc = run("check", "--static", str(tmp_path), "--engine", "vllm")
+    assert proc.returncode == 2 and "missing or invalid 'num_hidden_layers' (None)" in proc.stderr

@@ -230,7 +230,7 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
             probe = probe.rpartition(".")[0]
         return Source("key", path, "config.json", lines.get(probe))
 
-    family, look, rejected = _semantics(model_type, cfg, source_of)
+    family, look, rejected = _semantics(model_type, cfg, source_of, nested=bool(prefix))
     notes: list[str] = []
     if family.semantics == "guess":
         notes.append(f"unknown model_type {model_type!r}: spec built from the common keys (guessed)")
@@ -251,7 +251,9 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
     layers = build_layers(family, look, n_layers)
     _check_layers(layers, config_path)
 
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or raw.get("dtype")
+    # the root config's dtype first, then its text config's, as the engines read a composite config's (vLLM's
+    # ModelArchConfigConvertorBase.get_torch_dtype; LLaVA-NeXT's float16 over its text_config's bfloat16)
+    dtype = raw.get("torch_dtype") or raw.get("dtype") or cfg.get("torch_dtype") or cfg.get("dtype")
     spec = ModelSpec(
         target=target, model_dir=model_dir, model_type=model_type, family=family.name,
         raw_config=raw, config=cfg, config_prefix=prefix, layers=layers, num_hidden_layers=n_layers,
@@ -282,12 +284,33 @@ def _layer_count(cfg: dict[str, Any]) -> int | None:
     return None
 
 
-def _semantics(model_type: str, cfg: dict[str, Any], source_of) -> tuple[Any, Lookup, Any]:
+# Sizes a composite config's text_config may leave to its class (LLaVA-NeXT's states none of them: the composite
+# class builds the text config's class from the dict, defaults and all, and vLLM reads that), so the layers are
+# built from the class's defaults too, each recorded as a default. A top-level config without them stays bad input.
+CLASS_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads")
+
+
+def _class_defaults(model_type: str, cfg: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """`keys` as transformers' configuration class for `model_type` sets them when `cfg` leaves them out; none
+    without transformers, or where the class refuses the config (the plan reports that refusal)."""
+    try:
+        view = hf_config.read(model_type, cfg, attrs=keys)
+    except hf_config.Rejected:
+        return {}
+    return {key: value for key, value in (view.resolved if view else {}).items() if value is not None}
+
+
+def _semantics(model_type: str, cfg: dict[str, Any], source_of, nested: bool = False) -> tuple[Any, Lookup, Any]:
     """(family, lookup, rejection): kvdoctor's table when it covers the type, else transformers'
     configuration class when installed and it knows the type, else a best-effort guess."""
     family = family_for(model_type)
     if family is not None:
-        return family, Lookup(cfg, family.defaults, source_of, family.key_aliases(cfg)), None
+        look = Lookup(cfg, family.defaults, source_of, family.key_aliases(cfg))
+        missing = tuple(key for key in CLASS_SIZES if look.get(key) is None) if nested else ()
+        if missing:  # the engines build the text config's class, whose defaults fill what it leaves out
+            look.defaults = {**family.defaults, **_class_defaults(model_type, cfg, missing)}
+        look.used_defaults = {}
+        return family, look, None
     try:
         view = hf_config.read(model_type, cfg)
     except hf_config.Rejected as rejected:  # the plan reports the refusal; the layer count is still the class's key
