@@ -9,7 +9,10 @@ that release's own oracle writes goldens/<engine>-<version>.json.
 The recipe is the pinned release's (kvdoctor/engines/venvs.py, goldens/setup_venvs.sh): torch 2.13.0 (CPU),
 the engine with --no-deps, then the light requirements its CPU code imports. Where the release's own
 metadata pins one of those requirements differently (transformers, xgrammar, ...), its own pin wins, so an
-older release gets the libraries it was released against.
+older release gets the libraries it was released against. Where that pin has no upper bound (vLLM 0.26.0-0.30.0:
+`transformers>=5.5.3`, `>=5.10.4`), pip would take the newest transformers, released after the engine; it is
+installed as of the release's day instead (pip's --uploaded-prior-to the day after the engine's wheel was built,
+read from the wheel's file dates). The venv's `.complete` and the goldens record the transformers they got.
 """
 from __future__ import annotations
 
@@ -17,8 +20,11 @@ import argparse
 import json
 import os
 import shutil
+import datetime
 import subprocess
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,14 +44,29 @@ NO_DEPS_AFTER = {"vllm": [], "sglang": ["apache-tvm-ffi==0.1.11", "compressed-te
 SGLANG_TRITON = "triton==3.7.1"
 ORACLE = {"vllm": ["vllm_oracle.py"], "sglang": ["sglang_oracle.py"]}
 OWN_PINS = ("transformers", "xgrammar", "fastapi", "llguidance", "compressed-tensors", "openai-harmony")
+DATED = ("transformers",)  # an open-ended pin of these is installed as of the release's day
+PIP = "pip==26.3"  # --uploaded-prior-to (the venv module's own pip, 23.2, lacks it)
 
 QUERY = ("import json\nfrom importlib import metadata\n"
          "print(json.dumps(metadata.requires(%r) or []))\n")
+VERSION_OF = "from importlib import metadata\nprint(metadata.version(%r))\n"
 
 
 def name_of(requirement: str) -> str:
     return requirement.split(";")[0].split("[")[0].split("=")[0].split("<")[0].split(">")[0].split("!")[0] \
         .split("~")[0].strip().lower()
+
+
+def built_on(wheel: Path) -> datetime.date:
+    """The day a release's wheel was built: the newest date among its files (the zip entries' timestamps)."""
+    with zipfile.ZipFile(wheel) as z:
+        return datetime.date(*max(info.date_time[:3] for info in z.infolist()))
+
+
+def open_ended(requirement: str) -> bool:
+    """No upper bound: `transformers>=5.5.3` would install whatever is newest today."""
+    spec = requirement.split(";")[0]
+    return not any(op in spec for op in ("<", "==", "~=", "==="))
 
 
 def build(engine: str, version: str) -> Path:
@@ -56,13 +77,22 @@ def build(engine: str, version: str) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, PIP], check=True)
     subprocess.run([*pip, TORCH], check=True)
-    subprocess.run([*pip, "--no-deps", f"{engine}=={version}", *([SGLANG_TRITON] if engine == "sglang" else [])],
-                   check=True)
+    with tempfile.TemporaryDirectory(dir=VENVS) as tmp:
+        subprocess.run([str(python), "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, f"{engine}=={version}"],
+                       check=True)
+        wheel = next(Path(tmp).glob("*.whl"))
+        released = built_on(wheel)
+        subprocess.run([*pip, "--no-deps", str(wheel), *([SGLANG_TRITON] if engine == "sglang" else [])], check=True)
     own = json.loads(subprocess.run([str(python), "-c", QUERY % engine], capture_output=True, text=True,
                                     check=True).stdout)
     own_pins = {name_of(r): r.split(";")[0].strip() for r in own if "extra ==" not in r and name_of(r) in OWN_PINS}
     light = [own_pins.get(name_of(r), r) for r in LIGHT[engine]]
+    dated = [r for r in light if name_of(r) in DATED and open_ended(r)]
+    prior_to = f"{released + datetime.timedelta(days=1)}T00:00:00Z"
+    if dated:  # first, so that the rest finds them satisfied and keeps them
+        subprocess.run([*pip, "--uploaded-prior-to", prior_to, *dated], check=True)
     subprocess.run([*pip, *light], check=True)
     # SGLang up to 0.5.19 imports xgrammar while its server arguments load: its own pin, without the GPU stack
     grammar = [own_pins["xgrammar"]] if engine == "sglang" and "xgrammar" in own_pins else []
@@ -71,7 +101,13 @@ def build(engine: str, version: str) -> Path:
     extra = HERE.parent / "goldens" / ".venv-extra" / "vllm"
     if engine == "vllm" and not extra.exists():
         subprocess.run([*pip, "--no-deps", "--target", str(extra), "mistral_common==1.13.1"], check=True)
-    (venv / ".complete").write_text(json.dumps({"light": light}) + "\n")
+    got = subprocess.run([str(python), "-c", VERSION_OF % "transformers"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    record = {"light": light, "wheel_built": str(released), "dated": {r: f"uploaded prior to {prior_to}" for r in dated},
+              "transformers": got}
+    (venv / ".complete").write_text(json.dumps(record) + "\n")
+    print(f"{engine}=={version}: wheel built {released}; transformers {got}"
+          + (f" ({', '.join(dated)} as of {prior_to})" if dated else ""), flush=True)
     return python
 
 

@@ -230,6 +230,7 @@ def main() -> None:
     startup = load_startup()
     startup.cpu_platform()  # 0.26.0 resolves CpuPlatform only for a CPU build (startup.cpu_platform)
     startup.triton_check_passes()  # 0.34.0's CpuPlatform wants triton-cpu; no kernel runs here
+    import transformers  # recorded: what the release's venv resolved (goldens/releases.py)
     import vllm
 
     wanted = only_models()
@@ -257,7 +258,7 @@ def main() -> None:
                 configs[key] = probe if key == (True, 0) else engine_config(model_dir, *key)
             points.append({"model": name, "settings": point, "result": plan(configs[key], point)})
         print(name, len(points), flush=True)
-    write("vllm", "vllm", {"vllm": vllm.__version__}, points, skipped)
+    write("vllm", "vllm", {"vllm": vllm.__version__, "transformers": transformers.__version__}, points, skipped)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,17 @@ class ModelSpec(msgspec.Struct):
     semantics: str = "table"  # where the per-layer meaning came from: "table", "transformers" or "guess"
     rejected: Any = None  # kvdoctor.load.hf_config.Rejected: transformers' configuration class refused the config
     origin: dict[str, Any] = msgspec.field(default_factory=dict)  # where the files came from (the report's "source")
+    # Why the layers could not be read (no layer count, and no library class knows the model_type): an engine
+    # whose config stage refuses such a config before reading any layer (vLLM: an unknown model_type, or a
+    # class that is the checkpoint's own code) answers it; everything that needs the layers raises it.
+    unread: str | None = None
+
+    def require_layers(self) -> None:
+        """InputError where the loader could not read the layers (`unread`)."""
+        if self.unread is not None:
+            from kvdoctor.errors import InputError
+
+            raise InputError(self.unread)
 
     def key_source(self, key: str) -> Source:
         """A Source for a config key (relative to the text config), with its line when present."""

@@ -116,7 +116,7 @@ def test_gpu_size_gives_an_estimate_from_checkpoint_headers(tmp_path):
     ((), "give the memory left for KV caches"),
     (("--kv-budget", "lots"), "expected a size such as 40GiB"),
     (("--kv-budget", "0GiB"), "out of range"),
-    (("--kv-budget", "40GiB", "--engine", "tgi"), "--engine 'tgi'"),
+    (("--kv-budget", "40GiB", "--engine", "tgi"), "--engine: unknown engine 'tgi'"),
     (("--kv-budget", "40GiB", "--mode", "some"), "--mode 'some'"),
     (("--gpu-memory", "80GiB"), "needs the checkpoint's safetensors headers"),
 ])

@@ -37,10 +37,10 @@ def compared(points: list[dict]) -> list[dict]:
 
 POINTS = compared(GOLDEN["points"])
 # the per-release grid (goldens/releases.py --check) over fixtures/configs/real, unmutated, default and HMA off;
-# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel, which measure the profile and are not
+# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel and heldout-rel2, which measure the profile and are not
 # part of the suite (nothing was changed for them; docs/versions.md has the figures)
 RELEASE_FILES = {path: json.loads(path.read_text()) for path in sorted(
-    [*GOLDENS.glob("vllm_check-*.json"), *(GOLDENS.glob("heldout-rel/vllm_check-*.json")
+    [*GOLDENS.glob("vllm_check-*.json"), *(GOLDENS.glob("heldout-rel*/vllm_check-*.json")
                                             if os.environ.get("KVDOCTOR_HELDOUT_REL") else ())])}
 RELEASE_POINTS = [(doc["versions"]["vllm"], p) for doc in RELEASE_FILES.values() for p in compared(doc["points"])]
 # held-out sets measured at a later release than vllm_check.json's (docs/vllm.md: Falcon-H1 and set 9 at 0.34.0),

@@ -41,6 +41,12 @@ def _norm(text: str, root: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", text)
 
 
+def _layer(name: str) -> int:
+    """The decoder layer of a KV cache name: `model.layers.3.self_attn.attn`, or `3.attn` where a release's model
+    class names its attention without the stack (OLMo-2 and GPT-BigCode in 0.30.0; the oracle's index is None)."""
+    return int(re.search(r"(?:^|\.)(\d+)\.", name).group(1))  # type: ignore[union-attr]
+
+
 def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str, str | None]:
     """Each compared field -> None (agrees), a short reason (differs); absent: not compared."""
     model = scratch / point["model"] / f"{point['mutation']}-{point['setting']}"
@@ -69,9 +75,10 @@ def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str,
         by_index = {layer.index: layer for layer in got.layers if "engine_spec" in layer.extra}
         reason = None
         for row in point["layers"]:
-            mine = by_index.get(row["index"])
+            index = row["index"] if row["index"] is not None else _layer(row["name"])
+            mine = by_index.get(index)
             if mine is None:
-                reason = f"layer {row['index']}: no spec (vLLM {row['spec']})"
+                reason = f"layer {index}: no spec (vLLM {row['spec']})"
                 break
             if mine.extra["engine_spec"] != row["spec"]:
                 reason = f"layer {row['index']}: {mine.extra['engine_spec']} (vLLM {row['spec']})"
@@ -93,7 +100,7 @@ def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str,
             reason = f"{len(by_index)} specs (vLLM {len(point['layers'])})"
         out["layers"] = reason
     if point.get("groups"):
-        want_groups = Counter((g["spec"], frozenset(g["layer_ids"])) for g in point["groups"])
+        want_groups = Counter((g["spec"], frozenset(map(_layer, g["layer_names"]))) for g in point["groups"])
         have_groups = Counter((g.spec, frozenset(g.layer_ids)) for g in got.facts.groups)
         out["groups"] = None if want_groups == have_groups and got.facts.hma == point["hma"]["on"] else (
             f"{len(have_groups)} groups {sorted({s for s, _ in have_groups})} "

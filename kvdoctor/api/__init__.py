@@ -38,8 +38,8 @@ def check(targets: PathLike | Sequence[PathLike], *, engine: str = "hf", deploy:
     prefixes; `static` skips the probes; `dry_run` runs the engine's own code where it can."""
     from kvdoctor.catalog import builtin_catalog
     from kvdoctor.checks.selection import Selection, validate_selectors
-    from kvdoctor.engines import check_profile, dry_run_engines, require_extras
-    from kvdoctor.engines.releases import for_engine, split_engine
+    from kvdoctor.engines import dry_run_engines, require_extras
+    from kvdoctor.engines.releases import for_engine, parse_engine
     from kvdoctor.fleet.runner import expand_targets
     from kvdoctor.pipeline.check import Options, check_target
 
@@ -50,8 +50,7 @@ def check(targets: PathLike | Sequence[PathLike], *, engine: str = "hf", deploy:
     unknown = validate_selectors([*select, *ignore], catalog.codes())
     if unknown:
         raise InputError(f"unknown rule selector(s): {', '.join(unknown)}")
-    engine, asked = split_engine(engine)
-    check_profile(engine)
+    engine, asked = parse_engine(engine, "check", "engine")
     if dry_run and (static or engine not in dry_run_engines()):
         raise InputError(f"dry_run needs engine {' or '.join(dry_run_engines())} and cannot be combined with static")
     require_extras(engine, static, dry_run)

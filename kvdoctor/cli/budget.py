@@ -25,7 +25,8 @@ def _budget_engines() -> list[str]:
 def budget_command(
     target: str = MODEL,
     engine: str = typer.Option("all", "--engine", "-e", click_type=engine_type(_budget_engines),
-                               help="An engine profile with a budget model, or all."),
+                               help="An engine profile with a budget model, or all; ENGINE==RELEASE sizes that "
+                                    "release (e.g. vllm==0.31.0)."),
     mode: str = typer.Option("default", "--mode", help="default (one mode per engine) or all (the knobs that "
                                                         "change the budget: HMA, fp8, SWA ratio, kv_bits, ...)."),
     kv_budget: Optional[str] = typer.Option(None, "--kv-budget", click_type=strict_type("Size", metavar="SIZE"),

@@ -212,9 +212,9 @@ def run_check(req: CheckRequest, to: str | None = None) -> int:
 def _release_to(engine: str, to: str, engine_python: str | None) -> Any:
     """The release `--to` names: of the engine the check describes."""
     from kvdoctor.engines import profile_class
-    from kvdoctor.engines.releases import choose, split_engine
+    from kvdoctor.engines.releases import choose, parse_engine
 
-    name, version = split_engine(to)
+    name, version = parse_engine(to, "check", "--to")
     if name != engine:
         raise InputError(f"--to {to!r}: compare two releases of one engine, here {engine} (e.g. --to {engine}==X)")
     dist = profile_class(engine).release_dist

@@ -26,7 +26,7 @@ def _fit_engines() -> list[str]:
 def fit_command(
     target: str = MODEL,
     engine: str = typer.Option("vllm", "--engine", "-e", click_type=engine_type(_fit_engines),
-                               help="The serving engine."),
+                               help="The serving engine; ENGINE==RELEASE prices that release (e.g. vllm==0.31.0)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", click_type=strict_type("Name", metavar="GPU"),
                                       help="A GPU preset (kvdoctor/data/gpus.json), e.g. H100-80GB, H200, A100-40GB."),
     gpus: Optional[int] = typer.Option(None, "--gpus", click_type=strict_type("Tokens", int, metavar="N"),

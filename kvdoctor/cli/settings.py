@@ -224,8 +224,7 @@ def _load_deploy(path: str | None):
 def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     """Merge defaults, the nearest config file (searched from the working directory) and the command
     line, validating every value."""
-    from kvdoctor.engines import check_engines, is_check_engine
-    from kvdoctor.engines.releases import for_engine, split_engine
+    from kvdoctor.engines.releases import for_engine, parse_engine
 
     cwd = Path.cwd()
     config_path = None if cli.isolated else (Path(os.path.abspath(cli.config)) if cli.config else find_config(cwd))
@@ -299,10 +298,7 @@ def resolve(cli: CommandLine, known_codes: list[str]) -> Settings:
     else:
         engine, origins["engine"] = DEFAULT_ENGINE, DEFAULT
     engine_where = origins["engine"] if origins["engine"] != COMMAND_LINE else "--engine"
-    engine, asked = split_engine(engine)
-    if not is_check_engine(engine):
-        engines = check_engines()
-        raise InputError(f"{engine_where}: unknown engine {engine!r}; expected one of: {', '.join(sorted(engines))}")
+    engine, asked = parse_engine(engine, "check", engine_where)
     deploy = for_engine(deploy, engine, asked, engine_where, cli.engine_python)
 
     if cli.fail_on is not None:

@@ -201,6 +201,9 @@ class EngineProfile(ABC):
     # codes `plan` may also put there whose catalog entries another rule owns (vLLM's MEM002/MEM004/MEM014,
     # checks.budget's): the refusal rule reports them too, so `--select MEM004` keeps the plan's finding
     shared_refusal_codes: ClassVar[tuple[str, ...]] = ()
+    # True: `plan` answers a model whose layers the loader could not read (`ModelSpec.unread`) where the engine's
+    # own config stage refuses it before reading any layer, and raises `unread` otherwise
+    answers_unread: ClassVar[bool] = False
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[object]:
         """How the engine lays out this model's caches and what it refuses; imports no torch or mlx."""

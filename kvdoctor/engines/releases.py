@@ -70,13 +70,32 @@ def default(dist: str) -> str:
     return PINS[dist]
 
 
-def split_engine(value: str) -> tuple[str, str | None]:
+def split_engine(value: str, where: str = "--engine") -> tuple[str, str | None]:
     """`vllm==0.31.0` -> ("vllm", "0.31.0"); `vllm` -> ("vllm", None)."""
     name, sep, version = value.partition("==")
     name, version = name.strip(), version.strip()
     if sep and not version:
-        raise InputError(f"--engine {value!r}: expected ENGINE or ENGINE==RELEASE, e.g. vllm=={PROFILED['vllm'][-1]}")
+        raise InputError(f"{where} {value!r}: expected ENGINE or ENGINE==RELEASE, e.g. vllm=={PROFILED['vllm'][-1]}")
     return name, (version or None)
+
+
+def parse_engine(value: str, command: str = "check", where: str = "--engine") -> tuple[str, str | None]:
+    """The one reading of an engine option, whichever command or file gives it (`--engine` of check, config,
+    diff, budget and fit, `diff --to`, the API's `engine`, a deploy or config file's `engine`): ENGINE or
+    ENGINE==RELEASE, ENGINE one that `command` takes. The release is checked against the profiled ones when it
+    is chosen (`for_engine`)."""
+    from kvdoctor.engines import budget_engines, check_engines, fit_engines, is_check_engine
+
+    name, version = split_engine(value, where)
+    if command == "check" and is_check_engine(name):  # imports that profile alone
+        return name, version
+    choices = {"check": lambda: sorted(check_engines()), "budget": lambda: [*budget_engines(), "all"],
+               "fit": fit_engines}[command]()
+    if name not in choices:
+        raise InputError(f"{where}: unknown engine {name!r}; expected one of: {', '.join(choices)}")
+    if name == "all" and version is not None:
+        raise InputError(f"{where} {value!r}: a release belongs to one engine, e.g. vllm=={version}")
+    return name, version
 
 
 def check_profiled(dist: str, version: str, where: str) -> str:

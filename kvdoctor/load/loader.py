@@ -230,7 +230,7 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
             probe = probe.rpartition(".")[0]
         return Source("key", path, "config.json", lines.get(probe))
 
-    family, look, rejected = _semantics(model_type, cfg, source_of)
+    family, look, rejected = _semantics(model_type, cfg, source_of, nested=bool(prefix))
     notes: list[str] = []
     if family.semantics == "guess":
         notes.append(f"unknown model_type {model_type!r}: spec built from the common keys (guessed)")
@@ -241,20 +241,26 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
     n_layers = look.get("num_hidden_layers")
     if n_layers is None or "num_hidden_layers" not in cfg:
         n_layers = _layer_count(cfg) or n_layers
+    unread = None
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not 0 < n_layers <= MAX_LAYERS:
-        raise InputError(f"{config_path}: missing or invalid 'num_hidden_layers' ({show(n_layers)}); "
-                         f"expected 1..{MAX_LAYERS}")
+        unread = (f"{config_path}: missing or invalid 'num_hidden_layers' ({show(n_layers)}); "
+                  f"expected 1..{MAX_LAYERS}")
+        if n_layers is not None or family.semantics != "guess":
+            raise InputError(unread)
+        n_layers = 0  # no class reads this config: an engine's config stage may refuse it first (ModelSpec.unread)
     layers = build_layers(family, look, n_layers)
     _check_layers(layers, config_path)
 
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or raw.get("dtype")
+    # the root config's dtype first, then its text config's, as the engines read a composite config's (vLLM's
+    # ModelArchConfigConvertorBase.get_torch_dtype; LLaVA-NeXT's float16 over its text_config's bfloat16)
+    dtype = raw.get("torch_dtype") or raw.get("dtype") or cfg.get("torch_dtype") or cfg.get("dtype")
     spec = ModelSpec(
         target=target, model_dir=model_dir, model_type=model_type, family=family.name,
         raw_config=raw, config=cfg, config_prefix=prefix, layers=layers, num_hidden_layers=n_layers,
         hidden_size=cfg.get("hidden_size"), vocab_size=cfg.get("vocab_size"),
         dtype=dtype if isinstance(dtype, str) else None,
         checkpoint=None, key_lines=lines, defaults=dict(look.used_defaults), notes=notes, hf_id=where.hf_id,
-        semantics=family.semantics, rejected=rejected, origin=where.source,
+        semantics=family.semantics, rejected=rejected, origin=where.source, unread=unread,
     )
     for layer in layers:
         layer.dtype = spec.dtype
@@ -278,12 +284,33 @@ def _layer_count(cfg: dict[str, Any]) -> int | None:
     return None
 
 
-def _semantics(model_type: str, cfg: dict[str, Any], source_of) -> tuple[Any, Lookup, Any]:
+# Sizes a composite config's text_config may leave to its class (LLaVA-NeXT's states none of them: the composite
+# class builds the text config's class from the dict, defaults and all, and vLLM reads that), so the layers are
+# built from the class's defaults too, each recorded as a default. A top-level config without them stays bad input.
+CLASS_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads")
+
+
+def _class_defaults(model_type: str, cfg: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """`keys` as transformers' configuration class for `model_type` sets them when `cfg` leaves them out; none
+    without transformers, or where the class refuses the config (the plan reports that refusal)."""
+    try:
+        view = hf_config.read(model_type, cfg, attrs=keys)
+    except hf_config.Rejected:
+        return {}
+    return {key: value for key, value in (view.resolved if view else {}).items() if value is not None}
+
+
+def _semantics(model_type: str, cfg: dict[str, Any], source_of, nested: bool = False) -> tuple[Any, Lookup, Any]:
     """(family, lookup, rejection): kvdoctor's table when it covers the type, else transformers'
     configuration class when installed and it knows the type, else a best-effort guess."""
     family = family_for(model_type)
     if family is not None:
-        return family, Lookup(cfg, family.defaults, source_of, family.key_aliases(cfg)), None
+        look = Lookup(cfg, family.defaults, source_of, family.key_aliases(cfg))
+        missing = tuple(key for key in CLASS_SIZES if look.get(key) is None) if nested else ()
+        if missing:  # the engines build the text config's class, whose defaults fill what it leaves out
+            look.defaults = {**family.defaults, **_class_defaults(model_type, cfg, missing)}
+        look.used_defaults = {}
+        return family, look, None
     try:
         view = hf_config.read(model_type, cfg)
     except hf_config.Rejected as rejected:  # the plan reports the refusal; the layer count is still the class's key

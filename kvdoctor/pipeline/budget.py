@@ -39,22 +39,35 @@ def budget_inputs(deploy: Deploy, kv_budget: str | None = None, gpu_memory: str 
 
 
 def engines_for(engine: str, mode: str) -> list[str]:
-    """The engines `--engine` names (`all`: every engine with a budget model); InputError for an unknown
-    engine or mode."""
+    """The engines `--engine` names (`all`: every engine with a budget model; `vllm==0.31.0`: vLLM at that
+    release); InputError for an unknown engine or mode."""
     from kvdoctor.engines import budget_engines
+    from kvdoctor.engines.releases import parse_engine
 
-    choices = (*budget_engines(), "all")
-    if engine not in choices:
-        raise InputError(f"--engine {engine!r}: expected one of {', '.join(choices)}")
+    name, _ = parse_engine(engine, "budget")
     if mode not in ("default", "all"):
         raise InputError(f"--mode {mode!r}: expected default or all")
-    return list(choices[:-1]) if engine == "all" else [engine]
+    return budget_engines() if name == "all" else [name]
+
+
+def at_releases(deploy: Deploy, engine: str, engines: list[str]) -> Deploy:
+    """`deploy` with the release each engine is sized at chosen, as check chooses it: the one `--engine` names,
+    else the deploy file's `engine_version`, else the installed or the default one. An engine whose release was
+    chosen already (check's own, for its HTML report's budget) keeps it."""
+    from kvdoctor.engines.releases import for_engine, parse_engine
+
+    name, asked = parse_engine(engine, "budget")
+    for each in engines:
+        if deploy.release(each) is None:
+            deploy = for_engine(deploy, each, asked if each == name else None, "--engine")
+    return deploy
 
 
 def budget_document(spec: ModelSpec, deploy: Deploy, settings: BudgetSettings, engine: str = "all",
                     mode: str = "default") -> dict[str, Any]:
     """The budget document (JSON shape) for one model; InputError for bad arguments."""
     engines = engines_for(engine, mode)
+    deploy = at_releases(deploy, engine, engines)
     from kvdoctor.catalog import builtin_catalog
     from kvdoctor.checks.budget import deploy_sources, findings_for
     from kvdoctor.engines import profile
@@ -84,4 +97,8 @@ def budget_document(spec: ModelSpec, deploy: Deploy, settings: BudgetSettings, e
         summary = facts_from_spec(spec)  # the model's own layer kinds, as the config means them
     except InputError:
         summary = priced[0]
-    return document(spec, summary, results, settings, findings, not_priced)
+    doc = document(spec, summary, results, settings, findings, not_priced)
+    chosen = {name: deploy.release(name) for name in results}
+    doc["inputs"]["releases"] = {name: {"dist": r.dist, "version": r.version, "why": r.why}
+                                 for name, r in chosen.items() if r is not None}
+    return doc

@@ -106,6 +106,8 @@ def check_target(target: str, opts: Options) -> Result:
         progress(f"{name}: reading config and checkpoint headers")
         spec = load_model(target, library_check=not opts.static)
         profile = check_profile(opts.engine)
+        if not profile.answers_unread:
+            spec.require_layers()
         settings = opts.deploy.settings(opts.engine)
         plan = profile.plan(spec, settings)
         checks = active_checks(opts)

@@ -83,13 +83,13 @@ def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None
                      context: int | None, concurrency: int | None, kv_cache_dtype: str | None,
                      deploy: Deploy) -> dict[str, Any]:
     """The fit document for the command line's (or the API's) options over the deploy file's settings."""
-    from kvdoctor.engines import fit_engines
+    from kvdoctor.engines.releases import for_engine, parse_engine
     from kvdoctor.engines.budget.fit import Request, layout_of
     from kvdoctor.engines.budget.fit import gpu as gpu_preset
     from kvdoctor.load.loader import load_model
 
-    if engine not in fit_engines():
-        raise InputError(f"--engine {engine!r}: expected one of {', '.join(fit_engines())}")
+    engine, named = parse_engine(engine, "fit")
+    deploy = for_engine(deploy, engine, named, "--engine")
     for name, value in (("--context", context), ("--concurrency", concurrency), ("--gpus", gpus)):
         if value is not None and value <= 0:
             raise InputError(f"{name} {value}: expected a positive number")
@@ -98,6 +98,9 @@ def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None
     memory = gpu_memory or (str(asked.gpu_memory) if asked and asked.gpu_memory is not None else None)
     chosen = gpu_preset(gpu or (asked.gpu if asked else None), memory)
     settings = {k: v for k, v in section.items() if v is not None}
+    release = deploy.release(engine)
+    if release is not None:  # the release priced: its defaults, its refusals' wording, its KV plan
+        settings["version"] = release.version
     layout = layout_of(section)
     if layout is not None and gpus is None:
         settings["layout"] = layout
@@ -109,5 +112,8 @@ def fit_from_options(target: str, engine: str, gpu: str | None, gpus: int | None
                                                         if section.get("kv_cache_dtype") not in (None, "auto") else None))
     # the headers are parsed and checked entry by entry; the safetensors library's second opinion (an import of
     # numpy and a map of every shard) is for check, not for pricing them
-    return fit_document(load_model(target, library_check=False), engine, chosen,
-                        gpus or (asked.gpus if asked else None), request, settings)
+    doc = fit_document(load_model(target, library_check=False), engine, chosen,
+                       gpus or (asked.gpus if asked else None), request, settings)
+    if release is not None:
+        doc["inputs"]["release"] = {"dist": release.dist, "version": release.version, "why": release.why}
+    return doc

@@ -75,7 +75,7 @@ _cli("severity-bad-level", ["check", "--severity", "CFG001=fatal", "{m}"], "--se
 _cli("severity-unknown-code", ["check", "--severity", "ZZZ999=info", "{m}"], "--severity")
 _cli("dry-run-wrong-engine", ["check", "--dry-run", "{m}"], "--dry-run")
 _cli("dry-run-with-static", ["check", "--dry-run", "--static", "--engine", "sglang-mlx", "{m}"], "--dry-run")
-_cli("budget-engine-unknown", ["budget", "{m}", "--kv-budget", "40GiB", "--engine", "tgi"], "--engine 'tgi'")
+_cli("budget-engine-unknown", ["budget", "{m}", "--kv-budget", "40GiB", "--engine", "tgi"], "--engine: unknown engine 'tgi'")
 _cli("budget-mode-unknown", ["budget", "{m}", "--kv-budget", "40GiB", "--mode", "some"], "--mode 'some'")
 _cli("explain-unknown", ["explain", "XYZ999"], "XYZ999", needs_model=False)
 _cli("deploy-missing-file", ["check", "--deploy", "/nonexistent/deploy.yaml", "{m}"], "deploy.yaml")

@@ -158,6 +158,7 @@ def facts_from_spec(spec: ModelSpec, extra_kinds: dict[str, str] | None = None) 
     """The facts of one loaded model; layer kinds a budget cannot price yet are refused clearly.
 
     `extra_kinds` adds kinds one engine's calculator prices (SGLang: Mamba2 state layers)."""
+    spec.require_layers()
     cfg = spec.config
     where = f"{spec.model_dir / 'config.json'}"
     names = {**KIND_NAMES, **(extra_kinds or {})}

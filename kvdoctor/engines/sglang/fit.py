@@ -21,7 +21,7 @@ from kvdoctor.engines.budget.common import EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
-from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.pins import PINS, PROFILED
 from kvdoctor.engines.sglang import budget as sb
 from kvdoctor.engines.sglang import reserve
 from kvdoctor.engines.sglang import weights as sw
@@ -94,7 +94,8 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
                          "state pool is not priced")
     for stage in pooled or stages:
         mode = sb.Mode(context_length=context, kv_budget_bytes=kv, kv_cache_dtype=kv_dtype, tp=attn_tp,
-                       chunked_prefill_size=chunked, max_running_requests=s.get("max_running_requests"))
+                       chunked_prefill_size=chunked, max_running_requests=s.get("max_running_requests"),
+                       release=release if release in PROFILED["sglang"] else VERSION)
         result = sb.plan(stage, mode)
         if worst is None or result.error is not None or (result.capacity.max_total_num_tokens or 0) < (
                 worst.capacity.max_total_num_tokens or 0):

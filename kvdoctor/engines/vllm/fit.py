@@ -20,7 +20,7 @@ from kvdoctor.engines.budget.common import CUDA_CONTEXT, GiB, MiB, EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
-from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.pins import PINS, PROFILED
 from kvdoctor.engines.releases import Ranged, at
 from kvdoctor.engines.vllm import budget as vb
 from kvdoctor.engines.vllm import releases as R
@@ -295,10 +295,12 @@ def _plan_stages(row: FitRow, facts: ModelFacts, tp: int, pp: int, kv: int, leng
                  s: dict[str, Any], tokens: int, seqs: int) -> vb.VllmBudget:
     """vLLM's KV plan on each pipeline stage's own layers; the stage that serves least (or refuses) decides."""
     worst: vb.VllmBudget | None = None
+    # a profiled release plans its own caches (block size, admission margin); a start-up log's older one, the pin's
+    release = str(row.version) if str(row.version) in PROFILED["vllm"] else VERSION
     for stage in stage_facts(facts, row.weights.stage_layers, pp):
         mode = vb.Mode(max_model_len=length, kv_budget_bytes=kv, kv_cache_dtype=request.kv_cache_dtype or "auto",
                        tp=tp, prefix_caching=s.get("enable_prefix_caching") is not False, max_num_batched_tokens=tokens,
-                       max_num_seqs=seqs)
+                       max_num_seqs=seqs, release=release)
         result = vb.plan(stage, mode)
         if worst is None or (result.error is not None and worst.error is None) or (
                 (result.error is None) == (worst.error is None)

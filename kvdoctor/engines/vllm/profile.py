@@ -23,11 +23,12 @@ from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, chunked_prefill_for_mamba_caching,
-                                            config_class_rejects, from_budget, hma_forced_on, mamba2_groups_split,
-                                            kv_heads_split, mamba_block_without_prefix_caching, max_model_len_over,
-                                            nvfp4_with_mla, remote_code_not_trusted, rope_type_unknown, sliding_mla_promotion,
-                                            strict_null_window, text_config_not_a_config, tp_heads, vision_heads_split,
-                                            unrecognized_model_type)
+                                            config_class_rejects, from_budget, gemma4_global_head_dim, hma_forced_on,
+                                            kv_heads_split, mamba2_groups_split, mamba_block_without_prefix_caching,
+                                            max_model_len_over, nvfp4_with_mla, remote_code_not_trusted,
+                                            rope_type_unknown, sliding_mla_promotion, strict_null_window,
+                                            text_config_not_a_config, tp_heads, unrecognized_model_type,
+                                            vision_heads_split)
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
 from kvdoctor.load import hf_config
@@ -47,6 +48,7 @@ CACHE_LABELS = {S.FULL: "full", S.SLIDING: "windowed", S.CHUNKED: "chunked", S.M
 BUDGET_KINDS = {S.FULL: "full", S.SLIDING: "sliding", S.CHUNKED: "chunked", S.MLA: "mla"}
 KV_HEAD_KINDS = {BUDGET_KINDS[spec] for spec in (S.FULL, S.SLIDING, S.CHUNKED)}  # split by TP (not MLA's latent)
 ATTENTION_KINDS = (FULL, SLIDING, CHUNKED, MLA, SPARSE_MLA, LINEAR, GDN, KDA)  # layers the table's rules cover
+GEMMA4_TYPES = ("gemma4", "gemma4_text")  # Gemma4ModelArchConfigConvertor's heterogeneous configs seen refused
 ROPE_FACTOR_FREE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling", "default")
 
 
@@ -88,6 +90,7 @@ class VllmProfile(EngineProfile):
     # checks.cfg_geometry's (an unknown RoPE type, which vLLM refuses while it builds the model)
     refusal_codes = tuple(code for code in CODES if not code.startswith(("MEM", "CFG")))
     shared_refusal_codes = tuple(code for code in CODES if code.startswith(("MEM", "CFG")))
+    answers_unread = True  # its config stage (unknown model_type, remote code) comes before any layer
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[VllmFacts]:
         return plan(spec, settings if isinstance(settings, VllmSettings) else VllmSettings())
@@ -129,6 +132,7 @@ class VllmProfile(EngineProfile):
         """For a model class in kvdoctor's vLLM table, the layers as vLLM builds their specs (what
         `check --engine vllm` sizes): Mamba-2 and short-convolution mixers get MambaSpec state, chunked
         layers their chunk. Any other class: the config's own layer kinds."""
+        spec.require_layers()
         if S.architecture(spec) not in S.RULES:
             return super().budget_facts(spec)
         try:
@@ -173,6 +177,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if registry.needs_remote_code(spec.raw_config, release) and not settings.trust_remote_code:
             class_ref = str((spec.raw_config.get("auto_map") or {}).get("AutoConfig") or "")
             raise remote_code_not_trusted(str(spec.model_dir), class_ref.split("--")[0] if "--" in class_ref else None)
+        spec.require_layers()  # past the config stage, vLLM reads the layers kvdoctor could not
         if spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
         if hf_config.refuses_null_window(arch, spec.config) or (
@@ -184,6 +189,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         unsupported = registry.architecture_refusal(spec.raw_config, release)
         if unsupported is not None:
             raise unsupported
+        if spec.model_type in GEMMA4_TYPES and at(releases.GEMMA4_GLOBAL_HEAD_DIM, release):
+            raise gemma4_global_head_dim()
         length = _max_model_len(spec, settings, derived, key)
         heads = spec.config.get("num_attention_heads")
         if heads is None:  # the class's own spelling (GPT-2's n_head), as the loader read it

@@ -42,6 +42,9 @@ CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers 
     "CFG023": SRC + "model_executor/layers/rotary_embedding/__init__.py#L350",
     "VLM151": SRC + "transformers_utils/config.py#L1309",
     "VLM152": SRC + "v1/kv_cache_interface.py#L164",  # replace_as; raises only at 0.32-0.33 (releases._LINES)
+    # raised by transformers 5.18.0 when 0.26.0-0.27.1 read Gemma-4's global head_dim (releases.GEMMA4_GLOBAL_HEAD_DIM)
+    "VLM250": "https://github.com/huggingface/transformers/blob/v5.18.0/src/transformers/integrations/heterogeneity/"
+              "configuration_utils.py#L298",
     "VLM139": SRC + "model_executor/models/registry.py#L1328",
     "VLM140": SRC + "model_executor/models/registry.py#L1313",
     "VLM141": SRC + "model_executor/models/registry.py#L1322",
@@ -127,6 +130,17 @@ def unsupported_architecture(names: list[str], registered: list[str], dropped: d
                    f"Model architectures {names} are not supported for now. Supported architectures: "
                    f"dict_keys({registered})", key="architectures", architectures=names,
                    wrapped_in="1 validation error for ModelConfig")
+
+
+def gemma4_global_head_dim() -> Startup:
+    """vLLM up to 0.27.1 sizes Gemma-4's heads from the text config's `head_dim`, which transformers' heterogeneous
+    Gemma-4 config holds per layer and will not give globally (releases.GEMMA4_GLOBAL_HEAD_DIM)."""
+    message = ("'head_dim' is a per-layer attribute and may vary across layers. Access it via the individual layer "
+               "configs instead (e.g. config.per_layer_config[i].head_dim). To read the global config value from "
+               "config.head_dim anyway, set `allow_global_per_layer_attribute_access` to `True` on the config. "
+               "Warning: only do this if the caller can safely handle heterogeneous configs; code that assumes a "
+               "homogeneous model may use the global value incorrectly.")
+    return refusal("VLM250", "AmbiguousGlobalPerLayerAttributeError", message, key="head_dim")
 
 
 def config_class_rejects(rejected) -> Startup:

@@ -20,8 +20,8 @@ from kvdoctor.engines.releases import key
 from kvdoctor.engines.vllm.refusals import VERSION, Startup, unsupported_architecture
 
 
-# Releases whose own table is not in model_types.json read the nearest later release's (0.27.x: 0.28.0's; 0.29.0:
-# 0.30.0's; 0.31.0: 0.32.0's): the tables are those of the releases whose venvs goldens/releases.py has built.
+# Releases whose own table is not in model_types.json read the nearest later release's (0.27.0 reads 0.27.1's):
+# the tables are those of the releases whose venvs goldens/releases.py has built.
 SET_FIELDS = ("transformers_model_types", "vllm_model_types", "transformers_architectures")
 
 

@@ -66,6 +66,15 @@ MAMBA_CACHING_CHUNKED_PREFILL_TEXT: tuple[Ranged[str | None], ...] = (
            source=src("0.34.0", "model_executor/models/config.py#L1103-L1105")),
 )
 
+# Gemma-4's head size: up to 0.27.1 Gemma4ModelArchConfigConvertor.get_head_size reads `head_dim` off the text
+# config, which the transformers of those releases' day (5.18.0 for 0.27.1; the venvs' 5.25.0 for 0.26.0) declares a
+# per-layer attribute of Gemma-4's heterogeneous config and refuses to give globally (VLM250, read in the 0.26.0,
+# 0.27.0 and 0.27.1 wheels); from 0.28.0 vLLM reads each layer's config (`per_layer_config`).
+GEMMA4_GLOBAL_HEAD_DIM: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.28.0", source=src("0.27.1", "transformers_utils/model_arch_config_convertor.py#L604-L610")),
+    Ranged(False, since="0.28.0", source=src("0.28.0", "transformers_utils/model_arch_config_convertor.py#L694-L720")),
+)
+
 # Hybrid block alignment (Platform._align_hybrid_block_size): from 0.27.0 an MLA + Mamba hybrid keeps its block a
 # multiple of 128 (TRTLLM / FlashInfer MLA decode kernels); 0.26.0 aligns it to the backend's kernel block alone.
 MLA_HYBRID_UNIT: tuple[Ranged[int], ...] = (
@@ -168,6 +177,8 @@ _LINES: dict[str, dict[str, str]] = {
                "VLM008": "config/vllm.py#L2206", "VLM011": "config/vllm.py#L3574", "VLM012": "config/vllm.py#L3591",
                "MEM014": "config/model.py#L1580"},
 }
+_LINES["0.26.0"]["VLM250"] = "transformers_utils/model_arch_config_convertor.py#L597"
+_LINES["0.27.0"]["VLM250"] = "transformers_utils/model_arch_config_convertor.py#L608"
 _LINES["0.27.1"] = _LINES["0.27.0"]
 _LINES["0.34.0"]["VLM004"] = _LINES["0.34.0"]["MEM002"]
 # VLM152 (SLIDING_MLA_PROMOTION_FAILS) is raised only by 0.32.0 and 0.33.0, in replace_as
