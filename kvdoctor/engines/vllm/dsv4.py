@@ -195,7 +195,9 @@ class Sizing(msgspec.Struct, frozen=True):
 
 def size(cfg: Mapping[str, Any], hma: bool, length: int, in_flight: int) -> Sizing:
     specs = caches(cfg)
-    managed = specs if hma else [c.promoted(COMPRESSED_BLOCK) for c in specs]
+    mixed = len({_uniform_key(c) for c in specs}) > 1 and any(c.spec == MLA for c in specs)
+    # _promote_local_kv_cache_specs: only specs of more than one type, with an MLAAttentionSpec to promote to
+    managed = [c.promoted(COMPRESSED_BLOCK) for c in specs] if mixed and not hma else specs
     grouped = groups(managed)
     return Sizing(specs, grouped, max(sum(c.page for c in g) for g in grouped),
                   blocks_needed(grouped, length, in_flight))
