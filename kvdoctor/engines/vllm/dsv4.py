@@ -187,6 +187,7 @@ class Sizing(msgspec.Struct, frozen=True):
     groups: list[list[Cache]]  # as the manager groups them (promoted with HMA off)
     bytes_per_block: int  # the widest group's pages: one block id holds a page of every member of a group
     blocks_per_request: int  # at max_model_len
+    promoted: bool  # HMA off turned the sliding specs into MLAAttentionSpecs
 
     @property
     def needed(self) -> int:
@@ -195,12 +196,11 @@ class Sizing(msgspec.Struct, frozen=True):
 
 def size(cfg: Mapping[str, Any], hma: bool, length: int, in_flight: int) -> Sizing:
     specs = caches(cfg)
-    mixed = len({_uniform_key(c) for c in specs}) > 1 and any(c.spec == MLA for c in specs)
     # _promote_local_kv_cache_specs: only specs of more than one type, with an MLAAttentionSpec to promote to
-    managed = [c.promoted(COMPRESSED_BLOCK) for c in specs] if mixed and not hma else specs
-    grouped = groups(managed)
+    promoted = not hma and len({_uniform_key(c) for c in specs}) > 1 and any(c.spec == MLA for c in specs)
+    grouped = groups([c.promoted(COMPRESSED_BLOCK) for c in specs] if promoted else specs)
     return Sizing(specs, grouped, max(sum(c.page for c in g) for g in grouped),
-                  blocks_needed(grouped, length, in_flight))
+                  blocks_needed(grouped, length, in_flight), promoted)
 
 
 def blocks_needed(grouped: list[list[Cache]], length: int, in_flight: int) -> int:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from kvdoctor.engines.budget.common import EngineRefusal
 from kvdoctor.engines.budget.facts import (POSITION_KEYS, Layer, Mamba1Dims, Mamba2Dims, ShortConvDims,
                                            facts_from_spec)
-from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
+from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import dsv4, registry, releases
@@ -32,7 +32,7 @@ from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
 from kvdoctor.load import hf_config
 from kvdoctor.load.families import family_for
-from kvdoctor.model import (CHUNKED, COMPRESSED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA,
+from kvdoctor.model import (CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA,
                             ModelSpec)
 
 if TYPE_CHECKING:
@@ -221,9 +221,6 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         mode = msgspec.structs.replace(mode, prefix_caching=prefix_caching)
         why_not = _unmodeled(spec, interp, release) if interp.layers else (
             f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
-        if arch == "DeepseekV4ForCausalLM" and not hma and any(l.kind == COMPRESSED for l in spec.layers) \
-                and at(releases.SLIDING_MLA_PROMOTION_FAILS, release):
-            raise sliding_mla_promotion()  # what vLLM does with its sliding-window MLA specs
         if why_not is None and arch == S.DSV4:
             try:
                 return _plan_dsv4(spec, mode, facts, versions, notes)
@@ -253,10 +250,13 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if budget.error is not None:
             raise from_budget(budget.error, is_hybrid)
     except Startup as stop:
-        refused = msgspec.structs.replace(stop.refusal, source=releases.source(stop.refusal.code, release,
-                                                                                 stop.refusal.source or ""))
-        return Plan("vllm", versions, layers, (refused,), facts, tuple(notes))
+        return Plan("vllm", versions, layers, (_sourced(stop.refusal, release),), facts, tuple(notes))
     return Plan("vllm", versions, layers, (), facts, tuple(notes))
+
+
+def _sourced(refusal: Refusal, release: str) -> Refusal:
+    """The refusal with the line of the release's vLLM source that raises it."""
+    return msgspec.structs.replace(refusal, source=releases.source(refusal.code, release, refusal.source or ""))
 
 
 def _plan_dsv4(spec: ModelSpec, mode: budget_vllm.Mode, facts: VllmFacts, versions: dict[str, str],
@@ -273,14 +273,16 @@ def _plan_dsv4(spec: ModelSpec, mode: budget_vllm.Mode, facts: VllmFacts, versio
     groups = tuple(Group(g[0].spec, tuple(c.index for c in g), g[0].block_size, sum(c.page for c in g),
                          g[0].window if g[0].spec == dsv4.SLIDING_MLA else None) for g in sizing.groups)
     facts = msgspec.structs.replace(facts, block_size=dsv4.COMPRESSED_BLOCK, groups=groups)
+    if sizing.promoted and at(releases.SLIDING_MLA_PROMOTION_FAILS, mode.release):
+        return Plan("vllm", versions, layers, (_sourced(sliding_mla_promotion().refusal, mode.release),),
+                    msgspec.structs.replace(facts, groups=()), tuple(notes))
     stride = sizing.bytes_per_block
     check = mode.kv_budget_bytes - (stride if at(releases.ADMISSION_RESERVES_NULL_BLOCK, mode.release) else 0)
     if sizing.needed > check:
         fit = dsv4.largest_fitting_length(sizing.groups, stride, mode.in_flight_tokens, check, mode.max_model_len)
         refusal = budget_vllm.admission_refusal(sizing.needed, check, mode.max_model_len, fit, mode.release)
-        stop = from_budget(refusal, False).refusal
-        stop = msgspec.structs.replace(stop, source=releases.source(stop.code, mode.release, stop.source or ""))
-        return Plan("vllm", versions, layers, (stop,), facts, tuple(notes))
+        return Plan("vllm", versions, layers, (_sourced(from_budget(refusal, False).refusal, mode.release),), facts,
+                    tuple(notes))
     return Plan("vllm", versions, layers, (), facts, tuple(notes))
 
 
