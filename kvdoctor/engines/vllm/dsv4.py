@@ -86,7 +86,10 @@ def layer_ratios(cfg: Mapping[str, Any]) -> list[int]:
             rates[kind] = cfg[key]
     types = cfg.get("layer_types")
     if types is None and isinstance(cfg.get("compress_ratios"), list):
-        types = [RATIO_TYPES.get(r, str(r)) for r in cfg["compress_ratios"]]
+        unknown = [r for r in cfg["compress_ratios"] if r not in RATIO_TYPES]
+        if unknown:  # the configuration class has no layer type for it
+            raise InputError(f"config.json: compress_ratios holds {unknown[0]!r}, which names no DeepSeek-V4 layer type")
+        types = [RATIO_TYPES[r] for r in cfg["compress_ratios"]]
     if types is None:
         types = ["heavily_compressed_attention"] * min(n, 2) + [
             "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention" for i in range(max(n - 2, 0))]
