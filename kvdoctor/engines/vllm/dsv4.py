@@ -78,7 +78,7 @@ def layer_ratios(cfg: Mapping[str, Any]) -> list[int]:
     """DeepseekV4Config (transformers 5.22): `layer_types` as given, else from the legacy `compress_ratios`, else
     two heavily compressed layers then compressed-sparse / heavily compressed in turn; each type's ratio from
     `compress_rates` (legacy `compress_rate_csa` / `_hca` override it); 1 (no compression) for the others."""
-    n = _positive(cfg, "num_hidden_layers")
+    n = _positive(cfg, "num_hidden_layers", 43)
     rates = dict(cfg.get("compress_rates") or DEFAULT_RATES)
     for key, kind in (("compress_rate_csa", "compressed_sparse_attention"),
                       ("compress_rate_hca", "heavily_compressed_attention")):
@@ -102,8 +102,8 @@ def layer_ratios(cfg: Mapping[str, Any]) -> list[int]:
 
 def caches(cfg: Mapping[str, Any]) -> list[Cache]:
     """The specs vLLM's worker collects, in its order (the indexer's before the attention's own)."""
-    head = _positive(cfg, "head_dim")
-    window = _positive(cfg, "sliding_window")
+    head = _positive(cfg, "head_dim", 512)  # DeepseekV4Config's defaults
+    window = _positive(cfg, "sliding_window", 128)
     out: list[Cache] = []
     for i, ratio in enumerate(layer_ratios(cfg)):
         if ratio == 4:
