@@ -6,6 +6,8 @@ are compared exactly, not per token."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,21 @@ def test_before_030_it_stays_unplanned(tmp_path):
     got = plan(spec, VllmSettings().at_release("0.28.0"))
     assert got.facts.unmodeled and "0.30.0" in got.facts.unmodeled
     assert not any("engine_spec" in layer.extra for layer in got.layers)
+
+
+def check_codes(model: Path, *args: str) -> list[str]:
+    run = subprocess.run([sys.executable, "-m", "kvdoctor", "check", str(model), "--engine", "vllm", "--format", "json",
+                          *args], capture_output=True, text=True, check=False)
+    return [f["code"] for f in json.loads(run.stdout)["results"][0]["findings"]]
+
+
+def test_check_reports_its_admission_refusal_and_no_false_layer_findings(tmp_path):
+    """Several caches per layer: no window difference (VLM020) read off the wrong cache, no shared-storage warning
+    (VLM031) from a probe built for one cache per layer; with HMA off in 40 GiB, vLLM's admission refusal."""
+    model = tmp_path / "flash"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(POINTS[("Flash", "default")]["config"]))
+    assert sorted(check_codes(model)) == ["CKPT008", "VLM023"]
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("vllm:\n  disable_hybrid_kv_cache_manager: true\n  kv_budget: 40GiB\n")
+    assert "MEM004" in check_codes(model, "--deploy", str(deploy))
