@@ -7,8 +7,8 @@
 Prints the rows docs/vllm.md reports per set: points that agree on every compared field, then the
 start-up outcome, the per-layer KV specs (points where vLLM built specs) and the KV cache groups (points
 where it built groups), each as agreeing / compared, and the points of a model class the profile leaves to
-`--dry-run` (specs.NOT_PLANNED, VLM024), whose specs are not compared. The fields are those tests/test_vllm_profile.py
-holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
+`--dry-run` at that release (specs.not_planned, VLM024), whose specs are not compared. The fields are those
+tests/test_vllm_profile.py holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
 The profile is planned at the release the points file records. `--merge` then appends the points that agree to
 goldens/vllm_check.json when they are that file's release (0.33.0), else to goldens/vllm_heldout-<release>.json
 (points already there are left as they are), where tests/test_vllm_profile.py holds the profile to them.
