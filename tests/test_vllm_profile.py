@@ -21,7 +21,7 @@ import pytest
 from kvdoctor.engines.pins import PINS, PROFILED
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
-from kvdoctor.engines.vllm.specs import NOT_PLANNED
+from kvdoctor.engines.vllm.specs import not_planned
 from kvdoctor.load.loader import load_model
 
 GOLDENS = Path(__file__).resolve().parent.parent / "goldens"
@@ -47,6 +47,7 @@ RELEASE_POINTS = [(doc["versions"]["vllm"], p) for doc in RELEASE_FILES.values()
 # merged there by tools/vllm_heldout.py --merge: the points that agreed once the profile was fixed for them
 HELDOUT_POINTS = [(doc["versions"]["vllm"], p) for doc in (json.loads(path.read_text()) for path in sorted(
     GOLDENS.glob("vllm_heldout-*.json"))) for p in compared(doc["points"])]
+SLIDING = ("SlidingWindowSpec", "SlidingWindowMLASpec")
 PLATFORM_NUMBERS = ("MEM004",)  # admission: GiB and lengths follow the platform's page sizes
 
 
@@ -59,9 +60,20 @@ def profile_plan(point: dict, tmp_path: Path, release: str):
     model.mkdir()
     (model / "config.json").write_text(json.dumps(point["config"], indent=2))
     spec = load_model(str(model), library_check=False)
-    args = point.get("engine_args_effective", point["engine_args"])
+    args = cpu_scheduler(point, point.get("engine_args_effective", point["engine_args"]))
     settings = VllmSettings(kv_budget=point["kv_budget_bytes"], **args).at_release(release)
     return plan(spec, settings)
+
+
+def cpu_scheduler(point: dict, args: dict) -> dict:
+    """The CPU box serves an MLA model with chunked prefill off, max_num_batched_tokens at max_model_len and no async
+    scheduling (platforms/cpu.py:532-546 and :347 at 0.34.0); only sliding-window caches (DeepSeek-V4's) are sized by
+    it, and the profile plans the CUDA defaults: it is given the scheduler the point ran with."""
+    fields = point.get("fields") or {}
+    tokens = fields.get("max_num_batched_tokens")
+    if fields.get("use_mla") and tokens and tokens != args.get("max_num_batched_tokens"):
+        return {**args, "max_num_batched_tokens": tokens, "async_scheduling": False}
+    return args
 
 
 def layer_id(name: str) -> int:
@@ -136,7 +148,8 @@ def test_profile_matches_the_held_out_sets(release, point, tmp_path):
 def assert_matches(point: dict, tmp_path: Path, release: str) -> None:
     got = profile_plan(point, tmp_path, release)
     outcome = point["outcome"]
-    if (point["config"].get("architectures") or [""])[0] in NOT_PLANNED and not got.refusals:
+    unplanned = not_planned((point["config"].get("architectures") or [""])[0], release)
+    if unplanned and not got.refusals:
         assert got.facts.unmodeled and not got.facts.groups  # left to --dry-run (VLM024), nothing guessed
         assert not any("engine_spec" in layer.extra for layer in got.layers)
         return
@@ -155,17 +168,18 @@ def assert_matches(point: dict, tmp_path: Path, release: str) -> None:
             assert masked(refusal.message) == masked(want)
         else:
             assert sets_sorted(refusal.message) == sets_sorted(want)
-    if (point["config"].get("architectures") or [""])[0] in NOT_PLANNED:
+    if unplanned:
         return  # a config-stage refusal, compared above; the model class's specs are not planned
     if point.get("layers"):
         by_index = {l.index: l for l in got.layers}
+        by_name = {l.extra["name"]: l for l in got.layers if "name" in l.extra}  # DeepSeek-V4: several per layer
         for row in point["layers"]:
-            mine = by_index[layer_id(row["name"])]
+            mine = by_name.get(row["name"]) or by_index[layer_id(row["name"])]
             assert mine.extra["engine_spec"] == row["spec"], row["name"]
             if row["spec"] == "MambaSpec":
                 assert mine.extra["state_shapes"] == row["shapes"], row["name"]
                 continue
-            window = row["window"] if row["spec"] == "SlidingWindowSpec" else row["attention_chunk_size"]
+            window = row["window"] if row["spec"] in SLIDING else row["attention_chunk_size"]
             assert mine.engine_window == window, row["name"]
             assert (mine.extra["num_kv_heads"], mine.extra["head_size"], mine.extra["dtype"]) == (
                 row["num_kv_heads"], row["head_size"], row["dtype"]), row["name"]

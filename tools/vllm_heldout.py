@@ -7,8 +7,8 @@
 Prints the rows docs/vllm.md reports per set: points that agree on every compared field, then the
 start-up outcome, the per-layer KV specs (points where vLLM built specs) and the KV cache groups (points
 where it built groups), each as agreeing / compared, and the points of a model class the profile leaves to
-`--dry-run` (specs.NOT_PLANNED, VLM024), whose specs are not compared. The fields are those tests/test_vllm_profile.py
-holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
+`--dry-run` at that release (specs.not_planned, VLM024), whose specs are not compared. The fields are those
+tests/test_vllm_profile.py holds the goldens to; refusals only a CPU raises are not compared. `--misses` lists each miss.
 The profile is planned at the release the points file records. `--merge` then appends the points that agree to
 goldens/vllm_check.json when they are that file's release (0.33.0), else to goldens/vllm_heldout-<release>.json
 (points already there are left as they are), where tests/test_vllm_profile.py holds the profile to them.
@@ -24,8 +24,11 @@ from pathlib import Path
 
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
-from kvdoctor.engines.vllm.specs import NOT_PLANNED
+from kvdoctor.engines.vllm.refusals import VERSION
+from kvdoctor.engines.vllm.specs import not_planned
 from kvdoctor.load.loader import load_model
+
+SLIDING = ("SlidingWindowSpec", "SlidingWindowMLASpec")
 
 
 def _inner(outcome: dict) -> str:
@@ -47,6 +50,17 @@ def _layer(name: str) -> int:
     return int(re.search(r"(?:^|\.)(\d+)\.", name).group(1))  # type: ignore[union-attr]
 
 
+def cpu_scheduler(point: dict, args: dict) -> dict:
+    """The CPU box runs an MLA model with chunked prefill off, max_num_batched_tokens at max_model_len and no async
+    scheduling (platforms/cpu.py:532-546 and :347 at 0.34.0), which sizes sliding-window caches (DeepSeek-V4's);
+    the profile plans the CUDA defaults, so it is given what the oracle's scheduler ran with."""
+    fields = point.get("fields") or {}
+    tokens = fields.get("max_num_batched_tokens")
+    if fields.get("use_mla") and tokens and tokens != args.get("max_num_batched_tokens"):
+        return {**args, "max_num_batched_tokens": tokens, "async_scheduling": False}
+    return args
+
+
 def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str, str | None]:
     """Each compared field -> None (agrees), a short reason (differs); absent: not compared."""
     model = scratch / point["model"] / f"{point['mutation']}-{point['setting']}"
@@ -55,7 +69,7 @@ def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str,
     out: dict[str, str | None] = {}
     try:
         spec = load_model(str(model), library_check=False)
-        args = point.get("engine_args_effective", point["engine_args"])
+        args = cpu_scheduler(point, point.get("engine_args_effective", point["engine_args"]))
         got = plan(spec, VllmSettings(kv_budget=point["kv_budget_bytes"], **args).at_release(release))
     except Exception as exc:  # noqa: BLE001 - a held-out config kvdoctor cannot read is a miss, not a crash
         return {"outcome": f"kvdoctor: {type(exc).__name__}: {exc}"[:160]}
@@ -68,15 +82,16 @@ def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str,
         mine = got.refusals[0]
         same = mine.error_class == want["class"] and _norm(mine.message, str(model)) == _norm(_inner(want), str(model))
         out["outcome"] = None if same else f"{mine.error_class}: {mine.message[:80]} | vLLM {want['class']}: {_inner(want)[:80]}"
-    if (point["config"].get("architectures") or [""])[0] in NOT_PLANNED:
+    if not_planned((point["config"].get("architectures") or [""])[0], release or VERSION):
         # VLM024 says kvdoctor leaves it to --dry-run: specs not compared, only the outcome (as test_vllm_profile.py)
         return {**out, "unmodelled": None}
     if point.get("layers"):
         by_index = {layer.index: layer for layer in got.layers if "engine_spec" in layer.extra}
+        by_name = {layer.extra["name"]: layer for layer in got.layers if "name" in layer.extra}  # several per layer
         reason = None
         for row in point["layers"]:
             index = row["index"] if row["index"] is not None else _layer(row["name"])
-            mine = by_index.get(index)
+            mine = by_name.get(row["name"]) or by_index.get(index)
             if mine is None:
                 reason = f"layer {index}: no spec (vLLM {row['spec']})"
                 break
@@ -88,7 +103,7 @@ def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str,
                     reason = f"layer {row['index']}: state {mine.extra.get('state_shapes')} (vLLM {row['shapes']})"
                     break
                 continue
-            window = row["window"] if row["spec"] == "SlidingWindowSpec" else row["attention_chunk_size"]
+            window = row["window"] if row["spec"] in SLIDING else row["attention_chunk_size"]
             have = (mine.engine_window, mine.extra["num_kv_heads"], mine.extra["head_size"], mine.extra["dtype"])
             if have != (window, row["num_kv_heads"], row["head_size"], row["dtype"]):
                 reason = f"layer {row['index']}: {have} (vLLM {(window, row['num_kv_heads'], row['head_size'], row['dtype'])})"
@@ -96,8 +111,9 @@ def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str,
             if mine.extra["page_size_bytes"] // mine.extra["block_size"] != row["page_size_bytes"] // row["block_size"]:
                 reason = f"layer {row['index']}: bytes per token differ"
                 break
-        if reason is None and len(by_index) != len(point["layers"]):
-            reason = f"{len(by_index)} specs (vLLM {len(point['layers'])})"
+        count = len(by_name) or len(by_index)
+        if reason is None and count != len(point["layers"]):
+            reason = f"{count} specs (vLLM {len(point['layers'])})"
         out["layers"] = reason
     if point.get("groups"):
         want_groups = Counter((g["spec"], frozenset(map(_layer, g["layer_names"]))) for g in point["groups"])

@@ -86,7 +86,11 @@ class PagedCacheProbe(Probe):
 
 
 def _groups(plan: Plan[Any]) -> tuple[Any, ...]:
-    return tuple(plan.facts.groups) if plan.facts is not None and not plan.refusals else ()
+    """The groups the probe builds: one cache per layer, one page size per group. DeepSeek-V4's several caches per
+    layer, packed in groups of unequal pages (engines/vllm/dsv4.py), are not probed."""
+    if plan.facts is None or plan.refusals or plan.facts.architecture == S.DSV4:
+        return ()
+    return tuple(plan.facts.groups)
 
 
 def run(plan: Plan[Any], device: str = "cpu", limit: int | None = None) -> list[GroupProbe]:

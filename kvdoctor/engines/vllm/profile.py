@@ -17,10 +17,10 @@ from pydantic import BaseModel
 from kvdoctor.engines.budget.common import EngineRefusal
 from kvdoctor.engines.budget.facts import (POSITION_KEYS, Layer, Mamba1Dims, Mamba2Dims, ShortConvDims,
                                            facts_from_spec)
-from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe
+from kvdoctor.engines.base import DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
-from kvdoctor.engines.vllm import registry, releases
+from kvdoctor.engines.vllm import dsv4, registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, chunked_prefill_for_mamba_caching,
                                             config_class_rejects, from_budget, gemma4_global_head_dim, hma_forced_on,
@@ -33,7 +33,7 @@ from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
 from kvdoctor.load import hf_config
 from kvdoctor.load.families import family_for
-from kvdoctor.model import (CHUNKED, COMPRESSED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA,
+from kvdoctor.model import (CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA,
                             ModelSpec)
 
 if TYPE_CHECKING:
@@ -228,14 +228,16 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         mode = msgspec.structs.replace(mode, prefix_caching=prefix_caching)
         why_not = _unmodeled(spec, interp, release) if interp.layers else (
             f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
+        if why_not is None and arch == S.DSV4:
+            try:
+                return _plan_dsv4(spec, mode, facts, versions, notes)
+            except InputError as exc:  # a config its caches cannot be read from: left to --dry-run, as below
+                why_not = str(exc).partition(": ")[2] or str(exc)
         if why_not is None:
             try:
                 bfacts = budget_facts(spec, interp)
             except InputError as exc:
                 why_not = str(exc).partition(": ")[2] or str(exc)
-        if arch == "DeepseekV4ForCausalLM" and not hma and any(l.kind == COMPRESSED for l in spec.layers) \
-                and at(releases.SLIDING_MLA_PROMOTION_FAILS, release):
-            raise sliding_mla_promotion()  # what vLLM does with its specs, which kvdoctor does not plan
         if why_not is not None and not hma and arch in S.MAMBA_CONFIG_HOOK - S.ATTENTION_FREE:
             # a hybrid the table leaves to --dry-run still has attention beside its Mamba state, which HMA off cannot
             # promote to one spec type (Zamba2, as Jamba and Falcon-H1 that the table plans)
@@ -255,9 +257,39 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if budget.error is not None:
             raise from_budget(budget.error, is_hybrid)
     except Startup as stop:
-        refused = msgspec.structs.replace(stop.refusal, source=releases.source(stop.refusal.code, release,
-                                                                                 stop.refusal.source or ""))
-        return Plan("vllm", versions, layers, (refused,), facts, tuple(notes))
+        return Plan("vllm", versions, layers, (_sourced(stop.refusal, release),), facts, tuple(notes))
+    return Plan("vllm", versions, layers, (), facts, tuple(notes))
+
+
+def _sourced(refusal: Refusal, release: str) -> Refusal:
+    """The refusal with the line of the release's vLLM source that raises it."""
+    return msgspec.structs.replace(refusal, source=releases.source(refusal.code, release, refusal.source or ""))
+
+
+def _plan_dsv4(spec: ModelSpec, mode: budget_vllm.Mode, facts: VllmFacts, versions: dict[str, str],
+               notes: list[str]) -> Plan[VllmFacts]:
+    """DeepSeek-V4's caches, groups and admission check (engines/vllm/dsv4.py); its block sizes are the model's own,
+    and its caches fp8_ds_mla whatever kv_cache_dtype says, as vLLM's model class builds them."""
+    from kvdoctor.engines.vllm import budget as budget_vllm
+
+    sizing = dsv4.size(spec.config, mode.hma, mode.max_model_len, mode.in_flight_tokens)
+    labels = {dsv4.SLIDING_MLA: "windowed" if mode.hma else "mla", dsv4.MLA: "mla"}
+    layers = tuple(LayerPlan(c.index, c.window, labels[c.spec], extra={
+        "engine_spec": c.spec, "name": f"model.layers.{c.index}.{c.name}", "dtype": c.dtype, "num_kv_heads": 1,
+        "head_size": c.head_size, "page_size_bytes": c.page, "block_size": c.block_size}) for c in sizing.specs)
+    groups = tuple(Group(g[0].spec, tuple(c.index for c in g), g[0].block_size, sum(c.page for c in g),
+                         g[0].window if g[0].spec == dsv4.SLIDING_MLA else None) for g in sizing.groups)
+    facts = msgspec.structs.replace(facts, block_size=dsv4.COMPRESSED_BLOCK, groups=groups)
+    if sizing.promoted and at(releases.SLIDING_MLA_PROMOTION_FAILS, mode.release):
+        return Plan("vllm", versions, layers, (_sourced(sliding_mla_promotion().refusal, mode.release),),
+                    msgspec.structs.replace(facts, groups=()), tuple(notes))
+    stride = sizing.bytes_per_block
+    check = mode.kv_budget_bytes - (stride if at(releases.ADMISSION_RESERVES_NULL_BLOCK, mode.release) else 0)
+    if sizing.needed > check:
+        fit = dsv4.largest_fitting_length(sizing.groups, stride, mode.in_flight_tokens, check, mode.max_model_len)
+        refusal = budget_vllm.admission_refusal(sizing.needed, check, mode.max_model_len, fit, mode.release)
+        return Plan("vllm", versions, layers, (_sourced(from_budget(refusal, False).refusal, mode.release),), facts,
+                    tuple(notes))
     return Plan("vllm", versions, layers, (), facts, tuple(notes))
 
 
@@ -270,7 +302,8 @@ def _unmodeled(spec: ModelSpec, interp: S.Interpretation, release: str) -> str |
         return (f"vLLM {release}'s registry has no {interp.architecture or 'architecture for this config'}: it would "
                 "try its Transformers backend, which runs or refuses as transformers' own model class allows")
     if interp.architecture in S.NOT_PLANNED:
-        return f"{interp.architecture} is not in kvdoctor's vLLM table: {S.NOT_PLANNED[interp.architecture]}"
+        why = S.not_planned(interp.architecture, release)
+        return None if why is None else f"{interp.architecture} is not in kvdoctor's vLLM table: {why}"
     odd = sorted({l.kind for l in spec.layers if l.kind not in ATTENTION_KINDS})
     if not odd:
         return None
@@ -442,6 +475,7 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
         kv_cache_dtype=kv_dtype, tp=settings.tensor_parallel_size, hma=hma,
         prefix_caching=True if settings.enable_prefix_caching is None else settings.enable_prefix_caching,
         num_speculative_tokens=settings.num_speculative_tokens, block_size=settings.block_size,
+        async_scheduling=settings.async_scheduling,
         release=settings.release or VERSION)
     overrides: dict[str, Any] = {k: v for k, v in (("max_num_batched_tokens", settings.max_num_batched_tokens),
                                    ("max_num_seqs", settings.max_num_seqs)) if v is not None}

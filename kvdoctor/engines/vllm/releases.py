@@ -54,6 +54,13 @@ SLIDING_MLA_PROMOTION_FAILS: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.32.0", until="0.34.0", source=src("0.32.0", "v1/kv_cache_interface.py#L138")),
     Ranged(False, since="0.34.0", source=src("0.34.0", "v1/kv_cache_interface.py")),
 )
+# DeepSeek-V4's caches as kvdoctor.engines.vllm.dsv4 plans them: the goldens of 0.30.0, 0.32.0, 0.33.0 and 0.34.0
+# hold the same 167 (Flash) and 243 (Pro) specs, groups and admission sizes; 0.28.0's start-up is not recorded
+# (the CPU box runs out of memory first), so before 0.30.0 it stays with --dry-run (VLM024)
+DSV4_PLANNED: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.30.0", source=src("0.28.0", "v1/kv_cache_interface.py")),
+    Ranged(True, since="0.30.0", source=src("0.34.0", "models/deepseek_v4/attention.py#L817-L881")),
+)
 
 # A Mamba model (an IsHybrid class, or MODELS_CONFIG_MAP's attention-free Mamba classes) with prefix caching on
 # asserts chunked prefill in MambaModelConfig.verify_and_update_config (VLM209), worded per release; None: not read

@@ -21,6 +21,8 @@ from typing import Any
 
 import msgspec
 
+from kvdoctor.engines.releases import at
+from kvdoctor.engines.vllm import releases
 from kvdoctor.engines.vllm.refusals import (config_class_rejects, layer_types_length, qwen2_window_layers,
                                             unknown_layer_type)
 from kvdoctor.load import hf_config
@@ -72,13 +74,25 @@ RULES = {
 # holds what vLLM 0.33.0 does with them): why, in a few words.
 NOT_PLANNED = {
     "DeepseekV4ForCausalLM": "vLLM's model class gives each layer a SlidingWindowMLASpec plus MLA specs for "
-                             "its key compressors (167 specs for DeepSeek-V4-Flash's 43 layers)",
+                             "its key compressors (167 specs for DeepSeek-V4-Flash's 43 layers), which kvdoctor "
+                             "plans from vLLM 0.30.0 on (engines/vllm/dsv4.py)",
     "DeciLMForCausalLM": "its config class ships with the model (auto_map), which vLLM runs only with "
                          "trust_remote_code",
     "Zamba2ForCausalLM": "vLLM's model class gives every layer a Mamba-2 state and each hybrid layer a shared "
                          "attention block (model.attn.N), which vLLM groups with the Mamba layers (8 groups for "
                          "Zamba2-7B)",
 }
+DSV4 = "DeepseekV4ForCausalLM"
+
+
+def not_planned(arch: str, release: str) -> str | None:
+    """Why the profile leaves this class to `--dry-run` at this release (NOT_PLANNED), None where it plans it:
+    DeepSeek-V4 from the releases engines/vllm/dsv4.py was checked against (releases.DSV4_PLANNED)."""
+    if arch == DSV4 and at(releases.DSV4_PLANNED, release):
+        return None
+    return NOT_PLANNED.get(arch)
+
+
 # The config.json key of a Mamba-2 mixer's B/C group count, per model class: MambaMixer2 asserts that the TP size
 # divides it unless it is 1 (VLM261); checked only where config.json gives it
 MAMBA2_GROUPS_KEY = {"NemotronHForCausalLM": "n_groups", "FalconH1ForCausalLM": "mamba_n_groups",
