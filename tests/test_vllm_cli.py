@@ -56,8 +56,11 @@ def test_every_real_config_checks_without_error_findings(tmp_path):
         if vllm["modeled"]:
             planned += 1
             grouped = sorted(i for g in vllm["groups"] for i in g["layer_ids"])
-            assert grouped and len(grouped) == len(set(grouped)), target.name
-            assert all(row["engine_spec"] for row in result.layers if row["index"] in grouped)
+            # every layer with a spec is grouped, and only those; a layer sits in one group, except DeepSeek-V4's,
+            # which carry several caches each (tests/test_vllm_dsv4.py holds their groups to vLLM's)
+            assert grouped and set(grouped) == {row["index"] for row in result.layers if row.get("engine_spec")}
+            if len(grouped) != len(set(grouped)):
+                assert vllm["architecture"] == "DeepseekV4ForCausalLM", target.name
         else:
             assert "VLM024" in [f.code for f in result.findings]
     assert planned >= 40  # the unmodeled ones are the few hybrid / NAS classes outside the table

@@ -45,16 +45,16 @@ PROMOTED_TAKE_FULL_BLOCK: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.27.0", source=src("0.27.1", "v1/core/kv_cache_utils.py#L1446-L1529")),
 )
 
-# Hybrid manager off with DeepSeek-V4's SlidingWindowMLASpecs: in 0.32.0 and 0.33.0 promoting them to
+# Hybrid manager off with DeepSeek-V4's SlidingWindowMLASpecs: from 0.31.0 to 0.33.0 promoting them to
 # MLAAttentionSpec carries `bounded_replay` over (`replace_as`), which MLAAttentionSpec does not take: TypeError
-# (VLM152). The start-up goldens of 0.30.0 and 0.34.0 get past it (to the admission check); 0.26.0 to 0.31.0 were
-# not read, so no refusal is predicted there.
+# (VLM152, in the 0.31.0, 0.32.0 and 0.33.0 goldens). The start-up goldens of 0.30.0 and 0.34.0 get past it (to the
+# admission check).
 SLIDING_MLA_PROMOTION_FAILS: tuple[Ranged[bool], ...] = (
-    Ranged(False, until="0.32.0", source=src("0.30.0", "v1/kv_cache_interface.py")),
-    Ranged(True, since="0.32.0", until="0.34.0", source=src("0.32.0", "v1/kv_cache_interface.py#L138")),
+    Ranged(False, until="0.31.0", source=src("0.30.0", "v1/kv_cache_interface.py")),
+    Ranged(True, since="0.31.0", until="0.34.0", source=src("0.31.0", "v1/kv_cache_interface.py#L129")),
     Ranged(False, since="0.34.0", source=src("0.34.0", "v1/kv_cache_interface.py")),
 )
-# DeepSeek-V4's caches as kvdoctor.engines.vllm.dsv4 plans them: the goldens of 0.30.0, 0.32.0, 0.33.0 and 0.34.0
+# DeepSeek-V4's caches as kvdoctor.engines.vllm.dsv4 plans them: the goldens of 0.30.0 to 0.34.0
 # hold the same 167 (Flash) and 243 (Pro) specs, groups and admission sizes; 0.28.0's start-up is not recorded
 # (the CPU box runs out of memory first), so before 0.30.0 it stays with --dry-run (VLM024)
 DSV4_PLANNED: tuple[Ranged[bool], ...] = (
@@ -188,7 +188,8 @@ _LINES["0.26.0"]["VLM250"] = "transformers_utils/model_arch_config_convertor.py#
 _LINES["0.27.0"]["VLM250"] = "transformers_utils/model_arch_config_convertor.py#L608"
 _LINES["0.27.1"] = _LINES["0.27.0"]
 _LINES["0.34.0"]["VLM004"] = _LINES["0.34.0"]["MEM002"]
-# VLM152 (SLIDING_MLA_PROMOTION_FAILS) is raised only by 0.32.0 and 0.33.0, in replace_as
+# VLM152 (SLIDING_MLA_PROMOTION_FAILS) is raised only by 0.31.0 to 0.33.0, in replace_as
+_LINES["0.31.0"]["VLM152"] = "v1/kv_cache_interface.py#L129"
 _LINES["0.32.0"]["VLM152"] = "v1/kv_cache_interface.py#L138"
 _LINES["0.33.0"]["VLM152"] = "v1/kv_cache_interface.py#L175"
 _LINES["0.32.0"]["VLM209"] = "model_executor/models/config.py#L694"
