@@ -5,8 +5,10 @@ Run with the SGLang oracle venv (see README.md):
     goldens/.venv/sglang/bin/python goldens/sglang_check_oracle.py          # all, rewrites sglang_check.json
     KVDOCTOR_GOLDEN_MODELS=openai__gpt-oss-20b ... sglang_check_oracle.py    # some models, for debugging
     ... sglang_check_oracle.py --configs DIR --out FILE   # the *.json configs of DIR only (a held-out set)
+    ... sglang_check_oracle.py --configs 'DIR/sglang_*.json' --out FILE   # the configs a pattern names
     ... sglang_check_oracle.py --configs DIR --out FILE --more-settings   # plus the settings of MORE_SETTINGS
     python sglang_check_oracle.py --merge FILE...   # a held-out set's points into sglang_check.json
+    python sglang_check_oracle.py --merge-into GOLDEN FILE...   # a rerun's points into another goldens file
 
 Every decision comes from SGLang's code: `ServerArgs(...).resolve_once()` (backend, page size, Mamba
 cache strategy, validation), `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list,
@@ -155,8 +157,9 @@ def cases(cfg: dict) -> list[dict]:
 
 
 def corpus(configs: Path | None = None) -> dict[str, Path]:
-    if configs is not None:
-        return {p.stem: p for p in sorted(configs.glob("*.json"))}
+    if configs is not None:  # a folder's *.json, or a pattern (goldens/heldout-rel/sglang_*.json)
+        found = configs.glob("*.json") if configs.is_dir() else configs.parent.glob(configs.name)
+        return {p.stem: p for p in sorted(found)}
     files = {p.stem: p for p in sorted(CONFIGS.glob("*.json"))}
     files.update({p.name: p / "config.json" for p in sorted(CONFIGS.iterdir()) if (p / "config.json").is_file()})
     if REAL.is_dir():
@@ -521,16 +524,15 @@ def run_all(configs: Path | None = None, out: Path | None = None) -> None:
                              capture_output=True, text=True).stdout.strip()
     doc = {"schema": "kvdoctor.goldens.sglang_check/1", "engine": "sglang", "versions": {"sglang": version}, "grid": GRID,
            "platform": "cuda (torch.cuda reports NVIDIA H200 sm90; shims/cudafake.py)", "budget_gib": BUDGET_GIB,
-           "configs": [str(configs)] if configs else ["fixtures/models", "fixtures/configs/real"], "points": points}
+           "configs": [os.path.relpath(configs, HERE.parent)] if configs else ["fixtures/models", "fixtures/configs/real"], "points": points}
     out = out or HERE / "sglang_check.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out} ({len(points)} points)")
 
 
-def merge(files: list[Path]) -> None:
-    """Take held-out sets' points into sglang_check.json: a model's points replace any it had; the file's other
-    points stay as they are."""
-    golden = HERE / "sglang_check.json"
+def merge(files: list[Path], golden: Path = HERE / "sglang_check.json") -> None:
+    """Take held-out sets' points into sglang_check.json (or `golden`): a model's points replace any it had; the
+    file's other points stay as they are."""
     doc = json.loads(golden.read_text())
     for path in files:
         new = json.loads(path.read_text())
@@ -547,6 +549,8 @@ if __name__ == "__main__":
         child(Path(sys.argv[2]))
     elif len(sys.argv) > 2 and sys.argv[1] == "--merge":
         merge([Path(a) for a in sys.argv[2:]])
+    elif len(sys.argv) > 3 and sys.argv[1] == "--merge-into":
+        merge([Path(a) for a in sys.argv[3:]], Path(sys.argv[2]))
     elif len(sys.argv) in (5, 6) and sys.argv[1] == "--configs" and sys.argv[3] == "--out":
         MORE = sys.argv[5:] == ["--more-settings"]
         run_all(Path(sys.argv[2]), Path(sys.argv[4]))
