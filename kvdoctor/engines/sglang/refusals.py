@@ -10,7 +10,9 @@ from functools import cache
 from typing import Any
 
 from kvdoctor.engines.base import Refusal
-from kvdoctor.engines.sglang import archs, pools, swa
+from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import at, key
+from kvdoctor.engines.sglang import archs, pools, releases, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
 from kvdoctor.model import ModelSpec
@@ -38,31 +40,44 @@ REMOTE_CODE = TRANSFORMERS + "dynamic_module_utils.py#L788"
 
 
 @cache
-def registry() -> dict[str, Any]:
-    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions)."""
+def registry(release: str = PINS["sglang"]) -> dict[str, Any]:
+    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions) at
+    `release`: the default release's lists less what the nearest measured release at or before it lacks (its
+    venv's, with the transformers it pins: tools/sglang_registry.py --release); the oldest measured one before
+    the first."""
     doc = json.loads(CONFIG_TYPES.read_text())
-    return {**doc, "model_types": frozenset(doc["model_types"]), "architectures": frozenset(doc["architectures"])}
+    measured = sorted(doc.get("releases", {}), key=key)
+    older = [v for v in measured if key(v) <= key(release)] or measured[:1]
+    if key(release) >= key(doc["sglang"]) or not older:
+        delta = {}
+    else:
+        delta = doc["releases"][older[-1]]
+        doc = {**doc, "sglang": older[-1], "transformers": delta["transformers"]}
+    types = (set(doc["model_types"]) - set(delta.get("model_types_absent", ()))) | set(delta.get("model_types_added", ()))
+    names = (set(doc["architectures"]) - set(delta.get("architectures_absent", ()))) | set(
+        delta.get("architectures_added", ()))
+    return {**doc, "model_types": frozenset(types), "architectures": frozenset(names)}
 
 
-def config_types() -> frozenset[str]:
-    return registry()["model_types"]
+def config_types(release: str = PINS["sglang"]) -> frozenset[str]:
+    return registry(release)["model_types"]
 
 
-def config_loader(spec: ModelSpec) -> Refusal | None:
+def config_loader(spec: ModelSpec, release: str = PINS["sglang"]) -> Refusal | None:
     """AutoConfig with trust_remote_code off (SGLang's default, `utils/hf_transformers/config.py#L228`):
     a config that names its own configuration code for a model type SGLang's transformers does not know is
     refused, and so is a model type nobody registered. SGLang is given the model's folder (or Hub id), and
     the message names it."""
     raw = spec.raw_config
     model_type = raw.get("model_type")
-    if not isinstance(model_type, str) or model_type in config_types():
+    if not isinstance(model_type, str) or model_type in config_types(release):
         return None
     name = spec.hf_id or str(spec.model_dir)
     auto = raw.get("auto_map")
     class_ref = auto.get("AutoConfig") if isinstance(auto, dict) else None
     if isinstance(class_ref, list):
         class_ref = class_ref[0] if class_ref else None
-    evidence = {"model_type": model_type, "sglang": archs.TAG, "transformers": registry()["transformers"]}
+    evidence = {"model_type": model_type, "sglang": f"v{release}", "transformers": registry(release)["transformers"]}
     if isinstance(class_ref, str) and class_ref:
         if "--" in class_ref:
             upstream = class_ref.split("--")[0]
@@ -272,12 +287,31 @@ def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
                    evidence={"architecture": archs.serving_arch(spec.raw_config), "swa_layer_ids": []})
 
 
+def exaone_backend(spec: ModelSpec, settings: SglangSettings, release: str) -> Refusal | None:
+    """Exaone-4 with sliding layers and no --attention-backend, at a release whose model hook reads the backend
+    before the server resolves its default (releases.EXAONE_BACKEND_UNRESOLVED): the hook's assertion stops it."""
+    raw = spec.raw_config
+    names = raw.get("architectures") or [None]
+    if names[0] not in releases.EXAONE_BACKEND_ARCHS or raw.get("sliding_window_pattern", 4) is None:
+        return None
+    if settings.attention_backend is not None or not at(releases.EXAONE_BACKEND_UNRESOLVED, release):
+        return None
+    message = (f"One of the attention backends in {releases.EXAONE_BACKENDS} is required for {names[0]}, "
+               "but got None")
+    source = next(r.source for r in releases.EXAONE_BACKEND_UNRESOLVED if r.holds(release))
+    return Refusal("SGL240", "AssertionError", message, "startup", key="sliding_window_pattern", source=source,
+                   evidence={"architecture": names[0], "sliding_window_pattern": raw.get("sliding_window_pattern", 4),
+                             "release": release})
+
+
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
+    release = settings.release or PINS["sglang"]
     # the config-class refusals kvdoctor names specifically first; any other the class raises after them
-    found = [config_loader(spec), per_layer_config_keys(spec), strict_null_window(spec), pattern_fallback(spec),
-             own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec), layer_types_iterated(spec),
-             context_too_long(spec, settings), null_window(spec)]
+    found = [config_loader(spec, release), per_layer_config_keys(spec), strict_null_window(spec),
+             pattern_fallback(spec), own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec),
+             layer_types_iterated(spec), exaone_backend(spec, settings, release), context_too_long(spec, settings),
+             null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
         first = no_swa_layer(spec, settings)
