@@ -8,6 +8,8 @@ Each adaptation asks the release for what it has rather than naming versions:
 - `ModelLayerInfo` carries the SWA / full layer ids from 0.5.21; `resolve_layer_indices` wants the speculative
   algorithm up to 0.5.19: both get the arguments their release declares.
 - `ModelConfig` has `swa_attention_layer_ids` only for hybrid-SWA models before 0.5.21 (`layer_ids`).
+- `ServerArgs` resolves itself in `__post_init__` up to 0.5.17 (environment variables included) and in
+  `resolve_once` after; `resolved_dict` arrives with `resolve_once` (`resolve`, `resolved`).
 - The attention widths are pinned with `override_permanently` from 0.5.21, with the `override` context
   before, held open for the rest of the process (`pin_parallel`).
 """
@@ -47,6 +49,24 @@ def configurator(tp: int, **kwargs):
         kwargs["ps"] = build(ParallelState.trivial, tp_size=tp, attn_tp_size=tp)
     kwargs.setdefault("attn_dp_size", 1)
     return build(KVCacheConfigurator, **kwargs)
+
+
+def resolve(server_args) -> None:
+    """What the launcher does to the server arguments: `resolve_once` and the environment variables they set
+    (--mamba-ssm-dtype becomes SGLANG_MAMBA_SSM_DTYPE); up to 0.5.17 the constructor did both."""
+    if hasattr(server_args, "resolve_once"):
+        server_args.resolve_once()
+        from sglang.srt.arg_groups.serving_hook import handle_environment_variables
+
+        handle_environment_variables(server_args)
+
+
+def resolved(server_args) -> dict:
+    """The resolved server arguments: `resolved_dict`, or the resolved view's fields up to 0.5.17."""
+    if hasattr(server_args, "resolved_dict"):
+        return server_args.resolved_dict()
+    view = server_args._resolved() if hasattr(server_args, "_resolved") else server_args
+    return {f.name: getattr(view, f.name, None) for f in dataclasses.fields(server_args)}
 
 
 def layer_ids(mc) -> tuple[list[int] | None, list[int] | None]:

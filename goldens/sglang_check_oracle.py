@@ -306,7 +306,6 @@ def run_point(model_dir: Path, settings: dict) -> dict:
     import torch
 
     cudafake.install(devices=max(1, settings.get("tp_size", 1)))
-    from sglang.srt.arg_groups.serving_hook import handle_environment_variables
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig, is_hybrid_swa_model
     from sglang.srt.mem_cache import kv_cache_dtype as kvd
     from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
@@ -324,9 +323,8 @@ def run_point(model_dir: Path, settings: dict) -> dict:
     os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
     try:
         sa = ServerArgs(model_path=str(model_dir), skip_tokenizer_init=True, load_format="dummy", **settings)
-        sa.resolve_once()
-        handle_environment_variables(sa)
-        resolved = sa.resolved_dict()
+        api.resolve(sa)
+        resolved = api.resolved(sa)
         out["resolved_server_args"] = {k: resolved.get(k) for k in RESOLVED if k in resolved}
         stage = "model_config"
         get_context().set_server_args(sa)

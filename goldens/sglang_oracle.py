@@ -99,7 +99,6 @@ def window_the_model_reports(model_config):
 def plan(model_dir: Path, point: dict) -> dict:
     import cudafake
     import torch
-    from sglang.srt.arg_groups.serving_hook import handle_environment_variables
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig
     from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
@@ -111,13 +110,12 @@ def plan(model_dir: Path, point: dict) -> dict:
         os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
         cudafake.install(devices=point["tp"])
         sa = server_args(model_dir, point)
-        sa.resolve_once()  # what the launcher does: backend, Mamba cache strategy, chunk size, validation
-        handle_environment_variables(sa)  # what launch does: --mamba-ssm-dtype becomes SGLANG_MAMBA_SSM_DTYPE
+        api.resolve(sa)  # what the launcher does: backend, Mamba cache strategy, chunk size, validation, env
         get_context().set_server_args(sa)
         api.pin_parallel(get_parallel(), attn_tp_size=point["tp"], attn_dcp_size=1, attn_cp_size=1)
         mc = ModelConfig.from_server_args(sa)
         kv_dtype = mc.dtype if point["kv_cache_dtype"] == "auto" else torch.float8_e4m3fn
-        resolved = sa.resolved_dict()
+        resolved = api.resolved(sa)
         n = mc.num_hidden_layers
         swa_ids, full_ids = api.layer_ids(mc)
         layers = api.build(ModelLayerInfo, start_layer=0, end_layer=n, num_effective_layers=n,
