@@ -6,7 +6,7 @@ code, the architectures SGLang has a model class for, and the versions they were
 
 With `--release` (run in a release's venv from goldens/releases.py, with the transformers that release pins), the
 file keeps the default release's lists and records under `releases` what that release's lists lack and add; the
-profile reads them for that release and for the unmeasured releases after it up to the next measured one
+profile reads them for that release and for the unmeasured releases before it down to the previous measured one
 (kvdoctor/engines/sglang/refusals.py, `registry`).
 
 Run with the SGLang oracle venv (goldens/README.md). SGLang loads a config with transformers' AutoConfig

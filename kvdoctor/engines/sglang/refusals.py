@@ -42,17 +42,16 @@ REMOTE_CODE = TRANSFORMERS + "dynamic_module_utils.py#L788"
 @cache
 def registry(release: str = PINS["sglang"]) -> dict[str, Any]:
     """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions) at
-    `release`: the default release's lists less what the nearest measured release at or before it lacks (its
-    venv's, with the transformers it pins: tools/sglang_registry.py --release); the oldest measured one before
-    the first."""
+    `release`: the default release's lists less what the nearest measured release at or after it lacks (its
+    venv's, with the transformers it pins: tools/sglang_registry.py --release; an unmeasured release reads the
+    next measured one, as vLLM's registry does)."""
     doc = json.loads(CONFIG_TYPES.read_text())
-    measured = sorted(doc.get("releases", {}), key=key)
-    older = [v for v in measured if key(v) <= key(release)] or measured[:1]
-    if key(release) >= key(doc["sglang"]) or not older:
+    later = [v for v in sorted(doc.get("releases", {}), key=key) if key(v) >= key(release)]
+    if key(release) >= key(doc["sglang"]) or not later:
         delta = {}
     else:
-        delta = doc["releases"][older[-1]]
-        doc = {**doc, "sglang": older[-1], "transformers": delta["transformers"]}
+        delta = doc["releases"][later[0]]
+        doc = {**doc, "sglang": later[0], "transformers": delta["transformers"]}
     types = (set(doc["model_types"]) - set(delta.get("model_types_absent", ()))) | set(delta.get("model_types_added", ()))
     names = (set(doc["architectures"]) - set(delta.get("architectures_absent", ()))) | set(
         delta.get("architectures_added", ()))
