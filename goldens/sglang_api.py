@@ -15,15 +15,14 @@ Each adaptation asks the release for what it has rather than naming versions:
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 
 
 def accepted(fn, kwargs: dict) -> dict:
     """The keyword arguments among `kwargs` that `fn` (a function, a dataclass or a msgspec Struct) declares."""
     fields = getattr(fn, "__struct_fields__", None)
-    if fields is None and dataclasses.is_dataclass(fn):
-        fields = [f.name for f in dataclasses.fields(fn) if f.init]
+    if fields is None and hasattr(fn, "__dataclass_fields__"):  # SGLang's dataclasses: the fields __init__ takes
+        fields = [name for name, f in fn.__dataclass_fields__.items() if f.init]
     if fields is None:
         params = inspect.signature(fn).parameters
         if any(p.kind is p.VAR_KEYWORD for p in params.values()):
@@ -66,7 +65,7 @@ def resolved(server_args) -> dict:
     if hasattr(server_args, "resolved_dict"):
         return server_args.resolved_dict()
     view = server_args._resolved() if hasattr(server_args, "_resolved") else server_args
-    return {f.name: getattr(view, f.name, None) for f in dataclasses.fields(server_args)}
+    return {name: getattr(view, name, None) for name in type(server_args).__dataclass_fields__}
 
 
 def layer_ids(mc) -> tuple[list[int] | None, list[int] | None]:

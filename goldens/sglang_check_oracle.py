@@ -520,9 +520,11 @@ def run_all(configs: Path | None = None, out: Path | None = None) -> None:
         points += got[name]
     version = subprocess.run([sys.executable, "-c", "import sglang; print(sglang.__version__)"],
                              capture_output=True, text=True).stdout.strip()
-    doc = {"schema": "kvdoctor.goldens.sglang_check/1", "engine": "sglang", "versions": {"sglang": version}, "grid": GRID,
+    doc = {"schema": "kvdoctor.goldens.sglang_check/1", "engine": "sglang", "versions": {"sglang": version},
+           "grid": GRID,
            "platform": "cuda (torch.cuda reports NVIDIA H200 sm90; shims/cudafake.py)", "budget_gib": BUDGET_GIB,
-           "configs": [os.path.relpath(configs, HERE.parent)] if configs else ["fixtures/models", "fixtures/configs/real"], "points": points}
+           "configs": [os.path.relpath(configs, HERE.parent)] if configs else ["fixtures/models", "fixtures/configs/real"],
+           "points": points}
     out = out or HERE / "sglang_check.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out} ({len(points)} points)")

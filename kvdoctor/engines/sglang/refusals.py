@@ -11,7 +11,8 @@ from typing import Any
 
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.pins import PINS
-from kvdoctor.engines.releases import at, key
+from kvdoctor.engines.releases import at
+from kvdoctor.engines.releases import key as release_key
 from kvdoctor.engines.sglang import archs, pools, releases, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
@@ -46,8 +47,8 @@ def registry(release: str = PINS["sglang"]) -> dict[str, Any]:
     venv's, with the transformers it pins: tools/sglang_registry.py --release; an unmeasured release reads the
     next measured one, as vLLM's registry does)."""
     doc = json.loads(CONFIG_TYPES.read_text())
-    later = [v for v in sorted(doc.get("releases", {}), key=key) if key(v) >= key(release)]
-    if key(release) >= key(doc["sglang"]) or not later:
+    later = [v for v in sorted(doc.get("releases", {}), key=release_key) if release_key(v) >= release_key(release)]
+    if release_key(release) >= release_key(doc["sglang"]) or not later:
         delta = {}
     else:
         delta = doc["releases"][later[0]]
