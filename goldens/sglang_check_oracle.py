@@ -159,7 +159,7 @@ def cases(cfg: dict) -> list[dict]:
 def corpus(configs: Path | None = None) -> dict[str, Path]:
     if configs is not None:  # a folder's *.json, or a pattern (goldens/heldout-rel/sglang_*.json)
         found = configs.glob("*.json") if configs.is_dir() else configs.parent.glob(configs.name)
-        return {p.stem: p for p in sorted(found)}
+        return {p.stem: p for p in sorted(found) if "_check-" not in p.name}  # not a goldens file beside them
     files = {p.stem: p for p in sorted(CONFIGS.glob("*.json"))}
     files.update({p.name: p / "config.json" for p in sorted(CONFIGS.iterdir()) if (p / "config.json").is_file()})
     if REAL.is_dir():
