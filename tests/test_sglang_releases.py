@@ -43,9 +43,19 @@ def test_each_file_is_a_profiled_release_over_the_real_configs(path):
         assert {p["model"] for p in points} == real
 
 
-def gap(point: dict) -> str | None:
-    """The default release's known gap for this point (tests/test_sglang_cuda.py), where it has one."""
+# Differences a release's goldens found that are not release data yet (docs/versions.md says what each is)
+RELEASE_GAPS = {
+    ("0.5.17", "Qwen__Qwen3.8-2.4T-A95B"): "0.5.17 resolves the Mamba radix-cache strategy to auto, not extra_buffer, "
+                                          "for this architecture: 3 state slots per request, not 5 (11 requests, not 6)",
+    ("0.5.17", "zai-org__GLM-5.2"): "0.5.17's pool cell is 100,152 bytes per token, 0.5.19's 92,628: fewer tokens",
+}
+
+
+def gap(point: dict, release: str) -> str | None:
+    """The default release's known gap for this point (tests/test_sglang_cuda.py), or the release's own."""
     model, setting = point["model"], point["setting"]
+    if (release, model) in RELEASE_GAPS:
+        return RELEASE_GAPS[release, model]
     return next((KNOWN_GAPS[k] for test in ("plan", "budget")
                  for k in ((test, model, "none", setting), (test, model, "none"), (test, model)) if k in KNOWN_GAPS),
                 None)
@@ -53,7 +63,7 @@ def gap(point: dict) -> str | None:
 
 @pytest.mark.parametrize("release,point", [
     pytest.param(r, p, id=f"{r}-{p['model'].split('__')[-1]}-{p['setting']}",
-                 marks=[pytest.mark.xfail(reason=gap(p), strict=False)] if gap(p) else []) for r, p in POINTS])
+                 marks=[pytest.mark.xfail(reason=gap(p, r), strict=False)] if gap(p, r) else []) for r, p in POINTS])
 def test_profile_at_the_release_matches_its_own_code(release, point, tmp_path):
     misses = {row: why for row, why in judge(point, tmp_path, release).items() if why is not None}
     assert not misses, misses
