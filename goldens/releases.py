@@ -4,6 +4,7 @@ that release's own oracle writes goldens/<engine>-<version>.json.
     python goldens/releases.py vllm==0.34.0 vllm==0.32.0 sglang==0.5.21
     python goldens/releases.py --drop-venv vllm==0.30.0   # delete the venv once its goldens are written
     python goldens/releases.py --check vllm==0.30.0       # also the start-up grid: goldens/vllm_check-0.30.0.json
+    python goldens/releases.py --check-only sglang==0.5.19  # SGLang's: goldens/sglang_check-0.5.19.json
     python goldens/releases.py --check-only --configs goldens/heldout-rel --out /tmp/h.json vllm==0.30.0
 
 The recipe is the pinned release's (kvdoctor/engines/venvs.py, goldens/setup_venvs.sh): torch 2.13.0 (CPU),
@@ -121,13 +122,19 @@ def goldens(engine: str, version: str, python: Path) -> None:
         subprocess.run([str(python), str(HERE / script)], env=env, check=True, cwd=HERE)
 
 
-def check_goldens(version: str, python: Path, configs: Path, out: Path | None) -> None:
-    """The start-up oracle's per-release grid (vllm_check_oracle.py, KVDOCTOR_CHECK_GRID=release) over `configs`
-    into `out`, by default goldens/vllm_check-<version>.json."""
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "KVDOCTOR_CHECK_GRID": "release",
-           "KVDOCTOR_CHECK_CONFIGS": str(configs.resolve()),
-           "KVDOCTOR_CHECK_OUT": str((out or HERE / f"vllm_check-{version}.json").resolve())}
-    subprocess.run([str(python), str(HERE / "vllm_check_oracle.py")], env=env, check=True, cwd=HERE)
+def check_goldens(engine: str, version: str, python: Path, configs: Path, out: Path | None) -> None:
+    """The start-up oracle's per-release grid (KVDOCTOR_CHECK_GRID=release: vllm_check_oracle.py or
+    sglang_check_oracle.py) over `configs` into `out`, by default goldens/<engine>_check-<version>.json."""
+    out = (out or HERE / f"{engine}_check-{version}.json").resolve()
+    env = {**os.environ, "KVDOCTOR_CHECK_GRID": "release"}
+    if engine == "vllm":
+        env.update(VLLM_TARGET_DEVICE="cpu", KVDOCTOR_CHECK_CONFIGS=str(configs.resolve()), KVDOCTOR_CHECK_OUT=str(out))
+        command = [str(python), str(HERE / "vllm_check_oracle.py")]
+    else:
+        env["PYTHONPATH"] = str(HERE / "stubs")
+        command = [str(python), str(HERE / "sglang_check_oracle.py"), "--configs", str(configs.resolve()), "--out",
+                   str(out)]
+    subprocess.run(command, env=env, check=True, cwd=HERE)
 
 
 def main() -> None:
@@ -135,11 +142,11 @@ def main() -> None:
     parser.add_argument("releases", nargs="+", help="ENGINE==VERSION")
     parser.add_argument("--drop-venv", action="store_true", help="delete each venv once its goldens are written")
     parser.add_argument("--venv-only", action="store_true", help="build the venvs, write no goldens")
-    parser.add_argument("--check", action="store_true", help="vLLM: also the start-up grid (vllm_check-<release>.json)")
-    parser.add_argument("--check-only", action="store_true", help="vLLM: only the start-up grid")
+    parser.add_argument("--check", action="store_true", help="also the start-up grid (<engine>_check-<release>.json)")
+    parser.add_argument("--check-only", action="store_true", help="only the start-up grid")
     parser.add_argument("--configs", type=Path, default=HERE.parent / "fixtures" / "configs" / "real",
                         help="the start-up grid's configs (default: fixtures/configs/real)")
-    parser.add_argument("--out", type=Path, help="the start-up grid's file (default: goldens/vllm_check-<release>.json)")
+    parser.add_argument("--out", type=Path, help="the start-up grid's file (default: goldens/<engine>_check-<release>.json)")
     args = parser.parse_args()
     for release in args.releases:
         engine, _, version = release.partition("==")
@@ -149,8 +156,8 @@ def main() -> None:
         print(f"{release}: venv {python.parent.parent}", flush=True)
         if not (args.venv_only or args.check_only):
             goldens(engine, version, python)
-        if engine == "vllm" and (args.check or args.check_only) and not args.venv_only:
-            check_goldens(version, python, args.configs, args.out)
+        if (args.check or args.check_only) and not args.venv_only:
+            check_goldens(engine, version, python, args.configs, args.out)
         if args.drop_venv:
             shutil.rmtree(python.parent.parent)
 

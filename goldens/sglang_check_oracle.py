@@ -1,12 +1,14 @@
-"""SGLang check oracle: SGLang 0.5.23's own CUDA-path start-up decisions per config, mutation and setting.
+"""SGLang check oracle: an SGLang release's own CUDA-path start-up decisions per config, mutation and setting.
 
 Run with the SGLang oracle venv (see README.md):
 
     goldens/.venv/sglang/bin/python goldens/sglang_check_oracle.py          # all, rewrites sglang_check.json
     KVDOCTOR_GOLDEN_MODELS=openai__gpt-oss-20b ... sglang_check_oracle.py    # some models, for debugging
     ... sglang_check_oracle.py --configs DIR --out FILE   # the *.json configs of DIR only (a held-out set)
+    ... sglang_check_oracle.py --configs 'DIR/sglang_*.json' --out FILE   # the configs a pattern names
     ... sglang_check_oracle.py --configs DIR --out FILE --more-settings   # plus the settings of MORE_SETTINGS
     python sglang_check_oracle.py --merge FILE...   # a held-out set's points into sglang_check.json
+    python sglang_check_oracle.py --merge-into GOLDEN FILE...   # a rerun's points into another goldens file
 
 Every decision comes from SGLang's code: `ServerArgs(...).resolve_once()` (backend, page size, Mamba
 cache strategy, validation), `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list,
@@ -19,11 +21,15 @@ torch report H200s and `fakemods.py` beside it makes CUDA-only extension package
 runs. What the script
 states itself: the 40 GiB budget (SGLang profiles it on the GPU), `attn_tp_size` (no process groups).
 
-Each model runs in a child process (SGLang keeps process-wide state); points run in sequence in it.
+Each model runs in a fork of one child process that imported SGLang once (SGLang keeps process-wide state);
+its points run in sequence in the fork. `KVDOCTOR_CHECK_GRID=release` runs the per-release grid (each unmutated
+config at the default settings, TP 8 and fp8 KV; goldens/releases.py --check sglang==X) in the release's venv,
+whose API `sglang_api.py` adapts to.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -36,6 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import sglang_api as api  # noqa: E402
 from common import CONFIGS, only_models  # noqa: E402
 
 REAL = HERE.parent / "fixtures" / "configs" / "real"
@@ -126,8 +133,18 @@ def settings_grid(cfg: dict) -> dict[str, dict]:
     return grid
 
 
+# The per-release grid (KVDOCTOR_CHECK_GRID=release, goldens/releases.py --check sglang==X): each unmutated
+# config at the default settings, at TP 8 and with fp8 KV.
+GRID = os.environ.get("KVDOCTOR_CHECK_GRID", "full")
+RELEASE_SETTINGS = {"default": {}, "tp8": {"tp_size": 8}, "fp8_kv": {"kv_cache_dtype": "fp8_e4m3"}}
+
+
 def cases(cfg: dict) -> list[dict]:
-    """Every mutation with default settings, and every setting on the unchanged config."""
+    """Every mutation with default settings, and every setting on the unchanged config (GRID "release": the
+    unchanged config under RELEASE_SETTINGS)."""
+    if GRID == "release":
+        return [{"mutation": "none", "setting": name, "settings": settings, "config": cfg}
+                for name, settings in RELEASE_SETTINGS.items()]
     out = []
     for name, mutated in mutations(cfg).items():
         if mutated is not None:
@@ -141,8 +158,9 @@ def cases(cfg: dict) -> list[dict]:
 
 
 def corpus(configs: Path | None = None) -> dict[str, Path]:
-    if configs is not None:
-        return {p.stem: p for p in sorted(configs.glob("*.json"))}
+    if configs is not None:  # a folder's *.json, or a pattern (goldens/heldout-rel/sglang_*.json)
+        found = configs.glob("*.json") if configs.is_dir() else configs.parent.glob(configs.name)
+        return {p.stem: p for p in sorted(found) if "_check-" not in p.name}  # not a goldens file beside them
     files = {p.stem: p for p in sorted(CONFIGS.glob("*.json"))}
     files.update({p.name: p / "config.json" for p in sorted(CONFIGS.iterdir()) if (p / "config.json").is_file()})
     if REAL.is_dir():
@@ -165,6 +183,7 @@ def _error(exc: BaseException) -> dict:
             "raised_at_sglang": where(inner[-1]) if inner else None, "raised_at": where(frames[-1]) if frames else None}
 
 
+@functools.lru_cache(maxsize=None)
 def _model_class(arch: str):
     """The registered model class for `arch`, found by a text search of sglang/srt/models (no full registry)."""
     import importlib
@@ -295,10 +314,9 @@ def run_point(model_dir: Path, settings: dict) -> dict:
     import torch
 
     cudafake.install(devices=max(1, settings.get("tp_size", 1)))
-    from sglang.srt.arg_groups.serving_hook import handle_environment_variables
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig, is_hybrid_swa_model
     from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator, _PoolSizes
+    from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
     from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
     from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
@@ -313,21 +331,21 @@ def run_point(model_dir: Path, settings: dict) -> dict:
     os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
     try:
         sa = ServerArgs(model_path=str(model_dir), skip_tokenizer_init=True, load_format="dummy", **settings)
-        sa.resolve_once()
-        handle_environment_variables(sa)
-        resolved = sa.resolved_dict()
+        api.resolve(sa)
+        resolved = api.resolved(sa)
         out["resolved_server_args"] = {k: resolved.get(k) for k in RESOLVED if k in resolved}
         stage = "model_config"
         get_context().set_server_args(sa)
-        get_parallel().override_permanently(attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
+        api.pin_parallel(get_parallel(), attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
         mc = ModelConfig.from_server_args(sa)
+        swa_ids, full_ids = api.layer_ids(mc)
         model, model_class = _bare_model(mc)
         window = resolve_sliding_window_size(model, mc)
         text = mc.hf_text_config
         m = {"architectures": list(mc.hf_config.architectures), "model_class": model_class,
              "attention_arch": mc.attention_arch.name, "is_hybrid_swa": bool(mc.is_hybrid_swa),
              "is_hybrid_swa_model": bool(is_hybrid_swa_model(mc.hf_config.architectures, text)),
-             "swa_attention_layer_ids": mc.swa_attention_layer_ids, "full_attention_layer_ids": mc.full_attention_layer_ids,
+             "swa_attention_layer_ids": swa_ids, "full_attention_layer_ids": full_ids,
              "sliding_window_size": mc.sliding_window_size, "runner_sliding_window_size": window,
              "attention_chunk_size": mc.attention_chunk_size, "num_hidden_layers": mc.num_hidden_layers,
              "num_attention_layers": getattr(mc, "num_attention_layers", None), "context_len": mc.context_len,
@@ -343,17 +361,18 @@ def run_point(model_dir: Path, settings: dict) -> dict:
             resolve_transformers_arch(mc, list(mc.hf_config.architectures))
         stage = "layer_info"
         import types as _t
-        layers = resolve_layer_indices(model=_t.SimpleNamespace(), model_config=mc, is_draft_worker=False)
+        layers = api.build(resolve_layer_indices, model=_t.SimpleNamespace(), model_config=mc,
+                           is_draft_worker=False, spec_algorithm=SpeculativeAlgorithm.NONE)
         out["layer_info"] = {"start_layer": layers.start_layer, "end_layer": layers.end_layer,
                              "num_effective_layers": layers.num_effective_layers,
-                             "swa_attention_layer_ids": layers.swa_attention_layer_ids,
-                             "full_attention_layer_ids": layers.full_attention_layer_ids}
+                             "swa_attention_layer_ids": getattr(layers, "swa_attention_layer_ids", swa_ids),
+                             "full_attention_layer_ids": getattr(layers, "full_attention_layer_ids", full_ids)}
         stage = "configurator"
-        kv_str, kv_dtype = kvd.configure_kv_cache_dtype(
-            server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=mc.dtype,
+        kv_str, kv_dtype = api.build(
+            kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=mc.dtype,
             is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
-        kvc = KVCacheConfigurator(
-            device="cpu", gpu_id=0, attn_dp_size=1, pp_size=1, pp_group=None, model=None, model_config=mc,
+        kvc = api.configurator(
+            tp, device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
             server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or get_model().kv_cache_dtype,
             model_dtype=mc.dtype, page_size=get_schedule().page_size, sliding_window_size=window,
             spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
@@ -363,8 +382,9 @@ def run_point(model_dir: Path, settings: dict) -> dict:
             req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
         state = {}
         for name in ("mambaish_config", "hybrid_gdn_config", "hybrid_kda_config"):
-            cfg = getattr(kvc, name)
-            state[name] = None if cfg is None else type(cfg).__name__
+            if hasattr(kvc, name):  # hybrid_kda_config from 0.5.21
+                cfg = getattr(kvc, name)
+                state[name] = None if cfg is None else type(cfg).__name__
         if kvc.mambaish_config is not None:
             state["mamba2_cache_params"] = _cache_params(kvc.mambaish_config.mamba2_cache_params, tp)
         out["state"] = state
@@ -399,12 +419,12 @@ def run_point(model_dir: Path, settings: dict) -> dict:
         tokens = max(TINY_TOKENS, 4 * page)
         if kvc.mambaish_config is not None:
             get_context().override("oracle.tiny", max_mamba_cache_size=TINY_REQS)
-        sizes = _PoolSizes(max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
+        sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
                            full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
                            swa_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
                            c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
                            c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
-        pools = kvc._init_pools(sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
+        pools = api.build(kvc._init_pools, sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
         out["pools_tiny"] = {"tokens": tokens, "req_to_token_pool": type(pools.req_to_token_pool).__name__,
                              "allocator": type(pools.token_to_kv_pool_allocator).__name__,
                              "token_to_kv_pool": _buffers(pools.token_to_kv_pool),
@@ -434,7 +454,9 @@ class _Records:
         return sorted(set(items))
 
 
-def child(model: str, cases_path: Path) -> None:
+def child(cases_path: Path) -> None:
+    """Each model's cases (`cases_path`: model -> cases) in a fork of this process, which imported SGLang once:
+    SGLang keeps process-wide state, so every model starts from the state after the import."""
     import logging
     import warnings
 
@@ -447,8 +469,25 @@ def child(model: str, cases_path: Path) -> None:
     fakemods.install()
     warnings.simplefilter("ignore")
     logging.getLogger().setLevel(logging.WARNING)
-    records = _Records()
-    todo = json.loads(cases_path.read_text())
+    import sglang.srt.server_args  # noqa: F401 - imported once, before the forks
+
+    for model, todo in json.loads(cases_path.read_text()).items():
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                model_points(model, todo, _Records())
+                code = 0
+            except BaseException:  # noqa: BLE001 - the parent marks the missing points as a crash
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                os._exit(code)
+        os.waitpid(pid, 0)
+
+
+def model_points(model: str, todo: list[dict], records: _Records) -> None:
     root = Path(tempfile.mkdtemp(prefix="kvdoctor-sgl-check-"))
     for i, case in enumerate(todo):
         if case["config"] is None:
@@ -467,37 +506,45 @@ def child(model: str, cases_path: Path) -> None:
 
 
 def run_all(configs: Path | None = None, out: Path | None = None) -> None:
+    todo = {name: cases(json.loads(path.read_text())) for name, path in corpus(configs).items()}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(todo, f)
+    started = time.time()
+    got: dict[str, list[dict]] = {name: [] for name in todo}
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, __file__, "--child", f.name], stdout=subprocess.PIPE, stderr=err,
+                                text=True)
+        for line in proc.stdout or ():
+            if line.startswith("POINT "):
+                point = json.loads(line[6:])
+                got[point["model"]].append(point)
+                if len(got[point["model"]]) == len(todo[point["model"]]):
+                    print(f"{point['model']}: {len(todo[point['model']])} points, {time.time() - started:.0f}s",
+                          flush=True)
+        proc.wait()
+        err.seek(0)
+        tail = err.read()[-2000:]
     points = []
-    for name, path in corpus(configs).items():
-        cfg = json.loads(path.read_text())
-        todo = cases(cfg)
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(todo, f)
-        started = time.time()
-        proc = subprocess.run([sys.executable, __file__, "--child", name, f.name], capture_output=True, text=True,
-                              timeout=3600)
-        got = [json.loads(line[6:]) for line in proc.stdout.splitlines() if line.startswith("POINT ")]
-        if len(got) < len(todo):
-            tail = (proc.stderr or "")[-2000:]
-            for case in todo[len(got):]:
-                got.append({"model": name, "mutation": case["mutation"], "setting": case["setting"],
-                            "settings": case["settings"], "result": {"outcome": "crash", "stderr_tail": tail}})
-        points += got
-        print(f"{name}: {len(got)} points, {time.time() - started:.0f}s", flush=True)
+    for name, cases_of in todo.items():
+        for case in cases_of[len(got[name]):]:
+            got[name].append({"model": name, "mutation": case["mutation"], "setting": case["setting"],
+                              "settings": case["settings"], "result": {"outcome": "crash", "stderr_tail": tail}})
+        points += got[name]
     version = subprocess.run([sys.executable, "-c", "import sglang; print(sglang.__version__)"],
                              capture_output=True, text=True).stdout.strip()
     doc = {"schema": "kvdoctor.goldens.sglang_check/1", "engine": "sglang", "versions": {"sglang": version},
+           "grid": GRID,
            "platform": "cuda (torch.cuda reports NVIDIA H200 sm90; shims/cudafake.py)", "budget_gib": BUDGET_GIB,
-           "configs": [str(configs)] if configs else ["fixtures/models", "fixtures/configs/real"], "points": points}
+           "configs": [os.path.relpath(configs, HERE.parent)] if configs else ["fixtures/models", "fixtures/configs/real"],
+           "points": points}
     out = out or HERE / "sglang_check.json"
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out} ({len(points)} points)")
 
 
-def merge(files: list[Path]) -> None:
-    """Take held-out sets' points into sglang_check.json: a model's points replace any it had; the file's other
-    points stay as they are."""
-    golden = HERE / "sglang_check.json"
+def merge(files: list[Path], golden: Path = HERE / "sglang_check.json") -> None:
+    """Take held-out sets' points into sglang_check.json (or `golden`): a model's points replace any it had; the
+    file's other points stay as they are."""
     doc = json.loads(golden.read_text())
     for path in files:
         new = json.loads(path.read_text())
@@ -510,10 +557,12 @@ def merge(files: list[Path]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        child(sys.argv[2], Path(sys.argv[3]))
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child(Path(sys.argv[2]))
     elif len(sys.argv) > 2 and sys.argv[1] == "--merge":
         merge([Path(a) for a in sys.argv[2:]])
+    elif len(sys.argv) > 3 and sys.argv[1] == "--merge-into":
+        merge([Path(a) for a in sys.argv[3:]], Path(sys.argv[2]))
     elif len(sys.argv) in (5, 6) and sys.argv[1] == "--configs" and sys.argv[3] == "--out":
         MORE = sys.argv[5:] == ["--more-settings"]
         run_all(Path(sys.argv[2]), Path(sys.argv[4]))

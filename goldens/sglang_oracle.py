@@ -1,4 +1,5 @@
-"""SGLang oracle: run SGLang 0.5.23's own pool sizing on every config over a grid of settings.
+"""SGLang oracle: run an SGLang release's own pool sizing on every config over a grid of settings
+(0.5.23's in goldens/.venv/sglang; goldens/releases.py runs it in each release's venv, sglang_api.py adapts).
 
 Run in goldens/.venv/sglang (see README.md). The platform is CUDA: `kvdoctor/engines/sglang/shims/
 cudafake.py` makes torch report an H200 and `fakemods.py` beside it makes CUDA-only extension packages
@@ -25,6 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "kvdoctor" / "engines" / "sglang" / "shims"), str(HERE / "stubs")]
 
+import sglang_api as api  # noqa: E402
 from common import GiB, contexts, max_position, model_dirs, only_models, write  # noqa: E402
 
 BUDGETS_GIB = (4, 20, 40, 120)
@@ -94,24 +96,10 @@ def window_the_model_reports(model_config):
     return model_config.attention_chunk_size
 
 
-def pin_parallel(parallel, **fields) -> None:
-    """What the attention widths are for the rest of the run (no process groups exist): `override_permanently`
-    from 0.5.21; before, the `override` context entered and left open, with the fields that release knows."""
-    if hasattr(type(parallel), "override_permanently"):
-        parallel.override_permanently(**fields)
-        return
-    import sglang.srt.runtime_context as runtime
-
-    known = getattr(runtime, "_PARALLEL_FIELDS", set(fields))
-    parallel.override(**{k: v for k, v in fields.items() if k in known}).__enter__()
-
-
 def plan(model_dir: Path, point: dict) -> dict:
     import cudafake
     import torch
-    from sglang.srt.arg_groups.serving_hook import handle_environment_variables
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
     from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
     from sglang.srt.runtime_context import get_context, get_parallel
@@ -122,19 +110,18 @@ def plan(model_dir: Path, point: dict) -> dict:
         os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
         cudafake.install(devices=point["tp"])
         sa = server_args(model_dir, point)
-        sa.resolve_once()  # what the launcher does: backend, Mamba cache strategy, chunk size, validation
-        handle_environment_variables(sa)  # what launch does: --mamba-ssm-dtype becomes SGLANG_MAMBA_SSM_DTYPE
+        api.resolve(sa)  # what the launcher does: backend, Mamba cache strategy, chunk size, validation, env
         get_context().set_server_args(sa)
-        pin_parallel(get_parallel(), attn_tp_size=point["tp"], attn_dcp_size=1, attn_cp_size=1)
+        api.pin_parallel(get_parallel(), attn_tp_size=point["tp"], attn_dcp_size=1, attn_cp_size=1)
         mc = ModelConfig.from_server_args(sa)
         kv_dtype = mc.dtype if point["kv_cache_dtype"] == "auto" else torch.float8_e4m3fn
-        resolved = sa.resolved_dict()
+        resolved = api.resolved(sa)
         n = mc.num_hidden_layers
-        layers = ModelLayerInfo(start_layer=0, end_layer=n, num_effective_layers=n,
-                                swa_attention_layer_ids=mc.swa_attention_layer_ids,
-                                full_attention_layer_ids=mc.full_attention_layer_ids)
-        kvc = KVCacheConfigurator(
-            device="cpu", gpu_id=0, attn_dp_size=1, pp_size=1, pp_group=None, model=None, model_config=mc,
+        swa_ids, full_ids = api.layer_ids(mc)
+        layers = api.build(ModelLayerInfo, start_layer=0, end_layer=n, num_effective_layers=n,
+                           swa_attention_layer_ids=swa_ids, full_attention_layer_ids=full_ids)
+        kvc = api.configurator(
+            point["tp"], device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
             server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=point["kv_cache_dtype"],
             model_dtype=mc.dtype, page_size=point["page_size"], sliding_window_size=window_the_model_reports(mc),
             spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,

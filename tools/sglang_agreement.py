@@ -2,8 +2,9 @@
 
     PYTHONPATH=. .venv/bin/python tools/sglang_agreement.py goldens/sglang_check.json [more.json ...] [--misses]
 
-The file is what `goldens/sglang_check_oracle.py --configs DIR --out FILE` writes (SGLang 0.5.23's own
-start-up per config x mutation x setting). The rows are the ones issue 43 reports:
+The file is what `goldens/sglang_check_oracle.py --configs DIR --out FILE` writes (an SGLang release's own
+start-up per config x mutation x setting; the profile is planned at the release the file records). The rows are
+the ones issue 43 reports:
 
 - outcome: start, or the same refusal (class and exact text); a sizing error counts as a start-up that
   SGLang's configurator refuses, as tests/test_sglang_cuda.py holds it;
@@ -123,8 +124,9 @@ def _sizing_differs(budget: dict | None, want: dict) -> str | None:
     return None
 
 
-def judge(point: dict, work: Path) -> dict[str, str | None]:
-    """Row -> None (agrees) or the reason it does not, for the rows this point has."""
+def judge(point: dict, work: Path, release: str | None = None) -> dict[str, str | None]:
+    """Row -> None (agrees) or the reason it does not, for the rows this point has, with the profile at
+    `release` (the file's own; None: the default one)."""
     want = point["result"]
     rows: dict[str, str | None] = {"outcome": None}
     built = want["outcome"] == "ok" and want.get("stages", {}).get("pools_tiny") == "ok"
@@ -137,10 +139,10 @@ def judge(point: dict, work: Path) -> dict[str, str | None]:
     (work / "config.json").write_text(json.dumps(point["config"]))
     try:
         spec = load_model(str(work), with_checkpoint=False)
-        settings = SglangSettings(**point["settings"])
+        settings = SglangSettings(**point["settings"]).at_release(release)
         layers, refusals, facts = plan_layers(spec, settings)
-        budget = plan_layers(spec, SglangSettings(**point["settings"], kv_budget="40GiB"))[2].budget \
-            if "sizing_40GiB" in want else None
+        budget = plan_layers(spec, SglangSettings(**point["settings"], kv_budget="40GiB").at_release(release))[2] \
+            .budget if "sizing_40GiB" in want else None
     except (InputError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         return {row: f"kvdoctor cannot read it: {str(exc).splitlines()[0][:140]}" for row in rows}
     except Exception as exc:  # noqa: BLE001 - an internal error is a miss to report, not a crash of the tool
@@ -175,10 +177,11 @@ def main() -> int:
     misses = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.files:
-            for point in json.loads(path.read_text())["points"]:
+            doc = json.loads(path.read_text())
+            for point in doc["points"]:
                 if point["result"]["outcome"] in ("not_applicable", "crash"):
                     continue
-                for row, why in judge(point, Path(tmp)).items():
+                for row, why in judge(point, Path(tmp), doc["versions"]["sglang"]).items():
                     totals[row]["agree" if why is None else "miss"] += 1
                     if why is not None:
                         misses.append((row, f"{point['model']} {point['mutation']} {point['setting']}", why))

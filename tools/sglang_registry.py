@@ -2,6 +2,12 @@
 code, the architectures SGLang has a model class for, and the versions they were read from.
 
     goldens/.venv/sglang/bin/python tools/sglang_registry.py
+    goldens/.venv/sglang-0.5.19/bin/python tools/sglang_registry.py --release   # another release's differences
+
+With `--release` (run in a release's venv from goldens/releases.py, with the transformers that release pins), the
+file keeps the default release's lists and records under `releases` what that release's lists lack and add; the
+profile reads them for that release and for the unmeasured releases before it down to the previous measured one
+(kvdoctor/engines/sglang/refusals.py, `registry`).
 
 Run with the SGLang oracle venv (goldens/README.md). SGLang loads a config with transformers' AutoConfig
 and `trust_remote_code=False` (its default); AutoConfig knows transformers' own model types plus the config
@@ -29,7 +35,7 @@ def entry_classes(models: Path) -> list[str]:
     """Class names in the `EntryClass = X` / `EntryClass = [X, Y]` assignments of the package's modules."""
     names: set[str] = set()
     for path in sorted(models.glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
+        for node in ast.parse(path.read_text(encoding="utf-8-sig")).body:  # a BOM in some releases
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "EntryClass" for t in node.targets):
                 values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
                 names.update(v.id if isinstance(v, ast.Name) else v.attr for v in values
@@ -110,13 +116,27 @@ def main() -> int:
 
     sglang_own = sorted(common._CONFIG_REGISTRY)
     types = sorted(set(CONFIG_MAPPING.keys()) | set(sglang_own))
+    models = entry_classes(Path(sglang.__file__).parent / "srt" / "models")
+    if sys.argv[1:] == ["--release"]:
+        doc = json.loads(OUT.read_text())
+        doc.setdefault("releases", {})[sglang.__version__] = {
+            "transformers": transformers.__version__,
+            "model_types_absent": sorted(set(doc["model_types"]) - set(types)),
+            "model_types_added": sorted(set(types) - set(doc["model_types"])),
+            "architectures_absent": sorted(set(doc["architectures"]) - set(models)),
+            "architectures_added": sorted(set(models) - set(doc["architectures"]))}
+        doc["releases"] = dict(sorted(doc["releases"].items(), key=lambda kv: [int(p) for p in kv[0].split(".")]))
+        OUT.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {OUT.relative_to(ROOT)}: sglang {sglang.__version__}'s differences")
+        return 0
     doc = {"sglang": sglang.__version__, "transformers": transformers.__version__,
            "source": "transformers.CONFIG_MAPPING after sglang.srt.utils.hf_transformers.common registered its classes",
            "sglang_registered": sglang_own, "model_types": types,
            "layer_types_unchecked": layer_types_unchecked(CONFIG_MAPPING),
            "transformers_backend": transformers_backend(),
            "text_config_defaults": composite_text_defaults(CONFIG_MAPPING),
-           "architectures": entry_classes(Path(sglang.__file__).parent / "srt" / "models")}
+           "architectures": models, **({"releases": old["releases"]} if "releases" in (old := json.loads(
+               OUT.read_text()) if OUT.exists() else {}) else {})}
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)}: {len(types)} model types ({len(sglang_own)} registered by SGLang), "
           f"{len(doc['architectures'])} architectures")

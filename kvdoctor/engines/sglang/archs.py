@@ -10,6 +10,8 @@ import json
 from functools import cache
 from typing import Any
 
+from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import key as release_key
 from kvdoctor.resources import data_dir
 
 TAG = "v0.5.23"
@@ -171,10 +173,21 @@ REGISTRY = data_dir("sglang_registry.json")
 
 
 @cache
-def registry() -> dict[str, Any]:
-    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions)."""
+def registry(release: str = PINS["sglang"]) -> dict[str, Any]:
+    """The shipped facts of SGLang's config loader and model registry (model types, architectures, versions) at
+    `release`: the default release's lists less what the nearest measured release at or after it lacks (its
+    venv's, with the transformers it pins: tools/sglang_registry.py --release; an unmeasured release reads the
+    next measured one, as vLLM's registry does)."""
     doc = json.loads(REGISTRY.read_text())
-    return {**doc, "model_types": frozenset(doc["model_types"]), "architectures": frozenset(doc["architectures"])}
+    later = [v for v in sorted(doc.get("releases", {}), key=release_key) if release_key(v) >= release_key(release)]
+    delta: dict[str, Any] = {}
+    if release_key(release) < release_key(doc["sglang"]) and later:
+        delta = doc["releases"][later[0]]
+        doc = {**doc, "sglang": later[0], "transformers": delta["transformers"]}
+    types = (set(doc["model_types"]) - set(delta.get("model_types_absent", ()))) | set(delta.get("model_types_added", ()))
+    names = (set(doc["architectures"]) - set(delta.get("architectures_absent", ()))) | set(
+        delta.get("architectures_added", ()))
+    return {**doc, "model_types": frozenset(types), "architectures": frozenset(names)}
 
 
 GEOMETRY = ("num_hidden_layers", "num_key_value_heads", "head_dim")

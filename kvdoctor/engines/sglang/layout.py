@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from kvdoctor.engines.base import LayerPlan, Refusal
+from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import archs, pools, refusals, sizing, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.model import CONV, FULL, GDN, KDA, MAMBA, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
@@ -102,18 +103,18 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
         kv_cache_dtype=pools.kv_dtype(spec, settings),
         override_warning=decision.override_warning, budget=None if refused else sizing.size(spec, settings),
         pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp},
-        unmodeled=None if refused else unmodeled(spec))  # a refused start-up builds no pool at all
+        unmodeled=None if refused else unmodeled(spec, settings.release or PINS["sglang"]))  # a refused start-up builds no pool at all
     return tuple(layers), refused, facts
 
 
-def unmodeled(spec: ModelSpec) -> str | None:
+def unmodeled(spec: ModelSpec, release: str = PINS["sglang"]) -> str | None:
     """Why the plan is not SGLang's own for this model, or None: an architecture SGLang has no model class for
     and serves with its Transformers backend (not modelled; where that backend refuses, SGL250 says so first),
     or Mamba layers whose state is not Mamba-2's (no state pool is planned for them)."""
     arch = archs.serving_arch(spec.raw_config)
     reasons = []
-    if arch and arch not in refusals.registry()["architectures"]:
-        reasons.append(f"sglang {archs.TAG.lstrip('v')} has no model class for {arch}: it serves it with its "
+    if arch and arch not in refusals.registry(release)["architectures"]:
+        reasons.append(f"sglang {release} has no model class for {arch}: it serves it with its "
                        "Transformers backend, which kvdoctor does not model")
     if MAMBA in spec.kinds() and pools.mamba2_dims(spec) is None and pools.mamba1_dims(spec) is None:
         reasons.append("its Mamba layers carry no Mamba-2 state keys (heads, head dim, groups, state, conv kernel): "

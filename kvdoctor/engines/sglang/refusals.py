@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from kvdoctor.engines.base import Refusal
-from kvdoctor.engines.sglang import archs, pools, swa
+from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import at
+from kvdoctor.engines.sglang import archs, pools, releases, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
 from kvdoctor.model import ModelSpec
@@ -32,25 +34,25 @@ AUTO_CONFIG = TRANSFORMERS + "models/auto/configuration_auto.py"
 REMOTE_CODE = TRANSFORMERS + "dynamic_module_utils.py#L788"
 
 
-def config_types() -> frozenset[str]:
-    return registry()["model_types"]
+def config_types(release: str = PINS["sglang"]) -> frozenset[str]:
+    return registry(release)["model_types"]
 
 
-def config_loader(spec: ModelSpec) -> Refusal | None:
+def config_loader(spec: ModelSpec, release: str = PINS["sglang"]) -> Refusal | None:
     """AutoConfig with trust_remote_code off (SGLang's default, `utils/hf_transformers/config.py#L228`):
     a config that names its own configuration code for a model type SGLang's transformers does not know is
     refused, and so is a model type nobody registered. SGLang is given the model's folder (or Hub id), and
     the message names it."""
     raw = spec.raw_config
     model_type = raw.get("model_type")
-    if not isinstance(model_type, str) or model_type in config_types():
+    if not isinstance(model_type, str) or model_type in config_types(release):
         return None
     name = spec.hf_id or str(spec.model_dir)
     auto = raw.get("auto_map")
     class_ref = auto.get("AutoConfig") if isinstance(auto, dict) else None
     if isinstance(class_ref, list):
         class_ref = class_ref[0] if class_ref else None
-    evidence = {"model_type": model_type, "sglang": archs.TAG, "transformers": registry()["transformers"]}
+    evidence = {"model_type": model_type, "sglang": f"v{release}", "transformers": registry(release)["transformers"]}
     if isinstance(class_ref, str) and class_ref:
         if "--" in class_ref:
             upstream = class_ref.split("--")[0]
@@ -269,14 +271,14 @@ def no_swa_layer(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
                    evidence={"architecture": archs.serving_arch(spec.raw_config), "swa_layer_ids": []})
 
 
-def model_class(spec: ModelSpec) -> Refusal | None:
+def model_class(spec: ModelSpec, release: str = PINS["sglang"]) -> Refusal | None:
     """load_model's architecture resolution (model_loader/utils.py `get_model_architecture`): an architecture
     SGLang has no class for goes to its Transformers backend; with `--model-impl auto` a transformers class
     that is not backend-compatible, or no class and no `auto_map.AutoModel`, stops start-up there
     (`resolve_transformers_arch`). With an AutoModel of the model's own code the outcome depends on that code:
     no prediction."""
     names = [archs.RENAMED.get(a, a) for a in spec.raw_config.get("architectures") or [] if isinstance(a, str)]
-    if not names or set(names) & registry()["architectures"]:
+    if not names or set(names) & registry(release)["architectures"]:
         return None
     backend = registry().get("transformers_backend", {})
     auto_map = spec.raw_config.get("auto_map")
@@ -302,13 +304,32 @@ def model_class(spec: ModelSpec) -> Refusal | None:
     return None
 
 
+def exaone_backend(spec: ModelSpec, settings: SglangSettings, release: str) -> Refusal | None:
+    """Exaone-4 with sliding layers and no --attention-backend, at a release whose model hook reads the backend
+    before the server resolves its default (releases.EXAONE_BACKEND_UNRESOLVED): the hook's assertion stops it."""
+    raw = spec.raw_config
+    names = raw.get("architectures") or [None]
+    if names[0] not in releases.EXAONE_BACKEND_ARCHS or raw.get("sliding_window_pattern", 4) is None:
+        return None
+    if settings.attention_backend is not None or not at(releases.EXAONE_BACKEND_UNRESOLVED, release):
+        return None
+    message = (f"One of the attention backends in {releases.EXAONE_BACKENDS} is required for {names[0]}, "
+               "but got None")
+    source = next(r.source for r in releases.EXAONE_BACKEND_UNRESOLVED if r.holds(release))
+    return Refusal("SGL240", "AssertionError", message, "startup", key="sliding_window_pattern", source=source,
+                   evidence={"architecture": names[0], "sliding_window_pattern": raw.get("sliding_window_pattern", 4),
+                             "release": release})
+
+
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
+    release = settings.release or PINS["sglang"]
     # the config-class refusals kvdoctor names specifically first; any other the class raises after them
-    found = [config_loader(spec), per_layer_config_keys(spec), strict_null_window(spec), pattern_fallback(spec),
-             own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec), layer_types_iterated(spec),
-             context_too_long(spec, settings), null_window(spec)]
+    found = [config_loader(spec, release), per_layer_config_keys(spec), strict_null_window(spec),
+             pattern_fallback(spec), own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec),
+             layer_types_iterated(spec), exaone_backend(spec, settings, release), context_too_long(spec, settings),
+             null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
-        first = model_class(spec) or no_swa_layer(spec, settings)
+        first = model_class(spec, release) or no_swa_layer(spec, settings)
     return (first,) if first else ()

@@ -8,7 +8,7 @@ releases (architectures joined, none left), so each entry here is the release it
 """
 from __future__ import annotations
 
-from kvdoctor.engines.releases import key
+from kvdoctor.engines.releases import Ranged, key
 from kvdoctor.engines.sglang import archs
 
 TAG = "https://github.com/sgl-project/sglang/blob/v{}/python/sglang/srt/"
@@ -46,3 +46,15 @@ def hybrid_swa_archs(release: str) -> frozenset[str]:
 # at 0.5.23; server_args.py before), a fraction by TP size before it; prefill CUDA graphs reserved from 0.5.23.
 RESERVE_SINCE = "0.5.0"
 PREFILL_GRAPHS_SINCE = "0.5.23"
+
+# Exaone-4 with sliding layers (a `sliding_window_pattern`, transformers' class default 4): SGLang's model hook
+# asserts the attention backend is one of fa3 / triton / trtllm_mha (arg_groups/model_hook.py). Up to 0.5.21 it
+# reads the backend before the server has resolved its default, so a server started without --attention-backend
+# stops with "... but got None"; from 0.5.22 the default (fa3 on Hopper) is resolved first and it starts. Seen in
+# each release's own start-up (goldens/sglang_check-<release>.json, EXAONE-4.0-32B).
+EXAONE_BACKEND_ARCHS = frozenset({"Exaone4ForCausalLM", "ExaoneMoEForCausalLM"})
+EXAONE_BACKENDS = ["fa3", "triton", "trtllm_mha"]
+EXAONE_BACKEND_UNRESOLVED: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.5.22", source=TAG.format("0.5.21") + "arg_groups/model_hook.py#L634"),
+    Ranged(False, since="0.5.22", source=TAG.format("0.5.22") + "arg_groups/model_hook.py#L673"),
+)

@@ -1,0 +1,90 @@
+"""What differs in SGLang's own API between the profiled releases (0.5.15 to 0.5.23), for the two SGLang oracles
+(sglang_oracle.py, sglang_check_oracle.py): one harness, adapted here to the release it runs in.
+
+Each adaptation asks the release for what it has rather than naming versions:
+- `KVCacheConfigurator` takes a `ParallelState` (`ps`) up to 0.5.19 and the attention-DP size (`attn_dp_size`)
+  after; its other fields come and go (`is_hybrid_swa_compress`, `memory_pool_config`, ...): `build` passes the
+  fields the release's dataclass declares.
+- `ModelLayerInfo` carries the SWA / full layer ids from 0.5.21; `resolve_layer_indices` wants the speculative
+  algorithm up to 0.5.19: both get the arguments their release declares.
+- `ModelConfig` has `swa_attention_layer_ids` only for hybrid-SWA models before 0.5.21 (`layer_ids`).
+- `ServerArgs` resolves itself in `__post_init__` up to 0.5.17 (environment variables included) and in
+  `resolve_once` after; `resolved_dict` arrives with `resolve_once` (`resolve`, `resolved`).
+- The attention widths are pinned with `override_permanently` from 0.5.21, with the `override` context
+  before, held open for the rest of the process (`pin_parallel`).
+"""
+from __future__ import annotations
+
+import inspect
+
+
+def accepted(fn, kwargs: dict) -> dict:
+    """The keyword arguments among `kwargs` that `fn` (a function, a dataclass or a msgspec Struct) declares."""
+    fields = getattr(fn, "__struct_fields__", None)
+    if fields is None and hasattr(fn, "__dataclass_fields__"):  # SGLang's dataclasses: the fields __init__ takes
+        fields = [name for name, f in fn.__dataclass_fields__.items() if f.init]
+    if fields is None:
+        params = inspect.signature(fn).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return dict(kwargs)
+        fields = list(params)
+    return {k: v for k, v in kwargs.items() if k in fields}
+
+
+def build(fn, **kwargs):
+    """`fn(**kwargs)` with only the arguments this release's `fn` declares."""
+    return fn(**accepted(fn, kwargs))
+
+
+def configurator(tp: int, **kwargs):
+    """A `KVCacheConfigurator` of this release: with a trivial `ParallelState` of `tp` attention ranks where the
+    release takes one (up to 0.5.19), else with `attn_dp_size`."""
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
+    names = accepted(KVCacheConfigurator, {"ps": None, "attn_dp_size": None})
+    if "ps" in names:
+        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+
+        kwargs["ps"] = build(ParallelState.trivial, tp_size=tp, attn_tp_size=tp)
+    kwargs.setdefault("attn_dp_size", 1)
+    return build(KVCacheConfigurator, **kwargs)
+
+
+def resolve(server_args) -> None:
+    """What the launcher does to the server arguments: `resolve_once` and the environment variables they set
+    (--mamba-ssm-dtype becomes SGLANG_MAMBA_SSM_DTYPE); up to 0.5.17 the constructor did both."""
+    if hasattr(server_args, "resolve_once"):
+        server_args.resolve_once()
+        from sglang.srt.arg_groups.serving_hook import handle_environment_variables
+
+        handle_environment_variables(server_args)
+
+
+def resolved(server_args) -> dict:
+    """The resolved server arguments: `resolved_dict`, or the resolved view's fields up to 0.5.17."""
+    if hasattr(server_args, "resolved_dict"):
+        return server_args.resolved_dict()
+    view = server_args._resolved() if hasattr(server_args, "_resolved") else server_args
+    return {name: getattr(view, name, None) for name in type(server_args).__dataclass_fields__}
+
+
+def layer_ids(mc) -> tuple[list[int] | None, list[int] | None]:
+    """The model's SWA and full-attention layer ids (None where this release leaves them unset)."""
+    return getattr(mc, "swa_attention_layer_ids", None), getattr(mc, "full_attention_layer_ids", None)
+
+
+_OPEN: list = []
+
+
+def pin_parallel(parallel, **fields) -> None:
+    """What the attention widths are for the rest of the run (no process groups exist): `override_permanently`
+    from 0.5.21; before, the `override` context entered and left open, with the fields that release knows."""
+    if hasattr(type(parallel), "override_permanently"):
+        parallel.override_permanently(**fields)
+        return
+    import sglang.srt.runtime_context as runtime
+
+    known = getattr(runtime, "_PARALLEL_FIELDS", set(fields))
+    context = parallel.override(**{k: v for k, v in fields.items() if k in known})
+    context.__enter__()
+    _OPEN.append(context)  # a collected generator context would run its `finally` and drop the override
