@@ -64,6 +64,12 @@ def test_a_context_longer_than_memory_is_refused_with_vllms_text(llama: Path) ->
     assert row["refusal"]["class"] == "ValueError"
     assert row["refusal"]["message"].startswith("To serve at least one request with the model's max seq len (131072)")
     assert 0 < row["max_context"] < 131072  # what --max-model-len auto would choose
+    # 0.34.0's extensible KV cache advises its own way (after warm-up, at utilization 1.0); 0.33.0 the older way
+    assert "The extensible KV cache already takes all device memory left after the model, its activations, CUDA " \
+        "graphs and warmup; decrease `max_model_len` or `max_num_seqs`" in row["refusal"]["message"]
+    _, old = _json(str(llama), "--engine", "vllm==0.33.0", "--gpu", "RTX-4090", "--context", "131072")
+    assert "Try increasing `gpu_memory_utilization` (which also controls CPU memory" in old["rows"][0]["refusal"]["message"]
+    assert "extensible" not in old["rows"][0]["refusal"]["message"]
 
 
 def test_fp8_kv_cache_doubles_the_tokens(llama: Path) -> None:

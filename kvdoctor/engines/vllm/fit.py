@@ -338,10 +338,17 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
         row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
     if row.refusal is not None:
         return row
+    # the extensible cache reserves its range at the estimate and is checked there first, before warm-up
+    after_warmup = requested - weights.bytes_per_rank - activations - non_torch - graphs > 0
     if kv <= 0:
         row.refusal = EngineRefusal("ValueError", in_force(R.NO_MEMORY, version))
+    else:
+        _serve(row, facts, tp, pp, kv, context, request, s, tokens, seqs)
+    if measured and row.refusal is not None:  # 0.34.0's advice for the extensible KV cache in both memory refusals
+        row.refusal = EngineRefusal(row.refusal.cls, row.refusal.message.replace(
+            R.ESTIMATE_HINT, extensible_hint(util, after_warmup)), stage=row.refusal.stage)
+    if kv <= 0:
         return row
-    _serve(row, facts, tp, pp, kv, context, request, s, tokens, seqs)
     row.launch = launch(spec, row, util, request, s)
     row.deploy = {"tensor_parallel_size": tp, **({"pipeline_parallel_size": pp} if pp > 1 else {}),
                   **({"data_parallel_size": dp} if dp > 1 else {}), **({"enable_expert_parallel": True} if ep else {}),
@@ -350,6 +357,20 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
                      if s.get("enable_extensible_kv_cache") is not None else {}),
                   **({"kv_cache_dtype": request.kv_cache_dtype} if request.kv_cache_dtype else {})}
     return row
+
+
+def extensible_hint(util: float, after_warmup: bool) -> str:
+    """The advice 0.34.0's two memory refusals give when the extensible KV cache is short, before warm-up (at the
+    reserved range's estimate) or after it (`_more_kv_cache_memory_hint`, v1/core/kv_cache_planning.py:64-97 @
+    0.34.0; its text verbatim). A context whose one request misses the estimate too is refused before warm-up with
+    the estimate's figures; fit prints the measured ones."""
+    used_by = "the model, its activations, CUDA graphs and warmup" if after_warmup else "the model and its activations"
+    graphs = " CUDA graphs take less with fewer or smaller capture sizes in the compilation config." if after_warmup else ""
+    if util < 1.0:
+        return (f"The KV cache gets what is left after {used_by} within `gpu_memory_utilization`={util}; increase it "
+                f"(with the extensible KV cache it defaults to 1.0) or decrease `max_model_len` or `max_num_seqs`.{graphs}")
+    return (f"The extensible KV cache already takes all device memory left after {used_by}; decrease `max_model_len` "
+            f"or `max_num_seqs`, or the model needs a device with more memory.{graphs}")
 
 
 def kv_held_back(requested: int, weights: int, activations: int, non_torch: int, graphs: int, kv: int) -> int:

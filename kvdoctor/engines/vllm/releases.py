@@ -132,20 +132,21 @@ PROMOTION_FAILED: tuple[Ranged[str], ...] = (
 # What the two memory refusals tell the user to do: 0.34.0 words it per sizing mode (`_more_kv_cache_memory_hint`);
 # with a KV budget given (kv_cache_memory_bytes) the extensible cache is off and the hint is the older one, less
 # its "or decreasing max_model_len" tail, which moved after it.
-_HINT = ("Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory "
+# (ESTIMATE_HINT: the estimated sizing's advice; vllm.fit words the extensible cache's own, `extensible_hint`.)
+ESTIMATE_HINT = ("Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory "
          "reservation on the CPU backend, despite its name).")
 _DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
 NO_MEMORY: tuple[Ranged[str], ...] = (
-    Ranged(f"No available memory for the cache blocks. {_HINT} {_DOCS}", until="0.34.0",
+    Ranged(f"No available memory for the cache blocks. {ESTIMATE_HINT} {_DOCS}", until="0.34.0",
            source=src("0.33.0", "v1/core/kv_cache_planning.py#L57")),
-    Ranged(f"No available memory for the cache blocks. {_HINT} {_DOCS}", since="0.34.0",
+    Ranged(f"No available memory for the cache blocks. {ESTIMATE_HINT} {_DOCS}", since="0.34.0",
            source=src("0.34.0", "v1/core/kv_cache_planning.py#L64-L117")),
 )
 ADMISSION_TAIL: tuple[Ranged[str], ...] = (
     Ranged("Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
            f"decreasing `max_model_len` when initializing the engine. {_DOCS}", until="0.34.0",
            source=src("0.33.0", "v1/core/kv_cache_planning.py#L77")),
-    Ranged(f"{_HINT} Decreasing `max_model_len` also reduces what is needed. {_DOCS}", since="0.34.0",
+    Ranged(f"{ESTIMATE_HINT} Decreasing `max_model_len` also reduces what is needed. {_DOCS}", since="0.34.0",
            source=src("0.34.0", "v1/core/kv_cache_planning.py#L124")),
 )
 
