@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,9 +44,10 @@ def test_json_rows_terms_and_recommendation(llama: Path) -> None:
     assert {r["layout"]["tp"] for r in doc["rows"]} == {1, 2}  # tp 2, and tp 1 x pp 2
     row = next(r for r in doc["rows"] if r["layout"]["tp"] == 2)
     terms = {t["name"]: t["bytes"] for t in row["terms"]}
-    # the memory left is what the engine's share of the GPU keeps after its reservations
+    # the memory left is what the engine's share of the GPU keeps after its reservations (from 0.34.0, the default
+    # release, the extensible KV cache's headroom among them)
     assert row["kv_bytes"] == terms["requested"] - terms["weights"] - terms["activations"] - terms["non_torch"] \
-        - terms["cuda_graphs"]
+        - terms["cuda_graphs"] - terms["reserved"]
     assert terms["weights"] == row["weights"]["bytes_per_rank"]
     assert all(t["source"] for t in row["terms"])
     # 12 requests of 128k do not fit on two GPUs; the recommendation uses more and serves them
@@ -62,6 +64,12 @@ def test_a_context_longer_than_memory_is_refused_with_vllms_text(llama: Path) ->
     assert row["refusal"]["class"] == "ValueError"
     assert row["refusal"]["message"].startswith("To serve at least one request with the model's max seq len (131072)")
     assert 0 < row["max_context"] < 131072  # what --max-model-len auto would choose
+    # 0.34.0's extensible KV cache advises its own way (after warm-up, at utilization 1.0); 0.33.0 the older way
+    assert "The extensible KV cache already takes all device memory left after the model, its activations, CUDA " \
+        "graphs and warmup; decrease `max_model_len` or `max_num_seqs`" in row["refusal"]["message"]
+    _, old = _json(str(llama), "--engine", "vllm==0.33.0", "--gpu", "RTX-4090", "--context", "131072")
+    assert "Try increasing `gpu_memory_utilization` (which also controls CPU memory" in old["rows"][0]["refusal"]["message"]
+    assert "extensible" not in old["rows"][0]["refusal"]["message"]
 
 
 def test_fp8_kv_cache_doubles_the_tokens(llama: Path) -> None:
@@ -323,3 +331,79 @@ def test_sglang_fit_without_any_context_length_is_one_line(tmp_path: Path) -> No
     assert len(proc.stderr.strip().splitlines()) == 1
     ok = run("fit", str(d), "--engine", "sglang", "--gpu", "H100-80GB", "--gpus", "1", "--context", "8192")
     assert ok.returncode == 0
+
+
+# vLLM 0.34.0's own venv (the goldens'): its parser knows --enable-extensible-kv-cache
+VLLM034_PYTHON = Path(os.environ.get("KVDOCTOR_VLLM034_PYTHON",
+                                     "/work/wt-rel/goldens/.venv/vllm-0.34.0/bin/python"))
+
+
+def _terms(row: dict) -> dict[str, int]:
+    return {t["name"]: t["bytes"] for t in row["terms"]}
+
+
+def _release_row(llama: Path, release: str, *extra: str) -> dict:
+    _, doc = _json(str(llama), "--engine", f"vllm=={release}", "--gpu", "H100-80GB", "--gpus", "1",
+                   "--context", "32768", *extra)
+    assert doc["inputs"]["release"]["version"] == release
+    return next(r for r in doc["rows"] if r["layout"]["tp"] == 1)
+
+
+def test_vllm_0_33_estimates_and_0_34_measures_the_kv_memory(llama: Path) -> None:
+    """0.33.0: 0.92 of the GPU less weights, non-torch memory, activations and CUDA graphs. 0.34.0 (the extensible KV
+    cache): all of it, less what the engine holds, the transient (activations plus the CUDA graph estimate again)
+    and a margin of max(1 GiB, 0.75 x transient) below the memory free at start-up."""
+    from kvdoctor.engines.vllm import fit as vfit
+
+    old, new = _release_row(llama, "0.33.0"), _release_row(llama, "0.34.0")
+    total = old["gpu_memory_bytes"]
+    a, b = _terms(old), _terms(new)
+    for name in ("weights", "activations", "non_torch", "cuda_graphs"):  # the same engine work, priced alike
+        assert a[name] == b[name] and a[name] > 0
+    assert a["requested"] == -(-total * 92 // 100) and "reserved" not in a
+    assert old["kv_bytes"] == a["requested"] - a["weights"] - a["activations"] - a["non_torch"] - a["cuda_graphs"]
+    assert "@ 0.33.0" in next(t["source"] for t in old["terms"] if t["name"] == "requested")
+    used = b["weights"] + b["non_torch"] + b["cuda_graphs"]
+    transient = b["activations"] + b["cuda_graphs"]
+    margin = max(1 << 30, int(0.75 * transient))
+    assert b["requested"] == total
+    assert new["kv_bytes"] == min(total - used, total - vfit.START_UP_USED[0] - used - margin) - transient
+    assert new["kv_bytes"] == b["requested"] - used - b["activations"] - b["reserved"]  # the terms add up
+    sources = {t["name"]: t["source"] for t in new["terms"]}
+    assert "extensible_kv_cache.py:64-65" in sources["reserved"] and "@ 0.34.0" in sources["kv"]
+    assert "config/cache.py:495-501" in sources["requested"]
+    # this GPU and model: the measured sizing leaves more than 0.92's estimate, and serves more at 32k
+    assert new["kv_bytes"] > old["kv_bytes"] and new["max_concurrency"] > old["max_concurrency"]
+    assert "--gpu-memory-utilization" in old["launch"]
+    assert "--gpu-memory-utilization" not in new["launch"] and "gpu_memory_utilization" not in new["deploy"]
+
+
+def test_vllm_0_34_without_the_extensible_cache_is_0_92_again(llama: Path, tmp_path: Path) -> None:
+    deploy = tmp_path / "off.yaml"
+    deploy.write_text("vllm:\n  enable_extensible_kv_cache: false\n")
+    old, off = _release_row(llama, "0.33.0"), _release_row(llama, "0.34.0", "--deploy", str(deploy))
+    assert _terms(off) == _terms(old) and off["kv_bytes"] == old["kv_bytes"]
+    assert "--no-enable-extensible-kv-cache" in off["launch"] and "--gpu-memory-utilization" not in off["launch"]
+    assert off["deploy"]["enable_extensible_kv_cache"] is False
+    # a utilization given caps the measured sizing at that share of the GPU, and reaches the launch command
+    deploy.write_text("vllm:\n  gpu_memory_utilization: 0.8\n")
+    capped = _release_row(llama, "0.34.0", "--deploy", str(deploy))
+    t = _terms(capped)
+    assert t["requested"] == -(-capped["gpu_memory_bytes"] * 8 // 10)
+    assert capped["kv_bytes"] == t["requested"] - t["weights"] - t["non_torch"] - 2 * t["cuda_graphs"] - t["activations"]
+    assert capped["launch"][capped["launch"].index("--gpu-memory-utilization") + 1] == "0.8"
+    # before 0.34.0 there is no such cache, nor a flag for it
+    deploy.write_text("vllm:\n  enable_extensible_kv_cache: false\n")
+    proc = run("fit", str(llama), "--engine", "vllm==0.33.0", "--gpu", "H100-80GB", "--deploy", str(deploy))
+    assert proc.returncode == 2 and "no extensible KV cache" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not VLLM034_PYTHON.exists(), reason="no vLLM 0.34.0 Python installed here")
+def test_vllm_0_34_launch_commands_parse_and_configure(llama: Path, tmp_path: Path, monkeypatch) -> None:
+    deploy = tmp_path / "off.yaml"
+    deploy.write_text("vllm:\n  enable_extensible_kv_cache: false\n  gpu_memory_utilization: 0.85\n")
+    rows = [_release_row(llama, "0.34.0"), _release_row(llama, "0.34.0", "--deploy", str(deploy))]
+    monkeypatch.setattr(sys.modules[__name__], "VLLM_PYTHON", VLLM034_PYTHON)
+    default, off = _vllm_configs([r["launch"] for r in rows], tmp_path)
+    assert default["gpu_memory_utilization"] is None  # vLLM resolves it by the sizing mode
+    assert off["gpu_memory_utilization"] == 0.85 and off["enable_extensible_kv_cache"] is False

@@ -9,6 +9,26 @@ from vllm.engine.arg_utils import EngineArgs
 from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
+
+
+def _triton_check_passes() -> None:
+    """From 0.34.0 the CPU platform (VLLM_TARGET_DEVICE=cpu, the only one here) refuses an x86 host without triton-cpu
+    in its config check; kvdoctor's stand-in (kvdoctor/engines/vllm/startup.py, loaded by path: standard library and
+    vLLM imports only) lets that one check see Triton. No kernel runs in a config."""
+    import importlib.metadata
+    import importlib.util
+    from pathlib import Path
+
+    if tuple(int(p) for p in importlib.metadata.version("vllm").split(".")[:2]) < (0, 34):
+        return
+    path = Path(__file__).resolve().parent.parent / "kvdoctor" / "engines" / "vllm" / "startup.py"
+    spec = importlib.util.spec_from_file_location("kvdoctor_vllm_startup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.triton_check_passes()
+
+
+_triton_check_passes()
 with open(sys.argv[1]) as f:
     commands = json.load(f)
 for argv in commands:
@@ -33,4 +53,7 @@ for argv in commands:
                       "kv_cache_dtype": config.cache_config.cache_dtype,
                       "gpu_memory_utilization": config.cache_config.gpu_memory_utilization,
                       "max_num_seqs": config.scheduler_config.max_num_seqs,
-                      "enforce_eager": config.model_config.enforce_eager}), flush=True)
+                      "enforce_eager": config.model_config.enforce_eager,
+                      # 0.34.0 on; None where the release has no extensible KV cache
+                      "enable_extensible_kv_cache": getattr(config.cache_config, "enable_extensible_kv_cache", None)}),
+          flush=True)

@@ -1,10 +1,18 @@
 """vLLM's whole start-up arithmetic for one parallel layout on one GPU: weights on each rank, the memory
 its profiler leaves for the KV cache, and what that cache serves (through `vllm.budget`).
 
+Up to 0.33 (and from 0.34.0 with `enable_extensible_kv_cache: false` or a KV budget given), estimated:
 available KV = ceil(total x gpu_memory_utilization)              v1/worker/utils.py:724-726
                - (weights + non-torch memory + activation peak)  utils/mem_utils.py:305-321 (non_kv_cache_memory)
                - CUDA graph estimate                              v1/worker/gpu_worker.py:702-756, on by default
                                                                   since 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)
+From 0.34.0 (the extensible KV cache, on by default on CUDA), measured after warm-up and CUDA graph capture
+(v1/worker/extensible_kv_cache.py:592-618 @ 0.34.0, `measure_kv_cache_bytes`):
+available KV = min(ceil(total x gpu_memory_utilization) - used,   utilization 1.0 unless given (config/cache.py:495-501)
+                   free at start-up - used - margin) - transient
+  used      = weights + non-torch memory + CUDA graphs (the captured pool)
+  transient = activation peak + CUDA graph estimate               gpu_worker.py:771-773, 946-948 (peak_activation_memory)
+  margin    = max(1 GiB, 0.75 x transient)                        extensible_kv_cache.py:64-65
 The weights are exact (the checkpoint's headers, split as vLLM's layers split them). The activation
 peak, the non-torch memory and the CUDA graphs are measured by vLLM on the GPU; kvdoctor models them
 and says how each model was obtained (`Term.source`); docs/fit.md gives their error on real logs.
@@ -25,11 +33,16 @@ from kvdoctor.engines.releases import Ranged, at
 from kvdoctor.engines.vllm import budget as vb
 from kvdoctor.engines.vllm import releases as R
 from kvdoctor.engines.vllm import weights as vw
+from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["vllm"]
 T = TypeVar("T")
-GPU_MEMORY_UTILIZATION = 0.92  # config/cache.py default at 0.33.0 (vllm.budget.GPU_UTILIZATION)
+GPU_MEMORY_UTILIZATION = 0.92  # config/cache.py:186 @ 0.34.0 (DEFAULT_GPU_MEMORY_UTILIZATION): the estimated sizing's
+# Memory in use before the worker's start-up snapshot (the CUDA context; NCCL in a TP group), which the measured
+# sizing's "free at start-up" leaves out: (alone, in a TP group) from the "Free memory on device: X/Y GiB on startup"
+# lines of the vLLM 0.11 calibration logs on H100 (78.57/79.18 GiB at TP 1, five logs; 77.64/79.18 at TP 2).
+START_UP_USED = (int(0.61 * GiB), int(1.54 * GiB))
 # Scheduler defaults of the OpenAI server by GPU class (engine/arg_utils.py:2973-3006 @ 0.33.0).
 BATCHED_TOKENS = {"xl": 16384, "large": 8192, "small": 2048}
 MAX_NUM_SEQS = {"xl": 1024, "large": 1024, "small": 256}
@@ -79,6 +92,18 @@ SOURCES = {
                    "of config/vllm.py:2398-2470, FULL and PIECEWISE) x layers x (hidden + intermediate/TP) x 12 B, "
                    "calibrated on 3 logs (docs/fit.md)",
     "kv": "what is left: v1/worker/gpu_worker.py:752-756 @ 0.33.0",
+    "requested_measured": "vllm/v1/worker/utils.py:743 @ 0.34.0 (ceil(total x resolved_gpu_memory_utilization), "
+                          "config/cache.py:495-501: 1.0 with the extensible KV cache unless given)",
+    "cuda_graphs_measured": "the captured pool, in the memory measured after capture (gpu_worker.py:1103 @ 0.34.0), "
+                            "priced as the estimate: {graphs} graphs x layers x (hidden + intermediate/TP) x 12 B",
+    "reserved": "extensible KV cache's headroom (v1/worker/extensible_kv_cache.py:592-618 @ 0.34.0): margin "
+                "max(1 GiB, 0.75 x transient) = {margin:.2f} GiB (extensible_kv_cache.py:64-65); the transient kept "
+                "free is the activation peak plus the CUDA graph estimate again (peak_activation_memory, "
+                "gpu_worker.py:771-773 and 946-948), the estimate {graphs:.2f} GiB here; memory in use before the "
+                "start-up snapshot {start:.2f} GiB (calibrated, START_UP_USED); warm-up's own peak and torch's "
+                "reservation growth, where larger, are not modelled",
+    "kv_measured": "what is left after warm-up and capture: v1/worker/extensible_kv_cache.py:612-618 @ 0.34.0 "
+                   "(measure_kv_cache_bytes)",
 }
 
 
@@ -198,6 +223,27 @@ def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: 
     return max(forward + workspace, sampler)
 
 
+def extensible(version: str, s: dict[str, Any]) -> bool:
+    """Whether `version` sizes the KV cache from measured memory (R.EXTENSIBLE_KV_CACHE): by default from 0.34.0,
+    unless `enable_extensible_kv_cache: false` or a KV budget (kv_cache_memory_bytes) is given (config/vllm.py:
+    3203-3207 @ 0.34.0). Asking for it on an earlier release is an input error: its parser has no such flag."""
+    known = in_force(R.EXTENSIBLE_KV_CACHE, version)
+    asked = s.get("enable_extensible_kv_cache")
+    if asked is not None and not known:
+        raise InputError(f"vllm.enable_extensible_kv_cache: vLLM {version} has no extensible KV cache (from 0.34.0)")
+    return known and asked is not False and s.get("kv_budget") is None
+
+
+def measured_kv(total: int, requested: int, used: int, transient: int, start_up_used: int,
+                version: str) -> tuple[int, int]:
+    """(KV bytes, margin) of the extensible KV cache's sizing after warm-up (`measure_kv_cache_bytes`): the
+    requested memory less what the engine holds, capped by the memory free at start-up less the margin, less the
+    transient peak kept free."""
+    floor, share = in_force(R.EXTENSIBLE_MARGIN, version)
+    margin = max(floor, int(transient * share))
+    return min(requested - used, total - start_up_used - used - margin) - transient, margin
+
+
 def scheduler_defaults(version: str, gpu: Gpu, context: int) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of the OpenAI server when the deployer sets neither: the
     pinned release's table by GPU class; before the V1 engine (0.8), 256 sequences and one whole prompt
@@ -218,7 +264,9 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     version = str(s.get("version") or VERSION)
     tp, pp, dp = int(layout.get("tp", 1)), int(layout.get("pp", 1)), int(layout.get("dp", 1))
     ep = bool(layout.get("expert_parallel", False))
-    util = float(s.get("gpu_memory_utilization") or GPU_MEMORY_UTILIZATION)
+    measured = extensible(version, s)
+    util = float(s.get("gpu_memory_utilization")
+                 or (in_force(R.GPU_UTILIZATION, version) if measured else GPU_MEMORY_UTILIZATION))
     context = request.context or facts.max_position or 0
     default_tokens, default_seqs = scheduler_defaults(version, gpu, context)
     tokens = int(s.get("max_num_batched_tokens") or default_tokens)
@@ -246,19 +294,30 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     copies = sampler_copies(version)
     non_torch = non_torch_memory(version, tp, pp * dp)
     kv = requested - weights.bytes_per_rank - activations - non_torch - graphs
+    reserved: Term | None = None
+    if measured:
+        start_up_used = START_UP_USED[1 if tp > 1 else 0]
+        kv, margin = measured_kv(gpu.memory_bytes, requested, weights.bytes_per_rank + non_torch + graphs,
+                                 activations + graphs, start_up_used, version)
+        reserved = Term(name="reserved", bytes=kv_held_back(requested, weights.bytes_per_rank, activations, non_torch,
+                                                             graphs, kv),
+                        source=SOURCES["reserved"].format(margin=margin / GiB, graphs=graphs / GiB,
+                                                          start=start_up_used / GiB))
     if s.get("kv_budget") is not None:  # the engine's own figure, from a log or a profiled run
         from kvdoctor.load.strict import parse_size
 
         kv = parse_size(s["kv_budget"], "kv_budget") if isinstance(s["kv_budget"], str) else int(s["kv_budget"])
         kv_source = "given (kv_budget)"
     else:
-        kv_source = SOURCES["kv"]
-    terms = [Term(name="requested", bytes=requested, source=SOURCES["requested"] + f" with {util}"),
+        kv_source = SOURCES["kv_measured" if measured else "kv"]
+    terms = [Term(name="requested", bytes=requested, source=SOURCES["requested_measured"] + f": {util}" if measured
+                  else SOURCES["requested"] + f" with {util}"),
              Term(name="weights", bytes=weights.bytes_per_rank, source=SOURCES["weights"]),
              Term(name="activations", bytes=activations, source=SOURCES["activations"].format(copies=copies)),
              Term(name="non_torch", bytes=non_torch, source=SOURCES["non_torch"]),
-             Term(name="cuda_graphs", bytes=graphs, source=SOURCES["cuda_graphs"].format(graphs=graph_count)
-                  if graphs else "enforce_eager or before 0.21: not subtracted"),
+             Term(name="cuda_graphs", bytes=graphs, source=SOURCES["cuda_graphs_measured" if measured else "cuda_graphs"]
+                  .format(graphs=graph_count) if graphs else "enforce_eager or before 0.21: not subtracted"),
+             *([reserved] if reserved is not None else []),
              Term(name="kv", bytes=max(kv, 0), source=kv_source),
              Term(name="free", bytes=gpu.memory_bytes - requested, source="outside gpu_memory_utilization")]
     row = FitRow(engine="vllm", version=version, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes, gpus=tp * pp * dp,
@@ -279,16 +338,45 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
         row.refusal = weights_do_not_fit(weights, non_torch, gpu, "vLLM")
     if row.refusal is not None:
         return row
+    # the extensible cache reserves its range at the estimate and is checked there first, before warm-up
+    after_warmup = requested - weights.bytes_per_rank - activations - non_torch - graphs > 0
     if kv <= 0:
         row.refusal = EngineRefusal("ValueError", in_force(R.NO_MEMORY, version))
+    else:
+        _serve(row, facts, tp, pp, kv, context, request, s, tokens, seqs)
+    if measured and row.refusal is not None:  # 0.34.0's advice for the extensible KV cache in both memory refusals
+        row.refusal = EngineRefusal(row.refusal.cls, row.refusal.message.replace(
+            R.ESTIMATE_HINT, extensible_hint(util, after_warmup)), stage=row.refusal.stage)
+    if kv <= 0:
         return row
-    _serve(row, facts, tp, pp, kv, context, request, s, tokens, seqs)
     row.launch = launch(spec, row, util, request, s)
     row.deploy = {"tensor_parallel_size": tp, **({"pipeline_parallel_size": pp} if pp > 1 else {}),
                   **({"data_parallel_size": dp} if dp > 1 else {}), **({"enable_expert_parallel": True} if ep else {}),
                   "max_model_len": context, **({"gpu_memory_utilization": util} if s.get("gpu_memory_utilization") else {}),
+                  **({"enable_extensible_kv_cache": s["enable_extensible_kv_cache"]}
+                     if s.get("enable_extensible_kv_cache") is not None else {}),
                   **({"kv_cache_dtype": request.kv_cache_dtype} if request.kv_cache_dtype else {})}
     return row
+
+
+def extensible_hint(util: float, after_warmup: bool) -> str:
+    """The advice 0.34.0's two memory refusals give when the extensible KV cache is short, before warm-up (at the
+    reserved range's estimate) or after it (`_more_kv_cache_memory_hint`, v1/core/kv_cache_planning.py:64-97 @
+    0.34.0; its text verbatim). A context whose one request misses the estimate too is refused before warm-up with
+    the estimate's figures; fit prints the measured ones."""
+    used_by = "the model, its activations, CUDA graphs and warmup" if after_warmup else "the model and its activations"
+    graphs = " CUDA graphs take less with fewer or smaller capture sizes in the compilation config." if after_warmup else ""
+    if util < 1.0:
+        return (f"The KV cache gets what is left after {used_by} within `gpu_memory_utilization`={util}; increase it "
+                f"(with the extensible KV cache it defaults to 1.0) or decrease `max_model_len` or `max_num_seqs`.{graphs}")
+    return (f"The extensible KV cache already takes all device memory left after {used_by}; decrease `max_model_len` "
+            f"or `max_num_seqs`, or the model needs a device with more memory.{graphs}")
+
+
+def kv_held_back(requested: int, weights: int, activations: int, non_torch: int, graphs: int, kv: int) -> int:
+    """What the measured sizing keeps out of the KV cache beyond the other terms (its margin, the graph estimate in
+    the transient, the memory in use before start-up), so that the terms add up to the requested memory."""
+    return requested - weights - activations - non_torch - graphs - max(kv, 0)
 
 
 def _plan_stages(row: FitRow, facts: ModelFacts, tp: int, pp: int, kv: int, length: int, request: Request,
@@ -354,7 +442,11 @@ def launch(spec: ModelSpec, row: FitRow, util: float, request: Request, s: dict[
         out += ["--data-parallel-size", str(row.layout["dp"])]
     if row.layout["expert_parallel"]:
         out.append("--enable-expert-parallel")
-    out += ["--max-model-len", str(row.context), "--gpu-memory-utilization", str(util)]
+    out += ["--max-model-len", str(row.context)]
+    if s.get("gpu_memory_utilization") or not in_force(R.EXTENSIBLE_KV_CACHE, str(row.version)):
+        out += ["--gpu-memory-utilization", str(util)]  # from 0.34.0 only where asked: its default depends on the mode
+    if s.get("enable_extensible_kv_cache") is not None:  # a BooleanOptionalAction (engine/arg_utils.py:1413 @ 0.34.0)
+        out.append(("--" if s["enable_extensible_kv_cache"] else "--no-") + "enable-extensible-kv-cache")
     if request.kv_cache_dtype:
         out += ["--kv-cache-dtype", request.kv_cache_dtype]
     if s.get("dtype") not in (None, "auto"):

@@ -30,6 +30,22 @@ GPU_UTILIZATION: tuple[Ranged[float], ...] = (
     Ranged(1.0, since="0.34.0", source=src("0.34.0", "config/cache.py#L216-L234")),
 )
 
+# How the KV memory is found when neither `enable_extensible_kv_cache: false` nor kv_cache_memory_bytes is given:
+# up to 0.33 estimated from the profiling run (`requested - non_kv_cache_memory - CUDA graph estimate`); from 0.34.0
+# measured (the extensible KV cache, on by default on CUDA and ROCm: `_resolve_extensible_kv_cache`), its address
+# range reserved at that estimate and its pages committed after warm-up and CUDA graph capture from the memory then
+# free, less a headroom (`measure_kv_cache_bytes`). kvdoctor.engines.vllm.fit prices both.
+EXTENSIBLE_KV_CACHE: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.34.0", source=src("0.33.0", "v1/worker/gpu_worker.py")),
+    Ranged(True, since="0.34.0", source=src("0.34.0", "config/vllm.py#L3180-L3254")),
+)
+
+# The measured sizing's headroom on CUDA, as (floor, share of the transient peak): the margin is
+# max(1 GiB, 0.75 x transient), and the transient itself is kept free on top of it (3 GiB floor on ROCm).
+EXTENSIBLE_MARGIN: tuple[Ranged[tuple[int, float]], ...] = (
+    Ranged((1 << 30, 0.75), since="0.34.0", source=src("0.34.0", "v1/worker/extensible_kv_cache.py#L64-L65")),
+)
+
 # Grouping: from 0.27 layers of one spec type whose specs merge (full-attention layers that differ only in their
 # window or chunk) share a bucket before groups are sized (`layer_buckets` in
 # _get_kv_cache_groups_uniform_page_size); 0.26.0 kept one bucket per distinct spec.
@@ -123,20 +139,21 @@ PROMOTION_FAILED: tuple[Ranged[str], ...] = (
 # What the two memory refusals tell the user to do: 0.34.0 words it per sizing mode (`_more_kv_cache_memory_hint`);
 # with a KV budget given (kv_cache_memory_bytes) the extensible cache is off and the hint is the older one, less
 # its "or decreasing max_model_len" tail, which moved after it.
-_HINT = ("Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory "
+# (ESTIMATE_HINT: the estimated sizing's advice; vllm.fit words the extensible cache's own, `extensible_hint`.)
+ESTIMATE_HINT = ("Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory "
          "reservation on the CPU backend, despite its name).")
 _DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
 NO_MEMORY: tuple[Ranged[str], ...] = (
-    Ranged(f"No available memory for the cache blocks. {_HINT} {_DOCS}", until="0.34.0",
+    Ranged(f"No available memory for the cache blocks. {ESTIMATE_HINT} {_DOCS}", until="0.34.0",
            source=src("0.33.0", "v1/core/kv_cache_planning.py#L57")),
-    Ranged(f"No available memory for the cache blocks. {_HINT} {_DOCS}", since="0.34.0",
+    Ranged(f"No available memory for the cache blocks. {ESTIMATE_HINT} {_DOCS}", since="0.34.0",
            source=src("0.34.0", "v1/core/kv_cache_planning.py#L64-L117")),
 )
 ADMISSION_TAIL: tuple[Ranged[str], ...] = (
     Ranged("Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
            f"decreasing `max_model_len` when initializing the engine. {_DOCS}", until="0.34.0",
            source=src("0.33.0", "v1/core/kv_cache_planning.py#L77")),
-    Ranged(f"{_HINT} Decreasing `max_model_len` also reduces what is needed. {_DOCS}", since="0.34.0",
+    Ranged(f"{ESTIMATE_HINT} Decreasing `max_model_len` also reduces what is needed. {_DOCS}", since="0.34.0",
            source=src("0.34.0", "v1/core/kv_cache_planning.py#L124")),
 )
 

@@ -49,6 +49,9 @@ class VllmSettings(Section):
     data_parallel_size: int = Field(1, ge=1, description="--data-parallel-size (fit: replicas)")
     enable_expert_parallel: bool = Field(False, description="--enable-expert-parallel (fit: experts over TP x DP ranks)")
     gpu_memory_utilization: Optional[float] = Field(None, gt=0, le=1, description="--gpu-memory-utilization (fit)")
+    enable_extensible_kv_cache: Optional[bool] = Field(
+        None, description="--enable-extensible-kv-cache / --no-enable-extensible-kv-cache (vLLM 0.34.0 on; fit: false "
+        "sizes the KV cache from the profiling estimate at gpu_memory_utilization 0.92); null: vLLM decides (on, CUDA)")
     enforce_eager: bool = Field(False, description="--enforce-eager: no CUDA graphs (fit subtracts none)")
     max_model_len: Optional[int] = Field(None, ge=1)
     disable_hybrid_kv_cache_manager: Optional[bool] = Field(
