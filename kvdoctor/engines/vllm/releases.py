@@ -41,8 +41,10 @@ EXTENSIBLE_KV_CACHE: tuple[Ranged[bool], ...] = (
 )
 
 # The measured sizing's headroom on CUDA, as (floor, share of the transient peak): the margin is
-# max(1 GiB, 0.75 x transient), and the transient itself is kept free on top of it (3 GiB floor on ROCm).
+# max(1 GiB, 0.75 x transient), and the transient itself is kept free on top of it (3 GiB floor on ROCm). Before
+# 0.34.0 there is no measured sizing, so no margin.
 EXTENSIBLE_MARGIN: tuple[Ranged[tuple[int, float]], ...] = (
+    Ranged((0, 0.0), until="0.34.0", source=src("0.33.0", "v1/worker/gpu_worker.py")),
     Ranged((1 << 30, 0.75), since="0.34.0", source=src("0.34.0", "v1/worker/extensible_kv_cache.py#L64-L65")),
 )
 
