@@ -107,7 +107,10 @@ def test_gpu_size_gives_an_estimate_from_checkpoint_headers(tmp_path):
     (row,) = doc["engines"]
     weights = load_model(str(d)).checkpoint.total_bytes
     assert row["budget"]["source"] == "estimated"
-    assert row["budget"]["kv_budget_bytes"] == int(141 * GiB * 1.0) - weights  # 0.34.0's default utilization
+    # 0.34.0's default utilization (1.0), less the extensible KV cache's margin floor (1 GiB); 0.33.0's 0.92, no margin
+    assert row["budget"]["kv_budget_bytes"] == int(141 * GiB * 1.0) - weights - GiB
+    (old,) = budget_json(str(d), "--gpu-memory", "141GiB", "--engine", "vllm==0.33.0")["engines"]
+    assert old["budget"]["kv_budget_bytes"] == int(141 * GiB * 0.92) - weights
     proc = run("budget", str(d), "--gpu-memory", "141GiB", env={"COLUMNS": "200"})
     assert "ESTIMATED" in proc.stdout
 

@@ -579,9 +579,13 @@ def _fill_layer_kinds(budget: VllmBudget, facts: ModelFacts, mode: Mode, specs: 
 def usable_memory(gpu: int, weights: int, release: str = VERSION) -> tuple[int, str]:
     """What vLLM leaves for KV caches on a GPU of `gpu` bytes (before its activation profile)."""
     utilization = at(R.GPU_UTILIZATION, release)
-    return int(gpu * utilization) - weights, (
+    # from 0.34.0 the extensible KV cache keeps at least its margin's floor free (the rest of the margin scales with
+    # the activation peak, which this estimate does not price; `kvdoctor fit` does)
+    margin = at(R.EXTENSIBLE_MARGIN, release)[0] if at(R.EXTENSIBLE_KV_CACHE, release) else 0
+    return int(gpu * utilization) - weights - margin, (
         f"GPU {gpu} B x gpu_memory_utilization {utilization} (vLLM {release}'s default) - weights {weights} B per "
-        "rank; the activation peak vLLM profiles is not subtracted")
+        "rank" + (f" - the extensible KV cache's margin floor {margin} B" if margin else "")
+        + "; the activation peak vLLM profiles is not subtracted")
 
 
 def modes(facts: ModelFacts, s: VllmSettings, context: int, memory: int, all_modes: bool,
