@@ -2,7 +2,7 @@
 result shape of one (engine, mode) budget, and the view a report shows of it."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -17,6 +17,21 @@ CUDA_CONTEXT = 133 * MiB
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def longest_fitting(fits: Callable[[int], bool], top: int) -> int:
+    """The longest length in 1..top for which `fits` holds (it holds up to some length and not past it), 0 where
+    not even one token fits: the binary search vLLM runs for `--max-model-len auto` and its admission hint."""
+    if not fits(1):
+        return 0
+    lo, hi, best = 1, top, 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
 
 
 class EngineRefusal(Exception):

@@ -14,8 +14,8 @@ import msgspec
 from msgspec import UNSET, UnsetType
 from msgspec.structs import replace
 
-from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, GiB, Record, StateTensor, cdiv, n,
-                                            size)
+from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, GiB, Record, StateTensor, cdiv,
+                                            longest_fitting, n, size)
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
@@ -467,19 +467,8 @@ def format_gib(value: int) -> str:
 
 def largest_fitting_length(groups: list[Group], mode: Mode, stride: int, memory: int) -> int:
     """vLLM's binary search for the longest max_model_len whose blocks fit `memory`."""
-    def fits(length: int) -> bool:
-        return stride * sum(g.blocks_per_request(mode, length) for g in groups) <= memory
-
-    lo, hi, best = 1, mode.max_model_len, 0
-    if not fits(1):
-        return 0
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            best, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    return best
+    return longest_fitting(lambda length: stride * sum(g.blocks_per_request(mode, length) for g in groups) <= memory,
+                           mode.max_model_len)
 
 
 def admission_refusal(needed: int, available: int, length: int, estimate: int, release: str = VERSION) -> EngineRefusal:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import msgspec
 
+from kvdoctor.engines.budget.common import longest_fitting
 from kvdoctor.errors import InputError
 
 SLIDING_MLA = "SlidingWindowMLASpec"
@@ -213,16 +214,4 @@ def blocks_needed(grouped: list[list[Cache]], length: int, in_flight: int) -> in
 
 def largest_fitting_length(grouped: list[list[Cache]], stride: int, in_flight: int, memory: int, top: int) -> int:
     """vLLM's binary search (_estimate_max_model_len_from_groups) for the longest length that fits `memory`."""
-    def fits(length: int) -> bool:
-        return stride * blocks_needed(grouped, length, in_flight) <= memory
-
-    if not fits(1):
-        return 0
-    lo, hi, best = 1, top, 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            best, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    return best
+    return longest_fitting(lambda length: stride * blocks_needed(grouped, length, in_flight) <= memory, top)
