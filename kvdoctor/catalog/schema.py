@@ -9,13 +9,16 @@ import re
 from typing import Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from kvdoctor.catalog.codes import CODE_RE, NAME_RE, reference_problem
 from kvdoctor.model import Severity
 
 SITE_RE = re.compile(r"^[\w./-]+\.py:\d+ @ [\w.+-]+$")
 FUNCTION_RE = re.compile(r"^[\w./-]+\.py in \w+$")
+# The forms of the source lists an engine error may carry: field -> (its form, what one item is, how it must read)
+SOURCE_FORMS = {"sites": (SITE_RE, "site", "'path/file.py:LINE @ VERSION'"),
+                "functions": (FUNCTION_RE, "function", "'path/file.py in function_name'")}
 
 
 def _compile(value: str, what: str) -> str:
@@ -83,20 +86,13 @@ class EngineErrorFact(_Strict):
     def _all_compile(cls, values: list[str]) -> list[str]:
         return [_compile(v, "pattern") for v in values]
 
-    @field_validator("sites")
+    @field_validator("sites", "functions")
     @classmethod
-    def _sites(cls, values: list[str]) -> list[str]:
+    def _source_form(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        form, item, reads = SOURCE_FORMS[str(info.field_name)]
         for value in values:
-            if not SITE_RE.match(value):
-                raise ValueError(f"site {value!r} must read 'path/file.py:LINE @ VERSION'")
-        return values
-
-    @field_validator("functions")
-    @classmethod
-    def _functions(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if not FUNCTION_RE.match(value):
-                raise ValueError(f"function {value!r} must read 'path/file.py in function_name'")
+            if not form.match(value):
+                raise ValueError(f"{item} {value!r} must read {reads}")
         return values
 
     @property
