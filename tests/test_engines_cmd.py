@@ -47,6 +47,12 @@ def test_install_takes_a_version_and_a_torch_index(tmp_path):
     assert "--no-deps sglang==0.5.22 triton==3.7.1" in lines[2] and "orjson" in lines[3]
 
 
+def test_install_takes_the_release_as_engine_takes_it(tmp_path):
+    shown = run("engines", "install", "vllm==0.30.0", "--print", env=_env(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "--no-deps vllm==0.30.0" in shown.stdout.splitlines()[2]
+
+
 def test_sglang_mlx_installs_into_kvdoctors_own_python(tmp_path):
     shown = run("engines", "install", "sglang-mlx", "--print", env=_env(tmp_path))
     assert shown.returncode == 0, shown.stderr
@@ -58,6 +64,8 @@ def test_sglang_mlx_installs_into_kvdoctors_own_python(tmp_path):
     (["nope"], "unknown engine 'nope'; expected one of: vllm, sglang, sglang-mlx"),
     (["hf"], "unknown engine 'hf'"),
     (["vllm", "--version", "0.33;rm"], "--version '0.33;rm': expected a release"),
+    (["vllm==0.30.0", "--version", "0.31.0"], "ENGINE vllm==0.30.0 and --version 0.31.0 name two releases"),
+    (["vllm=="], "ENGINE 'vllm==': expected ENGINE or ENGINE==RELEASE"),
     ([], "missing argument ENGINE")])
 def test_install_refuses_bad_arguments_in_one_line(tmp_path, args, says):
     proc = run("engines", "install", *args, "--print", env=_env(tmp_path))

@@ -81,9 +81,10 @@ def _line(row: dict) -> str:
 
 @engines_app.command("install")
 def install_cmd(
-    engine: str = typer.Argument(..., click_type=_engine_type(), help="The engine whose dry run to set up."),
-    version: Optional[str] = typer.Option(None, "--version", help="The engine release (default: the one "
-                                          "kvdoctor describes)."),
+    engine: str = typer.Argument(..., click_type=_engine_type(), help="The engine whose dry run to set up, "
+                                 "ENGINE or ENGINE==RELEASE as --engine takes it (vllm==0.30.0)."),
+    version: Optional[str] = typer.Option(None, "--version", help="The engine release, as ENGINE==RELEASE "
+                                          "gives it (default: the one kvdoctor describes)."),
     torch_index: Optional[str] = typer.Option(None, "--torch-index", help="A package index for torch 2.13.0, "
                                               "e.g. https://download.pytorch.org/whl/cpu for the CPU build on "
                                               "Linux (default: pip's own)."),
@@ -91,8 +92,13 @@ def install_cmd(
 ) -> None:
     """Build ENGINE's CPU Python where kvdoctor finds it (vllm, sglang: a venv of their own; sglang-mlx:
     kvdoctor's own Python), so that `check --engine ENGINE --dry-run` runs. Downloads about 1 GB."""
+    from kvdoctor.engines.releases import split_engine
     from kvdoctor.engines.venvs import install_commands, target_python
 
+    engine, named = split_engine(engine, "ENGINE")
+    if named is not None and version is not None and named != version:
+        raise InputError(f"ENGINE {engine}=={named} and --version {version} name two releases; give one")
+    version = named or version
     commands = install_commands(engine, version, torch_index)
     if show:
         for command in commands:
