@@ -9,7 +9,8 @@ quantization_config says), so the weights are priced as the engine stores them.
 Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/fit.md between its markers;
 `--summary` prints how many logs meet each of issue 40's bounds, per part (calibration, validation, held-out: the
 set collected after the last calibration and scored before any change it prompted; fresh: a second such set, collected
-after the fixes the first one prompted; fresh2: a third, collected after the fresh set's fixes), the refusals fit
+after the fixes the first one prompted; fresh2: a third, collected after the fresh set's fixes; fresh3: a fourth,
+collected after fresh2's), the refusals fit
 predicts among the logs whose engine refused, and for the logs collected after the last calibration (their
 `collected_after_calibration` field).
 """
@@ -224,7 +225,8 @@ def summary(data: list[dict[str, Any]]) -> str:
               ("validation", [r for r in data if r["part"] == "validation"]),
               ("held-out", [r for r in data if r["part"] == "held-out"]),
               ("fresh held-out", [r for r in data if r["part"] == "fresh"]),
-              ("third held-out (fresh2)", [r for r in data if r["part"] == "fresh2"]), ("all", data),
+              ("third held-out (fresh2)", [r for r in data if r["part"] == "fresh2"]),
+              ("fourth held-out (fresh3)", [r for r in data if r["part"] == "fresh3"]), ("all", data),
               ("collected after the last calibration", [r for r in data if r["log"] in late])]
     lines = [f"{len(data)} logs, {sum(1 for r in data if not r['skip'])} predicted"]
     for name, group in groups:

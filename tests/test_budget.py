@@ -115,6 +115,32 @@ def test_gpu_size_gives_an_estimate_from_checkpoint_headers(tmp_path):
     assert "ESTIMATED" in proc.stdout
 
 
+def test_budget_and_fit_decide_the_extensible_kv_cache_alike(tmp_path):
+    """vLLM 0.34.0 (the pin): the `vllm:` section's enable_extensible_kv_cache: false or a given
+    gpu_memory_utilization moves `budget --gpu-memory` as it moves `fit` (one decision, vllm.budget.utilization).
+    budget used to take 1.0 and the margin floor from the release alone, whatever the section said."""
+    d = make_model(tmp_path, "gpt-oss-20b")
+    weights = load_model(str(d)).checkpoint.total_bytes
+    deploy = tmp_path / "deploy.yaml"
+
+    def estimate(section: str, engine: str = "vllm") -> int:
+        deploy.write_text(f"vllm:\n  {section}\n")
+        (row,) = budget_json(str(d), "--gpu-memory", "141GiB", "--engine", engine, "--deploy", str(deploy))["engines"]
+        return row["budget"]["kv_budget_bytes"]
+
+    assert estimate("enable_extensible_kv_cache: false") == int(141 * GiB * 0.92) - weights  # was 1.0, less 1 GiB
+    assert estimate("gpu_memory_utilization: 0.8") == int(141 * GiB * 0.8) - weights - GiB  # was 1.0
+    assert estimate("enable_extensible_kv_cache: true") == int(141 * GiB) - weights - GiB
+    pin = PINS["vllm"]
+    assert vllm.utilization(pin, {}) == (1.0, True)
+    assert vllm.utilization(pin, {"enable_extensible_kv_cache": False}) == (0.92, False)
+    assert vllm.utilization(pin, {"kv_budget": "40GiB"}) == (0.92, False)
+    assert vllm.utilization(pin, {"gpu_memory_utilization": 0.8}) == (0.8, True)
+    deploy.write_text("vllm:\n  enable_extensible_kv_cache: false\n")
+    proc = run("budget", str(d), "--gpu-memory", "141GiB", "--engine", "vllm==0.33.0", "--deploy", str(deploy))
+    assert proc.returncode == 2 and "no extensible KV cache" in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("args, expected", [
     ((), "give the memory left for KV caches"),
     (("--kv-budget", "lots"), "expected a size such as 40GiB"),

@@ -81,10 +81,10 @@ def test_each_vllm_log_is_priced_by_its_own_releases_sizing() -> None:
     """The corpus's vLLM logs are all from before 0.34.0: each is priced at its own release, by the estimated
     sizing (0.92 unless the log set it, no extensible-cache headroom), whatever release kvdoctor defaults to."""
     from kvdoctor.engines.releases import key
-    from kvdoctor.engines.vllm import fit as vfit
+    from kvdoctor.engines.vllm import budget as vb
 
     vllm = [r for r in DATA if r["engine"] == "vllm" and not r["skip"]]
     assert vllm and all(r["version"] == LOGS[r["log"]]["version"] for r in vllm)
     for r in vllm:
         version = LOGS[r["log"]]["version"]
-        assert vfit.extensible(version, {}) is (key(version) >= key("0.34.0")) is False, r["log"]
+        assert vb.extensible(version, {}) is (key(version) >= key("0.34.0")) is False, r["log"]

@@ -8,7 +8,7 @@ capacity as concurrency at max_model_len. File:line references are to the vllm 0
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -19,8 +19,9 @@ from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, G
 from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
-from kvdoctor.engines.releases import at
+from kvdoctor.engines.releases import Ranged, at
 from kvdoctor.engines.vllm import releases as R
+from kvdoctor.errors import InputError
 
 if TYPE_CHECKING:
     from kvdoctor.engines.budget.settings import BudgetSettings
@@ -565,15 +566,54 @@ def _fill_layer_kinds(budget: VllmBudget, facts: ModelFacts, mode: Mode, specs: 
 
 # --- the budget half of the vLLM profile: the `vllm:` section's modes, the memory, one Budget per mode
 
-def usable_memory(gpu: int, weights: int, release: str = VERSION) -> tuple[int, str]:
-    """What vLLM leaves for KV caches on a GPU of `gpu` bytes (before its activation profile)."""
-    utilization = at(R.GPU_UTILIZATION, release)
-    # from 0.34.0 the extensible KV cache keeps at least its margin's floor free (the rest of the margin scales with
-    # the activation peak, which this estimate does not price; `kvdoctor fit` does)
-    margin = at(R.EXTENSIBLE_MARGIN, release)[0] if at(R.EXTENSIBLE_KV_CACHE, release) else 0
-    return int(gpu * utilization) - weights - margin, (
-        f"GPU {gpu} B x gpu_memory_utilization {utilization} (vLLM {release}'s default) - weights {weights} B per "
-        "rank" + (f" - the extensible KV cache's margin floor {margin} B" if margin else "")
+# The estimated sizing's utilization where the extensible KV cache is off (DEFAULT_GPU_MEMORY_UTILIZATION,
+# config/cache.py:186 @ 0.34.0; every release before 0.34.0 defaults to it too, R.GPU_UTILIZATION).
+ESTIMATED_UTILIZATION = 0.92
+T = TypeVar("T")
+
+
+def in_force(values: tuple[Ranged[T], ...], version: str) -> T:
+    """A value (a message, a rule) as `version` has it; for a release outside the ranges (a start-up log's),
+    the pinned release's."""
+    try:
+        return at(values, version)
+    except LookupError:
+        return at(values, VERSION)
+
+
+def extensible(version: str, s: Mapping[str, Any]) -> bool:
+    """Whether `version` sizes the KV cache from measured memory (R.EXTENSIBLE_KV_CACHE): by default from 0.34.0,
+    unless `enable_extensible_kv_cache: false` or a KV budget (kv_cache_memory_bytes) is given (config/vllm.py:
+    3203-3207 @ 0.34.0). Asking for it on an earlier release is an input error: its parser has no such flag.
+    `budget` and `fit` both decide here, from the `vllm:` section's keys."""
+    known = in_force(R.EXTENSIBLE_KV_CACHE, version)
+    asked = s.get("enable_extensible_kv_cache")
+    if asked is not None and not known:
+        raise InputError(f"vllm.enable_extensible_kv_cache: vLLM {version} has no extensible KV cache (from 0.34.0)")
+    return known and asked is not False and s.get("kv_budget") is None
+
+
+def utilization(version: str, s: Mapping[str, Any]) -> tuple[float, bool]:
+    """(gpu_memory_utilization, whether the extensible KV cache sizes the memory): the one given, else the
+    release's default for the mode (1.0 with the extensible cache, config/cache.py:495-501 @ 0.34.0; 0.92 without)."""
+    measured = extensible(version, s)
+    given = s.get("gpu_memory_utilization")
+    return float(given or (in_force(R.GPU_UTILIZATION, version) if measured else ESTIMATED_UTILIZATION)), measured
+
+
+def usable_memory(gpu: int, weights: int, release: str = VERSION,
+                  settings: Mapping[str, Any] | None = None) -> tuple[int, str]:
+    """What vLLM leaves for KV caches on a GPU of `gpu` bytes (before its activation profile), with the `vllm:`
+    section's utilization and extensible-cache keys in `settings`, decided as `fit` decides them."""
+    util, measured = utilization(release, settings or {})
+    # the extensible KV cache keeps at least its margin's floor free (the rest of the margin scales with the
+    # activation peak, which this estimate does not price; `kvdoctor fit` does)
+    margin = in_force(R.EXTENSIBLE_MARGIN, release)[0] if measured else 0
+    given = (settings or {}).get("gpu_memory_utilization")
+    return int(gpu * util) - weights - margin, (
+        f"GPU {gpu} B x gpu_memory_utilization {util} ({'given' if given else f'vLLM {release} default'}"
+        f"{', extensible KV cache' if measured else ''}) - weights {weights} B per rank"
+        + (f" - the extensible KV cache's margin floor {margin} B" if margin else "")
         + "; the activation peak vLLM profiles is not subtracted")
 
 
@@ -606,7 +646,9 @@ def budgets(facts: ModelFacts, s: VllmSettings, inputs: BudgetSettings, all_mode
     when those are not given."""
     if inputs.kv_budget is None and s.kv_budget is not None:
         inputs = inputs.model_copy(update={"kv_budget": s.kv_budget})
-    memory, how = kv_memory("vllm", facts, inputs, partial(usable_memory, release=s.release or VERSION),
+    keys = {"gpu_memory_utilization": s.gpu_memory_utilization,
+            "enable_extensible_kv_cache": s.enable_extensible_kv_cache, "kv_budget": s.kv_budget}
+    memory, how = kv_memory("vllm", facts, inputs, partial(usable_memory, release=s.release or VERSION, settings=keys),
                             tp=s.tensor_parallel_size)
     context = inputs.context or s.max_model_len or default_context(facts, inputs)
     return [plan(facts, m) for m in modes(facts, s, context, memory, all_modes, hma)], how

@@ -20,7 +20,7 @@ and says how each model was obtained (`Term.source`); docs/fit.md gives their er
 from __future__ import annotations
 
 import math
-from typing import Any, TypeVar
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -29,16 +29,14 @@ from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, stage_facts, weights_do_not_fit
 from kvdoctor.engines.budget.weights import weights_per_rank
 from kvdoctor.engines.pins import PINS, PROFILED
-from kvdoctor.engines.releases import Ranged, at
+from kvdoctor.engines.releases import Ranged
 from kvdoctor.engines.vllm import budget as vb
+from kvdoctor.engines.vllm.budget import in_force
 from kvdoctor.engines.vllm import releases as R
 from kvdoctor.engines.vllm import weights as vw
-from kvdoctor.errors import InputError
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["vllm"]
-T = TypeVar("T")
-GPU_MEMORY_UTILIZATION = 0.92  # config/cache.py:186 @ 0.34.0 (DEFAULT_GPU_MEMORY_UTILIZATION): the estimated sizing's
 # Memory in use before the worker's start-up snapshot (the CUDA context; NCCL in a TP group), which the measured
 # sizing's "free at start-up" leaves out: (alone, in a TP group) from the "Free memory on device: X/Y GiB on startup"
 # lines of the vLLM 0.11 calibration logs on H100 (78.57/79.18 GiB at TP 1, five logs; 77.64/79.18 at TP 2).
@@ -105,15 +103,6 @@ SOURCES = {
     "kv_measured": "what is left after warm-up and capture: v1/worker/extensible_kv_cache.py:612-618 @ 0.34.0 "
                    "(measure_kv_cache_bytes)",
 }
-
-
-def in_force(values: tuple[Ranged[T], ...], version: str) -> T:
-    """A value (a message, a rule) as `version` has it; for a release outside the ranges (a start-up log's),
-    the pinned release's."""
-    try:
-        return at(values, version)
-    except LookupError:
-        return at(values, VERSION)
 
 
 def version_tuple(version: str) -> tuple[int, int]:
@@ -223,17 +212,6 @@ def activation_peak(facts: ModelFacts, config: dict[str, Any], tp: int, tokens: 
     return max(forward + workspace, sampler)
 
 
-def extensible(version: str, s: dict[str, Any]) -> bool:
-    """Whether `version` sizes the KV cache from measured memory (R.EXTENSIBLE_KV_CACHE): by default from 0.34.0,
-    unless `enable_extensible_kv_cache: false` or a KV budget (kv_cache_memory_bytes) is given (config/vllm.py:
-    3203-3207 @ 0.34.0). Asking for it on an earlier release is an input error: its parser has no such flag."""
-    known = in_force(R.EXTENSIBLE_KV_CACHE, version)
-    asked = s.get("enable_extensible_kv_cache")
-    if asked is not None and not known:
-        raise InputError(f"vllm.enable_extensible_kv_cache: vLLM {version} has no extensible KV cache (from 0.34.0)")
-    return known and asked is not False and s.get("kv_budget") is None
-
-
 def measured_kv(total: int, requested: int, used: int, transient: int, start_up_used: int,
                 version: str) -> tuple[int, int]:
     """(KV bytes, margin) of the extensible KV cache's sizing after warm-up (`measure_kv_cache_bytes`): the
@@ -264,9 +242,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     version = str(s.get("version") or VERSION)
     tp, pp, dp = int(layout.get("tp", 1)), int(layout.get("pp", 1)), int(layout.get("dp", 1))
     ep = bool(layout.get("expert_parallel", False))
-    measured = extensible(version, s)
-    util = float(s.get("gpu_memory_utilization")
-                 or (in_force(R.GPU_UTILIZATION, version) if measured else GPU_MEMORY_UTILIZATION))
+    util, measured = vb.utilization(version, s)
     context = request.context or facts.max_position or 0
     default_tokens, default_seqs = scheduler_defaults(version, gpu, context)
     tokens = int(s.get("max_num_batched_tokens") or default_tokens)
