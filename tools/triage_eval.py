@@ -3,7 +3,7 @@
     python tools/triage_eval.py tests/data/logs
 
 A row is right when triage names exactly the expected entry, or, for `none` (a log about something
-else), names nothing and says "unknown". A `gap` row is a runtime error the catalog has no entry for:
+else), names nothing and says "unknown" (or leaves a generic GPU error unattributed). A `gap` row is a runtime error the catalog has no entry for:
 it counts as a miss among the logs to be named, and so does `miss(CODE)`, a log whose fitting entry
 CODE exists but whose excerpt lacks the text to name it by (right only if triage names CODE). Prints
 one line per log, the share of logs with an error to name that are named with the expected entry,
@@ -30,7 +30,7 @@ def main(directory: str) -> int:
         codes = [h.entry.code for h in report.hits]
         if expected == "none":
             others += 1
-            ok = codes == [] and report.unknown is not None
+            ok = codes == [] and (report.unknown is not None or bool(report.unattributed))
             false_matches += bool(codes)
         else:
             to_name += 1
