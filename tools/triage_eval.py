@@ -8,8 +8,9 @@ A row is right when triage names exactly the expected entry, or, for `none` (a l
 else), names nothing and says "unknown" (or leaves a generic GPU error unattributed). A `gap` row is
 a runtime error the catalog has no entry for: it counts as a miss among the logs to be named, and so
 does `miss(CODE)`, a log whose fitting entry CODE exists but whose excerpt lacks the text to name it
-by (right only if triage names CODE). Prints one line per log, the share of logs with an error to name that are named with the expected entry,
-and the logs about something else that some entry claimed (false matches).
+by (right only if triage names CODE). Prints one line per log, the share of logs with an error to
+name that are named with the expected entry, and the logs about something else that some entry
+claimed (false matches).
 """
 from __future__ import annotations
 
