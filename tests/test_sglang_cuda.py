@@ -47,8 +47,6 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
     ("plan", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "a window added to an MLA config: kvdoctor's loader "
                                                                 "reads sliding MHA layers, SGLang keeps MLA",
     ("budget", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "as the plan point",
-    ("plan", "stepfun-ai__Step-3.7-Flash", "none", "context_length_2x"): "SGLang's own Step3p5Config derives a "
-                                                                        "context of 128000 from a config stating 65536",
     ("plan", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "transformers' Qwen2MoeConfig gives a window of 0 "
                                                              "without use_sliding_window; kvdoctor refuses to read it "
                                                              "(exit 2), SGLang never reads the window",
