@@ -44,9 +44,6 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
     ("budget", "LiquidAI__LFM2.5-VL-1.6B", "mtp_appended"): "SGLang's Lfm2 config keeps the conv entry past "
                                                             "num_hidden_layers as an 11th conv state layer; kvdoctor "
                                                             "reads 16 layers (10 conv): one token fewer in the pool",
-    ("plan", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "a window added to an MLA config: kvdoctor's loader "
-                                                                "reads sliding MHA layers, SGLang keeps MLA",
-    ("budget", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "as the plan point",
     ("plan", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "transformers' Qwen2MoeConfig gives a window of 0 "
                                                              "without use_sliding_window; kvdoctor refuses to read it "
                                                              "(exit 2), SGLang never reads the window",
