@@ -28,11 +28,7 @@ from sglang_agreement import as_planned_for, golden_placements  # noqa: E402
 # Points where kvdoctor's side still differs from SGLang, each reason checked by running the point with --runxfail;
 # keyed (test, model), (test, model, mutation) or (test, model, mutation, setting). The held configs taken
 # into the goldens in issue 43 brought them.
-DSV4_BUDGET = ("DeepSeek-V4's sizing is DSV4PoolConfigurator's (compressed c4 / c128 pools from compress_ratios and "
-               "kv_source_layer_ids, indexer keys, a request-scoped state pool); kvdoctor's budget does not price "
-               "compressed_attention layers and says so (not_priced)")
 KNOWN_GAPS: dict[tuple[str, ...], str] = {
-    **{("budget", model): DSV4_BUDGET for model in ("deepseek-ai__DeepSeek-V4-Flash", "deepseek-ai__DeepSeek-V4-Pro")},
     **{("plan", model, "none", "disable_hybrid_swa_memory"): "SGLang's own DeepSeek-V4 pool build fails with hybrid-SWA "
        "off (TypeError at mem_cache/deepseek_v4_memory_pool.py:171: no window size); the goldens keep the outcome 'ok' "
        "(pools are a later stage) and kvdoctor predicts no refusal"
