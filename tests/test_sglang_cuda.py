@@ -37,9 +37,6 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
                                                 "own code (raised_at_sglang is null), after SGLang gave the config no "
                                                 "conv layer and so no Mamba cache params"
        for m in ("layer_types_missing", "window_no_layer_types")},
-    ("budget", "LiquidAI__LFM2.5-VL-1.6B", "mtp_appended"): "SGLang's Lfm2 config keeps the conv entry past "
-                                                            "num_hidden_layers as an 11th conv state layer; kvdoctor "
-                                                            "reads 16 layers (10 conv): one token fewer in the pool",
     ("plan", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "transformers' Qwen2MoeConfig gives a window of 0 "
                                                              "without use_sliding_window; kvdoctor refuses to read it "
                                                              "(exit 2), SGLang never reads the window",

@@ -71,6 +71,13 @@ def priced(built: ModelSpec, spec: ModelSpec) -> ModelFacts:
         elif one is not None:
             facts.mamba1 = Mamba1Dims(*one)
         facts.layers = sorted(facts.layers + [Layer(i, "mamba") for i in mamba], key=lambda l: l.index)
+    if facts.count("short_conv") and archs.serving_arch(spec.raw_config) in archs.TYPED_CONV_ARCHS:
+        # Lfm2Config lists its conv state layers from the whole layer_types (configs/lfm2.py:46-51): an entry past
+        # num_hidden_layers (an MTP layer appended) is a conv state layer too
+        types = spec.config.get("layer_types")
+        past = [i for i, t in enumerate(types) if i >= len(spec.layers) and t in ("conv", "short_conv")] \
+            if isinstance(types, list) else []
+        facts.layers = facts.layers + [Layer(i, "short_conv") for i in past]
     if facts.count("short_conv"):
         conv = pools.conv_dims(spec)
         if conv is None:
