@@ -85,11 +85,9 @@ def test_blocks_without_attention_cache_nothing(tmp_path):
 
 SGLANG_SIZED = [p for p in json.loads((ROOT / "goldens" / "sglang_check.json").read_text())["points"]
                 if p.get("mutation") == "none" and p.get("setting") == "default" and "sizing_40GiB" in p["result"]]
-# Configs the budget refuses to price (one line, exit 2) where SGLang sizes them: layer kinds it does not model
-# (SGL152 says so in a check). A config stating no context (Gemma-3) takes its class's default, as SGLang does.
+# Configs the budget refuses to price (one line, exit 2) where SGLang sizes them. A config stating no context
+# (Gemma-3) takes its class's default, as SGLang does.
 BUDGET_REFUSES = {
-    **dict.fromkeys(("deepseek-ai__DeepSeek-V4-Flash", "deepseek-ai__DeepSeek-V4-Pro"),
-                    "layer kinds the budget does not price (DeepSeek-V4's compressed attention)"),
     **dict.fromkeys(("sgl9__mistralai__Mamba-Codestral-7B-v0.1", "sgl9__tiiuae__falcon-mamba-7b"),
                     "config.json states no context: the budget asks for --context, SGLang takes its default 2048"),
 }
@@ -101,7 +99,7 @@ BUDGET_REFUSES = {
 def test_sglang_budget_matches_sglangs_own_sizing_at_40GiB(tmp_path, point):
     """`kvdoctor budget --engine sglang` against SGLang 0.5.23's own sizing of the same config
     (goldens/sglang_check.json): pool tokens, max running requests, Mamba state slots. The Mamba-2
-    (Nemotron-H) and DSA (GLM-5, DeepSeek-V3.2 style) models and Llama-4's chunked layers (SWA
+    (Nemotron-H), DSA (GLM-5, DeepSeek-V3.2 style) and DeepSeek-V4 models and Llama-4's chunked layers (SWA
     layers to SGLang) included."""
     from kvdoctor.engines.deploy import Deploy
     from kvdoctor.load.loader import load_model

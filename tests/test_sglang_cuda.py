@@ -28,11 +28,7 @@ from sglang_agreement import as_planned_for, golden_placements  # noqa: E402
 # Points where kvdoctor's side still differs from SGLang, each reason checked by running the point with --runxfail;
 # keyed (test, model), (test, model, mutation) or (test, model, mutation, setting). The held configs taken
 # into the goldens in issue 43 brought them.
-DSV4_BUDGET = ("DeepSeek-V4's sizing is DSV4PoolConfigurator's (compressed c4 / c128 pools from compress_ratios and "
-               "kv_source_layer_ids, indexer keys, a request-scoped state pool); kvdoctor's budget does not price "
-               "compressed_attention layers and says so (not_priced)")
 KNOWN_GAPS: dict[tuple[str, ...], str] = {
-    **{("budget", model): DSV4_BUDGET for model in ("deepseek-ai__DeepSeek-V4-Flash", "deepseek-ai__DeepSeek-V4-Pro")},
     **{("plan", model, "none", "disable_hybrid_swa_memory"): "SGLang's own DeepSeek-V4 pool build fails with hybrid-SWA "
        "off (TypeError at mem_cache/deepseek_v4_memory_pool.py:171: no window size); the goldens keep the outcome 'ok' "
        "(pools are a later stage) and kvdoctor predicts no refusal"
@@ -41,14 +37,6 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
                                                 "own code (raised_at_sglang is null), after SGLang gave the config no "
                                                 "conv layer and so no Mamba cache params"
        for m in ("layer_types_missing", "window_no_layer_types")},
-    ("budget", "LiquidAI__LFM2.5-VL-1.6B", "mtp_appended"): "SGLang's Lfm2 config keeps the conv entry past "
-                                                            "num_hidden_layers as an 11th conv state layer; kvdoctor "
-                                                            "reads 16 layers (10 conv): one token fewer in the pool",
-    ("plan", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "a window added to an MLA config: kvdoctor's loader "
-                                                                "reads sliding MHA layers, SGLang keeps MLA",
-    ("budget", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "as the plan point",
-    ("plan", "stepfun-ai__Step-3.7-Flash", "none", "context_length_2x"): "SGLang's own Step3p5Config derives a "
-                                                                        "context of 128000 from a config stating 65536",
     ("plan", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "transformers' Qwen2MoeConfig gives a window of 0 "
                                                              "without use_sliding_window; kvdoctor refuses to read it "
                                                              "(exit 2), SGLang never reads the window",

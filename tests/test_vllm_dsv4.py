@@ -133,3 +133,29 @@ def test_check_reports_its_admission_refusal_and_no_false_layer_findings(tmp_pat
     deploy = tmp_path / "deploy.yaml"
     deploy.write_text("vllm:\n  disable_hybrid_kv_cache_manager: true\n  kv_budget: 40GiB\n")
     assert "MEM004" in check_codes(model, "--deploy", str(deploy))
+
+
+def budget_json(model: Path, *args: str) -> dict:
+    run = subprocess.run([sys.executable, "-m", "kvdoctor", "budget", str(model), "--format", "json", *args],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+@pytest.mark.parametrize("model", ["Flash", "Pro"])
+def test_budget_prices_it_through_the_plan_check_uses(tmp_path, model):
+    """`kvdoctor budget` prices DeepSeek-V4 at vLLM with the caches and admission check the plan uses: on the CPU
+    box's scheduler the refusal is vLLM's own text (goldens/vllm_check-0.34.0.json); with the CUDA one it fits."""
+    point = POINTS[(model, "default")]
+    path = tmp_path / model
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(point["config"]))
+    deploy = tmp_path / "cpu.yaml"
+    deploy.write_text(f"vllm:\n  max_num_batched_tokens: {point['fields']['max_num_batched_tokens']}\n"
+                      "  async_scheduling: false\n")
+    refused = budget_json(path, "--engine", "vllm", "--kv-budget", "40GiB", "--deploy", str(deploy))["engines"]
+    assert refused[0]["error"]["message"] == point["outcome"]["message"]
+    fits = budget_json(path, "--engine", "vllm", "--kv-budget", "40GiB")["engines"][0]
+    assert "error" not in fits and fits["capacity"]["max_concurrency"] > 1
+    assert len(fits["groups"]) == 5 and fits["pool"]["bytes_per_block"] == dsv4.size(
+        point["config"], True, fits["mode"]["max_model_len"], fits["mode"]["in_flight_tokens"]).bytes_per_block

@@ -341,10 +341,12 @@ LINEAR_KINDS = {"qwen3_5_text": GDN, "qwen3_5_moe_text": GDN, "olmo_hybrid": GDN
 
 
 def transformers_family(view: Any) -> Family:
-    """A family for a model type only transformers knows: kinds from its resolved `layer_types`."""
-    return Family(view.model_type, (view.model_type,), {}, _window_everywhere,
-                  linear_kind=LINEAR_KINDS.get(view.model_type, LINEAR),
-                  mla=view.resolved.get("kv_lora_rank") is not None, semantics="transformers")
+    """A family for a model type only transformers knows: kinds from its resolved `layer_types`. Without them a
+    latent-attention class (one with `kv_lora_rank`) masks no window, whatever `sliding_window` says: its
+    attention reads none (transformers' glm4_moe_lite builds a causal mask "no sliding"), so every layer is MLA."""
+    mla = view.resolved.get("kv_lora_rank") is not None
+    return Family(view.model_type, (view.model_type,), {}, _mla_everywhere if mla else _window_everywhere,
+                  linear_kind=LINEAR_KINDS.get(view.model_type, LINEAR), mla=mla, semantics="transformers")
 
 
 def family_for(model_type: str) -> Family | None:

@@ -103,6 +103,9 @@ class ModelFacts(msgspec.Struct):
     dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
     dsa_index_skips: tuple[int, ...] = ()  # DSA layers reusing another layer's top-k, with no indexer key (SGLang)
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
+    # DeepSeek-V4: the config its compressed caches are sized from, for the engines that price them
+    # (kvdoctor.engines.vllm.dsv4, kvdoctor.engines.sglang.dsv4); its layers are "compressed" or "sliding"
+    dsv4: dict[str, Any] | None = None
     mlx_lm_module: str | None = None  # set by the mlx-lm profile: the mlx_lm.models module its loader picks
     weights_bytes: int | None = None
     dtype: str | None = None  # the engine's --dtype where the deployer sets it (fit's settings)
@@ -195,6 +198,8 @@ def facts_from_spec(spec: ModelSpec, extra_kinds: dict[str, str] | None = None) 
         weights_bytes=spec.checkpoint.total_bytes if spec.checkpoint and spec.checkpoint.total_bytes else None,
     )
     kinds = facts.kinds()
+    if kinds["compressed"]:
+        facts.dsv4 = dict(cfg)
     if kinds["dsa"]:
         facts.dsa_index_head_dim = _positive(cfg, "index_head_dim", where)
     if kinds["mla"] or kinds["dsa"]:

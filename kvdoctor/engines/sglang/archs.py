@@ -193,11 +193,18 @@ def registry(release: str = PINS["sglang"]) -> dict[str, Any]:
 GEOMETRY = ("num_hidden_layers", "num_key_value_heads", "head_dim")
 
 
+def served_text_config(raw: dict) -> dict[str, Any] | None:
+    """The text config SGLang serves for a composite model type whose config.json has no text_config: its
+    class's default one (as the registry read it), whatever the top level states; else None."""
+    served = registry().get("text_config_defaults", {}).get(raw.get("model_type"))
+    return served if served and "text_config" not in raw else None
+
+
 def default_text_config(raw: dict) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]] | None:
     """(the text config SGLang serves, {key: (stated, served)}) for a composite model type whose config.json
     keeps differing text geometry at its top level and has no text_config (SGL251); else None."""
-    served = registry().get("text_config_defaults", {}).get(raw.get("model_type"))
-    if not served or "text_config" in raw:
+    served = served_text_config(raw)
+    if served is None:
         return None
     differs = {k: (raw[k], served.get(k)) for k in GEOMETRY if isinstance(raw.get(k), int) and raw[k] != served.get(k)}
     return (served, differs) if differs else None

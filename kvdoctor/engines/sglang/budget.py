@@ -23,8 +23,11 @@ from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, G
 from kvdoctor.engines.budget.facts import Layer, ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.sglang import dsv4
 from kvdoctor.engines.sglang.archs import EXTRA_BUFFER_ARCHS
-from kvdoctor.engines.sglang.releases import hybrid_swa_archs
+from kvdoctor.engines.releases import key
+from kvdoctor.engines.sglang.releases import DSV4_SIZED_SINCE, hybrid_swa_archs
+from kvdoctor.errors import InputError
 from kvdoctor.model import SPARSE_MLA
 
 if TYPE_CHECKING:
@@ -66,6 +69,7 @@ class Mode(msgspec.Struct, frozen=True):
     kv_budget_bytes: int
     page_size: int = 1  # no static default: the attention backend resolves it (FA3: 1, FlashMLA: 64)
     swa_full_tokens_ratio: float = 0.8
+    swa_ratio_set: bool = False  # the deployer gave --swa-full-tokens-ratio (DeepSeek-V4's hook sets it otherwise)
     disable_hybrid_swa_memory: bool = False
     kv_cache_dtype: str = "auto"
     tp: int = 1
@@ -438,6 +442,9 @@ def describe_mode(facts: ModelFacts, mode: Mode) -> ModeRecord:
 
 
 def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
+    if facts.dsv4 is not None and key(mode.release) < key(DSV4_SIZED_SINCE):
+        raise InputError(f"DeepSeek-V4's SGLang pool sizing is modelled from {DSV4_SIZED_SINCE} on, not at "
+                         f"{mode.release}")
     budget = SglangBudget(engine="sglang", version=mode.release, mode=describe_mode(facts, mode),
                           capacity=CapacityRecord(context_length=mode.context_length,
                                                   kv_budget_bytes=mode.kv_budget_bytes),
@@ -470,10 +477,17 @@ def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
             slots, rest = mamba_slots(rest, per_req, mode)
             budget.state.slots, budget.state.bytes = slots, (slots + 1) * per_req
         available = int(rest * (1 << 30))
-        configurator, full, swa = pools(facts, mode, available)
-        budget.mode.configurator = configurator
-        budget.pools = [PoolRecord(pool="full", tokens=full,
-                                   bytes_per_token=pool_bytes(facts, mode, _full_pool(facts, mode)))]
+        if facts.dsv4 is not None:
+            mode = replace(mode, max_running_requests=mode.max_running_requests or dsv4.DEFAULT_MAX_RUNNING)
+            budget.pools = dsv4_pools(facts, mode, available)
+            budget.mode.configurator = "DSV4PoolConfigurator" if hybrid_swa(facts, mode) else "DefaultPoolConfigurator"
+            budget.mode.swa_full_tokens_ratio = dsv4_swa_ratio(mode)
+            full, swa = budget.pools[0].tokens, None
+        else:
+            configurator, full, swa = pools(facts, mode, available)
+            budget.mode.configurator = configurator
+            budget.pools = [PoolRecord(pool="full", tokens=full,
+                                       bytes_per_token=pool_bytes(facts, mode, _full_pool(facts, mode)))]
         if swa is not None:
             budget.pools.append(PoolRecord(pool="swa", tokens=swa, bytes_per_token=pool_bytes(facts, mode, ("sliding",))))
         tokens = full if full else swa
@@ -485,6 +499,28 @@ def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
     budget.capacity.max_total_num_tokens = tokens
     budget.capacity.concurrency_at_L = tokens / mode.context_length
     return budget
+
+
+def dsv4_swa_ratio(mode: Mode) -> float:
+    return mode.swa_full_tokens_ratio if mode.swa_ratio_set else dsv4.DEFAULT_SWA_RATIO
+
+
+def dsv4_pools(facts: ModelFacts, mode: Mode, available: int) -> list[PoolRecord]:
+    """DeepSeek-V4's pools (kvdoctor.engines.sglang.dsv4): DSV4PoolConfigurator's with hybrid-SWA memory on, the
+    default configurator's one-head MHA cell with it off; the page is the dsv4 backend's whatever --page-size says,
+    and `auto` KV is fp8 (arg_groups/model_overrides/deepseek_v4.py)."""
+    cfg = facts.dsv4 or {}
+    if hybrid_swa(facts, mode):
+        sized = dsv4.pools(cfg, available, dsv4_swa_ratio(mode), mode.max_running_requests or dsv4.DEFAULT_MAX_RUNNING)
+        if sized.full <= 0:
+            raise not_enough_memory()
+        return [PoolRecord(pool="full", tokens=sized.full, bytes_per_token=round(sized.bytes_per_full_token)),
+                PoolRecord(pool="swa", tokens=sized.swa, bytes_per_token=round(dsv4.swa_token_bytes(dsv4.dims(cfg))))]
+    cell = dsv4.default_cell(cfg, 1 if mode.kv_cache_dtype == "auto" else kv_bytes(facts, mode))
+    tokens = available // cell // dsv4.PAGE * dsv4.PAGE
+    if tokens <= 0:
+        raise not_enough_memory()
+    return [PoolRecord(pool="full", tokens=tokens, bytes_per_token=cell)]
 
 
 def _full_pool(facts: ModelFacts, mode: Mode) -> tuple[str, ...]:
@@ -511,7 +547,9 @@ def usable_memory(gpu: int, weights: int, s: SglangSettings, mla: bool = False) 
 
 def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_modes: bool) -> list[Mode]:
     base = Mode(context_length=context, kv_budget_bytes=memory, page_size=s.page_size,
-                swa_full_tokens_ratio=s.swa_full_tokens_ratio, disable_hybrid_swa_memory=s.disable_hybrid_swa_memory,
+                swa_full_tokens_ratio=s.swa_full_tokens_ratio,
+                swa_ratio_set="swa_full_tokens_ratio" in s.model_fields_set,
+                disable_hybrid_swa_memory=s.disable_hybrid_swa_memory,
                 kv_cache_dtype=s.kv_cache_dtype, tp=s.tp_size or 1, max_mamba_cache_size=s.max_mamba_cache_size,
                 mamba_full_memory_ratio=s.mamba_full_memory_ratio, mamba_ssm_dtype=s.mamba_ssm_dtype,
                 radix_cache=s.radix_cache, max_running_requests=s.max_running_requests,
@@ -521,7 +559,8 @@ def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_m
         return [base]
     out = [base]
     if hybrid_swa(facts, base) and facts.windows:
-        out += [replace(base, swa_full_tokens_ratio=r) for r in (0.5, 0.2) if r != base.swa_full_tokens_ratio]
+        out += [replace(base, swa_full_tokens_ratio=r, swa_ratio_set=True) for r in (0.5, 0.2)
+                if r != base.swa_full_tokens_ratio]
         out.append(replace(base, disable_hybrid_swa_memory=True))
     if facts.state_kind:
         other = "bfloat16" if ssm_dtype(facts, base) == "float32" else "float32"

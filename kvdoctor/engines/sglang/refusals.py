@@ -119,10 +119,13 @@ def derived_context_length(spec: ModelSpec) -> int:
     """SGLang's `get_context_length` (utils/hf_transformers/common.py:677): the first context attribute of the
     text config, times the rope-scaling factor unless the scaling states its original length or is
     llama3-style (a per-layer-type scaling has no top-level factor). A composite config served with its class's
-    default text config (SGL251) has that config's context, as the registry read it with SGLang's function."""
-    served = archs.default_text_config(spec.raw_config)
-    if served is not None and isinstance(served[0].get("context_length"), int):
-        return served[0]["context_length"]
+    default text config has that config's context, as the registry read it with SGLang's function, even where the
+    top level states the same geometry (Step-3.7: Step3p7Config builds a default Step3p5Config, whose `max_seq_len`
+    of 128000, configs/step3p5.py:17, comes before any `max_position_embeddings` the top level states,
+    configs/step3p7.py:75-78)."""
+    served = archs.served_text_config(spec.raw_config)
+    if served is not None and isinstance(served.get("context_length"), int):
+        return served["context_length"]
     cfg = _text_config_view(spec)
     scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else None
     factor = 1

@@ -41,6 +41,10 @@ def hybrid_swa_archs(release: str) -> frozenset[str]:
                      if arch not in HYBRID_SWA_SINCE or key(HYBRID_SWA_SINCE[arch]) <= key(release))
 
 
+# DeepSeek-V4's pool sizing (engines/sglang/dsv4.py) as read at 0.5.23 and matched by the 0.5.21 and 0.5.22 goldens;
+# 0.5.17 and 0.5.19 size its full pool otherwise (8% fewer tokens, not read): their budgets stay unpriced.
+DSV4_SIZED_SINCE = "0.5.21"
+
 # The memory SGLang holds back from its pools (fit's SGLang model, engines/sglang/reserve.py): from 0.5.0 a
 # formula of the GPU's memory, the chunked-prefill size and the decode graphs (srt/arg_groups/memory_hook.py
 # at 0.5.23; server_args.py before), a fraction by TP size before it; prefill CUDA graphs reserved from 0.5.23.

@@ -8,18 +8,19 @@ import msgspec
 
 from kvdoctor.engines.sglang import budget
 from kvdoctor.engines.budget.facts import Layer, Mamba1Dims, Mamba2Dims, ModelFacts, ShortConvDims, facts_from_spec
-from kvdoctor.engines.sglang import pools, swa
+from kvdoctor.engines.sglang import archs, pools, swa
 from kvdoctor.engines.sglang.pools import as_sglang_builds
 from kvdoctor.engines.sglang.refusals import derived_context_length
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.errors import InputError
-from kvdoctor.model import CHUNKED, CONV, FULL, MAMBA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
+from kvdoctor.model import CHUNKED, COMPRESSED, CONV, FULL, MAMBA, NO_ATTENTION, SLIDING, SPARSE_MLA, ModelSpec
 
 
 def mode(spec: ModelSpec, settings: SglangSettings, kv_budget: int) -> budget.Mode:
     return budget.Mode(
         context_length=settings.context_length or derived_context_length(spec), kv_budget_bytes=kv_budget,
         page_size=settings.page_size or pools.resolved_page_size(spec), swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
+        swa_ratio_set="swa_full_tokens_ratio" in settings.model_fields_set,
         disable_hybrid_swa_memory=settings.disable_hybrid_swa_memory, kv_cache_dtype=settings.kv_cache_dtype,
         tp=settings.tp, max_mamba_cache_size=settings.max_mamba_cache_size, mamba_ssm_dtype=settings.mamba_ssm_dtype,
         radix_cache=settings.radix_cache, max_running_requests=settings.max_running_requests,
@@ -55,8 +56,10 @@ def priced(built: ModelSpec, spec: ModelSpec) -> ModelFacts:
     mamba = [l.index for l in built.layers if l.kind == MAMBA]
     unread = msgspec.structs.replace(built, layers=[msgspec.structs.replace(l, kind=NO_ATTENTION) if l.kind == MAMBA
                                                     else l for l in built.layers])
-    facts = facts_from_spec(unread, extra_kinds={SPARSE_MLA: "dsa", CONV: "short_conv"})
+    facts = facts_from_spec(unread, extra_kinds={SPARSE_MLA: "dsa", CONV: "short_conv", COMPRESSED: "compressed"})
     facts.dsa_index_skips = budget.dsa_index_skips(spec)
+    if archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:  # sized from compress_ratios, not layer kinds
+        facts.dsv4 = dict(spec.config)
     if mamba:
         two, one = pools.mamba2_dims(spec), pools.mamba1_dims(spec)
         if two is None and one is None:
@@ -68,6 +71,13 @@ def priced(built: ModelSpec, spec: ModelSpec) -> ModelFacts:
         elif one is not None:
             facts.mamba1 = Mamba1Dims(*one)
         facts.layers = sorted(facts.layers + [Layer(i, "mamba") for i in mamba], key=lambda l: l.index)
+    if facts.count("short_conv") and archs.serving_arch(spec.raw_config) in archs.TYPED_CONV_ARCHS:
+        # Lfm2Config lists its conv state layers from the whole layer_types (configs/lfm2.py:46-51): an entry past
+        # num_hidden_layers (an MTP layer appended) is a conv state layer too
+        types = spec.config.get("layer_types")
+        past = [i for i, t in enumerate(types) if i >= len(spec.layers) and t in ("conv", "short_conv")] \
+            if isinstance(types, list) else []
+        facts.layers = facts.layers + [Layer(i, "short_conv") for i in past]
     if facts.count("short_conv"):
         conv = pools.conv_dims(spec)
         if conv is None:
@@ -83,11 +93,10 @@ def size(spec: ModelSpec, settings: SglangSettings) -> dict[str, Any] | None:
         return None
     try:
         sized, hybrid_swa = as_sized(spec, settings)
-        facts = priced(sized, spec)
+        result = budget.plan(priced(sized, spec), msgspec.structs.replace(mode(spec, settings, settings.kv_budget),
+                                                                          disable_hybrid_swa_memory=not hybrid_swa))
     except InputError as exc:  # a layer kind the budget cannot price yet: say so, keep the plan
         return {"not_priced": str(exc)}
-    result = budget.plan(facts, msgspec.structs.replace(mode(spec, settings, settings.kv_budget),
-                                                    disable_hybrid_swa_memory=not hybrid_swa))
     if result.error is not None:
         return {"error": {"class": result.error.cls, "message": result.error.message}}
     out: dict[str, Any] = {"kv_budget": settings.kv_budget, "configurator": result.mode.configurator,

@@ -20,6 +20,7 @@ from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import Ranged, at
+from kvdoctor.engines.vllm import dsv4
 from kvdoctor.engines.vllm import releases as R
 from kvdoctor.errors import InputError
 
@@ -499,6 +500,8 @@ def plan(facts: ModelFacts, mode: Mode) -> VllmBudget:
                         capacity=CapacityRecord(max_model_len=mode.max_model_len, kv_budget_bytes=mode.kv_budget_bytes),
                         provenance={"formula": "kvdoctor.engines.vllm.budget", "checked_against": "goldens/vllm.json",
                                     "refs": [f"vllm/{r}" for r in REFS.values()]})
+    if facts.dsv4 is not None:
+        return _plan_dsv4(budget, facts.dsv4, mode)
     try:
         check_tp(facts, mode)
         specs, info = layer_specs(facts, mode, budget.notes)
@@ -547,6 +550,38 @@ def plan(facts: ModelFacts, mode: Mode) -> VllmBudget:
         concurrency = num_blocks / cdiv(sum(n * g.spec.page for g, n in zip(groups, per_request)), groups[0].spec.page)
     budget.capacity.max_concurrency = concurrency
     budget.capacity.tokens = int(concurrency * mode.max_model_len)
+    return budget
+
+
+def _plan_dsv4(budget: VllmBudget, cfg: dict[str, Any], mode: Mode) -> VllmBudget:
+    """DeepSeek-V4's caches, groups and pool (kvdoctor.engines.vllm.dsv4, the one model of them): its block sizes are
+    its own and its caches fp8_ds_mla whatever kv_cache_dtype says; the pool and admission check are the others'."""
+    if not at(R.DSV4_PLANNED, mode.release):
+        raise InputError(f"DeepSeek-V4's caches are planned from vLLM 0.30.0 on, not at {mode.release}")
+    sizing = dsv4.size(cfg, mode.hma, mode.max_model_len, mode.in_flight_tokens)
+    stride = sizing.bytes_per_block
+    per_request = [max(c.blocks(mode.max_model_len, mode.in_flight_tokens) for c in g) for g in sizing.groups]
+    budget.mode.block_size = dsv4.COMPRESSED_BLOCK
+    budget.groups = [GroupRecord(id=i, spec=g[0].spec, layers=len({c.index for c in g}), first_layer=g[0].index,
+                                 block_size=g[0].block_size, page_bytes=sum(c.page for c in g),
+                                 window=g[0].window if g[0].spec == dsv4.SLIDING_MLA else None, padding_layers=0,
+                                 blocks_per_request=n) for i, (g, n) in enumerate(zip(sizing.groups, per_request))]
+    num_blocks = mode.kv_budget_bytes // stride
+    budget.pool = PoolRecord(bytes_per_block=stride, num_blocks=num_blocks, padding_bytes_per_block=0)
+    budget.sizing = Sizing(kv_heads_per_rank=1, head_size=sizing.specs[0].head_size, bytes_per_token=0,
+                           block_size=dsv4.COMPRESSED_BLOCK, num_blocks=num_blocks, needed_bytes=sizing.needed)
+    check = mode.kv_budget_bytes - (stride if at(R.ADMISSION_RESERVES_NULL_BLOCK, mode.release) else 0)
+    fit = dsv4.largest_fitting_length(sizing.groups, stride, mode.in_flight_tokens, check, mode.max_model_len) \
+        if check > 0 else 0
+    budget.capacity.max_model_len_fit = fit
+    budget.capacity.blocks_per_request = sum(per_request)
+    if check <= 0:
+        budget.error = EngineRefusal("ValueError", at(R.NO_MEMORY, mode.release))
+    elif sizing.needed > check:
+        budget.error = admission_refusal(sizing.needed, check, mode.max_model_len, fit, mode.release)
+    else:
+        budget.capacity.max_concurrency = num_blocks / sum(per_request)
+        budget.capacity.tokens = int(budget.capacity.max_concurrency * mode.max_model_len)
     return budget
 
 

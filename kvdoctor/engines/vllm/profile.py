@@ -33,7 +33,7 @@ from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.errors import InputError
 from kvdoctor.load import hf_config
 from kvdoctor.load.families import family_for
-from kvdoctor.model import (CHUNKED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA,
+from kvdoctor.model import (CHUNKED, COMPRESSED, FULL, GDN, KDA, LINEAR, MLA, NO_ATTENTION, SLIDING, SPARSE_MLA,
                             ModelSpec)
 
 if TYPE_CHECKING:
@@ -133,6 +133,8 @@ class VllmProfile(EngineProfile):
         `check --engine vllm` sizes): Mamba-2 and short-convolution mixers get MambaSpec state, chunked
         layers their chunk. Any other class: the config's own layer kinds."""
         spec.require_layers()
+        if S.architecture(spec) == S.DSV4:  # its caches are sized from the config (engines/vllm/dsv4.py)
+            return dsv4_facts(spec)
         if S.architecture(spec) not in S.RULES:
             return super().budget_facts(spec)
         try:
@@ -283,14 +285,19 @@ def _plan_dsv4(spec: ModelSpec, mode: budget_vllm.Mode, facts: VllmFacts, versio
     if sizing.promoted and at(releases.SLIDING_MLA_PROMOTION_FAILS, mode.release):
         return Plan("vllm", versions, layers, (_sourced(sliding_mla_promotion().refusal, mode.release),),
                     msgspec.structs.replace(facts, groups=()), tuple(notes))
-    stride = sizing.bytes_per_block
-    check = mode.kv_budget_bytes - (stride if at(releases.ADMISSION_RESERVES_NULL_BLOCK, mode.release) else 0)
-    if sizing.needed > check:
-        fit = dsv4.largest_fitting_length(sizing.groups, stride, mode.in_flight_tokens, check, mode.max_model_len)
-        refusal = budget_vllm.admission_refusal(sizing.needed, check, mode.max_model_len, fit, mode.release)
-        return Plan("vllm", versions, layers, (_sourced(from_budget(refusal, False).refusal, mode.release),), facts,
-                    tuple(notes))
+    budget = budget_vllm.plan(dsv4_facts(spec), mode)  # the pool and admission check `budget` and `fit` price
+    if budget.error is not None:
+        return Plan("vllm", versions, layers, (_sourced(from_budget(budget.error, False).refusal, mode.release),),
+                    facts, tuple(notes))
     return Plan("vllm", versions, layers, (), facts, tuple(notes))
+
+
+def dsv4_facts(spec: ModelSpec) -> ModelFacts:
+    """DeepSeek-V4's budget facts: its compressed and sliding layers, and the config its caches are sized from
+    (whatever layer_types says, vLLM reads the ratios itself: engines/vllm/dsv4.py `layer_ratios`)."""
+    facts = facts_from_spec(spec, extra_kinds={COMPRESSED: "compressed"})
+    facts.dsv4 = dict(spec.config)
+    return facts
 
 
 def _unmodeled(spec: ModelSpec, interp: S.Interpretation, release: str) -> str | None:
