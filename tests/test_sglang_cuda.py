@@ -47,6 +47,9 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
     ("plan", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "a window added to an MLA config: kvdoctor's loader "
                                                                 "reads sliding MHA layers, SGLang keeps MLA",
     ("budget", "zai-org__GLM-4.7-Flash", "window_no_layer_types"): "as the plan point",
+    ("plan", "v11_openbmb__MiniCPM3-4B", "window_no_layer_types"): "as GLM-4.7-Flash's: a window added to an MLA config "
+                                                                  "reads as sliding MHA layers, SGLang keeps MLA",
+    ("budget", "v11_openbmb__MiniCPM3-4B", "window_no_layer_types"): "as the plan point",
     ("plan", "stepfun-ai__Step-3.7-Flash", "none", "context_length_2x"): "SGLang's own Step3p5Config derives a "
                                                                         "context of 128000 from a config stating 65536",
     ("plan", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "transformers' Qwen2MoeConfig gives a window of 0 "
