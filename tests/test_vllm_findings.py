@@ -534,3 +534,13 @@ def test_the_mamba_hybrids_asked_of_their_class_are_the_validating_ones():
     probe = ("import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import CONFIG_MAPPING\n"
              f"print(json.dumps([mt for mt in {hybrids!r} if 'validate_architecture' in vars(CONFIG_MAPPING[mt])]))\n")
     assert set(oracle_transformers(probe)) == MAMBA_CLASS_CHECKED
+
+
+def test_zamba2_default_block_types_are_the_config_class_own():
+    """specs.ZAMBA2_DEFAULT_BLOCKS, the hybrid pattern zamba2.py builds when config.json has no layers_block_type,
+    against Zamba2Config's own default."""
+    from kvdoctor.engines.vllm.specs import ZAMBA2_DEFAULT_BLOCKS
+
+    probe = ("import json, warnings\nwarnings.filterwarnings('ignore')\nfrom transformers import Zamba2Config\n"
+             "print(json.dumps(Zamba2Config().layers_block_type))\n")
+    assert oracle_transformers(probe) == ZAMBA2_DEFAULT_BLOCKS

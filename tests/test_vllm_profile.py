@@ -77,9 +77,10 @@ def cpu_scheduler(point: dict, args: dict) -> dict:
 
 
 def layer_id(name: str) -> int:
-    """The decoder layer of a KV cache name as vLLM keys it: `model.layers.3.self_attn.attn`, or `3.attn` where
-    a release's model class prefixes its attention without the stack's name (OLMo-2 and GPT-BigCode in 0.30.0)."""
-    return int(re.search(r"(?:^|\.)(\d+)\.", name).group(1))
+    """The layer index of a KV cache name as vLLM keys it: `model.layers.3.self_attn.attn`, `3.attn` where a
+    release's model class prefixes its attention without the stack's name (OLMo-2 and GPT-BigCode in 0.30.0), or
+    `model.attn.3` (Zamba2's shared attention, whose index is the name's last number)."""
+    return int(re.search(r"(?:^|\.)(\d+)(?:\.|$)", name).group(1))
 
 
 def golden_inner_message(outcome: dict) -> str:

@@ -45,9 +45,10 @@ def _norm(text: str, root: str) -> str:
 
 
 def _layer(name: str) -> int:
-    """The decoder layer of a KV cache name: `model.layers.3.self_attn.attn`, or `3.attn` where a release's model
-    class names its attention without the stack (OLMo-2 and GPT-BigCode in 0.30.0; the oracle's index is None)."""
-    return int(re.search(r"(?:^|\.)(\d+)\.", name).group(1))  # type: ignore[union-attr]
+    """The layer index of a KV cache name: `model.layers.3.self_attn.attn`, `3.attn` where a release's model class
+    names its attention without the stack (OLMo-2 and GPT-BigCode in 0.30.0), or `model.attn.3` (Zamba2's shared
+    attention; the oracle's index is None for the last two)."""
+    return int(re.search(r"(?:^|\.)(\d+)(?:\.|$)", name).group(1))  # type: ignore[union-attr]
 
 
 def cpu_scheduler(point: dict, args: dict) -> dict:

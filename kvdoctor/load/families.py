@@ -372,8 +372,12 @@ def _kimi_kinds(look: Lookup, n: int) -> list[tuple[str, Source]]:
     return kinds
 
 
-def _latent(kind: str, family: Family) -> str:
-    """In an MLA family the attention layers are latent: full -> MLA; an indexer needs MLA under it."""
+def _latent(kind: str, family: Family, no_latent: bool = False) -> str:
+    """In an MLA family the attention layers are latent: full -> MLA, unless the config says it has none
+    (`use_mla: false` and no kv_lora_rank, DeepSeek-VL2-Tiny's language_config: vLLM's DeepseekVLV2Config serves it
+    as DeepseekForCausalLM, SGLang with MHA); an indexer needs MLA under it."""
+    if no_latent:
+        return FULL if kind == MLA else kind
     if family.mla and kind == FULL:
         return MLA
     if not family.mla and kind == SPARSE_MLA:
@@ -392,7 +396,8 @@ def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
                  for i in range(n)]
     else:
         kinds = (family.rule or _window_everywhere)(look, n)
-    kinds = [(_latent(kind, family), src) for kind, src in kinds]
+    no_latent = look.cfg.get("use_mla") is False and look.cfg.get("kv_lora_rank") is None
+    kinds = [(_latent(kind, family, no_latent), src) for kind, src in kinds]
 
     n_heads = look.get("num_attention_heads")
     n_kv = look.get("num_key_value_heads") if look.get("num_key_value_heads") is not None else n_heads
@@ -448,7 +453,7 @@ def _attention_geometry(layer: LayerSpec, look: Lookup) -> None:
     """Per-layer key/value geometry beyond the global keys: a value width of its own (`v_head_dim`), the
     configuration class's per-layer table (`per_layer_config`), and the `swa_*` keys for sliding layers."""
     v = look.get("v_head_dim")
-    if isinstance(v, int) and not isinstance(v, bool):
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:  # 0: unused (a latent size, kv_lora_rank null)
         layer.v_head_dim = v
         layer.sources["v_head_dim"] = look.source("v_head_dim")
     view = getattr(look, "view", None)

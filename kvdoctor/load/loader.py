@@ -45,6 +45,9 @@ SIZE_KEYS = {
     "mamba_n_heads": MAX_HEADS, "mamba_head_dim": MAX_HEAD_DIM, "mamba_d_state": MAX_HEAD_DIM,
     "ssm_state_size": MAX_HEAD_DIM, "mamba_d_conv": MAX_CONV_KERNEL, "conv_kernel": MAX_CONV_KERNEL,
 }
+# Latent-attention sizes a config without a latent (kv_lora_rank null) may state as 0, unused (DeepSeek-VL2-Tiny's
+# language_config: use_mla false, both engines build multi-head attention of hidden_size / heads)
+MLA_ONLY_KEYS = frozenset({"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"})
 # Per-layer lists (and pattern strings): at most one entry a layer, so at most MAX_LAYERS entries.
 LIST_KEYS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "linear_attn_config.kda_layers",
              "linear_attn_config.full_attn_layers")
@@ -151,7 +154,7 @@ def _dotted(cfg: dict[str, Any], key: str) -> Any:
 def _check_sizes(cfg: dict[str, Any], prefix: str, path: Path, lines: dict[str, int]) -> None:
     for key, bound in SIZE_KEYS.items():
         value = _dotted(cfg, key)
-        if value is None:
+        if value is None or (value == 0 and key in MLA_ONLY_KEYS and cfg.get("kv_lora_rank") is None):
             continue
         line = lines.get(prefix + key)
         where = f"{path}:{line}" if line else str(path)
@@ -204,14 +207,17 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
     if not isinstance(raw, dict):
         raise InputError(f"{config_path}: expected a JSON object, got {type(raw).__name__}")
 
-    text = raw.get("text_config")
+    # the text model's config: `text_config`, else `language_config` (DeepSeek-VL2: vLLM's DeepseekVLV2Config makes
+    # its text_config of it, SGLang's get_hf_text_config takes it), else the config itself
+    key = "text_config" if "text_config" in raw or not isinstance(raw.get("language_config"), dict) else "language_config"
+    text = raw.get(key)
     if isinstance(text, dict):
-        cfg, prefix = text, "text_config."
+        cfg, prefix = text, f"{key}."
     elif text is None:
         cfg, prefix = raw, ""
     else:
-        line = lines.get("text_config")
-        raise InputError(f"{config_path}{f':{line}' if line else ''}: text_config must be an object, "
+        line = lines.get(key)
+        raise InputError(f"{config_path}{f':{line}' if line else ''}: {key} must be an object, "
                          f"got {type(text).__name__}")
     model_type = cfg.get("model_type") or raw.get("model_type")
     if not model_type:

@@ -121,7 +121,7 @@ WINDOW_MINUS_ONE_SOURCES = {
 # a strict dataclass typing sliding_window as int: a null window is refused while the config loads.
 STRICT_WINDOW_ARCHS = frozenset({"DeepseekV4ForCausalLM"})
 # Classes whose window function is `sliding_window - 1` with a guard for a null window (no window then).
-WINDOW_MINUS_ONE_OR_NONE = {"Exaone4ForCausalLM": "models/exaone4.py#L47"}
+WINDOW_MINUS_ONE_OR_NONE = {"Exaone4ForCausalLM": "models/exaone4.py#L47", "AfmoeForCausalLM": "models/afmoe.py#L70"}
 # ModelConfig's `get_hybrid_layer_ids` iterates these classes' `layer_types` (configs/model_config.py#L2766),
 # which their config class leaves null when config.json has none.
 LAYER_TYPES_ITERATED = frozenset({"MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration"})

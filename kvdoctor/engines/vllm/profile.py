@@ -492,7 +492,8 @@ def settings_mode(settings: VllmSettings, length: int | None, hma: bool,
 def budget_facts(spec: ModelSpec, interp: S.Interpretation):
     """kvdoctor.engines.budget's facts with the layers as vLLM builds them (not as the model means them)."""
     state = {"kimi_linear": KDA, "nemotron_h": NO_ATTENTION, "lfm2": NO_ATTENTION, "jamba": NO_ATTENTION,
-             "falcon_h1": NO_ATTENTION, "mamba1": NO_ATTENTION, "mamba2": NO_ATTENTION}.get(interp.rule, GDN)
+             "falcon_h1": NO_ATTENTION, "mamba1": NO_ATTENTION, "mamba2": NO_ATTENTION,
+             "zamba2": NO_ATTENTION}.get(interp.rule, GDN)
     kinds = {S.FULL: FULL, S.SLIDING: SLIDING, S.CHUNKED: FULL, S.MLA: MLA, S.MAMBA: state}
     planned = {l.index: l for l in interp.layers}
     shadow = [msgspec.structs.replace(layer, kind=kinds[planned[layer.index].spec], window=planned[layer.index].window)
@@ -507,6 +508,8 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
         facts.mamba = falcon_h1_dims(spec, facts.serving_dtype)
     if interp.rule == "mamba2":
         facts.mamba = mamba2_class_dims(spec, facts.serving_dtype)
+    if interp.rule == "zamba2":
+        facts.mamba = zamba2_dims(spec, facts.serving_dtype)
     if interp.rule == "mamba1":
         facts.mamba1 = mamba1_class_dims(spec)
     if interp.rule == "lfm2":  # lfm2.py get_mamba_state_shape_from_config: conv_dim and conv_L_cache
@@ -524,6 +527,10 @@ def budget_facts(spec: ModelSpec, interp: S.Interpretation):
         geometry = (mine.kv_heads, mine.head_dim, mine.v_head_dim) if mine is not None else (None, None, None)
         if interp.rule == "mimo_v2":
             geometry = _mimo_v2_geometry(spec.config, plan_layer.spec == S.SLIDING)
+        if interp.rule == "zamba2" and plan_layer.spec != S.MAMBA:
+            geometry = _zamba2_attention(spec)
+        if interp.rule == "expanded_mla":
+            geometry = _expanded_mla_attention(spec)
         layers.append(Layer(plan_layer.index, kind, window, *geometry))
     facts.layers = layers
     return facts
@@ -610,6 +617,38 @@ def mamba2_class_dims(spec: ModelSpec, model_dtype: str) -> Mamba2Dims:
     v = _positive_ints(spec, (("num_heads", 128), ("head_dim", 64), ("n_groups", 1), ("state_size", 128),
                               ("conv_kernel", 4)), "Mamba-2's state")
     return Mamba2Dims(v["num_heads"], v["head_dim"], v["n_groups"], v["state_size"], v["conv_kernel"], model_dtype)
+
+
+def zamba2_dims(spec: ModelSpec, model_dtype: str) -> Mamba2Dims:
+    """Zamba2's mixer as zamba2.py reads it (get_mamba_state_shape_from_config) off Zamba2Config, which derives
+    mamba_headdim as mamba_expand x hidden_size / n_mamba_heads whatever config.json says (defaults: expand 2,
+    8 heads, mamba_ngroups 1, mamba_d_state 64, mamba_d_conv 4); both states in the model dtype."""
+    v = _positive_ints(spec, (("hidden_size", None), ("mamba_expand", 2), ("n_mamba_heads", 8), ("mamba_ngroups", 1),
+                              ("mamba_d_state", 64), ("mamba_d_conv", 4)), "Zamba2's Mamba state")
+    head_dim = v["mamba_expand"] * v["hidden_size"] // v["n_mamba_heads"]
+    if head_dim <= 0:
+        raise InputError("config.json: n_mamba_heads must not exceed mamba_expand x hidden_size for Zamba2's Mamba state")
+    return Mamba2Dims(v["n_mamba_heads"], head_dim, v["mamba_ngroups"], v["mamba_d_state"], v["mamba_d_conv"],
+                      model_dtype)
+
+
+def _zamba2_attention(spec: ModelSpec) -> tuple[int, int, int]:
+    """zamba2.py's shared attention: num_attention_heads query heads and as many KV heads (its Attention is built
+    without num_kv_heads), of Zamba2Config's attention_head_dim, 2 x hidden_size / heads."""
+    v = _positive_ints(spec, (("hidden_size", None), ("num_attention_heads", 32)), "Zamba2's attention")
+    head = 2 * v["hidden_size"] // v["num_attention_heads"]
+    if head <= 0:
+        raise InputError("config.json: num_attention_heads must not exceed 2 x hidden_size for Zamba2's attention")
+    return v["num_attention_heads"], head, head
+
+
+def _expanded_mla_attention(spec: ModelSpec) -> tuple[int, int, int]:
+    """minicpm3.py's Attention: num_attention_heads KV heads of qk_nope_head_dim + qk_rope_head_dim, values padded to
+    the same width (its keys and values are the latent's up-projections)."""
+    v = _positive_ints(spec, (("num_attention_heads", None), ("qk_nope_head_dim", None), ("qk_rope_head_dim", None)),
+                       "MiniCPM3's attention")
+    head = v["qk_nope_head_dim"] + v["qk_rope_head_dim"]
+    return v["num_attention_heads"], head, head
 
 
 def mamba1_class_dims(spec: ModelSpec) -> Mamba1Dims:

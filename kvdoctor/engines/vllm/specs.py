@@ -63,6 +63,13 @@ RULES = {
     # the layer's index i, the mixer's is registered as layer num_hidden_layers + i ("In V1 all attention/ssm layers
     # must have different index in prefix"), so the model has two specs per layer
     "FalconH1ForCausalLM": "falcon_h1",
+    # zamba2.py: each shared attention block builds one Attention per hybrid layer it serves, named model.attn.j
+    # (j below the hybrid count, Zamba2Config.hybrid_layer_ids), and every decoder layer a Mamba-2 mixer registered as
+    # layer hybrid count + i ("avoid layers getting same index"): hybrid count + layers specs
+    "Zamba2ForCausalLM": "zamba2",
+    # minicpm3.py up-projects its latent into per-head keys and values and caches those: a plain Attention of
+    # num_attention_heads KV heads of qk_nope_head_dim + qk_rope_head_dim (not MLA, whatever kv_lora_rank says)
+    "MiniCPM3ForCausalLM": "expanded_mla",
     # falcon.py builds its Attention without the cache config (the only text model class of 0.34.0 that does): no
     # layer gets CacheConfig.sliding_window, and the KV cache keeps the model dtype whatever kv_cache_dtype says
     "FalconForCausalLM": "no_cache_config",
@@ -78,9 +85,6 @@ NOT_PLANNED = {
                              "plans from vLLM 0.30.0 on (engines/vllm/dsv4.py)",
     "DeciLMForCausalLM": "its config class ships with the model (auto_map), which vLLM runs only with "
                          "trust_remote_code",
-    "Zamba2ForCausalLM": "vLLM's model class gives every layer a Mamba-2 state and each hybrid layer a shared "
-                         "attention block (model.attn.N), which vLLM groups with the Mamba layers (8 groups for "
-                         "Zamba2-7B)",
 }
 DSV4 = "DeepseekV4ForCausalLM"
 
@@ -116,13 +120,13 @@ WINDOW_NEEDS_FLAG = {"deepseek_ocr2_encoder", "inkling_text", "modernbert", "qwe
 HYBRID = {"Qwen3NextForCausalLM", "KimiLinearForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
           "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "NemotronHForCausalLM",
           "Lfm2ForCausalLM", "Lfm2VlForConditionalGeneration", "JambaForCausalLM",
-          "KimiK3ForConditionalGeneration", "FalconH1ForCausalLM"}
+          "KimiK3ForConditionalGeneration", "FalconH1ForCausalLM", "Zamba2ForCausalLM"}
 # model classes whose MambaModelConfig hook runs at vLLM's config stage (model_executor/models/config.py @ 0.34.0:
 # MODELS_CONFIG_MAP's attention-free Mamba classes, and every IsHybrid class): with prefix caching on, it asserts
 # chunked prefill
 # the IsAttentionFree classes above: vLLM leaves their prefix caching off unless it is asked for
 ATTENTION_FREE = {"Mamba2ForCausalLM", "MambaForCausalLM", "FalconMambaForCausalLM"}
-MAMBA_CONFIG_HOOK = HYBRID | {"Zamba2ForCausalLM", "GraniteMoeHybridForCausalLM", "OlmoHybridForCausalLM",
+MAMBA_CONFIG_HOOK = HYBRID | {"GraniteMoeHybridForCausalLM", "OlmoHybridForCausalLM",
                               "Lfm2MoeForCausalLM", "MambaForCausalLM", "Mamba2ForCausalLM", "FalconMambaForCausalLM"}
 
 
@@ -225,8 +229,13 @@ def interpret(spec: ModelSpec) -> Interpretation:
     window = _transformers_window(spec)
     all_sliding = types is None or all(t == "sliding_attention" for t in types)
     model_window = window if all_sliding else None
-    planned = (_layer(spec, rule, i, types, window, model_window) for i in range(n))
-    layers = [layer for layer in planned if layer is not None]
+    if rule == "zamba2":
+        hybrid, blocks = zamba2_blocks(spec)
+        layers = [_attention(j, None, model_window) for j in range(hybrid)]
+        layers += [LayerSpecPlan(hybrid + i, MAMBA) for i in range(blocks)]
+    else:
+        planned = (_layer(spec, rule, i, types, window, model_window) for i in range(n))
+        layers = [layer for layer in planned if layer is not None]
     if rule == "falcon_h1":  # the parallel Mamba-2 mixers, after the attention layers
         layers += [LayerSpecPlan(n + i, MAMBA) for i in range(n)]
     if rule == "model_window" and types and len(set(types)) > 1:
@@ -234,6 +243,22 @@ def interpret(spec: ModelSpec) -> Interpretation:
         if max_window != n:
             raise qwen2_window_layers(max_window, n)
     return Interpretation(arch, rule, tuple(types) if types else None, window, model_window, tuple(layers))
+
+
+# Zamba2Config's layers_block_type when config.json has none (configuration_zamba2.py, transformers 5.20)
+ZAMBA2_DEFAULT_BLOCKS = (["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7 + ["linear_attention"] * 4
+                         + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"] + ["linear_attention"] * 2)
+
+
+def zamba2_blocks(spec: ModelSpec) -> tuple[int, int]:
+    """Zamba2Config's hybrid count and the decoder layers zamba2.py builds. The class counts hybrid_layer_ids from
+    `layers_block_type` (its default list when unset) before it applies a `layer_types` key, which then replaces
+    `layers_block_type` as an alias: the model class loops over that list, and keeps one Attention per counted id."""
+    raw = spec.config.get("layers_block_type")
+    blocks = raw if isinstance(raw, list) else ZAMBA2_DEFAULT_BLOCKS
+    looped = spec.config.get("layer_types")
+    looped = looped if isinstance(looped, list) else blocks
+    return sum(1 for kind in blocks if kind == "hybrid"), len(looped)
 
 
 def _config_class_check(spec: ModelSpec) -> None:

@@ -96,9 +96,12 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
 # release's multimodal model class asking transformers for the checkpoint's image processor while it is built
 # (Qwen2.5-VL in 0.30.0): the directory here holds config.json alone, a served model's its preprocessor_config.json.
 # A custom op missing from the CPU build (GPT-2's gelu_new: "'_OpNamespace' '_C' object has no attribute
-# 'gelu_new'") is one too: vLLM's CUDA build has its own kernel.
+# 'gelu_new'") is one too: vLLM's CUDA build has its own kernel. So is a model class reading the tokenizer while it is
+# built (DeepSeek-VL2 at 0.34.0, deepseek_vl2.py:377 `tokenizer.vocab[...]`): the points run with skip_tokenizer_init
+# on config.json alone, a served model has its tokenizer.
 CPU_ONLY = ("on CPU", "No Unquantized MoE backend supports the deployment configuration",
             "--mamba-block-size can only be set with --enable-prefix-caching", "Can't load image processor for",
+            "'NoneType' object has no attribute 'vocab'",
             "'_OpNamespace' '_C' object has no attribute",
             # a drafter's buffers allocated in the box's own memory (DeepSeek-V4 with MTP: 32 GiB at once)
             "DefaultCPUAllocator: can't allocate memory")
