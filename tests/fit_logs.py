@@ -10,7 +10,7 @@ Usage: `python tests/fit_logs.py` prints the table; `--write` puts it into docs/
 `--summary` prints how many logs meet each of issue 40's bounds, per part (calibration, validation, held-out: the
 set collected after the last calibration and scored before any change it prompted; fresh: a second such set, collected
 after the fixes the first one prompted; fresh2: a third, collected after the fresh set's fixes; fresh3: a fourth,
-collected after fresh2's), the refusals fit
+collected after fresh2's; fresh4: a fifth, collected after fresh3's), the refusals fit
 predicts among the logs whose engine refused, and for the logs collected after the last calibration (their
 `collected_after_calibration` field).
 """
@@ -226,7 +226,8 @@ def summary(data: list[dict[str, Any]]) -> str:
               ("held-out", [r for r in data if r["part"] == "held-out"]),
               ("fresh held-out", [r for r in data if r["part"] == "fresh"]),
               ("third held-out (fresh2)", [r for r in data if r["part"] == "fresh2"]),
-              ("fourth held-out (fresh3)", [r for r in data if r["part"] == "fresh3"]), ("all", data),
+              ("fourth held-out (fresh3)", [r for r in data if r["part"] == "fresh3"]),
+              ("fifth held-out (fresh4)", [r for r in data if r["part"] == "fresh4"]), ("all", data),
               ("collected after the last calibration", [r for r in data if r["log"] in late])]
     lines = [f"{len(data)} logs, {sum(1 for r in data if not r['skip'])} predicted"]
     for name, group in groups:

@@ -66,14 +66,16 @@ def test_calibration_logs_available_kv_within_5_percent_where_calibrated() -> No
 def test_issue_40_bounds_hold_on_the_corpus() -> None:
     """Issue 40's bounds, counted as `python tests/fit_logs.py --summary` counts them: the KV tokens given the
     logged memory within 2% on at least 90% of the logs, the weights within 2% and the available KV within 5% on
-    at least 80% of the validation logs."""
+    at least 80% of the logs not used for calibration (the validation part and the held-out sets; today's figures,
+    not their first scores)."""
     from fit_logs import share_within
 
     within, counted = share_within(DATA, "tokens", 0.02)
     assert counted >= 10 and within >= 0.9 * counted, (within, counted)
-    within, counted = share_within(DATA, "weights", 0.02, "validation")
+    unseen = [r for r in DATA if r["part"] != "calibration"]
+    within, counted = share_within(unseen, "weights", 0.02)
     assert counted >= 5 and within >= 0.8 * counted, (within, counted)
-    within, counted = share_within(DATA, "kv", 0.05, "validation")
+    within, counted = share_within(unseen, "kv", 0.05)
     assert counted >= 5 and within >= 0.8 * counted, (within, counted)
 
 

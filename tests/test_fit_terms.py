@@ -201,6 +201,13 @@ def test_vllm_moe_workspace_is_held_at_the_sampler_peak_from_0_14(tmp_path) -> N
     assert old == int(1024 * 151936 * 4 * 9.7)  # freed after the forward pass, below the sort-based sampler
 
 
+
+def test_vllm_sampler_runs_in_place_from_0_17() -> None:
+    # the Triton top-k/top-p kernel first ships in 0.17.0 (topk_topp_sampler.py:245-255 @ 0.17.0): the dummy
+    # sampler run's peak drops from the sort-based 9.7 copies of the fp32 logits to 3.5 between 0.16 and 0.17
+    assert (vfit.sampler_copies("0.16.0"), vfit.sampler_copies("0.17.0"), vfit.sampler_copies("0.19.0")) == (9.7, 3.5, 3.5)
+    assert vfit.sampler_copies("0.7.2") == 10.3
+
 def test_sglang_preload_without_custom_all_reduce_on_pcie_cards() -> None:
     l4, h100 = gpu("L4"), gpu("H100-80GB")
     assert l4.pcie_only and not h100.pcie_only

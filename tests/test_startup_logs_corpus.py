@@ -28,7 +28,7 @@ FIELDS = {"source": str, "date": str, "engine": str, "version": str, "version_st
 OPTIONAL = {"config_missing": str, "gpu_memory_gib": float, "kv_only": str, "fitted": bool,
             "collected_after_calibration": str, "config_model": str}
 # The sets collected after a calibration and scored before any change they prompted, in the order collected.
-HELD_OUT = {"held-out", "fresh", "fresh2", "fresh3"}
+HELD_OUT = {"held-out", "fresh", "fresh2", "fresh3", "fresh4"}
 # Observed figures that are not printed numbers: flags set from what the log shows.
 FLAGS = {"refused"}
 

@@ -64,9 +64,11 @@ NON_TORCH = (((0, 19), (CUDA_CONTEXT, 563 * MiB, 563 * MiB)), ((999,), (266 * Mi
 # 2026-02): the model's logits (half precision, 0.5), their fp32 copy, the softmax and the exponential noise,
 # the noise divided in place (v1/sample/sampler.py:96, ops/topk_topp_sampler.py:345-360,438-469 @ 0.26.0).
 # The held-out vLLM 0.19.0 logs show it (1.89 GiB of peak for a 128k vocabulary, 2.21 for 152k, 3.6-4.0 for
-# Gemma's 256k, at 1024 sequences); 0.19 is taken as its first release, the releases between 0.15 and 0.18
-# not read.
-SAMPLER_COPIES = (((0, 8), 10.3), ((0, 19), 9.7), ((999,), 3.5))
+# Gemma's 256k, at 1024 sequences). Its first release is 0.17.0: apply_top_k_top_p hands batches of 8 rows or more
+# to the Triton kernel there (v1/sample/ops/topk_topp_sampler.py:245-255 @ 0.17.0; ops/topk_topp_triton.py is new
+# in 0.17.0, absent from 0.16.0), as llm-d-planner's Qwen3-14B version sweep shows (activation peak 5.64 GiB on
+# 0.15.0 and 0.16.0, 2.23 GiB on 0.17.0 and 0.18.0).
+SAMPLER_COPIES = (((0, 8), 10.3), ((0, 17), 9.7), ((999,), 3.5))
 # CUDA graphs (subtracted from the KV memory since 0.21): vLLM captures the first two graphs of each mode and
 # extrapolates to all (v1/worker/gpu_model_runner.py:6268-6380 @ 0.33.0). kvdoctor prices each graph at this
 # many bytes per layer and unit of activation width (hidden + active intermediate per rank): 9-14 on three
