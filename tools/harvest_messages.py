@@ -1,6 +1,6 @@
 """List the runtime messages of an engine's source tree that no catalog entry names yet.
 
-    python tools/harvest_messages.py ROOT GLOB [GLOB ...] [--all]
+    python tools/harvest_messages.py ROOT GLOB [GLOB ...] [--all | --bare]
 
 ROOT is an unpacked release (a wheel or sdist: the folder holding `vllm/`, `sglang/`, `mlx_lm/` or
 `transformers/`); each GLOB picks files under it (`'vllm/v1/core/**/*.py'`). Every `raise X("...")`,
@@ -12,6 +12,12 @@ it. One line per message no entry names (`--all`: every message, with the codes 
     path:line  Class  message
 
 This is how round 3 of issue 43 found what to add; the entries carry the messages verbatim.
+
+`--bare` lists instead the functions whose bare asserts (no message) are all one statement, which a
+traceback ending in a bare AssertionError can name by its frame alone, less those an entry already
+lists in its `functions`:
+
+    path:line  in function  assert statement
 """
 from __future__ import annotations
 
@@ -67,15 +73,44 @@ def messages(path: Path) -> list[tuple[int, str, str]]:
             if text is not None and len(text) >= MIN_MESSAGE and TOPIC.search(text)]
 
 
+def lone_bare_asserts(path: Path) -> list[tuple[int, str, str]]:
+    """(line, function, statement) for each function of a file whose bare asserts are all one statement."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except SyntaxError:
+        return []
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        inner = {id(n) for f in ast.walk(function) if f is not function
+                 and isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for n in ast.walk(f)}
+        bare = [n for n in ast.walk(function) if isinstance(n, ast.Assert) and n.msg is None and id(n) not in inner]
+        statements = {ast.unparse(n) for n in bare}
+        if len(statements) == 1:
+            found.append((bare[0].lineno, function.name, statements.pop()))
+    return sorted(found)
+
+
 def main(argv: list[str]) -> int:
-    show_all = "--all" in argv
-    args = [a for a in argv if a != "--all"]
+    show_all, show_bare = "--all" in argv, "--bare" in argv
+    args = [a for a in argv if a not in ("--all", "--bare")]
     if len(args) < 2:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     root, globs = Path(args[0]), args[1:]
-    matcher = Matcher(builtin_catalog())
-    for path in sorted({p for g in globs for p in root.glob(g) if p.is_file()}):
+    catalog = builtin_catalog()
+    files = sorted({p for g in globs for p in root.glob(g) if p.is_file()})
+    if show_bare:
+        listed = {(f.split(" in ")[0].rsplit("/", 1)[-1], f.split(" in ")[1])
+                  for e in catalog.entries.values() if e.error is not None for f in e.error.functions}
+        for path in files:
+            for line, function, statement in lone_bare_asserts(path):
+                if (path.name, function) not in listed:
+                    print(f"{path.relative_to(root)}:{line}  in {function}  {statement}")
+        return 0
+    matcher = Matcher(catalog)
+    for path in files:
         for line, cls, text in messages(path):
             codes = sorted({entry.code for entry, _, _ in matcher.spans(FIELD.sub("7", text))})
             if show_all or not codes:
