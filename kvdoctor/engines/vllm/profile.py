@@ -211,6 +211,10 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         hma, why = hma_decision(spec.config, settings)
         facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
         interp = S.interpret(spec)
+        backend = registry.resolution(spec.raw_config, release) == "transformers_backend"
+        if backend and arch.endswith(S.GENERATING) and at(releases.TRANSFORMERS_BACKEND_PLANNED, release):
+            interp = S.transformers_backend(spec, interp)
+            facts = msgspec.structs.replace(facts, architecture=S.transformers_backend_class(spec))
         _check_rope_type(spec)
         groups_key = S.MAMBA2_GROUPS_KEY.get(arch)
         groups = spec.config.get(groups_key) if groups_key else None
@@ -297,6 +301,8 @@ def _unmodeled(spec: ModelSpec, interp: S.Interpretation, release: str) -> str |
     """A model class missing from the table whose layers are not all attention (Mamba, convolution or
     no-op blocks): vLLM's shared fallback would give them attention specs, which would be a guess."""
     if interp.architecture in S.RULES:
+        return None
+    if interp.rule == "transformers_backend":
         return None
     if registry.resolution(spec.raw_config, release) == "transformers_backend":
         return (f"vLLM {release}'s registry has no {interp.architecture or 'architecture for this config'}: it would "
