@@ -251,6 +251,21 @@ def transformers_backend(spec: ModelSpec, interp: Interpretation) -> Interpretat
     return msgspec.structs.replace(interp, rule="transformers_backend", layers=layers)
 
 
+# Multimodal classes whose __init__ builds the vision tower from `config.vision_config` (qwen3_5.py L424 and L636 at
+# v0.26.0, whose registry reaches a text-only Qwen3.5 config's ...ForCausalLM only by swapping its suffix for these),
+# and the transformers configuration class of the text-only model types that then lack it (configuration_qwen3_5.py
+# and configuration_qwen3_5_moe.py): vLLM's AttributeError names that class (VLM290).
+VISION_TOWER_CLASSES = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
+TEXT_CONFIG_CLASS = {"qwen3_5_text": "Qwen3_5TextConfig", "qwen3_5_moe_text": "Qwen3_5MoeTextConfig"}
+
+
+def vision_tower_without_config(spec: ModelSpec, loaded: str | None) -> str | None:
+    """The text config class vLLM's multimodal class asks for `vision_config` (VISION_TOWER_CLASSES), else None."""
+    if loaded not in VISION_TOWER_CLASSES or loaded == architecture(spec) or "vision_config" in spec.raw_config:
+        return None
+    return TEXT_CONFIG_CLASS.get(str(spec.raw_config.get("model_type")))
+
+
 GENERATING = ("ForCausalLM", "ForConditionalGeneration")  # wrapped as ...ForCausalLM (a pooling class is not planned)
 EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # ModelArchConfig's order
 
