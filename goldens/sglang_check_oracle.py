@@ -24,7 +24,7 @@ states itself: the 40 GiB budget (SGLang profiles it on the GPU), `attn_tp_size`
 Each model runs in a fork of one child process that imported SGLang once (SGLang keeps process-wide state);
 its points run in sequence in the fork. `KVDOCTOR_CHECK_GRID=release` runs the per-release grid (each unmutated
 config at the default settings, TP 8 and fp8 KV; goldens/releases.py --check sglang==X) in the release's venv,
-whose API `sglang_api.py` adapts to.
+whose API `kvdoctor/engines/sglang/shims/sglang_api.py` adapts to (the dry run's child adapts through it too).
 """
 from __future__ import annotations
 
@@ -40,9 +40,10 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+SHIMS = HERE.parent / "kvdoctor" / "engines" / "sglang" / "shims"
+sys.path[:0] = [str(HERE), str(SHIMS)]
 
-import sglang_api as api  # noqa: E402
+import sglang_api as api  # noqa: E402 - shims/: the one adapter to each release's API, the dry run's child uses it too
 from common import CONFIGS, only_models  # noqa: E402
 
 REAL = HERE.parent / "fixtures" / "configs" / "real"
@@ -460,7 +461,7 @@ def child(cases_path: Path) -> None:
     import logging
     import warnings
 
-    sys.path[:0] = [str(HERE.parent / "kvdoctor" / "engines" / "sglang" / "shims"), str(HERE / "stubs")]
+    sys.path.insert(0, str(HERE / "stubs"))
     sys.path.append(str(HERE / ".venv-extra"))  # uvicorn, fastapi, setproctitle: imported by some model modules
     import cudafake
     import fakemods

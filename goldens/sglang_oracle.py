@@ -1,5 +1,6 @@
 """SGLang oracle: run an SGLang release's own pool sizing on every config over a grid of settings
-(0.5.23's in goldens/.venv/sglang; goldens/releases.py runs it in each release's venv, sglang_api.py adapts).
+(0.5.23's in goldens/.venv/sglang; goldens/releases.py runs it in each release's venv, and
+kvdoctor/engines/sglang/shims/sglang_api.py adapts it to the release's API).
 
 Run in goldens/.venv/sglang (see README.md). The platform is CUDA: `kvdoctor/engines/sglang/shims/
 cudafake.py` makes torch report an H200 and `fakemods.py` beside it makes CUDA-only extension packages

@@ -1,7 +1,8 @@
 """`--engine sglang --dry-run`: SGLang's own CUDA start-up (startup.py) in a child process, and what it tells us.
 
-kvdoctor's process never imports SGLang. The child runs in a Python that has SGLang 0.5.23
-(`--engine-python`, else $KVDOCTOR_SGLANG_PYTHON, else this checkout's goldens/.venv/sglang), bounded in
+kvdoctor's process never imports SGLang. The child runs in a Python that has a profiled SGLang release
+(`--engine-python`, else $KVDOCTOR_SGLANG_PYTHON, else this checkout's goldens/.venv/sglang; startup.py adapts to
+each release's API through shims/sglang_api.py, as the golden oracles do), bounded in
 time (its process group is killed) and in address space, on a temporary directory holding only the
 model's config.json (no weights; the model's own directory is never written). Nothing is shrunk: SGLang
 reads the layer count and head geometry to decide pools and maps, the pools are built at a few hundred
@@ -63,15 +64,16 @@ def planned_sliding(plan: Plan[Any]) -> list[int]:
 
 
 def launch(spec: ModelSpec, args: dict[str, Any], budget: int, python: Path, timeout: float = DEFAULT_TIMEOUT,
-           planned_sliding: list[int] | None = None) -> dict[str, Any]:
-    """Run the child; returns its result with `timed_out`, `returncode`, `seconds` and `stderr_tail`."""
+           planned_sliding: list[int] | None = None, release: str | None = None) -> dict[str, Any]:
+    """Run the child; returns its result with `timed_out`, `returncode`, `seconds` and `stderr_tail`. `release`:
+    the SGLang release the plan describes, whose registry says which architectures SGLang serves natively."""
     with tempfile.TemporaryDirectory(prefix="kvdoctor-sglang-dryrun-") as tmp:
         model_dir = Path(tmp) / "model"
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(spec.raw_config))
         request = {"model_dir": str(model_dir), "server_args": args, "kv_budget_bytes": budget,
                    "planned_sliding_layers": planned_sliding or [],
-                   "native_architectures": sorted(archs.registry()["architectures"])}
+                   "native_architectures": sorted(archs.registry(release or PINS["sglang"])["architectures"])}
         env = {"TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(STUBS)}
         # one warm child per tp size: the shims make torch report that many devices before SGLang imports
         return run_child(python, CHILD, Path(tmp), request, env, timeout, warm_key={"tp_size": args.get("tp_size") or 1})
@@ -84,13 +86,14 @@ class SglangDryRunner(DryRunner):
     def run(self, spec: ModelSpec, settings: Any, plan: Plan[object], options: Mapping[str, Any]) -> DryRun:
         python = find_python(options.get("engine_python"), ENV_PYTHON, "sglang")
         if python is None:
-            return DryRun(engine="sglang", outcome="unavailable", reason=f"no Python with SGLang {PINS['sglang']} "
+            return DryRun(engine="sglang", outcome="unavailable", reason=f"no Python with SGLang "
+                          f"{settings.release or PINS['sglang']} "
                           f"found (run `kvdoctor engines install sglang`, or give --engine-python, or set "
                           f"{ENV_PYTHON})")
         cost = estimate(spec, plan)
         result = launch(spec, server_args(settings), settings.kv_budget or DEFAULT_BUDGET, python,
                         timeout=options.get("dry_run_timeout") or DEFAULT_TIMEOUT,
-                        planned_sliding=planned_sliding(plan))
+                        planned_sliding=planned_sliding(plan), release=settings.release)
         return record(plan, {**result, "estimate": cost, "budget_from_deploy": settings.kv_budget is not None,
                              "python": str(python)})
 

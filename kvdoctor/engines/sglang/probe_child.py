@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from startup import configurator, install_shims  # type: ignore[import-not-found]  # beside this script
+from startup import api, configurator, install_shims  # type: ignore[import-not-found]  # beside this script
 
 TOKENS, REQS = 64, 4
 
@@ -28,7 +28,6 @@ def build(model_dir: str, settings: dict):
     import logging
 
     logging.disable(logging.WARNING)
-    from sglang.srt.arg_groups.serving_hook import handle_environment_variables
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
     from sglang.srt.runtime_context import get_context, get_parallel, get_schedule
@@ -36,10 +35,9 @@ def build(model_dir: str, settings: dict):
 
     tp = settings.get("tp_size") or 1
     sa = ServerArgs(model_path=model_dir, skip_tokenizer_init=True, load_format="dummy", **settings)
-    sa.resolve_once()
-    handle_environment_variables(sa)
+    api.resolve(sa)
     get_context().set_server_args(sa)
-    get_parallel().override_permanently(attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
+    api.pin_parallel(get_parallel(), attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
     mc = ModelConfig.from_server_args(sa)
     kvc, _ = configurator(sa, mc, window=None)
     # The pool configurator start-up picks (its constructor holds SGLang's own checks, e.g. that a hybrid-SWA
@@ -50,12 +48,12 @@ def build(model_dir: str, settings: dict):
     if kvc.mambaish_config is not None:
         get_context().override("kvdoctor.probe", max_mamba_cache_size=REQS)
     tokens = max(TOKENS, 4 * get_schedule().page_size)
-    sizes = _PoolSizes(max_total_num_tokens=tokens, max_running_requests=REQS,
-                       full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                       swa_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                       c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
-                       c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
-    return mc, kvc, kvc._init_pools(sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
+    sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=REQS,
+                      full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
+                      swa_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
+                      c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
+                      c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
+    return mc, kvc, api.build(kvc._init_pools, sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
 
 
 def _buffers(kv) -> dict[str, list]:

@@ -1,11 +1,13 @@
-"""SGLang 0.5.23's own CUDA start-up up to the KV pools, for one config.json and one set of server args.
+"""An SGLang release's own CUDA start-up up to the KV pools, for one config.json and one set of server args.
 
 The child of `kvdoctor check --engine sglang --dry-run` (`python startup.py REQUEST.json RESULT.json`),
-run by an interpreter that has SGLang; it imports nothing from kvdoctor but the shims beside it. In the
-order the launcher and the model runner run them, all SGLang's own code:
+run by an interpreter that has a profiled SGLang release (0.5.17 to 0.5.23); it imports nothing from kvdoctor
+but the shims beside it, among them `shims/sglang_api.py`, the one adapter to each release's API that the
+golden oracles use too. In the order the launcher and the model runner run them, all SGLang's own code:
 
-1. `ServerArgs(model_path=DIR, skip_tokenizer_init=True, load_format="dummy", **args).resolve_once()` and
-   `handle_environment_variables` (backend, page size, Mamba cache strategy, validation);
+1. `ServerArgs(model_path=DIR, skip_tokenizer_init=True, load_format="dummy", **args)`, resolved as the release
+   resolves it (`resolve_once()` and `handle_environment_variables`; up to 0.5.17 its constructor does both:
+   backend, page size, Mamba cache strategy, validation);
 2. `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list, SWA / full layer ids, state
    configs), load_model's `resolve_transformers_arch` for an architecture SGLang has no class for, then
    `resolve_sliding_window_size` on a bare instance of the registered model class
@@ -38,7 +40,12 @@ from pathlib import Path
 # Run as a script (or imported by probe_child.py beside it), this folder is first on sys.path, where
 # kvdoctor's own profile.py would stand in for the standard library's `profile` that cProfile imports.
 HERE = os.path.dirname(os.path.abspath(__file__))
+SHIMS = os.path.join(HERE, "shims")
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+if SHIMS not in sys.path:
+    sys.path.insert(0, SHIMS)
+
+import sglang_api as api  # type: ignore[import-not-found]  # noqa: E402 - shims/, put on sys.path just above
 
 TINY_TOKENS, TINY_REQS = 256, 4
 PAST_WINDOW = 64  # the window-read request is this many tokens longer than the window
@@ -188,7 +195,6 @@ def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str]
     """Stages 1-3: returns (model config, configurator); raises Refused with SGLang's exception. `native`:
     the architectures SGLang's registry serves (from the parent); for any other, load_model's
     `resolve_transformers_arch` runs first, as it does before any pool is built."""
-    from sglang.srt.arg_groups.serving_hook import handle_environment_variables
     from sglang.srt.configs.model_config import ModelConfig, is_hybrid_swa_model
     from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
     from sglang.srt.runtime_context import get_context, get_parallel
@@ -198,14 +204,14 @@ def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str]
     step = "server_args"
     try:
         sa = ServerArgs(model_path=str(model_dir), skip_tokenizer_init=True, load_format="dummy", **args)
-        sa.resolve_once()
-        handle_environment_variables(sa)
-        resolved = sa.resolved_dict()
+        api.resolve(sa)
+        resolved = api.resolved(sa)
         out["server_args"] = {k: resolved.get(k) for k in RESOLVED if k in resolved}
         step = "model_config"
         get_context().set_server_args(sa)
-        get_parallel().override_permanently(attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
+        api.pin_parallel(get_parallel(), attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
         mc = ModelConfig.from_server_args(sa)
+        swa_ids, full_ids = api.layer_ids(mc)
         if native is not None and not set(mc.hf_config.architectures) & set(native):
             step = "model_arch"
             from sglang.srt.model_loader.utils import resolve_transformers_arch
@@ -217,8 +223,8 @@ def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str]
             "architecture": mc.hf_config.architectures[0], "model_class": class_name,
             "attention_arch": mc.attention_arch.name, "is_hybrid_swa": bool(mc.is_hybrid_swa),
             "is_hybrid_swa_model": bool(is_hybrid_swa_model(mc.hf_config.architectures, mc.hf_text_config)),
-            "swa_attention_layer_ids": mc.swa_attention_layer_ids,
-            "full_attention_layer_ids": mc.full_attention_layer_ids, "runner_sliding_window_size": window,
+            "swa_attention_layer_ids": swa_ids, "full_attention_layer_ids": full_ids,
+            "runner_sliding_window_size": window,
             "runner_window_from": window_source(model, mc),
             "num_hidden_layers": mc.num_hidden_layers, "context_len": mc.context_len, "dtype": _dtype(mc.dtype),
             "head_dim": mc.head_dim, "num_attention_heads": mc.num_attention_heads,
@@ -236,21 +242,22 @@ def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str]
 
 def configurator(sa, mc, window: int | None):
     """SGLang's KVCacheConfigurator as the model runner builds it (no model, CPU device), for the server
-    args and model config already resolved, and the KV dtype it resolved: (configurator, dtype)."""
+    args and model config already resolved, and the KV dtype it resolved: (configurator, dtype). Each call
+    passes what the release's own function declares (sglang_api.build)."""
     from sglang.srt.configs.model_config import AttentionArch
     from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
     from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
     from sglang.srt.runtime_context import get_model, get_schedule
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    layers = resolve_layer_indices(model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False)
-    kv_str, kv_dtype = kvd.configure_kv_cache_dtype(
-        server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=mc.dtype,
-        is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
-    kvc = KVCacheConfigurator(
-        device="cpu", gpu_id=0, attn_dp_size=1, pp_size=1, pp_group=None, model=None, model_config=mc,
+    layers = api.build(resolve_layer_indices, model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False,
+                       spec_algorithm=SpeculativeAlgorithm.NONE)
+    kv_str, kv_dtype = api.build(
+        kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None,
+        model_dtype=mc.dtype, is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
+    kvc = api.configurator(
+        sa.tp_size or 1, device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
         server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or get_model().kv_cache_dtype,
         model_dtype=mc.dtype, page_size=get_schedule().page_size, sliding_window_size=window,
         spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
@@ -304,12 +311,12 @@ def build_pools(mc, kvc, tokens: int, swa_tokens: int | None = None):
     swa_tokens = max(swa_tokens or tokens, 4 * get_schedule().page_size)
     if kvc.mambaish_config is not None:
         get_context().override("kvdoctor.dryrun", max_mamba_cache_size=TINY_REQS)
-    sizes = _PoolSizes(max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
-                       full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                       swa_max_total_num_tokens=swa_tokens if mc.is_hybrid_swa else None,
-                       c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
-                       c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
-    pools = kvc._init_pools(sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
+    sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
+                      full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
+                      swa_max_total_num_tokens=swa_tokens if mc.is_hybrid_swa else None,
+                      c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
+                      c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
+    pools = api.build(kvc._init_pools, sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
     row = {"tokens": tokens, "req_to_token_pool": type(pools.req_to_token_pool).__name__,
            "allocator": type(pools.token_to_kv_pool_allocator).__name__,
            "token_to_kv_pool": kv_pool_row(pools.token_to_kv_pool),
@@ -323,14 +330,14 @@ def build_pools(mc, kvc, tokens: int, swa_tokens: int | None = None):
 def sliding_ids(mc, planned: list[int]) -> list[int]:
     """SGLang's SWA layer ids; with hybrid-SWA memory off ModelConfig lists none (the model class still
     masks), so the layers the static plan gives a window stand in (each read row says which)."""
-    return list(mc.swa_attention_layer_ids or []) or list(planned)
+    return list(api.layer_ids(mc)[0] or []) or list(planned)
 
 
 def window_layers(mc, window: int | None, planned: list[int]) -> list[tuple[int, int]]:
     """(layer id, window_left) for the first sliding and the first full attention layer."""
     left = window if window is not None and window >= 0 else -1
     swa = sliding_ids(mc, planned) if left >= 0 else []
-    full = [i for i in (mc.full_attention_layer_ids or range(mc.num_hidden_layers)) if i not in swa]
+    full = [i for i in (api.layer_ids(mc)[1] or range(mc.num_hidden_layers)) if i not in swa]
     out = [(swa[0], left)] if swa else []
     return out + ([(full[0], -1)] if full else [])
 
@@ -412,7 +419,7 @@ def summarize(run: dict) -> dict:
 def window_reads(pools, mc, window: int | None, length: int, planned: list[int]) -> list[dict]:
     out = []
     released = hasattr(pools.token_to_kv_pool_allocator, "free_swa")
-    from_plan = not mc.swa_attention_layer_ids
+    from_plan = not api.layer_ids(mc)[0]
     for layer_id, left in window_layers(mc, window, planned):
         for after_release in (False, True) if released and left >= 0 else (False,):
             try:
@@ -477,10 +484,7 @@ def run(model_dir: Path, args: dict, budget: int, planned: list[int], native: li
 
 
 def install_shims(tp: int) -> None:
-    shims = str(Path(__file__).resolve().parent / "shims")
-    if shims not in sys.path:  # installed once per process (a warm child's fork installs it again)
-        sys.path.insert(0, shims)
-    import cudafake  # type: ignore[import-not-found]  # shims/, put on sys.path just above
+    import cudafake  # type: ignore[import-not-found]  # shims/, on sys.path since this module was imported
     import fakemods  # type: ignore[import-not-found]
 
     cudafake.install(devices=tp)
@@ -498,7 +502,8 @@ def prepare(tp: int) -> None:
     install_shims(tp)
 
 
-# The SGLang modules `run` imports, for every model (the model's own module is imported per model).
+# The SGLang modules `run` imports, for every model (the model's own module is imported per model); a release
+# without one does not import it either (serving_hook arrives with resolve_once, after 0.5.17).
 PRELOAD = ("sglang.srt.arg_groups.serving_hook", "sglang.srt.configs.model_config",
            "sglang.srt.model_executor.model_runner_components.load_model_utils", "sglang.srt.runtime_context",
            "sglang.srt.server_args", "sglang.srt.mem_cache.kv_cache_dtype",
@@ -513,7 +518,11 @@ def preload(key: dict) -> None:
     set-up for key's tp size and the modules every model's run imports. No model is touched."""
     prepare(int(key.get("tp_size") or 1))
     for name in PRELOAD:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if not exc.name or not (name + ".").startswith(exc.name + "."):  # not SGLang's own: the run says so
+                raise
 
 
 def main() -> None:

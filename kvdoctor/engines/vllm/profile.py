@@ -23,6 +23,7 @@ from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import dsv4, registry, releases
 from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, chunked_prefill_for_mamba_caching,
+                                           vision_config_missing,
                                             config_class_rejects, from_budget, gemma4_global_head_dim, hma_forced_on,
                                             kv_heads_split, mamba2_groups_split, mamba_block_without_prefix_caching,
                                             max_model_len_over, nvfp4_with_mla, remote_code_not_trusted,
@@ -212,7 +213,14 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             raise chunked_prefill_for_mamba_caching(needs_chunked)
         hma, why = hma_decision(spec.config, settings)
         facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
+        text_class = S.vision_tower_without_config(spec, registry.loaded_class(spec.raw_config, release))
+        if text_class is not None:  # the model class stops while it is built
+            raise vision_config_missing(text_class)
         interp = S.interpret(spec)
+        backend = registry.resolution(spec.raw_config, release) == "transformers_backend"
+        if backend and arch.endswith(S.GENERATING) and at(releases.TRANSFORMERS_BACKEND_PLANNED, release):
+            interp = S.transformers_backend(spec, interp)
+            facts = msgspec.structs.replace(facts, architecture=S.transformers_backend_class(spec))
         _check_rope_type(spec)
         groups_key = S.MAMBA2_GROUPS_KEY.get(arch)
         groups = spec.config.get(groups_key) if groups_key else None
@@ -304,6 +312,8 @@ def _unmodeled(spec: ModelSpec, interp: S.Interpretation, release: str) -> str |
     """A model class missing from the table whose layers are not all attention (Mamba, convolution or
     no-op blocks): vLLM's shared fallback would give them attention specs, which would be a guess."""
     if interp.architecture in S.RULES:
+        return None
+    if interp.rule == "transformers_backend":
         return None
     if registry.resolution(spec.raw_config, release) == "transformers_backend":
         return (f"vLLM {release}'s registry has no {interp.architecture or 'architecture for this config'}: it would "

@@ -46,6 +46,7 @@ CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers 
     "VLM250": "https://github.com/huggingface/transformers/blob/v5.18.0/src/transformers/integrations/heterogeneity/"
               "configuration_utils.py#L298",
     "VLM139": SRC + "model_executor/models/registry.py#L1328",
+    "VLM290": "https://github.com/vllm-project/vllm/blob/v0.26.0/vllm/model_executor/models/qwen3_5.py#L636",
     "VLM140": SRC + "model_executor/models/registry.py#L1313",
     "VLM141": SRC + "model_executor/models/registry.py#L1322",
     "VLM209": SRC + "model_executor/models/config.py#L1103",
@@ -141,6 +142,13 @@ def gemma4_global_head_dim() -> Startup:
                "Warning: only do this if the caller can safely handle heterogeneous configs; code that assumes a "
                "homogeneous model may use the global value incorrectly.")
     return refusal("VLM250", "AmbiguousGlobalPerLayerAttributeError", message, key="head_dim")
+
+
+def vision_config_missing(config_class: str) -> Startup:
+    """A text-only config whose architecture vLLM reaches only by swapping its suffix for a multimodal class, which
+    builds its vision tower from `config.vision_config` (specs.VISION_TOWER_CLASSES)."""
+    return refusal("VLM290", "AttributeError", f"'{config_class}' object has no attribute 'vision_config'",
+                   key="architectures")
 
 
 def config_class_rejects(rejected) -> Startup:

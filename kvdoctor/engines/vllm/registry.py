@@ -83,6 +83,18 @@ def _reached_by_suffix(architecture: str, release: str) -> bool:
     return suffix is not None and any(architecture.replace(suffix, other) in _registered(release) for other in suffixes)
 
 
+def loaded_class(config: Mapping[str, Any], release: str = VERSION) -> str | None:
+    """The registered class vLLM loads for the config's first architecture: its own name, else the first
+    suffix swap `_normalize_arch` finds registered (None: neither)."""
+    names = [str(a) for a in config.get("architectures") or []]
+    if not names or names[0] in _registered(release):
+        return names[0] if names else None
+    suffixes = table(release)["architecture_suffixes"]
+    suffix = next((s for s in suffixes if names[0].endswith(s)), None)
+    swapped = [names[0].replace(suffix, other) for other in suffixes] if suffix else []
+    return next((name for name in swapped if name in _registered(release)), None)
+
+
 def resolution(config: Mapping[str, Any], release: str = VERSION) -> str:
     """How vLLM resolves the config's `architectures`: "registered", "transformers_backend" (vLLM would
     try its Transformers backend, whose outcome depends on the model class's code) or "unsupported"."""

@@ -130,6 +130,17 @@ ADMISSION_RESERVES_NULL_BLOCK: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.29.0", source=src("0.29.0", "v1/core/kv_cache_utils.py#L975-L980")),
 )
 
+# The Transformers modeling backend (an architecture vLLM's registry lacks and transformers exports) builds an Attention
+# for every text layer with the model's KV heads and head size, windowed where the *top-level* config's `layer_types`
+# says sliding_attention (`self.config`, not `self.text_config`: a composite config keeps them in text_config, so its
+# layers get no window of their own). Read in 0.26.0's and 0.27.0's wheels (base.py L522-L577 and L521-L576); later
+# releases' backend is not modelled (0.34.0's reads the text config and builds linear-attention layers too): those
+# models are left to --dry-run. Found by 0.26.0's start-up goldens: Muse-Glimmer-30B, 52 full-attention layers.
+TRANSFORMERS_BACKEND_PLANNED: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.27.1", source=src("0.26.0", "model_executor/models/transformers/base.py#L522-L577")),
+    Ranged(False, since="0.27.1", source=src("0.34.0", "model_executor/models/transformers/base.py")),
+)
+
 # The refusal when the hybrid manager is off and the specs do not unify (MEM002 / VLM004).
 PROMOTION_FAILED: tuple[Ranged[str], ...] = (
     Ranged("Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type.",

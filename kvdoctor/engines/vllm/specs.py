@@ -261,6 +261,49 @@ def zamba2_blocks(spec: ModelSpec) -> tuple[int, int]:
     return sum(1 for kind in blocks if kind == "hybrid"), len(looped)
 
 
+def transformers_backend(spec: ModelSpec, interp: Interpretation) -> Interpretation:
+    """The layers of vLLM's Transformers modeling backend where kvdoctor models it (releases.TRANSFORMERS_BACKEND_PLANNED):
+    an Attention per text layer, its own window where the top-level config's `layer_types` says sliding_attention
+    (the top-level `sliding_window`), else the model-level window."""
+    raw = spec.raw_config
+    types, window = (interp.layer_types, interp.sliding_window) if "text_config" not in raw else (
+        raw.get("layer_types"), raw.get("sliding_window"))
+
+    def own(i: int) -> int | None:
+        return window if types and i < len(types) and types[i] == "sliding_attention" else None
+
+    layers = tuple(_attention(i, own(i), interp.model_window) for i in range(spec.num_hidden_layers))
+    return msgspec.structs.replace(interp, rule="transformers_backend", layers=layers)
+
+
+# Multimodal classes whose __init__ builds the vision tower from `config.vision_config` (qwen3_5.py L424 and L636 at
+# v0.26.0, whose registry reaches a text-only Qwen3.5 config's ...ForCausalLM only by swapping its suffix for these),
+# and the transformers configuration class of the text-only model types that then lack it (configuration_qwen3_5.py
+# and configuration_qwen3_5_moe.py): vLLM's AttributeError names that class (VLM290).
+VISION_TOWER_CLASSES = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
+TEXT_CONFIG_CLASS = {"qwen3_5_text": "Qwen3_5TextConfig", "qwen3_5_moe_text": "Qwen3_5MoeTextConfig"}
+
+
+def vision_tower_without_config(spec: ModelSpec, loaded: str | None) -> str | None:
+    """The text config class vLLM's multimodal class asks for `vision_config` (VISION_TOWER_CLASSES), else None."""
+    if loaded not in VISION_TOWER_CLASSES or loaded == architecture(spec) or "vision_config" in spec.raw_config:
+        return None
+    return TEXT_CONFIG_CLASS.get(str(spec.raw_config.get("model_type")))
+
+
+GENERATING = ("ForCausalLM", "ForConditionalGeneration")  # wrapped as ...ForCausalLM (a pooling class is not planned)
+EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")  # ModelArchConfig's order
+
+
+def transformers_backend_class(spec: ModelSpec) -> str:
+    """The class vLLM resolves the architecture to (ModelConfig._get_transformers_backend_cls, a generating model):
+    MultiModal for a composite config, MoE where the text config states experts."""
+    experts = next((spec.config[k] for k in EXPERT_KEYS if spec.config.get(k)), 0)
+    experts = experts[0] if isinstance(experts, list) and experts else experts
+    return ("Transformers" + ("MultiModal" if "text_config" in spec.raw_config else "")
+            + ("MoE" if experts else "") + "ForCausalLM")
+
+
 def _config_class_check(spec: ModelSpec) -> None:
     """NemotronHConfig reads `layer_types` as its block types and refuses entries other than its own
     (kvdoctor's table reads the pattern): run the configuration class itself, as vLLM does."""

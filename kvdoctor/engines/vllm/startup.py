@@ -90,6 +90,21 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
     # MoE backend is picked for it. The experts are built on the meta device and never run.
     ("is_act_and_mul=False is supported only for CUDA, XPU and ROCm", "moe_on_cpu"),
 )
+# The same obstacles where a release raises them without a message: (class, the vLLM file that raises it).
+# 0.26.0's ModelOpt W4A16 NVFP4 linear method pins the Marlin kernel (modelopt.py:1283), whose base class asserts
+# that it is supported (kernels/linear/nvfp4/base.py:35): Marlin FP4 runs on CUDA and not on the CPU box. Later
+# releases raise "Marlin FP4 not available" (above).
+CPU_OBSTACLE_SITES = (("AssertionError", "vllm/model_executor/kernels/linear/nvfp4/base.py", "drop_quantization_config"),)
+
+
+def obstacle(exc: BaseException) -> str | None:
+    """The workaround for an error only the CPU box raises (CPU_OBSTACLES, CPU_OBSTACLE_SITES), else None."""
+    text = str(exc)
+    fix = next((w for t, w in CPU_OBSTACLES if t in text), None)
+    if fix is not None or text:
+        return fix
+    where = (error_row(exc, "")["raised_at_vllm"] or "").split(":")[0]
+    return next((w for name, site, w in CPU_OBSTACLE_SITES if type(exc).__name__ == name and where == site), None)
 # Refusals the CPU box raises where a GPU would not (no workaround): kept, marked `cpu_only`, not compared.
 # The Mamba block-size message is one of them here: no point sets --mamba-block-size, so it only comes from
 # CpuPlatform turning off the prefix caching the point asked for (MLA + linear-attention hybrids). So is a
@@ -511,7 +526,7 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
             with _state_storage_of_any_host() as host_has_bf16:
                 vc = engine_config(cfg, kwargs, root)
         except Exception as exc:  # noqa: BLE001
-            fix = next((w for text, w in CPU_OBSTACLES if text in str(exc)), None)
+            fix = obstacle(exc)
             if fix == "prefix_caching_off" and fix not in workarounds and "enable_prefix_caching" not in kwargs:
                 earlier.append(error_row(exc, "config"))
                 workarounds.append(fix)
@@ -525,7 +540,7 @@ def _run_point(cfg: dict, kwargs: dict, root: Path, budget: int) -> dict:
             specs = model_specs(vc, kwargs.get("tensor_parallel_size") if kwargs.get("tensor_parallel_size", 1) > 1
                                 else None)
         except Exception as exc:  # noqa: BLE001
-            fix = next((w for text, w in CPU_OBSTACLES if text in str(exc)), None)
+            fix = obstacle(exc)
             quantization = (cfg.get("quantization_config") or (cfg.get("text_config") or {}).get(
                 "quantization_config"))
             if fix == "drop_quantization_config" and fix not in workarounds and quantization:

@@ -1,5 +1,7 @@
-"""What differs in SGLang's own API between the profiled releases (0.5.15 to 0.5.23), for the two SGLang oracles
-(sglang_oracle.py, sglang_check_oracle.py): one harness, adapted here to the release it runs in.
+"""What differs in SGLang's own API between the profiled releases (0.5.15 to 0.5.23): the one adapter, used by the
+dry run's child (startup.py, and probe_child.py through it) and by the two golden oracles (goldens/sglang_oracle.py,
+goldens/sglang_check_oracle.py), so that each runs on the release it finds. It imports nothing but the standard
+library until it is called (then SGLang), and is imported as a top-level module from this folder.
 
 Each adaptation asks the release for what it has rather than naming versions:
 - `KVCacheConfigurator` takes a `ParallelState` (`ps`) up to 0.5.19 and the attention-DP size (`attn_dp_size`)
