@@ -41,6 +41,15 @@ def hybrid_swa_archs(release: str) -> frozenset[str]:
                      if arch not in HYBRID_SWA_SINCE or key(HYBRID_SWA_SINCE[arch]) <= key(release))
 
 
+# The Mamba state pool's padding slot: from 0.5.17 the configurator charges it, solving K state slots as
+# (budget - per_req) // per_req and taking (K + 1) slots from the memory left for tokens; up to 0.5.16 it solves
+# budget // per_req and takes K (`_handle_max_mamba_cache`; 0.5.15's lives in ModelRunner's mixin). Seen in
+# 0.5.16's own sizing (goldens/sglang-0.5.16.json: Qwen3-Next holds one state slot more than at 0.5.17).
+MAMBA_PADDING_SLOT: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.5.17", source=TAG.format("0.5.16") + "mem_cache/kv_cache_configurator.py#L1789"),
+    Ranged(True, since="0.5.17", source=TAG.format("0.5.17") + "mem_cache/kv_cache_configurator.py#L1954"),
+)
+
 # The memory SGLang holds back from its pools (fit's SGLang model, engines/sglang/reserve.py): from 0.5.0 a
 # formula of the GPU's memory, the chunked-prefill size and the decode graphs (srt/arg_groups/memory_hook.py
 # at 0.5.23; server_args.py before), a fraction by TP size before it; prefill CUDA graphs reserved from 0.5.23.
