@@ -24,8 +24,7 @@ from kvdoctor.engines.budget.facts import Layer, ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
-from kvdoctor.engines.sglang.archs import EXTRA_BUFFER_ARCHS
-from kvdoctor.engines.sglang.releases import MAMBA_PADDING_SLOT, hybrid_swa_archs
+from kvdoctor.engines.sglang.releases import MAMBA_PADDING_SLOT, extra_buffer_archs, hybrid_swa_archs
 from kvdoctor.model import SPARSE_MLA
 
 if TYPE_CHECKING:
@@ -216,7 +215,7 @@ def mamba_strategy(facts: ModelFacts, mode: Mode) -> str | None:
     if not mode.radix_cache:
         return None
     wants = mode.overlap_schedule or mode.page_size > 1
-    return "extra_buffer" if wants and set(facts.architectures[:1]) & EXTRA_BUFFER_ARCHS else "no_buffer"
+    return "extra_buffer" if wants and set(facts.architectures[:1]) & extra_buffer_archs(mode.release) else "no_buffer"
 
 
 def overlap_schedule(facts: ModelFacts, mode: Mode) -> bool:
