@@ -322,7 +322,7 @@ def run_point(model_dir: Path, settings: dict) -> dict:
     from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
     from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
-    from sglang.srt.runtime_context import get_context, get_model, get_parallel, get_schedule
+    from sglang.srt.runtime_context import get_context, get_parallel
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -370,12 +370,13 @@ def run_point(model_dir: Path, settings: dict) -> dict:
                              "full_attention_layer_ids": getattr(layers, "full_attention_layer_ids", full_ids)}
         stage = "configurator"
         kv_str, kv_dtype = api.build(
-            kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None, model_dtype=mc.dtype,
+            kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=api.group("model", sa).kv_cache_dtype, model=None,
+            model_dtype=mc.dtype,
             is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
         kvc = api.configurator(
             tp, device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
-            server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or get_model().kv_cache_dtype,
-            model_dtype=mc.dtype, page_size=get_schedule().page_size, sliding_window_size=window,
+            server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or api.group("model", sa).kv_cache_dtype,
+            model_dtype=mc.dtype, page_size=api.group("schedule", sa).page_size, sliding_window_size=window,
             spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
             spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
             is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
@@ -399,7 +400,7 @@ def run_point(model_dir: Path, settings: dict) -> dict:
         sizing: dict = {"budget_gib": BUDGET_GIB}
         if kvc.mambaish_config is not None:
             rest = kvc._handle_max_mamba_cache(rest)
-            sizing["max_mamba_cache_size"] = get_schedule().max_mamba_cache_size
+            sizing["max_mamba_cache_size"] = api.group("schedule", sa).max_mamba_cache_size
             sizing["mamba_ratio"] = kvc._calculate_mamba_ratio()
         config = kvc.config_from_budget(int(rest * (1 << 30)))
         configurator = create_memory_pool_configurator(kvc)
@@ -416,10 +417,10 @@ def run_point(model_dir: Path, settings: dict) -> dict:
         out.update(outcome="sizing_error", error=_error(exc))
 
     try:  # the real pool classes at tiny sizes on the CPU device
-        page = get_schedule().page_size
+        page = api.group("schedule", sa).page_size
         tokens = max(TINY_TOKENS, 4 * page)
         if kvc.mambaish_config is not None:
-            get_context().override("oracle.tiny", max_mamba_cache_size=TINY_REQS)
+            api.override(sa, "oracle.tiny", max_mamba_cache_size=TINY_REQS)
         sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
                            full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
                            swa_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,

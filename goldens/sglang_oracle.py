@@ -130,9 +130,9 @@ def plan(model_dir: Path, point: dict) -> dict:
             is_hybrid_swa_compress=False, use_mla_backend=mc.attention_arch == AttentionArch.MLA,
             layer_info=layers, forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None,
             memory_pool_config=None)
-        from sglang.srt.runtime_context import get_schedule
+        schedule = api.group("schedule", sa)
         out.update(is_hybrid_swa=bool(mc.is_hybrid_swa), sliding_window_size=kvc.sliding_window_size,
-                   overlap_schedule=not get_schedule().disable_overlap_schedule,
+                   overlap_schedule=not schedule.disable_overlap_schedule,
                    chunked_prefill_size=resolved.get("chunked_prefill_size"),
                    mamba_radix_cache_strategy=resolved.get("mamba_radix_cache_strategy"),
                    dtype=str(mc.dtype).replace("torch.", ""))
@@ -143,7 +143,7 @@ def plan(model_dir: Path, point: dict) -> dict:
             out["ssm_dtype"] = str(params.dtype.temporal).replace("torch.", "")
             rest = kvc._handle_max_mamba_cache(rest)
             out["mamba_ratio"] = kvc._calculate_mamba_ratio()
-            out["max_mamba_cache_size"] = get_schedule().max_mamba_cache_size
+            out["max_mamba_cache_size"] = schedule.max_mamba_cache_size
         available = int(rest * (1 << 30))
         config = kvc.config_from_budget(available)
         out.update(max_total_num_tokens=config.max_total_num_tokens,

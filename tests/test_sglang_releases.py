@@ -45,8 +45,6 @@ def test_each_file_is_a_profiled_release_over_the_real_configs(path):
 
 # Differences a release's goldens found that are not release data yet (docs/versions.md says what each is)
 RELEASE_GAPS = {
-    ("0.5.17", "Qwen__Qwen3.8-2.4T-A95B"): "0.5.17 resolves the Mamba radix-cache strategy to auto, not extra_buffer, "
-                                          "for this architecture: 3 state slots per request, not 5 (11 requests, not 6)",
     ("0.5.17", "zai-org__GLM-5.2"): "0.5.17's pool cell is 100,152 bytes per token, 0.5.19's 92,628: fewer tokens",
     **dict.fromkeys([("0.5.17", "stepfun-ai__Step-3.7-Flash"), ("0.5.22", "stepfun-ai__Step-3.7-Flash")],
                     "these goldens were made before the oracle ran load_model's architecture resolution (its "

@@ -1,6 +1,7 @@
 """Config forms the engines answer themselves (issue 42's held-out sets). A config no library class reads and with
-no layer count (Phi-2's `phi-msft` remote-code form): vLLM refuses it at its config stage before reading a layer,
-and so does the vLLM profile; every other use of the layers is the loader's one-line error, exit 2. A composite
+no layer count (Phi-2's and Phi-1.5's `phi-msft` remote-code form): vLLM refuses it at its config stage and SGLang
+in its config loader, before reading a layer, and so do their profiles; every other use of the layers is the loader's
+one-line error, exit 2. A composite
 config whose text_config leaves its sizes to its class (LLaVA-NeXT's): the class's defaults, as vLLM reads them."""
 from __future__ import annotations
 
@@ -64,9 +65,32 @@ def test_an_unknown_model_type_without_layers_is_vllms_unrecognized_type(tmp_pat
     assert rc == 1 and codes == ["VLM138"]
 
 
-@pytest.mark.parametrize("args", [("check", "--static"), ("check", "--static", "--engine", "sglang"),
+PHI15 = ROOT / "goldens" / "heldout-rel" / "sglang_microsoft__phi-1_5.json"  # source: goldens/heldout-rel/SOURCES.md
+
+
+@pytest.mark.parametrize("golden", sorted(PHI15.parent.glob("sglang_check-*.json")), ids=lambda p: p.stem)
+def test_sglang_refuses_a_remote_code_config_in_its_config_loader(tmp_path, golden):
+    """Each release's own start-up (goldens/heldout-rel/sglang_check-<release>.json) against the profile at it."""
+    doc = json.loads(golden.read_text())
+    [point] = [p for p in doc["points"] if p["model"] == PHI15.stem and p["setting"] == "default"]
+    want = point["result"]
+    assert want["outcome"] == "refused" and want["refused_at"] == "server_args"
+    d = tmp_path / "phi-1_5"
+    d.mkdir()
+    shutil.copy(PHI15, d / "config.json")
+    rc, out, _ = check_json(str(d), "--engine", f"sglang=={doc['versions']['sglang']}")
+    result = out["results"][0]
+    assert rc == 1 and result.get("error") is None
+    [refusal] = [f for f in result["findings"] if f["severity"] == "error"]
+    assert refusal["code"] == "SGL150" and refusal["engine_error"]["class"] == want["error"]["class"]
+    given = want["error"]["message"].split("The repository ", 1)[1].split(" ", 1)[0]
+    assert refusal["message"] == want["error"]["message"].replace(given, str(d))
+
+
+@pytest.mark.parametrize("args", [("check", "--static"), ("check", "--static", "--engine", "sglang-mlx"),
                                   ("budget", "--kv-budget", "4GiB"), ("budget", "--engine", "vllm", "--kv-budget",
-                                                                      "4GiB")])
+                                                                      "4GiB"),
+                                  ("budget", "--engine", "sglang", "--kv-budget", "4GiB")])
 def test_whatever_needs_the_layers_is_one_line_and_exit_2(phi2, args):
     command, *rest = args
     proc = run(command, str(phi2), *rest)

@@ -125,7 +125,8 @@ def main() -> int:
             "model_types_added": sorted(set(types) - set(doc["model_types"])),
             "architectures_absent": sorted(set(doc["architectures"]) - set(models)),
             "architectures_added": sorted(set(models) - set(doc["architectures"]))}
-        doc["releases"] = dict(sorted(doc["releases"].items(), key=lambda kv: [int(p) for p in kv[0].split(".")]))
+        doc["releases"] = dict(sorted(doc["releases"].items(),
+                                      key=lambda kv: [int(p) for p in kv[0].replace(".post", ".").split(".")]))
         OUT.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {OUT.relative_to(ROOT)}: sglang {sglang.__version__}'s differences")
         return 0

@@ -29,8 +29,9 @@ MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"
 UNBOUNDED_OK = ("time_step_limit",)
 # Findings that rest on facts, not on the guessed semantics: transformers itself refused the config,
 # a non-finite number, what the engine's own code says (ENG: its refusals and dry-run results), and
-# vLLM's refusals of the config's model_type, architectures or auto_map, which read no layer at all.
-FACTS = frozenset({"CFG012", "CFG020", "VLM138", "VLM139", "VLM140", "VLM141", "VLM143"})
+# vLLM's refusals of the config's model_type, architectures or auto_map and SGLang's config loader's (SGL150
+# remote code, SGL151 an unknown model_type), which read no layer at all.
+FACTS = frozenset({"CFG012", "CFG020", "VLM138", "VLM139", "VLM140", "VLM141", "VLM143", "SGL150", "SGL151"})
 
 RULE = Rule(codes=tuple(f"CFG{n:03d}" for n in range(11, 21) if n != 14))  # CFG014 folded into CFG013
 

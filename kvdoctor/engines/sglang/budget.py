@@ -23,10 +23,9 @@ from kvdoctor.engines.budget.common import (Budget, BudgetView, EngineRefusal, G
 from kvdoctor.engines.budget.facts import Layer, ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import at, key
 from kvdoctor.engines.sglang import dsv4
-from kvdoctor.engines.sglang.archs import EXTRA_BUFFER_ARCHS
-from kvdoctor.engines.releases import key
-from kvdoctor.engines.sglang.releases import DSV4_SIZED_SINCE, hybrid_swa_archs
+from kvdoctor.engines.sglang.releases import DSV4_SIZED_SINCE, MAMBA_PADDING_SLOT, extra_buffer_archs, hybrid_swa_archs
 from kvdoctor.errors import InputError
 from kvdoctor.model import SPARSE_MLA
 
@@ -219,7 +218,7 @@ def mamba_strategy(facts: ModelFacts, mode: Mode) -> str | None:
     if not mode.radix_cache:
         return None
     wants = mode.overlap_schedule or mode.page_size > 1
-    return "extra_buffer" if wants and set(facts.architectures[:1]) & EXTRA_BUFFER_ARCHS else "no_buffer"
+    return "extra_buffer" if wants and set(facts.architectures[:1]) & extra_buffer_archs(mode.release) else "no_buffer"
 
 
 def overlap_schedule(facts: ModelFacts, mode: Mode) -> bool:
@@ -237,14 +236,16 @@ def slots_per_request(facts: ModelFacts, mode: Mode) -> int:
 
 
 def mamba_slots(rest_gib: float, per_req: int, mode: Mode) -> tuple[int, float]:
-    """(K state slots, GB left for the token pool), in the engine's float arithmetic."""
+    """(K state slots, GB left for the token pool), in the engine's float arithmetic; the pool's padding slot is
+    charged from 0.5.17 (releases.MAMBA_PADDING_SLOT)."""
+    padding = int(at(MAMBA_PADDING_SLOT, mode.release))
     if mode.max_mamba_cache_size is not None:
         slots = mode.max_mamba_cache_size
     elif not mode.radix_cache and mode.max_running_requests is not None:
         slots = max(1, mode.max_running_requests)
     else:
         share = rest_gib * mode.mamba_full_memory_ratio / (1 + mode.mamba_full_memory_ratio)
-        slots = int((share * (1 << 30) - per_req) // per_req)
+        slots = int((share * (1 << 30) - padding * per_req) // per_req)
     if slots <= 0:
         raise EngineRefusal(
             "RuntimeError",
@@ -253,7 +254,7 @@ def mamba_slots(rest_gib: float, per_req: int, mode: Mode) -> tuple[int, float]:
             f"mamba_cache_per_req={per_req / MiB:.2f} MB). Try: (1) reduce --max-running-requests, "
             f"(2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
             f"(4) use GPUs with more memory.")
-    return slots, rest_gib - (slots + 1) * per_req / (1 << 30)
+    return slots, rest_gib - (slots + padding) * per_req / (1 << 30)
 
 
 def attention_cell(facts: ModelFacts, mode: Mode, layer: Layer | None = None) -> int:

@@ -65,6 +65,8 @@ def _cache(kind: str, placement: pools.Placement | None) -> str:
 def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
                 ) -> tuple[tuple[LayerPlan, ...], tuple[Refusal, ...], SglangCudaFacts]:
     settings = settings or SglangSettings()
+    if spec.unread is not None and refusals.config_loader(spec, settings.release or PINS["sglang"]) is None:
+        spec.require_layers()  # only SGLang's config loader answers a config whose layers kvdoctor could not read
     decision = swa.decide(spec, settings)
     where = pools.placements(spec, decision)
     windows = swa.engine_windows(spec)

@@ -327,6 +327,7 @@ class SglangProfile(EngineProfile):
     Settings = SglangSettings
     refusal_codes = ("KDA060", "KDA061", "KDA062", "SGL001", "SGL002", "SGL003", "SGL005", "SGL009", "SGL010",
                      "SGL012")
+    answers_unread = True  # its config loader (remote code, an unknown model_type) comes before any layer
 
     def plan(self, spec: ModelSpec, settings: BaseModel) -> Plan[SglangFacts]:
         from kvdoctor.engines.sglang.layout import plan_layers

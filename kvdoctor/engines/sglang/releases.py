@@ -45,6 +45,43 @@ def hybrid_swa_archs(release: str) -> frozenset[str]:
 # 0.5.17 and 0.5.19 size its full pool otherwise (8% fewer tokens, not read): their budgets stay unpriced.
 DSV4_SIZED_SINCE = "0.5.21"
 
+# architecture -> the first release whose `_MAMBA_EXTRA_BUFFER_ARCHS` (arg_groups/overrides.py) lists it, where
+# that is after 0.5.16 (absent: listed from 0.5.16 on); read from each release's wheel. The list only grew.
+EXTRA_BUFFER_SINCE: dict[str, str] = {
+    "KimiK3ForConditionalGeneration": "0.5.17",
+    "BailingMoeV3ForCausalLM": "0.5.19", "Qwen3_5ForCausalLM": "0.5.19", "Qwen3_5MoeForCausalLM": "0.5.19",
+    "Glm5NextForConditionalGeneration": "0.5.20", "NemotronH_Omni_Reasoning_V3": "0.5.20",
+    "Qwen4ExpForConditionalGeneration": "0.5.20",
+    "BailingMoeV3VLForConditionalGeneration": "0.5.21", "InklingForConditionalGeneration": "0.5.21",
+    "InklingForConditionalGenerationMTP": "0.5.21",
+    "MiniCPMV4_7ForConditionalGeneration": "0.5.23",
+}
+# _MAMBA_EXTRA_BUFFER_ARCHS at each tag where the list changed
+EXTRA_BUFFER_SOURCES = {
+    "0.5.16": TAG.format("0.5.16") + "arg_groups/overrides.py#L1133",
+    "0.5.17": TAG.format("0.5.17") + "arg_groups/overrides.py#L1432",
+    "0.5.19": TAG.format("0.5.19") + "arg_groups/overrides.py#L519",
+    "0.5.20": TAG.format("0.5.20") + "arg_groups/overrides.py#L474",
+    "0.5.21": TAG.format("0.5.21") + "arg_groups/overrides.py#L378",
+    "0.5.23": TAG.format("0.5.23") + "arg_groups/overrides.py#L403",
+}
+
+
+def extra_buffer_archs(release: str) -> frozenset[str]:
+    """The architectures whose `--mamba-radix-cache-strategy auto` may resolve to `extra_buffer` at `release`."""
+    return frozenset(arch for arch in archs.EXTRA_BUFFER_ARCHS
+                     if arch not in EXTRA_BUFFER_SINCE or key(EXTRA_BUFFER_SINCE[arch]) <= key(release))
+
+
+# The Mamba state pool's padding slot: from 0.5.17 the configurator charges it, solving K state slots as
+# (budget - per_req) // per_req and taking (K + 1) slots from the memory left for tokens; up to 0.5.16 it solves
+# budget // per_req and takes K (`_handle_max_mamba_cache`; 0.5.15's lives in ModelRunner's mixin). Seen in
+# 0.5.16's own sizing (goldens/sglang-0.5.16.json: Qwen3-Next holds one state slot more than at 0.5.17).
+MAMBA_PADDING_SLOT: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.5.17", source=TAG.format("0.5.16") + "mem_cache/kv_cache_configurator.py#L1789"),
+    Ranged(True, since="0.5.17", source=TAG.format("0.5.17") + "mem_cache/kv_cache_configurator.py#L1954"),
+)
+
 # The memory SGLang holds back from its pools (fit's SGLang model, engines/sglang/reserve.py): from 0.5.0 a
 # formula of the GPU's memory, the chunked-prefill size and the decode graphs (srt/arg_groups/memory_hook.py
 # at 0.5.23; server_args.py before), a fraction by TP size before it; prefill CUDA graphs reserved from 0.5.23.

@@ -14,6 +14,11 @@ Each adaptation asks the release for what it has rather than naming versions:
   `resolve_once` after; `resolved_dict` arrives with `resolve_once` (`resolve`, `resolved`).
 - The attention widths are pinned with `override_permanently` from 0.5.21, with the `override` context
   before, held open for the rest of the process (`pin_parallel`).
+- The resolved settings groups (`get_schedule()`, `get_model()`) arrive in 0.5.17; 0.5.16's configurator reads the
+  same fields from the server arguments (`group`), and a setting is changed for the rest of the run with the
+  context's `override` from 0.5.17 and `ServerArgs.override` before (`override`).
+- 0.5.15 (and 0.5.15.post1) have no `KVCacheConfigurator`: the pools are sized and built by `ModelRunner`'s mixin
+  (`model_executor/model_runner_kv_cache_mixin.py`), which these oracles do not drive yet.
 """
 from __future__ import annotations
 
@@ -73,6 +78,27 @@ def resolved(server_args) -> dict:
 def layer_ids(mc) -> tuple[list[int] | None, list[int] | None]:
     """The model's SWA and full-attention layer ids (None where this release leaves them unset)."""
     return getattr(mc, "swa_attention_layer_ids", None), getattr(mc, "full_attention_layer_ids", None)
+
+
+def group(name: str, server_args):
+    """The resolved settings group `name` ("schedule", "model"): `get_<name>()` where the release has it (0.5.17
+    on), else the server arguments, which carry the same fields."""
+    import sglang.srt.runtime_context as runtime
+
+    getter = getattr(runtime, f"get_{name}", None)
+    return getter() if getter is not None else server_args
+
+
+def override(server_args, source: str, **fields) -> None:
+    """Change resolved settings for the rest of the run: the runtime context's `override` where the release has it
+    (0.5.17 on), else `ServerArgs.override`, which the configurator reads before."""
+    from sglang.srt.runtime_context import get_context
+
+    context = get_context()
+    if hasattr(context, "override"):
+        context.override(source, **fields)
+    else:
+        server_args.override(source=source, **fields)
 
 
 _OPEN: list = []
