@@ -22,7 +22,7 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import dsv4, registry, releases
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, chunked_prefill_for_mamba_caching,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, afmoe_layer_types_unset, chunked_prefill_for_mamba_caching,
                                             config_class_rejects, from_budget, gemma4_global_head_dim, hma_forced_on,
                                             kv_heads_split, mamba2_groups_split, mamba_block_without_prefix_caching,
                                             max_model_len_over, nvfp4_with_mla, remote_code_not_trusted,
@@ -212,6 +212,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             raise chunked_prefill_for_mamba_caching(needs_chunked)
         hma, why = hma_decision(spec.config, settings)
         facts = msgspec.structs.replace(facts, hma=hma, hma_why=why, max_model_len=length, is_hybrid=arch in S.HYBRID)
+        if spec.model_type == "afmoe" and "layer_types" not in spec.config and at(releases.AFMOE_OWN_CONFIG, release):
+            raise afmoe_layer_types_unset()  # while the model class is built
         interp = S.interpret(spec)
         _check_rope_type(spec)
         groups_key = S.MAMBA2_GROUPS_KEY.get(arch)

@@ -42,6 +42,8 @@ CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers 
     "CFG023": SRC + "model_executor/layers/rotary_embedding/__init__.py#L350",
     "VLM151": SRC + "transformers_utils/config.py#L1309",
     "VLM152": SRC + "v1/kv_cache_interface.py#L164",  # replace_as; raises only at 0.32-0.33 (releases._LINES)
+    # raised only up to 0.31.0 (releases.AFMOE_OWN_CONFIG); the last release that raises it that kvdoctor has read
+    "UPG006": "https://github.com/vllm-project/vllm/blob/v0.30.0/vllm/model_executor/models/afmoe.py#L192",
     # raised by transformers 5.18.0 when 0.26.0-0.27.1 read Gemma-4's global head_dim (releases.GEMMA4_GLOBAL_HEAD_DIM)
     "VLM250": "https://github.com/huggingface/transformers/blob/v5.18.0/src/transformers/integrations/heterogeneity/"
               "configuration_utils.py#L298",
@@ -141,6 +143,12 @@ def gemma4_global_head_dim() -> Startup:
                "Warning: only do this if the caller can safely handle heterogeneous configs; code that assumes a "
                "homogeneous model may use the global value incorrectly.")
     return refusal("VLM250", "AmbiguousGlobalPerLayerAttributeError", message, key="head_dim")
+
+
+def afmoe_layer_types_unset() -> Startup:
+    """vLLM up to 0.31.0 reads an AFMoE config without `layer_types` with its own AfmoeConfig, which leaves it None,
+    and the model class indexes it per layer while built (releases.AFMOE_OWN_CONFIG)."""
+    return refusal("UPG006", "TypeError", "'NoneType' object is not subscriptable", key="layer_types")
 
 
 def config_class_rejects(rejected) -> Startup:
