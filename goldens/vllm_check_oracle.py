@@ -57,7 +57,7 @@ def corpus() -> dict[str, dict]:
     out = {}
     for folder in folders():
         for path in sorted(folder.iterdir()):
-            if path.name.startswith("vllm_check-"):  # a held-out folder keeps each release's points beside its configs
+            if path.name.startswith(("vllm_check-", "sglang_check-")):  # a held-out folder keeps each release's points
                 continue
             src = path / "config.json" if path.is_dir() else path
             if src.suffix == ".json" and src.exists():

@@ -37,8 +37,8 @@ def compared(points: list[dict]) -> list[dict]:
 
 POINTS = compared(GOLDEN["points"])
 # the per-release grid (goldens/releases.py --check) over fixtures/configs/real, unmutated, default and HMA off;
-# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel and heldout-rel2, which measure the profile and are not
-# part of the suite (nothing was changed for them; docs/versions.md has the figures)
+# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel, heldout-rel2 and heldout-rel3, which measure
+# the profile and are not part of the suite (nothing was changed for them; docs/versions.md has the figures)
 RELEASE_FILES = {path: json.loads(path.read_text()) for path in sorted(
     [*GOLDENS.glob("vllm_check-*.json"), *(GOLDENS.glob("heldout-rel*/vllm_check-*.json")
                                             if os.environ.get("KVDOCTOR_HELDOUT_REL") else ())])}
@@ -125,7 +125,7 @@ def test_release_goldens_cover_their_configs():
         assert doc["versions"]["vllm"] in PROFILED["vllm"]
         assert doc["grid"] == "release"
         configs = {p.stem for folder in doc["configs"] for p in (GOLDENS.parent / folder).glob("*.json")
-                   if not p.name.startswith("vllm_check-")}
+                   if not p.name.startswith(("vllm_check-", "sglang_"))}  # SGLang's configs and points held beside
         assert configs and configs <= {p["model"] for p in doc["points"] if p["setting"] == "default"}, path.name
         assert {p["setting"] for p in doc["points"]} <= {"default", "hma_off"}, path.name
         assert {p["mutation"] for p in doc["points"]} == {"none"}, path.name
@@ -196,3 +196,37 @@ def assert_matches(point: dict, tmp_path: Path, release: str) -> None:
         assert got.facts.max_model_len == point["fields"]["max_model_len"]
         assert got.facts.architecture == point["fields"]["architecture"]
         assert got.facts.is_hybrid == point["fields"]["is_hybrid"]
+
+
+TRINITY = GOLDENS.parent / "fixtures" / "configs" / "fresh" / "v11_arcee-ai__Trinity-Nano-Preview.json"
+
+
+def _trinity_plan(tmp_path: Path, release: str, layer_types: list[str] | None = None):
+    config = json.loads(TRINITY.read_text())
+    assert "layer_types" not in config
+    if layer_types is not None:
+        config["layer_types"] = layer_types
+    model = tmp_path / release
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    return plan(load_model(str(model), library_check=False), VllmSettings(kv_budget=40 << 30).at_release(release))
+
+
+@pytest.mark.parametrize("release", ["0.26.0", "0.30.0", "0.31.0"])
+def test_afmoe_without_layer_types_stops_up_to_0_31(release, tmp_path):
+    """vLLM's own AfmoeConfig (to 0.31.0) leaves `layer_types` None and the model class indexes it (VLM291)."""
+    got = _trinity_plan(tmp_path, release)
+    assert [(r.code, r.error_class, r.message) for r in got.refusals] == [
+        ("VLM291", "TypeError", "'NoneType' object is not subscriptable")]
+    assert "/vllm/model_executor/models/afmoe.py#L" in got.refusals[0].source
+
+
+def test_afmoe_starts_with_layer_types_or_from_0_32(tmp_path):
+    """transformers' AfmoeConfig (0.32.0 on) derives the list; a config that states it starts at any release."""
+    derived = _trinity_plan(tmp_path, "0.32.0")
+    assert not derived.refusals
+    every_fourth = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(56)]
+    assert [l.extra["engine_spec"] for l in derived.layers] == [
+        "FullAttentionSpec" if t == "full_attention" else "SlidingWindowSpec" for t in every_fourth]
+    stated = _trinity_plan(tmp_path, "0.30.0", every_fourth)
+    assert not stated.refusals and len(stated.facts.groups) == len(derived.facts.groups)

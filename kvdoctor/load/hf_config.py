@@ -162,6 +162,15 @@ def owns(model_type: str, name: str) -> bool | None:
         return None
 
 
+def class_name(model_type: str) -> str | None:
+    """The configuration class's name for `model_type`, None when transformers or the type is absent."""
+    if not knows(model_type):
+        return None
+    _, mapping = _registry()
+    with _without_torch():
+        return mapping[model_type].__name__
+
+
 def attribute_map(model_type: str) -> dict[str, str]:
     """The class's own spellings of common keys (GPT-2's `num_hidden_layers` is `n_layer`), read off the
     class without building it: what a config the class refuses still means by them. Empty when absent."""

@@ -324,13 +324,32 @@ def exaone_backend(spec: ModelSpec, settings: SglangSettings, release: str) -> R
                              "release": release})
 
 
+def heads_attribute_missing(spec: ModelSpec, release: str) -> Refusal | None:
+    """A configuration class with no `num_attention_heads` (neither the config nor the class's defaults give it),
+    at a release whose ModelConfig reads it as an attribute (releases.HEADS_READ_AS_ATTRIBUTE). Only where the
+    installed transformers says the class lacks it: an unknown class predicts nothing."""
+    model_type = spec.config.get("model_type") or spec.model_type
+    if not at(releases.HEADS_READ_AS_ATTRIBUTE, release) or not isinstance(model_type, str):
+        return None
+    if "num_attention_heads" in spec.config or "num_attention_heads" in hf_config.attribute_map(model_type):
+        return None
+    if hf_config.owns(model_type, "num_attention_heads") is not False:
+        return None
+    class_name = hf_config.class_name(model_type)
+    source = next(r.source for r in releases.HEADS_READ_AS_ATTRIBUTE if r.holds(release))
+    return Refusal("SGL296", "AttributeError", f"'{class_name}' object has no attribute 'num_attention_heads'",
+                   "startup", key=spec.config_prefix + "num_attention_heads", source=source,
+                   evidence={"model_type": model_type, "release": release})
+
+
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
     release = settings.release or PINS["sglang"]
     # the config-class refusals kvdoctor names specifically first; any other the class raises after them
     found = [config_loader(spec, release), per_layer_config_keys(spec), strict_null_window(spec),
              pattern_fallback(spec), own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec),
-             layer_types_iterated(spec), exaone_backend(spec, settings, release), context_too_long(spec, settings),
+             layer_types_iterated(spec), heads_attribute_missing(spec, release), exaone_backend(spec, settings, release),
+             context_too_long(spec, settings),
              null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:

@@ -99,3 +99,12 @@ EXAONE_BACKEND_UNRESOLVED: tuple[Ranged[bool], ...] = (
     Ranged(True, until="0.5.22", source=TAG.format("0.5.21") + "arg_groups/model_hook.py#L634"),
     Ranged(False, since="0.5.22", source=TAG.format("0.5.22") + "arg_groups/model_hook.py#L673"),
 )
+
+# ModelConfig reads the text config's `num_attention_heads` as an attribute up to 0.5.19, so a configuration class
+# that has none (transformers' Mamba2Config, FalconMambaConfig: attention-free) stops the server there with
+# AttributeError; from 0.5.20 it is read with a None default (pure SSMs get attention_arch SSM). Seen in each
+# release's own start-up (goldens/heldout-rel3/sglang_check-<release>.json: Mamba-Codestral, Falcon-Mamba).
+HEADS_READ_AS_ATTRIBUTE: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.5.20", source=TAG.format("0.5.19") + "configs/model_config.py#L1077"),
+    Ranged(False, since="0.5.20", source=TAG.format("0.5.20") + "configs/model_config.py#L1261-L1263"),
+)

@@ -22,8 +22,8 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import dsv4, registry, releases
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, chunked_prefill_for_mamba_caching,
-                                           vision_config_missing,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, afmoe_layer_types_unset,
+                                            chunked_prefill_for_mamba_caching, vision_config_missing,
                                             config_class_rejects, from_budget, gemma4_global_head_dim, hma_forced_on,
                                             kv_heads_split, mamba2_groups_split, mamba_block_without_prefix_caching,
                                             max_model_len_over, nvfp4_with_mla, remote_code_not_trusted,
@@ -216,6 +216,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         text_class = S.vision_tower_without_config(spec, registry.loaded_class(spec.raw_config, release))
         if text_class is not None:  # the model class stops while it is built
             raise vision_config_missing(text_class)
+        if spec.model_type == "afmoe" and "layer_types" not in spec.config and at(releases.AFMOE_OWN_CONFIG, release):
+            raise afmoe_layer_types_unset()  # while the model class is built
         interp = S.interpret(spec)
         backend = registry.resolution(spec.raw_config, release) == "transformers_backend"
         if backend and arch.endswith(S.GENERATING) and at(releases.TRANSFORMERS_BACKEND_PLANNED, release):

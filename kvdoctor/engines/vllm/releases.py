@@ -100,6 +100,15 @@ GEMMA4_GLOBAL_HEAD_DIM: tuple[Ranged[bool], ...] = (
     Ranged(False, since="0.28.0", source=src("0.28.0", "transformers_utils/model_arch_config_convertor.py#L694-L720")),
 )
 
+# AFMoE (Trinity) configs: up to 0.31.0 vLLM reads `model_type: afmoe` with its own AfmoeConfig (its _CONFIG_REGISTRY),
+# which stores `layer_types` as given, None when config.json has none, and the model class then indexes it per layer
+# (`config.layer_types[layer_idx]`): TypeError while the model is built (VLM291). From 0.32.0 transformers'
+# AfmoeConfig reads it, which derives the list from `global_attn_every_n_layers` when it is unset.
+AFMOE_OWN_CONFIG: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.32.0", source=src("0.30.0", "transformers_utils/configs/afmoe.py#L77")),
+    Ranged(False, since="0.32.0", source=src("0.32.0", "transformers_utils/config.py")),
+)
+
 # Hybrid block alignment (Platform._align_hybrid_block_size): from 0.27.0 an MLA + Mamba hybrid keeps its block a
 # multiple of 128 (TRTLLM / FlashInfer MLA decode kernels); 0.26.0 aligns it to the backend's kernel block alone.
 MLA_HYBRID_UNIT: tuple[Ranged[int], ...] = (
@@ -216,6 +225,8 @@ _LINES: dict[str, dict[str, str]] = {
 }
 _LINES["0.26.0"]["VLM250"] = "transformers_utils/model_arch_config_convertor.py#L597"
 _LINES["0.27.0"]["VLM250"] = "transformers_utils/model_arch_config_convertor.py#L608"
+for _release, _line in (("0.26.0", 199), ("0.27.0", 199), ("0.30.0", 192)):
+    _LINES[_release]["VLM291"] = f"model_executor/models/afmoe.py#L{_line}"
 _LINES["0.27.1"] = _LINES["0.27.0"]
 _LINES["0.34.0"]["VLM004"] = _LINES["0.34.0"]["MEM002"]
 # VLM152 (SLIDING_MLA_PROMOTION_FAILS) is raised only by 0.31.0 to 0.33.0, in replace_as
