@@ -196,3 +196,19 @@ def assert_matches(point: dict, tmp_path: Path, release: str) -> None:
         assert got.facts.max_model_len == point["fields"]["max_model_len"]
         assert got.facts.architecture == point["fields"]["architecture"]
         assert got.facts.is_hybrid == point["fields"]["is_hybrid"]
+
+
+def test_config_code_without_a_model_type_is_remote_code(tmp_path):
+    """A config that names its AutoConfig and no model_type (SmallThinker, held-out set 12): transformers' AutoConfig
+    refuses the remote code (VLM143), where kvdoctor read the config as bad input; a Llama config stays quiet."""
+    cfg = json.loads((Path(__file__).parent.parent / "fixtures/configs/real/meta-llama__Llama-3.2-1B-Instruct.json")
+                     .read_text())
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "config.json").write_text(json.dumps(cfg))
+    assert not plan(load_model(str(tmp_path / "plain"), with_checkpoint=False), VllmSettings()).refusals
+    cfg.pop("model_type")
+    cfg["auto_map"] = {"AutoConfig": "configuration_smallthinker.SmallThinkerConfig"}
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "config.json").write_text(json.dumps(cfg))
+    [refusal] = plan(load_model(str(tmp_path / "code"), with_checkpoint=False), VllmSettings()).refusals
+    assert refusal.code == "VLM143" and "contains custom code which must be executed" in refusal.message
