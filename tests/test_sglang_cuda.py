@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from kvdoctor.engines.sglang.layout import plan_layers
 from kvdoctor.engines.sglang.settings import SglangSettings as Settings
+from kvdoctor.errors import InputError
 from kvdoctor.load.loader import load_model
 from kvdoctor.model import GDN, MAMBA
 
@@ -41,6 +42,10 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
                                                              "without use_sliding_window; kvdoctor refuses to read it "
                                                              "(exit 2), SGLang never reads the window",
     ("budget", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "as the plan point",
+    ("plan", "v12_nvidia__GLM-5.2-NVFP4", "all_sliding"): "every layer typed sliding on a DSA model: kvdoctor plans "
+                                                         "sliding MHA layers, SGLang keeps MLA with its indexer and "
+                                                         "reads no window (set 12)",
+    ("budget", "v12_nvidia__GLM-5.2-NVFP4", "all_sliding"): "as the plan point",
 }
 UNREADABLE: set[str] = set()  # models whose every point, refusals included, needs a config kvdoctor cannot read
 
@@ -340,3 +345,40 @@ def test_lfm2_conv_layers_get_sglangs_conv_state(tmp_path):
     (tmp_path / "sliding" / "config.json").write_text(json.dumps(cfg))
     sliding, _, _ = plan_layers(load_model(str(tmp_path / "sliding"), with_checkpoint=False), Settings())
     assert {l.cache for l in sliding} == {"mamba", "none"}
+
+
+def test_dsa_keeps_only_a_bf16_or_fp8_e4m3_kv_cache(tmp_path):
+    """ServerArgs' DeepSeek-DSA override asserts on any other KV dtype (held-out set 12: DeepSeek-V3.2 and GLM-5.2
+    at fp8_e5m2); other models take fp8_e5m2."""
+    _, [refusal], _ = fixture_plan(tmp_path / "e5m2", "deepseek-ai__DeepSeek-V3.2", kv_cache_dtype="fp8_e5m2")
+    assert (refusal.code, refusal.error_class, refusal.message) == (
+        "SGL288", "AssertionError", "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype")
+    _, quiet, _ = fixture_plan(tmp_path / "e4m3", "deepseek-ai__DeepSeek-V3.2", kv_cache_dtype="fp8_e4m3")
+    assert all(r.code != "SGL288" for r in quiet)
+    _, dense, _ = fixture_plan(tmp_path / "llama", "meta-llama__Llama-3.2-1B-Instruct", kv_cache_dtype="fp8_e5m2")
+    assert dense == ()
+
+
+def test_dsa_page_size_replaces_a_given_one(tmp_path):
+    """The DeepSeek-DSA override sets 64 tokens per pooled index group whatever --page-size says (set 12's GLM-5.2
+    at page 16 sized as at 64); any other model keeps the page it is given."""
+    from kvdoctor.engines.sglang.pools import resolved_page_size
+
+    (tmp_path / "dsa").mkdir()
+    (tmp_path / "dsa" / "config.json").write_text((REAL / "deepseek-ai__DeepSeek-V3.2.json").read_text())
+    assert resolved_page_size(load_model(str(tmp_path / "dsa"), with_checkpoint=False), 16) == 64
+    (tmp_path / "dense").mkdir()
+    (tmp_path / "dense" / "config.json").write_text((REAL / "meta-llama__Llama-3.2-1B-Instruct.json").read_text())
+    assert resolved_page_size(load_model(str(tmp_path / "dense"), with_checkpoint=False), 16) == 16
+
+
+def test_config_code_without_a_model_type_is_remote_code(tmp_path):
+    """SmallThinker's config names its AutoConfig and no model_type: AutoConfig refuses its remote code (set 12);
+    with neither, kvdoctor refuses the config as bad input."""
+    def no_type(cfg):
+        cfg.pop("model_type")
+        cfg["auto_map"] = {"AutoConfig": "configuration_smallthinker.SmallThinkerConfig"}
+    _, [code], _ = fixture_plan(tmp_path / "code", "meta-llama__Llama-3.2-1B-Instruct", no_type)
+    assert (code.code, code.error_class) == ("SGL150", "ValueError")
+    with pytest.raises(InputError, match="missing 'model_type'"):
+        fixture_plan(tmp_path / "bare", "meta-llama__Llama-3.2-1B-Instruct", lambda c: c.pop("model_type"))

@@ -230,3 +230,19 @@ def test_afmoe_starts_with_layer_types_or_from_0_32(tmp_path):
         "FullAttentionSpec" if t == "full_attention" else "SlidingWindowSpec" for t in every_fourth]
     stated = _trinity_plan(tmp_path, "0.30.0", every_fourth)
     assert not stated.refusals and len(stated.facts.groups) == len(derived.facts.groups)
+
+
+def test_config_code_without_a_model_type_is_remote_code(tmp_path):
+    """A config that names its AutoConfig and no model_type (SmallThinker, held-out set 12): transformers' AutoConfig
+    refuses the remote code (VLM143), where kvdoctor read the config as bad input; a Llama config stays quiet."""
+    cfg = json.loads((Path(__file__).parent.parent / "fixtures/configs/real/meta-llama__Llama-3.2-1B-Instruct.json")
+                     .read_text())
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "config.json").write_text(json.dumps(cfg))
+    assert not plan(load_model(str(tmp_path / "plain"), with_checkpoint=False), VllmSettings()).refusals
+    cfg.pop("model_type")
+    cfg["auto_map"] = {"AutoConfig": "configuration_smallthinker.SmallThinkerConfig"}
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "config.json").write_text(json.dumps(cfg))
+    [refusal] = plan(load_model(str(tmp_path / "code"), with_checkpoint=False), VllmSettings()).refusals
+    assert refusal.code == "VLM143" and "contains custom code which must be executed" in refusal.message

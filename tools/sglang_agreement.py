@@ -1,6 +1,6 @@
 """Agreement of kvdoctor's static SGLang plan with an SGLang check oracle file, row by row.
 
-    PYTHONPATH=. .venv/bin/python tools/sglang_agreement.py goldens/sglang_check.json [more.json ...] [--misses]
+    PYTHONPATH=. .venv/bin/python tools/sglang_agreement.py goldens/sglang_check.json [more.json[.gz] ...] [--misses]
 
 The file is what `goldens/sglang_check_oracle.py --configs DIR --out FILE` writes (an SGLang release's own
 start-up per config x mutation x setting; the profile is planned at the release the file records). The rows are
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import re
 import sys
@@ -177,7 +178,8 @@ def main() -> int:
     misses = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.files:
-            doc = json.loads(path.read_text())
+            raw = path.read_bytes()  # a measured file may be stored gzipped (a config of megabytes per point)
+            doc = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
             for point in doc["points"]:
                 if point["result"]["outcome"] in ("not_applicable", "crash"):
                     continue

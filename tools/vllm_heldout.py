@@ -15,6 +15,7 @@ goldens/vllm_check.json when they are that file's release (0.33.0), else to gold
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sys
@@ -127,7 +128,8 @@ def compare(point: dict, scratch: Path, release: str | None = None) -> dict[str,
 
 def main() -> None:
     path = Path(sys.argv[1])
-    doc = json.loads(path.read_text())
+    raw = path.read_bytes()  # a measured file may be stored gzipped (a config of megabytes per point)
+    doc = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     release = doc["versions"]["vllm"]
     points = [p for p in doc["points"]
               if p["outcome"]["start"] or not p["outcome"].get("cpu_only")]

@@ -220,11 +220,14 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
         raise InputError(f"{config_path}{f':{line}' if line else ''}: {key} must be an object, "
                          f"got {type(text).__name__}")
     model_type = cfg.get("model_type") or raw.get("model_type")
-    if not model_type:
+    auto_map = raw.get("auto_map")
+    if not model_type and isinstance(auto_map, dict) and auto_map.get("AutoConfig"):
+        model_type = ""  # the checkpoint's own configuration code names it (SmallThinker); engines refuse remote code
+    elif not model_type:
         raise InputError(f"{config_path}: missing 'model_type'; expected a string such as \"llama\"")
     if not isinstance(model_type, str):
         raise InputError(f"{config_path}: model_type must be a string such as \"llama\", got {show(model_type)}")
-    if not MODEL_TYPE.match(model_type):
+    if model_type and not MODEL_TYPE.match(model_type):
         raise InputError(f"{config_path}: model_type {show(model_type)}; expected letters, digits, '_' or '-'")
     _check_sizes(cfg, prefix, config_path, lines)
     _check_rope(raw, config_path, lines)

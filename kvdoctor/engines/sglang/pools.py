@@ -135,9 +135,11 @@ def config_geometry(spec: ModelSpec) -> tuple[int, int, int]:
     return heads, key, value if isinstance(value, int) and value else key
 
 
-def resolved_page_size(spec: ModelSpec) -> int:
-    """SGLang's page size when --page-size is not given, on an H200."""
-    return default_page_size(SPARSE_MLA in spec.kinds(), spec.config)
+def resolved_page_size(spec: ModelSpec, requested: int | None = None) -> int:
+    """SGLang's page size on an H200: --page-size, else the backend's default; a DSA model always gets its
+    own (the DeepSeek-DSA override at arg_groups/model_overrides/deepseek_v2.py:171 sets it whatever was given)."""
+    sparse_mla = SPARSE_MLA in spec.kinds()
+    return requested if requested and not sparse_mla else default_page_size(sparse_mla, spec.config)
 
 
 def default_page_size(sparse_mla: bool, config: Mapping[str, Any]) -> int:

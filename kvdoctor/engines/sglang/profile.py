@@ -420,8 +420,9 @@ class SglangProfile(EngineProfile):
         from kvdoctor.engines.sglang.pools import default_page_size
 
         assert isinstance(settings, SglangSettings)
-        if settings.page_size is None:  # what the attention backend resolves it to
-            settings = settings.model_copy(update={"page_size": default_page_size(bool(facts.kinds()["dsa"]), config)})
+        dsa = bool(facts.kinds()["dsa"])
+        if settings.page_size is None or dsa:  # the backend's default; DSA's override replaces a given one too
+            settings = settings.model_copy(update={"page_size": default_page_size(dsa, config)})
         return budgets(facts, settings, inputs, all_modes)
 
     def fit(self, spec: ModelSpec, facts: ModelFacts, gpu: Any, layout: Mapping[str, Any], request: Any,

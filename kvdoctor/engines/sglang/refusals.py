@@ -13,7 +13,7 @@ from kvdoctor.engines.releases import at
 from kvdoctor.engines.sglang import archs, pools, releases, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
-from kvdoctor.model import ModelSpec
+from kvdoctor.model import SPARSE_MLA, ModelSpec
 
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.20.2/src/transformers/"
@@ -45,7 +45,9 @@ def config_loader(spec: ModelSpec, release: str = PINS["sglang"]) -> Refusal | N
     the message names it."""
     raw = spec.raw_config
     model_type = raw.get("model_type")
-    if not isinstance(model_type, str) or model_type in config_types(release):
+    if model_type is None and not (isinstance(raw.get("auto_map"), dict) and raw["auto_map"].get("AutoConfig")):
+        return None  # no model_type and no configuration code: the loader refuses such a config as bad input
+    if model_type is not None and (not isinstance(model_type, str) or model_type in config_types(release)):
         return None
     name = spec.hf_id or str(spec.model_dir)
     auto = raw.get("auto_map")
@@ -75,6 +77,21 @@ def config_loader(spec: ModelSpec, release: str = PINS["sglang"]) -> Refusal | N
                "`pip install git+https://github.com/huggingface/transformers.git`")
     return Refusal("SGL151", "ValueError", message, "startup", key="model_type", source=AUTO_CONFIG + "#L430",
                    evidence=evidence)
+
+
+DSA_KV_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3")
+
+
+def dsa_kv_dtype(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
+    """ServerArgs' DeepSeek-DSA override (arg_groups/overrides.py:541 at 0.5.23) keeps a bfloat16 or fp8_e4m3
+    KV cache for a model whose MLA layers carry the sparse indexer, and asserts on any other dtype
+    (fp8_e5m2), before the model config is built."""
+    if SPARSE_MLA not in spec.kinds() or settings.kv_cache_dtype in DSA_KV_DTYPES:
+        return None
+    return Refusal("SGL288", "AssertionError", "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype",
+                   "startup", setting="sglang.kv_cache_dtype",
+                   source="https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/arg_groups/"
+                          "overrides.py#L541")
 
 
 def _text_config_view(spec: ModelSpec) -> dict[str, Any]:
@@ -349,8 +366,7 @@ def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     found = [config_loader(spec, release), per_layer_config_keys(spec), strict_null_window(spec),
              pattern_fallback(spec), own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec),
              layer_types_iterated(spec), heads_attribute_missing(spec, release), exaone_backend(spec, settings, release),
-             context_too_long(spec, settings),
-             null_window(spec)]
+             dsa_kv_dtype(spec, settings), context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
         first = model_class(spec, release) or no_swa_layer(spec, settings)

@@ -19,7 +19,7 @@ from kvdoctor.model import CHUNKED, COMPRESSED, CONV, FULL, MAMBA, NO_ATTENTION,
 def mode(spec: ModelSpec, settings: SglangSettings, kv_budget: int) -> budget.Mode:
     return budget.Mode(
         context_length=settings.context_length or derived_context_length(spec), kv_budget_bytes=kv_budget,
-        page_size=settings.page_size or pools.resolved_page_size(spec), swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
+        page_size=pools.resolved_page_size(spec, settings.page_size), swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
         swa_ratio_set="swa_full_tokens_ratio" in settings.model_fields_set,
         disable_hybrid_swa_memory=settings.disable_hybrid_swa_memory, kv_cache_dtype=settings.kv_cache_dtype,
         tp=settings.tp, max_mamba_cache_size=settings.max_mamba_cache_size, mamba_ssm_dtype=settings.mamba_ssm_dtype,

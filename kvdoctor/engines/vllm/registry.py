@@ -68,12 +68,12 @@ def unrecognized_type(config: Mapping[str, Any], release: str = VERSION) -> str 
 
 
 def needs_remote_code(config: Mapping[str, Any], release: str = VERSION) -> bool:
-    """The config's class is the checkpoint's own code: auto_map names an AutoConfig and neither
-    transformers nor vLLM's registry has a class for the model_type (a class of theirs takes precedence)."""
+    """The config's class is the checkpoint's own code: auto_map names an AutoConfig and the config has no
+    model_type, or neither transformers nor vLLM's registry has a class for it (a class of theirs takes precedence)."""
     auto_map = config.get("auto_map")
     model_type = config.get("model_type")
-    return (isinstance(auto_map, Mapping) and "AutoConfig" in auto_map and isinstance(model_type, str)
-            and model_type not in _readable_model_types(release))
+    return (isinstance(auto_map, Mapping) and "AutoConfig" in auto_map
+            and (not model_type or isinstance(model_type, str) and model_type not in _readable_model_types(release)))
 
 
 def _reached_by_suffix(architecture: str, release: str) -> bool:

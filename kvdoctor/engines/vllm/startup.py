@@ -81,6 +81,8 @@ CPU_OBSTACLES = (  # an error that only the CPU box raises -> the workaround tha
     ("Marlin FP4 not available", "drop_quantization_config"),  # NVFP4 (ModelOpt) checkpoints' linear layers
     # the same where no NVFP4 linear kernel class is even a candidate on the CPU (an empty list of reasons)
     ("Failed to find a kernel that can implement the NVFP4 linear layer.", "drop_quantization_config"),
+    # ModelOpt MIXED_PRECISION checkpoints' MXFP8 linear layers (MiniMax-M3-NVFP4): no CPU kernel class either
+    ("Failed to find a kernel that can implement the MXFP8 linear layer.", "drop_quantization_config"),
     # int4 compressed-tensors experts (Kimi-K2.5's WNA16): the CPU has no candidate, CUDA has Marlin ones
     ("No WNA16 MoE backend supports the deployment configuration.", "drop_quantization_config"),
     # CpuPlatform turns prefix caching off for MLA after the Mamba block size was aligned for it
@@ -113,8 +115,9 @@ def obstacle(exc: BaseException) -> str | None:
 # A custom op missing from the CPU build (GPT-2's gelu_new: "'_OpNamespace' '_C' object has no attribute
 # 'gelu_new'") is one too: vLLM's CUDA build has its own kernel. So is a model class reading the tokenizer while it is
 # built (DeepSeek-VL2 at 0.34.0, deepseek_vl2.py:377 `tokenizer.vocab[...]`): the points run with skip_tokenizer_init
-# on config.json alone, a served model has its tokenizer.
-CPU_ONLY = ("on CPU", "No Unquantized MoE backend supports the deployment configuration",
+# on config.json alone, a served model has its tokenizer. And a model class importing CUTLASS's Python DSL, which
+# vLLM's CUDA wheels bring and the CPU build lacks (MiniMax-M3's sparse attention: "No module named 'cutlass'").
+CPU_ONLY = ("on CPU", "No module named 'cutlass'", "No Unquantized MoE backend supports the deployment configuration",
             "--mamba-block-size can only be set with --enable-prefix-caching", "Can't load image processor for",
             "'NoneType' object has no attribute 'vocab'",
             "'_OpNamespace' '_C' object has no attribute",
