@@ -116,7 +116,7 @@ def test_a_bare_assert_the_plan_predicted_is_not_reported_twice(tmp_path):
 
 
 RELEASE_VENVS = {release: ROOT / "goldens" / ".venv" / f"vllm-{release}" / "bin" / "python"
-                 for release in ("0.26.0", "0.30.0", "0.34.0")}
+                 for release in ("0.26.0", "0.27.0", "0.30.0", "0.32.0", "0.34.0")}
 
 
 @pytest.mark.parametrize("release", RELEASE_VENVS)

@@ -248,18 +248,17 @@ def configurator(sa, mc, window: int | None):
     from sglang.srt.mem_cache import kv_cache_dtype as kvd
     from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
-    from sglang.srt.runtime_context import get_model, get_schedule
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     layers = api.build(resolve_layer_indices, model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False,
                        spec_algorithm=SpeculativeAlgorithm.NONE)
     kv_str, kv_dtype = api.build(
-        kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=get_model().kv_cache_dtype, model=None,
+        kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=api.group("model", sa).kv_cache_dtype, model=None,
         model_dtype=mc.dtype, is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
     kvc = api.configurator(
         sa.tp_size or 1, device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
-        server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or get_model().kv_cache_dtype,
-        model_dtype=mc.dtype, page_size=get_schedule().page_size, sliding_window_size=window,
+        server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or api.group("model", sa).kv_cache_dtype,
+        model_dtype=mc.dtype, page_size=api.group("schedule", sa).page_size, sliding_window_size=window,
         spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
         spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
         is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
@@ -285,13 +284,11 @@ def state_row(kvc) -> dict | None:
 
 def sizing(kvc, budget: int) -> dict:
     """The pool sizes and request cap SGLang derives from a KV budget of `budget` bytes."""
-    from sglang.srt.runtime_context import get_schedule
-
     row: dict = {"budget_bytes": budget}
     rest_gib = budget / (1 << 30)
     if kvc.mambaish_config is not None:
         rest_gib = kvc._handle_max_mamba_cache(rest_gib)
-        row["max_mamba_cache_size"] = get_schedule().max_mamba_cache_size
+        row["max_mamba_cache_size"] = api.group("schedule", kvc.server_args).max_mamba_cache_size
         row["mamba_ratio"] = kvc._calculate_mamba_ratio()
     config = kvc.config_from_budget(int(rest_gib * (1 << 30)))
     row.update(max_total_num_tokens=config.max_total_num_tokens,
@@ -305,12 +302,11 @@ def build_pools(mc, kvc, tokens: int, swa_tokens: int | None = None):
     """Stage 4: SGLang's own pool classes, `tokens` rows (`swa_tokens` in the SWA pool) and TINY_REQS
     requests, on the CPU device."""
     from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
-    from sglang.srt.runtime_context import get_context, get_schedule
-
-    tokens = max(tokens, 4 * get_schedule().page_size)
-    swa_tokens = max(swa_tokens or tokens, 4 * get_schedule().page_size)
+    page = api.group("schedule", kvc.server_args).page_size
+    tokens = max(tokens, 4 * page)
+    swa_tokens = max(swa_tokens or tokens, 4 * page)
     if kvc.mambaish_config is not None:
-        get_context().override("kvdoctor.dryrun", max_mamba_cache_size=TINY_REQS)
+        api.override(kvc.server_args, "kvdoctor.dryrun", max_mamba_cache_size=TINY_REQS)
     sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
                       full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
                       swa_max_total_num_tokens=swa_tokens if mc.is_hybrid_swa else None,
