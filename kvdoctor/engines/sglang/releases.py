@@ -35,10 +35,14 @@ HYBRID_SWA_SOURCES = {
 }
 
 
+def listed_at(newest: frozenset[str], since: dict[str, str], release: str) -> frozenset[str]:
+    """The architectures of a list that only grew (`newest`, as 0.5.23 has it) already on it at `release`."""
+    return frozenset(arch for arch in newest if arch not in since or key(since[arch]) <= key(release))
+
+
 def hybrid_swa_archs(release: str) -> frozenset[str]:
     """The architectures on `release`'s hybrid-SWA allow-list."""
-    return frozenset(arch for arch in archs.HYBRID_SWA_ARCHS
-                     if arch not in HYBRID_SWA_SINCE or key(HYBRID_SWA_SINCE[arch]) <= key(release))
+    return listed_at(archs.HYBRID_SWA_ARCHS, HYBRID_SWA_SINCE, release)
 
 
 # DeepSeek-V4's pool sizing (engines/sglang/dsv4.py) as read at 0.5.23 and matched by the 0.5.21 and 0.5.22 goldens;
@@ -69,8 +73,7 @@ EXTRA_BUFFER_SOURCES = {
 
 def extra_buffer_archs(release: str) -> frozenset[str]:
     """The architectures whose `--mamba-radix-cache-strategy auto` may resolve to `extra_buffer` at `release`."""
-    return frozenset(arch for arch in archs.EXTRA_BUFFER_ARCHS
-                     if arch not in EXTRA_BUFFER_SINCE or key(EXTRA_BUFFER_SINCE[arch]) <= key(release))
+    return listed_at(archs.EXTRA_BUFFER_ARCHS, EXTRA_BUFFER_SINCE, release)
 
 
 # The Mamba state pool's padding slot: from 0.5.17 the configurator charges it, solving K state slots as
