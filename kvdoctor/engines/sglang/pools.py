@@ -81,6 +81,21 @@ def as_served(spec: ModelSpec) -> ModelSpec:
         for l in spec.layers if l.index < count])
 
 
+def as_dsa_served(spec: ModelSpec) -> ModelSpec:
+    """A DSA model (`archs.DSA_ARCHS` with an `index_topk`) as SGLang serves it: every attention layer sparse MLA
+    with no window, whatever its `layer_types` entry says (GLM-5.2 with every layer typed sliding: SGLang keeps
+    MLA with its indexer, goldens/measured/sglang_check-set12.json.gz). Other specs are returned as they are."""
+    cfg = spec.config
+    if archs.serving_arch(spec.raw_config) not in archs.DSA_ARCHS or cfg.get("index_topk") is None:
+        return spec
+    if all(l.kind == SPARSE_MLA for l in spec.layers if l.kind in ATTENTION):
+        return spec
+    dims = {name: cfg.get(name) for name in ("kv_lora_rank", "qk_rope_head_dim", "index_head_dim", "index_topk")}
+    return msgspec.structs.replace(spec, layers=[
+        msgspec.structs.replace(l, kind=SPARSE_MLA, window=None, **{k: v for k, v in dims.items() if isinstance(v, int)})
+        if l.kind in ATTENTION and l.kind != SPARSE_MLA else l for l in spec.layers])
+
+
 def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
     """The spec with each layer's kind replaced by the kind SGLang builds there, and attention layers whose
     geometry the config does not state given ModelConfig's (the configuration class's defaults)."""

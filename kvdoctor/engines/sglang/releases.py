@@ -126,3 +126,14 @@ MINIMAX_INDEX_FP8_ON_HOPPER: tuple[Ranged[bool], ...] = (
 # page of 128 (arg_groups/overrides.py `_minimax_m3_overrides` from 0.5.16, model_overrides/minimax_m3.py from
 # 0.5.19); 0.5.15 has no such override.
 MINIMAX_PAGE_128_SINCE = "0.5.16"
+
+# DeepSeek-V4 with hybrid-SWA memory off: the default pool configurator gives no SWA pool size (None) and
+# DeepSeekV4TokenToKVPool's SWA ring adds a page to it (`_num_dsv4_physical_kv_pages`): TypeError while the pools are
+# built, after the sizing. Seen in 0.5.23's own start-up (goldens/sglang_check.json, DeepSeek-V4-Flash and -Pro);
+# the same function and call at 0.5.21 and 0.5.22; earlier releases not read.
+DSV4_NO_SWA_SIZE_SINCE = "0.5.21"
+DSV4_NO_SWA_SIZE_SOURCES = {
+    "0.5.21": TAG.format("0.5.21") + "mem_cache/deepseek_v4_memory_pool.py#L132",
+    "0.5.22": TAG.format("0.5.22") + "mem_cache/deepseek_v4_memory_pool.py#L136",
+    "0.5.23": TAG.format("0.5.23") + "mem_cache/deepseek_v4_memory_pool.py#L171",
+}
