@@ -10,7 +10,8 @@ Run with the SGLang oracle venv (see README.md):
     python sglang_check_oracle.py --merge FILE...   # a held-out set's points into sglang_check.json
     python sglang_check_oracle.py --merge-into GOLDEN FILE...   # a rerun's points into another goldens file
 
-Every decision comes from SGLang's code: `ServerArgs(...).resolve_once()` (backend, page size, Mamba
+Every stage is the dry run's child's own (kvdoctor/engines/sglang/startup.py: one implementation, called here in
+the order the goldens record), and every decision comes from SGLang's code: `ServerArgs(...).resolve_once()` (backend, page size, Mamba
 cache strategy, validation), `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list,
 SWA / full layer ids, Mamba / GDN / KDA state params), `resolve_sliding_window_size` on a bare instance
 of the registered model class, `resolve_layer_indices`, `configure_kv_cache_dtype`, a real
@@ -29,7 +30,6 @@ whose API `kvdoctor/engines/sglang/shims/sglang_api.py` adapts to (the dry run's
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
 import subprocess
@@ -43,12 +43,11 @@ HERE = Path(__file__).resolve().parent
 SHIMS = HERE.parent / "kvdoctor" / "engines" / "sglang" / "shims"
 sys.path[:0] = [str(HERE), str(SHIMS)]
 
-import sglang_api as api  # noqa: E402 - shims/: the one adapter to each release's API, the dry run's child uses it too
 from common import CONFIGS, only_models  # noqa: E402
 
 REAL = HERE.parent / "fixtures" / "configs" / "real"
 BUDGET_GIB = 40.0
-TINY_TOKENS, TINY_REQS = 256, 4
+TINY_TOKENS = 256
 SETTINGS_KEYS = ("tp_size", "context_length", "page_size", "kv_cache_dtype", "disable_hybrid_swa_memory",
                  "swa_full_tokens_ratio", "mamba_ssm_dtype")
 
@@ -172,129 +171,28 @@ def corpus(configs: Path | None = None) -> dict[str, Path]:
 
 # ---------------------------------------------------------------- one point (child process, SGLang)
 
-def _dtype(value) -> str:
-    return str(value).replace("torch.", "")
+def _startup():
+    """kvdoctor/engines/sglang/startup.py, the dry run's child, loaded by path: its stages are the ones this
+    oracle runs (one implementation; importing it as part of the kvdoctor package would need kvdoctor's own
+    dependencies in the SGLang venv)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sglang_startup", SHIMS.parent / "startup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+startup = _startup()
 
 
 def _error(exc: BaseException) -> dict:
-    frames = traceback.extract_tb(exc.__traceback__)
-    inner = [f for f in frames if "site-packages/sglang/" in f.filename]
-    where = lambda f: f"{f.filename.split('site-packages/')[-1]}:{f.lineno}"  # noqa: E731
-    return {"class": type(exc).__name__, "message": str(exc),
-            "raised_at_sglang": where(inner[-1]) if inner else None, "raised_at": where(frames[-1]) if frames else None}
+    def where(f):
+        return f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" if f else None
 
-
-@functools.lru_cache(maxsize=None)
-def _model_class(arch: str):
-    """The registered model class for `arch`, found by a text search of sglang/srt/models (no full registry)."""
-    import importlib
-
-    import sglang
-
-    models = Path(sglang.__file__).parent / "srt" / "models"
-    needle = f"class {arch}("
-    for path in sorted(models.glob("*.py")):
-        if needle in path.read_text(errors="ignore"):
-            module = importlib.import_module(f"sglang.srt.models.{path.stem}")
-            cls = getattr(module, arch, None)
-            if cls is not None:
-                return cls
-    return None
-
-
-def _bare_model(model_config):
-    """An instance of the model class with __init__ not run and only `.config` set: what
-    resolve_sliding_window_size reads."""
-    arch = model_config.hf_config.architectures[0]
-    cls = _model_class(arch)
-    if cls is None:
-        return None, None
-    model = object.__new__(cls)
-    object.__setattr__(model, "config", model_config.hf_config)
-    text = model_config.hf_text_config
-    if text is not model_config.hf_config:
-        lm_arch = {"Gemma3ForConditionalGeneration": "Gemma3ForCausalLM"}.get(arch)
-        lm_cls = _model_class(lm_arch) if lm_arch else None
-        if lm_cls is not None:
-            lm = object.__new__(lm_cls)
-            object.__setattr__(lm, "config", text)
-            object.__setattr__(model, "language_model", lm)
-    return model, cls.__name__
-
-
-def _cache_params(params, tp: int) -> dict:
-    shape = params.shape
-    out = {"layers": list(params.layers), "mamba_cache_per_req": params.mamba_cache_per_req,
-           "dtype": {k: _dtype(getattr(params.dtype, k)) for k in ("conv", "temporal") if hasattr(params.dtype, k)}}
-    for name in ("conv", "temporal"):
-        value = getattr(shape, name, None)
-        if value is not None:
-            out[f"{name}_shape"] = [list(v) for v in value] if value and isinstance(value[0], (tuple, list)) else list(value)
-    return out
-
-
-def _runs(tensors) -> list[dict]:
-    """Buffers as runs of equal shape and dtype, in order: [{"shape", "dtype", "count"}]."""
-    runs: list[dict] = []
-    for t in tensors:
-        shape, dtype = list(t.shape), _dtype(t.dtype)
-        if runs and runs[-1]["shape"] == shape and runs[-1]["dtype"] == dtype:
-            runs[-1]["count"] += 1
-        else:
-            runs.append({"shape": shape, "dtype": dtype, "count": 1})
-    return runs
-
-
-def _buffers(pool) -> dict:
-    """Per-layer buffers of a token-to-KV pool: class, shapes, dtypes, and the layer-id maps."""
-    import torch
-
-    out: dict = {"class": type(pool).__name__}
-    for attr in ("k_buffer", "v_buffer", "kv_buffer"):
-        bufs = getattr(pool, attr, None)
-        if isinstance(bufs, (list, tuple)) and bufs and isinstance(bufs[0], torch.Tensor):
-            out[attr] = _runs(bufs)
-            out[f"{attr}_ptrs_distinct"] = len({b.data_ptr() for b in bufs}) == len(bufs)
-    for attr in ("start_layer", "layer_num", "size", "page_size", "head_num", "head_dim", "kv_lora_rank",
-                 "qk_rope_head_dim", "swa_attention_layer_ids", "full_attention_layer_ids"):
-        value = getattr(pool, attr, None)
-        if isinstance(value, (int, list)):
-            out[attr] = value
-    mapping = getattr(pool, "layers_mapping", None)
-    if isinstance(mapping, dict):
-        out["layers_mapping"] = {str(k): [int(v[0]), bool(v[1])] for k, v in sorted(mapping.items())}
-    mapping = getattr(pool, "full_attention_layer_id_mapping", None)
-    if isinstance(mapping, dict):
-        out["full_attention_layer_id_mapping"] = {str(k): int(v) for k, v in sorted(mapping.items())}
-    for attr in ("full_kv_pool", "swa_kv_pool"):
-        sub = getattr(pool, attr, None)
-        if sub is not None:
-            out[attr] = _buffers(sub)
-    return out
-
-
-def _mamba_pool(req_pool) -> dict | None:
-    import torch
-
-    pool = getattr(req_pool, "mamba_pool", None)
-    if pool is None:
-        return None
-    out: dict = {"class": type(pool).__name__, "req_pool_class": type(req_pool).__name__}
-    cache = getattr(pool, "mamba_cache", None)
-    for name in ("conv", "temporal"):
-        value = getattr(cache, name, None)
-        if isinstance(value, torch.Tensor):
-            out[name] = _runs([value])
-        elif isinstance(value, (list, tuple)):
-            out[name] = _runs(value)
-    mapping = getattr(req_pool, "mamba_map", None) or getattr(pool, "mamba_map", None)
-    if isinstance(mapping, dict):
-        out["mamba_map"] = {str(k): int(v) for k, v in sorted(mapping.items())}
-    for attr in ("size", "num_mamba_layers"):
-        value = getattr(pool, attr, None)
-        if isinstance(value, int):
-            out[attr] = value
-    return out
+    sglang_frame, last = startup.raised_at(exc)
+    return {"class": type(exc).__name__, "message": str(exc), "raised_at_sglang": where(sglang_frame),
+            "raised_at": where(last)}
 
 
 def _native_archs() -> set[str]:
@@ -304,137 +202,59 @@ def _native_archs() -> set[str]:
     return set(json.loads(registry.read_text())["architectures"])
 
 
-RESOLVED = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "page_size",
-            "kv_cache_dtype", "context_length", "mamba_radix_cache_strategy", "disable_overlap_schedule",
-            "linear_attn_backend", "chunked_prefill_size", "mamba_ssm_dtype", "disable_hybrid_swa_memory",
-            "swa_full_tokens_ratio", "tp_size", "disable_radix_cache", "max_running_requests", "device")
+# What the goldens record of startup.py's rows (the dry run's rows carry more)
+MODEL_KEYS = ("architectures", "model_class", "attention_arch", "is_hybrid_swa", "is_hybrid_swa_model",
+              "swa_attention_layer_ids", "full_attention_layer_ids", "sliding_window_size", "runner_sliding_window_size",
+              "attention_chunk_size", "num_hidden_layers", "num_attention_layers", "context_len", "dtype", "head_dim",
+              "num_attention_heads", "num_kv_heads_tp1", "num_kv_heads_tp", "kv_lora_rank", "qk_rope_head_dim",
+              "v_head_dim", "quantization", "layer_types")
+STATE_CONFIGS = ("mambaish_config", "hybrid_gdn_config", "hybrid_kda_config")  # hybrid_kda_config from 0.5.21
 
 
 def run_point(model_dir: Path, settings: dict) -> dict:
+    """startup.py's stages in the order the goldens record them: the model decisions before the architecture
+    check, every stage's refusal as data, and the tiny pools built even after a sizing error."""
     import cudafake
-    import torch
 
     cudafake.install(devices=max(1, settings.get("tp_size", 1)))
-    from sglang.srt.configs.model_config import AttentionArch, ModelConfig, is_hybrid_swa_model
-    from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
-    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
-    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
-    from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
-    from sglang.srt.runtime_context import get_context, get_parallel
-    from sglang.srt.server_args import ServerArgs
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
     out: dict = {"outcome": "ok", "stages": {}}
     stage = "server_args"
-    tp = settings.get("tp_size", 1)
     os.environ.pop("SGLANG_MAMBA_SSM_DTYPE", None)
     try:
-        sa = ServerArgs(model_path=str(model_dir), skip_tokenizer_init=True, load_format="dummy", **settings)
-        api.resolve(sa)
-        resolved = api.resolved(sa)
-        out["resolved_server_args"] = {k: resolved.get(k) for k in RESOLVED if k in resolved}
+        sa, out["resolved_server_args"] = startup.server_args(model_dir, settings)
         stage = "model_config"
-        get_context().set_server_args(sa)
-        api.pin_parallel(get_parallel(), attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
-        mc = ModelConfig.from_server_args(sa)
-        swa_ids, full_ids = api.layer_ids(mc)
-        model, model_class = _bare_model(mc)
-        window = resolve_sliding_window_size(model, mc)
-        text = mc.hf_text_config
-        m = {"architectures": list(mc.hf_config.architectures), "model_class": model_class,
-             "attention_arch": mc.attention_arch.name, "is_hybrid_swa": bool(mc.is_hybrid_swa),
-             "is_hybrid_swa_model": bool(is_hybrid_swa_model(mc.hf_config.architectures, text)),
-             "swa_attention_layer_ids": swa_ids, "full_attention_layer_ids": full_ids,
-             "sliding_window_size": mc.sliding_window_size, "runner_sliding_window_size": window,
-             "attention_chunk_size": mc.attention_chunk_size, "num_hidden_layers": mc.num_hidden_layers,
-             "num_attention_layers": getattr(mc, "num_attention_layers", None), "context_len": mc.context_len,
-             "dtype": _dtype(mc.dtype), "head_dim": mc.head_dim, "num_attention_heads": mc.num_attention_heads,
-             "num_kv_heads_tp1": mc.get_num_kv_heads(1), "num_kv_heads_tp": mc.get_num_kv_heads(tp),
-             "kv_lora_rank": getattr(mc, "kv_lora_rank", None), "qk_rope_head_dim": getattr(mc, "qk_rope_head_dim", None),
-             "v_head_dim": getattr(mc, "v_head_dim", None), "quantization": mc.quantization,
-             "layer_types": getattr(text, "layer_types", None)}
-        out["model"] = m
+        mc = startup.model_config(sa)
+        model, window = startup.model_window(mc, settings.get("tp_size", 1))
+        out["model"] = {k: model[k] for k in MODEL_KEYS}
         stage = "model_arch"  # load_model resolves the model class before any pool (model_loader/utils.py:230)
-        if not set(mc.hf_config.architectures) & _native_archs():
-            from sglang.srt.model_loader.utils import resolve_transformers_arch
-            resolve_transformers_arch(mc, list(mc.hf_config.architectures))
+        startup.model_arch(mc, _native_archs())
         stage = "layer_info"
-        import types as _t
-        layers = api.build(resolve_layer_indices, model=_t.SimpleNamespace(), model_config=mc,
-                           is_draft_worker=False, spec_algorithm=SpeculativeAlgorithm.NONE)
-        out["layer_info"] = {"start_layer": layers.start_layer, "end_layer": layers.end_layer,
-                             "num_effective_layers": layers.num_effective_layers,
-                             "swa_attention_layer_ids": getattr(layers, "swa_attention_layer_ids", swa_ids),
-                             "full_attention_layer_ids": getattr(layers, "full_attention_layer_ids", full_ids)}
+        layers = startup.layer_indices(mc)
+        out["layer_info"] = startup.layer_row(layers, mc)
         stage = "configurator"
-        kv_str, kv_dtype = api.build(
-            kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=api.group("model", sa).kv_cache_dtype, model=None,
-            model_dtype=mc.dtype,
-            is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
-        kvc = api.configurator(
-            tp, device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
-            server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or api.group("model", sa).kv_cache_dtype,
-            model_dtype=mc.dtype, page_size=api.group("schedule", sa).page_size, sliding_window_size=window,
-            spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
-            spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
-            is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
-            use_mla_backend=mc.attention_arch == AttentionArch.MLA, layer_info=layers, forward_stream=None,
-            req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
-        state = {}
-        for name in ("mambaish_config", "hybrid_gdn_config", "hybrid_kda_config"):
-            if hasattr(kvc, name):  # hybrid_kda_config from 0.5.21
-                cfg = getattr(kvc, name)
-                state[name] = None if cfg is None else type(cfg).__name__
+        kvc, kv_dtype = startup.configurator(sa, mc, window, layers)
+        state = {name: None if getattr(kvc, name) is None else type(getattr(kvc, name)).__name__
+                 for name in STATE_CONFIGS if hasattr(kvc, name)}
         if kvc.mambaish_config is not None:
-            state["mamba2_cache_params"] = _cache_params(kvc.mambaish_config.mamba2_cache_params, tp)
+            state["mamba2_cache_params"] = startup.cache_params_row(kvc.mambaish_config.mamba2_cache_params)
         out["state"] = state
-        out["kv_cache_dtype"] = _dtype(kv_dtype)
+        out["kv_cache_dtype"] = startup._dtype(kv_dtype)
     except Exception as exc:  # noqa: BLE001 - every start-up refusal is data here
         out.update(outcome="refused", refused_at=stage, error=_error(exc))
         return out
 
     try:  # sizing at a fixed budget (stands in for the GPU profile)
-        rest = BUDGET_GIB
-        sizing: dict = {"budget_gib": BUDGET_GIB}
-        if kvc.mambaish_config is not None:
-            rest = kvc._handle_max_mamba_cache(rest)
-            sizing["max_mamba_cache_size"] = api.group("schedule", sa).max_mamba_cache_size
-            sizing["mamba_ratio"] = kvc._calculate_mamba_ratio()
-        config = kvc.config_from_budget(int(rest * (1 << 30)))
-        configurator = create_memory_pool_configurator(kvc)
-        sizing.update(configurator=type(configurator).__name__, available_bytes=int(rest * (1 << 30)),
-                      max_total_num_tokens=config.max_total_num_tokens,
-                      full_max_total_num_tokens=config.full_max_total_num_tokens,
-                      swa_max_total_num_tokens=config.swa_max_total_num_tokens)
-        for attr in ("_cell_size", "cell_size"):
-            if isinstance(getattr(configurator, attr, None), (int, float)):
-                sizing["cell_size"] = getattr(configurator, attr)
-        sizing["max_running_requests"] = kvc.resolve_max_num_reqs(config.max_total_num_tokens)
-        out["sizing_40GiB"] = sizing
+        row = startup.sizing(kvc, int(BUDGET_GIB * (1 << 30)))
+        out["sizing_40GiB"] = {"budget_gib": BUDGET_GIB, **{k: v for k, v in row.items() if k != "budget_bytes"}}
     except Exception as exc:  # noqa: BLE001
         out.update(outcome="sizing_error", error=_error(exc))
 
     try:  # the real pool classes at tiny sizes on the CPU device
-        page = api.group("schedule", sa).page_size
-        tokens = max(TINY_TOKENS, 4 * page)
-        if kvc.mambaish_config is not None:
-            api.override(sa, "oracle.tiny", max_mamba_cache_size=TINY_REQS)
-        sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
-                           full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                           swa_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                           c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
-                           c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
-        pools = api.build(kvc._init_pools, sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
-        out["pools_tiny"] = {"tokens": tokens, "req_to_token_pool": type(pools.req_to_token_pool).__name__,
-                             "allocator": type(pools.token_to_kv_pool_allocator).__name__,
-                             "token_to_kv_pool": _buffers(pools.token_to_kv_pool),
-                             "mamba_pool": _mamba_pool(pools.req_to_token_pool)}
+        _, row = startup.build_pools(mc, kvc, TINY_TOKENS)
+        out["pools_tiny"] = {k: v for k, v in row.items() if k != "placements"}
         out["stages"]["pools_tiny"] = "ok"
     except Exception as exc:  # noqa: BLE001
         out["stages"]["pools_tiny"] = _error(exc)
-    del torch
     return out
 
 

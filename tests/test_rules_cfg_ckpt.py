@@ -49,6 +49,19 @@ def test_cfg003_sliding_layers_with_null_window(tmp_path):
     assert f["layer"] == 0 and f["evidence"]["layers"] == list(range(0, 24, 2))
 
 
+def test_cfg003_sliding_layers_whose_window_is_switched_off(tmp_path):
+    """Qwen1.5-MoE typed sliding everywhere without use_sliding_window: transformers' Qwen2MoeConfig gives its "no
+    window" (0) and the layers are read with none; with use_sliding_window on they keep the config's window."""
+    cfg = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+           "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16, "max_window_layers": 21,
+           "sliding_window": 32768, "use_sliding_window": False, "layer_types": ["sliding_attention"] * 24}
+    _, findings, _ = fired(tmp_path / "off", cfg, checkpoint=False)
+    [f] = only(findings, "CFG003")
+    assert "use_sliding_window is false" in f["message"] and f["evidence"]["layers"] == list(range(24))
+    _, findings, _ = fired(tmp_path / "on", {**cfg, "use_sliding_window": True}, checkpoint=False)
+    assert not only(findings, "CFG003")
+
+
 def test_cfg004_window_without_sliding_layers(tmp_path):
     """The vaultgemma case: every layer full, a window still set."""
     _, findings, _ = fired(tmp_path, "gpt-oss-20b",

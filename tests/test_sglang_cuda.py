@@ -30,22 +30,10 @@ from sglang_agreement import as_planned_for, golden_placements  # noqa: E402
 # keyed (test, model), (test, model, mutation) or (test, model, mutation, setting). The held configs taken
 # into the goldens in issue 43 brought them.
 KNOWN_GAPS: dict[tuple[str, ...], str] = {
-    **{("plan", model, "none", "disable_hybrid_swa_memory"): "SGLang's own DeepSeek-V4 pool build fails with hybrid-SWA "
-       "off (TypeError at mem_cache/deepseek_v4_memory_pool.py:171: no window size); the goldens keep the outcome 'ok' "
-       "(pools are a later stage) and kvdoctor predicts no refusal"
-       for model in ("deepseek-ai__DeepSeek-V4-Flash", "deepseek-ai__DeepSeek-V4-Pro")},
     **{("plan", "LiquidAI__LFM2.5-VL-1.6B", m): "not SGLang's refusal: the AttributeError is raised in the oracle's "
                                                 "own code (raised_at_sglang is null), after SGLang gave the config no "
                                                 "conv layer and so no Mamba cache params"
        for m in ("layer_types_missing", "window_no_layer_types")},
-    ("plan", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "transformers' Qwen2MoeConfig gives a window of 0 "
-                                                             "without use_sliding_window; kvdoctor refuses to read it "
-                                                             "(exit 2), SGLang never reads the window",
-    ("budget", "Qwen__Qwen1.5-MoE-A2.7B-Chat", "all_sliding"): "as the plan point",
-    ("plan", "v12_nvidia__GLM-5.2-NVFP4", "all_sliding"): "every layer typed sliding on a DSA model: kvdoctor plans "
-                                                         "sliding MHA layers, SGLang keeps MLA with its indexer and "
-                                                         "reads no window (set 12)",
-    ("budget", "v12_nvidia__GLM-5.2-NVFP4", "all_sliding"): "as the plan point",
 }
 UNREADABLE: set[str] = set()  # models whose every point, refusals included, needs a config kvdoctor cannot read
 
@@ -99,6 +87,11 @@ def test_static_plan_matches_sglang(point, tmp_path):
     spec, (layers, refusals, facts) = plan(point, tmp_path)
     if want["outcome"] == "sizing_error" and refusals:  # a pool-configurator refusal that no budget avoids
         assert (refusals[0].error_class, refusals[0].message) == (want["error"]["class"], refusal_text(want, tmp_path))
+        return
+    built = want.get("stages", {}).get("pools_tiny")
+    if want["outcome"] == "ok" and isinstance(built, dict):  # sized, then SGLang's own pool build raised
+        assert built["raised_at_sglang"], built
+        assert refusals and (refusals[0].error_class, refusals[0].message) == (built["class"], built["message"])
         return
     if want["outcome"] == "refused":
         assert refusals, f"SGLang refuses: {want['error']['message'][:160]}"

@@ -242,3 +242,19 @@ def test_a_model_sglang_has_no_class_for_stops_where_the_plan_says(tmp_path):
         (ROOT / "fixtures" / "configs" / "fresh" / "togethercomputer__RedPajama-INCITE-Chat-3B-v1.json").read_text())
     neox_plan, neox = dry(spec_of(tmp_path / "neox"))
     assert neox["outcome"]["start"] and neox_plan.refusals == ()
+
+
+@needs_sglang
+def test_deepseek_v4_without_hybrid_swa_memory_is_sized_then_fails_building_its_pools(tmp_path):
+    """SGL306: the plan predicts the TypeError SGLang's own DeepSeek-V4 pool raises after the sizing, and the dry
+    run, which records it as a pool error, agrees; with hybrid-SWA memory on the plan predicts a start."""
+    (tmp_path / "config.json").write_text((REAL / "deepseek-ai__DeepSeek-V4-Flash.json").read_text())
+    spec = spec_of(tmp_path)
+    plan, result = dry(spec, disable_hybrid_swa_memory=True, kv_budget="40GiB")
+    assert result["outcome"]["start"] and "deepseek_v4_memory_pool.py" in result["pools_error"]["raised_at_sglang"]
+    assert [r.code for r in plan.refusals] == ["SGL306"]
+    assert (plan.refusals[0].error_class, plan.refusals[0].message) == (result["pools_error"]["class"],
+                                                                        result["pools_error"]["message"])
+    assert plan.facts.pools.budget["pools"] == {"full": result["sizing"]["max_total_num_tokens"]}
+    assert dryrun.disagreements(plan, result) == []
+    assert not profile("sglang").plan(spec, SglangSettings()).refusals

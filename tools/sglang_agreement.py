@@ -7,7 +7,8 @@ start-up per config x mutation x setting; the profile is planned at the release 
 the ones issue 43 reports:
 
 - outcome: start, or the same refusal (class and exact text); a sizing error counts as a start-up that
-  SGLang's configurator refuses, as tests/test_sglang_cuda.py holds it;
+  SGLang's configurator refuses, and an error SGLang's own pool build raises after the sizing as a start-up
+  refusal, as tests/test_sglang_cuda.py holds them;
 - pool and index: every layer's (pool, buffer index), the pool classes and the per-token buffer shapes and
   dtypes (and the Mamba / GDN state shapes), on points where SGLang built its pools;
 - window: attention arch, hybrid-SWA decision, SWA / full layer ids and the runner's window;
@@ -157,6 +158,15 @@ def judge(point: dict, work: Path, release: str | None = None) -> dict[str, str 
             rows["outcome"] = f"SGLang {expect[0]}: {expect[1][:100]!r}; kvdoctor {got and (got[0], got[1][:100])}"
         if want["outcome"] == "sizing_error":
             rows.pop("sizing 40GiB", None)
+        return rows
+    failed = want.get("stages", {}).get("pools_tiny")
+    if isinstance(failed, dict):  # sized, then SGLang's own pool build raised: a start-up refusal after the sizing
+        got = (refusals[0].error_class, refusals[0].message) if refusals else None
+        if got != (failed["class"], failed["message"]):
+            rows["outcome"] = f"SGLang's pool build {failed['class']}: {failed['message'][:100]!r}; kvdoctor {got}"
+        rows["window"] = _window_differs(facts, want)
+        if "sizing 40GiB" in rows:
+            rows["sizing 40GiB"] = _sizing_differs(budget, want["sizing_40GiB"])
         return rows
     if refusals:
         rows["outcome"] = f"SGLang starts; kvdoctor predicts {refusals[0].error_class}: {refusals[0].message[:100]!r}"

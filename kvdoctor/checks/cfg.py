@@ -42,9 +42,12 @@ def run(ctx: Context) -> Iterable[Finding]:
     sliding = [layer.index for layer in spec.layers if layer.kind == SLIDING]
     null_window = [i for i in sliding if spec.layers[i].window is None]
     if null_window:
-        yield Finding.at("CFG003", f"{len(null_window)} layers are declared sliding_attention but sliding_window is null",
-                         spec.key_source("sliding_window" if "sliding_window" in cfg else "layer_types"),
-                         layer=null_window[0], evidence={"layers": null_window})
+        # a window stated but switched off (Qwen2MoeConfig gives 0, its "no window", without use_sliding_window)
+        off = cfg.get("sliding_window") is not None and cfg.get("use_sliding_window") is False
+        why = "use_sliding_window is false, which leaves them no window" if off else "sliding_window is null"
+        key = "use_sliding_window" if off else "sliding_window" if "sliding_window" in cfg else "layer_types"
+        yield Finding.at("CFG003", f"{len(null_window)} layers are declared sliding_attention but {why}",
+                         spec.key_source(key), layer=null_window[0], evidence={"layers": null_window})
 
     chunked = [layer.index for layer in spec.layers if layer.kind == CHUNKED and layer.window is None]
     if chunked:

@@ -411,6 +411,10 @@ def build_layers(family: Family, look: Lookup, n: int) -> list[LayerSpec]:
                                                                       look.source("sliding_window"))
     if window is None and family.name == "unknown":
         window = look.get("window_size")
+    if window == 0 and family.semantics == "transformers" and look.get("use_sliding_window") is False:
+        # the class's own spelling of "no window" (Qwen2MoeConfig: `sliding_window if use_sliding_window else 0`):
+        # no window is given, as with `sliding_window: null`
+        window = None
     chunk = look.get("attention_chunk_size")
     blocks = look.get("block_configs") if family.name == "nemotron_nas" else None
 

@@ -103,6 +103,8 @@ class ModelFacts(msgspec.Struct):
     dsa_index_head_dim: int | None = None  # a DSA (sparse MLA) indexer key per token, for the engines that price it
     dsa_index_skips: tuple[int, ...] = ()  # DSA layers reusing another layer's top-k, with no indexer key (SGLang)
     config_ssm_dtype: str | None = None  # mamba_ssm_dtype in config.json
+    # MiniMax-M3's sparse index pool per token (index rows, index head dim), for the engines that price it (SGLang)
+    minimax_index: tuple[int, int] | None = None
     # DeepSeek-V4: the config its compressed caches are sized from, for the engines that price them
     # (kvdoctor.engines.vllm.dsv4, kvdoctor.engines.sglang.dsv4); its layers are "compressed" or "sliding"
     dsv4: dict[str, Any] | None = None

@@ -159,6 +159,22 @@ TYPED_CONV_ARCHS = {
 # "at least one SWA layer" assertion.
 DEEPSEEK_V4_ARCHS = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})
 
+# configs/model_config.py#L191 `is_deepseek_dsa`: these with an `index_topk` are DeepSeek sparse attention (DSA) models;
+# their model classes build every attention layer as MLA with an indexer, in a DSATokenToKVPool, and read no
+# `layer_types` or window.
+DSA_ARCHS = frozenset({
+    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN", "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN",
+    "Glm5NextForConditionalGenerationNextN", "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM",
+    "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN", "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+})
+
+# MiniMax-M3's sparse attention (configs/model_config.py#L426 `is_minimax_sparse`): without hybrid-SWA memory its
+# layers live in a `MiniMaxSparseKVPool` (mem_cache/memory_pool.py#L5847), an MHA pool over every layer plus a
+# one-head index pool for the sparse layers (`sparse_attention_config`).
+MINIMAX_SPARSE_ARCHS = frozenset({"MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"})
+
 # Pure state-space models: no attention layer, attention arch SSM, every layer in the MambaPool
 # (configs/model_config.py#L156 PURE_MAMBA1_ARCHITECTURES, #L164 PURE_SSM_ARCHITECTURES). The Mamba-1 ones
 # size a full-rank state (configs/mamba.py, `Mamba2StateShape.create_full_rank`).

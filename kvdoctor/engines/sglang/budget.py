@@ -25,7 +25,8 @@ from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at, key
 from kvdoctor.engines.sglang import dsv4
-from kvdoctor.engines.sglang.releases import DSV4_SIZED_SINCE, MAMBA_PADDING_SLOT, extra_buffer_archs, hybrid_swa_archs
+from kvdoctor.engines.sglang.releases import (DSV4_SIZED_SINCE, MAMBA_PADDING_SLOT, MINIMAX_INDEX_FP8_ON_HOPPER,
+                                              MINIMAX_SPARSE_SIZED_SINCE, extra_buffer_archs, hybrid_swa_archs)
 from kvdoctor.errors import InputError
 from kvdoctor.model import SPARSE_MLA
 
@@ -315,6 +316,17 @@ def pool_bytes(facts: ModelFacts, mode: Mode, kinds: tuple[str, ...]) -> int:
     return sum(attention_cell(facts, mode, layer) for layer in facts.layers if layer.kind in kinds)
 
 
+def minimax_index_bytes(facts: ModelFacts, mode: Mode) -> int:
+    """MiniMax-M3's index pool per token (pool_configurator.py:410, the `is_minimax_sparse` cell): one-head rows,
+    not split by TP, in the model dtype, or in fp8 for fp8_e4m3 KV on Hopper from 0.5.23
+    (releases.MINIMAX_INDEX_FP8_ON_HOPPER)."""
+    if facts.minimax_index is None:
+        return 0
+    rows, width = facts.minimax_index
+    fp8 = mode.kv_cache_dtype == "fp8_e4m3" and at(MINIMAX_INDEX_FP8_ON_HOPPER, mode.release)
+    return rows * width * (1 if fp8 else dtype_bytes(facts.serving_dtype))
+
+
 def sglang_window(facts: ModelFacts) -> int | None:
     """The sliding window SGLang's runner works with (some model classes report window - 1)."""
     if not facts.windows:
@@ -383,7 +395,7 @@ def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int 
         if full <= 0:
             raise not_enough_memory()
         return "HybridSWAPoolConfigurator", full, swa
-    per_token = pool_bytes(facts, mode, ("full", "sliding", "mla", "dsa"))
+    per_token = pool_bytes(facts, mode, ("full", "sliding", "mla", "dsa")) + minimax_index_bytes(facts, mode)
     if not per_token:  # no attention layer: the pool holds the context length (pool_configurator.py:246)
         return "DefaultPoolConfigurator", (mode.max_total_tokens or mode.context_length) // page * page, None
     tokens = available // per_token // page * page
@@ -446,6 +458,9 @@ def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
     if facts.dsv4 is not None and key(mode.release) < key(DSV4_SIZED_SINCE):
         raise InputError(f"DeepSeek-V4's SGLang pool sizing is modelled from {DSV4_SIZED_SINCE} on, not at "
                          f"{mode.release}")
+    if facts.minimax_index is not None and key(mode.release) < key(MINIMAX_SPARSE_SIZED_SINCE):
+        raise InputError(f"MiniMax-M3's SGLang sparse pool sizing is modelled from {MINIMAX_SPARSE_SIZED_SINCE} on, "
+                         f"not at {mode.release}")
     budget = SglangBudget(engine="sglang", version=mode.release, mode=describe_mode(facts, mode),
                           capacity=CapacityRecord(context_length=mode.context_length,
                                                   kv_budget_bytes=mode.kv_budget_bytes),
@@ -487,8 +502,9 @@ def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
         else:
             configurator, full, swa = pools(facts, mode, available)
             budget.mode.configurator = configurator
+            index = 0 if hybrid_swa(facts, mode) else minimax_index_bytes(facts, mode)
             budget.pools = [PoolRecord(pool="full", tokens=full,
-                                       bytes_per_token=pool_bytes(facts, mode, _full_pool(facts, mode)))]
+                                       bytes_per_token=pool_bytes(facts, mode, _full_pool(facts, mode)) + index)]
         if swa is not None:
             budget.pools.append(PoolRecord(pool="swa", tokens=swa, bytes_per_token=pool_bytes(facts, mode, ("sliding",))))
         tokens = full if full else swa

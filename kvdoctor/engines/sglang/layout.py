@@ -67,6 +67,7 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
     settings = settings or SglangSettings()
     if spec.unread is not None and refusals.config_loader(spec, settings.release or PINS["sglang"]) is None:
         spec.require_layers()  # only SGLang's config loader answers a config whose layers kvdoctor could not read
+    stated, spec = spec, pools.as_dsa_served(spec)
     decision = swa.decide(spec, settings)
     where = pools.placements(spec, decision)
     windows = swa.engine_windows(spec)
@@ -82,7 +83,7 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
         layers.append(LayerPlan(index=layer.index, engine_window=windows.get(layer.index),
                                 cache=_cache(kind, placement),
                                 state=state if kind in (GDN, MAMBA, CONV) else None, extra=extra))
-    differs = tuple(l.index for l in spec.layers if l.kind in (SLIDING, FULL)
+    differs = tuple(l.index for l in stated.layers if l.kind in (SLIDING, FULL)
                     and (l.window if l.kind == SLIDING else None) != windows.get(l.index))
     refused = refusals.predict(spec, settings)
     tp = settings.tp
@@ -101,12 +102,12 @@ def plan_layers(spec: ModelSpec, settings: SglangSettings | None = None
         hybrid_swa_source=decision.source, swa_layer_ids=decision.swa_layer_ids,
         full_layer_ids=decision.full_layer_ids, runner_sliding_window=swa.runner_window(spec, decision.on),
         window_differs_layers=differs,
-        kind_differs_layers=tuple(i for i, k in kinds.items() if k != spec.layers[i].kind),
+        kind_differs_layers=tuple(i for i, k in kinds.items() if k != stated.layers[i].kind),
         kv_cache_dtype=pools.kv_dtype(spec, settings),
         override_warning=decision.override_warning, budget=None if refused else sizing.size(spec, settings),
         pools={**pools.pool_classes(spec, decision), **buffers, "tp_size": tp},
         unmodeled=None if refused else unmodeled(spec, settings.release or PINS["sglang"]))  # a refused start-up builds no pool at all
-    return tuple(layers), refused, facts
+    return tuple(layers), refused or refusals.pool_build(spec, settings), facts
 
 
 def unmodeled(spec: ModelSpec, release: str = PINS["sglang"]) -> str | None:

@@ -12,7 +12,10 @@ from typing import Any, Mapping
 
 import msgspec
 
+from kvdoctor.engines.pins import PINS
+from kvdoctor.engines.releases import key
 from kvdoctor.engines.sglang import archs
+from kvdoctor.engines.sglang.releases import MINIMAX_PAGE_128_SINCE
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.engines.sglang.swa import SwaDecision
 from kvdoctor.load import hf_config
@@ -78,6 +81,21 @@ def as_served(spec: ModelSpec) -> ModelSpec:
         for l in spec.layers if l.index < count])
 
 
+def as_dsa_served(spec: ModelSpec) -> ModelSpec:
+    """A DSA model (`archs.DSA_ARCHS` with an `index_topk`) as SGLang serves it: every attention layer sparse MLA
+    with no window, whatever its `layer_types` entry says (GLM-5.2 with every layer typed sliding: SGLang keeps
+    MLA with its indexer, goldens/measured/sglang_check-set12.json.gz). Other specs are returned as they are."""
+    cfg = spec.config
+    if archs.serving_arch(spec.raw_config) not in archs.DSA_ARCHS or cfg.get("index_topk") is None:
+        return spec
+    if all(l.kind == SPARSE_MLA for l in spec.layers if l.kind in ATTENTION):
+        return spec
+    dims = {name: cfg.get(name) for name in ("kv_lora_rank", "qk_rope_head_dim", "index_head_dim", "index_topk")}
+    return msgspec.structs.replace(spec, layers=[
+        msgspec.structs.replace(l, kind=SPARSE_MLA, window=None, **{k: v for k, v in dims.items() if isinstance(v, int)})
+        if l.kind in ATTENTION and l.kind != SPARSE_MLA else l for l in spec.layers])
+
+
 def as_sglang_builds(spec: ModelSpec) -> ModelSpec:
     """The spec with each layer's kind replaced by the kind SGLang builds there, and attention layers whose
     geometry the config does not state given ModelConfig's (the configuration class's defaults)."""
@@ -135,20 +153,53 @@ def config_geometry(spec: ModelSpec) -> tuple[int, int, int]:
     return heads, key, value if isinstance(value, int) and value else key
 
 
-def resolved_page_size(spec: ModelSpec, requested: int | None = None) -> int:
+def resolved_page_size(spec: ModelSpec, requested: int | None = None, backend: str | None = None,
+                       release: str = PINS["sglang"]) -> int:
     """SGLang's page size on an H200: --page-size, else the backend's default; a DSA model always gets its
     own (the DeepSeek-DSA override at arg_groups/model_overrides/deepseek_v2.py:171 sets it whatever was given)."""
     sparse_mla = SPARSE_MLA in spec.kinds()
-    return requested if requested and not sparse_mla else default_page_size(sparse_mla, spec.config)
+    if requested and not sparse_mla:
+        return requested
+    arch = archs.serving_arch(spec.raw_config)
+    return default_page_size(sparse_mla, spec.config, minimax_page(arch, backend, release))
 
 
-def default_page_size(sparse_mla: bool, config: Mapping[str, Any]) -> int:
-    """64 per pooled index group for DSA (arg_groups/model_overrides/deepseek_v2.py:171), else 1
-    (FlashAttention-3)."""
+def minimax_page(arch: str | None, backend: str | None, release: str) -> bool:
+    """MiniMax-M3's Hopper override (arg_groups/model_overrides/minimax_m3.py:178 at 0.5.23): FlashAttention-3,
+    unless another backend is given, and then a page of 128 where --page-size is not given."""
+    return (arch in archs.MINIMAX_SPARSE_ARCHS and backend in (None, "fa3")
+            and key(release) >= key(MINIMAX_PAGE_128_SINCE))
+
+
+def default_page_size(sparse_mla: bool, config: Mapping[str, Any], minimax: bool = False) -> int:
+    """64 per pooled index group for DSA (arg_groups/model_overrides/deepseek_v2.py:171), 128 for MiniMax-M3 on
+    Hopper (`minimax_page`), else 1 (FlashAttention-3)."""
     if sparse_mla:
         kpool = config.get("index_kpool")
         return 64 * (kpool if isinstance(kpool, int) and kpool > 0 else 1)
-    return 1
+    return MINIMAX_PAGE if minimax else 1
+
+
+MINIMAX_PAGE = 128
+
+
+def minimax_index(raw_config: dict[str, Any], layers: int) -> tuple[int, int] | None:
+    """MiniMax-M3's index pool per token (mem_cache/memory_pool.py:5847 `MiniMaxSparseKVPool`): (rows, head dim).
+    Each sparse layer (`sparse_attention_freq` not 0) of the first `layers` keeps a one-head index key and, unless
+    `sparse_disable_index_value` flags it, an index value; read from the text config's `sparse_attention_config`,
+    else the top level's (configs/model_config.py:446). None for another architecture or without the keys."""
+    if archs.serving_arch(raw_config) not in archs.MINIMAX_SPARSE_ARCHS:
+        return None
+    text = raw_config.get("text_config")
+    cfg = (text.get("sparse_attention_config") if isinstance(text, dict) else None) \
+        or raw_config.get("sparse_attention_config")
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("sparse_attention_freq"), list) \
+            or not isinstance(cfg.get("sparse_index_dim"), int):
+        return None
+    sparse = [i for i, f in enumerate(cfg["sparse_attention_freq"]) if f != 0 and i < layers]
+    flags = cfg.get("sparse_disable_index_value") or []
+    key_only = sum(1 for i in sparse if i < len(flags) and flags[i] != 0)
+    return 2 * (len(sparse) - key_only) + key_only, cfg["sparse_index_dim"]
 
 
 def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
@@ -157,6 +208,8 @@ def pool_classes(spec: ModelSpec, swa: SwaDecision) -> dict[str, str]:
                 "req_to_token_pool": "ReqToTokenPool", "allocator": "SWATokenToKVPoolAllocator"}
     kinds = set(sglang_kinds(spec).values())
     mla = bool(kinds & {MLA, SPARSE_MLA})
+    if not swa.on and not mla and archs.serving_arch(spec.raw_config) in archs.MINIMAX_SPARSE_ARCHS:
+        return {"token_to_kv_pool": "MiniMaxSparseKVPool", "req_to_token_pool": "ReqToTokenPool"}
     attention = "DSATokenToKVPool" if SPARSE_MLA in kinds else "MLATokenToKVPool" if mla else "MHATokenToKVPool"
     if kinds & set(STATE):
         return {"token_to_kv_pool": "HybridLinearKVPool", "full_kv_pool": attention,

@@ -417,12 +417,16 @@ class SglangProfile(EngineProfile):
                all_modes: bool) -> tuple[Sequence[Budget], dict[str, Any]]:
         from kvdoctor.engines.sglang.budget import budgets
 
-        from kvdoctor.engines.sglang.pools import default_page_size
+        from kvdoctor.engines.sglang.pools import default_page_size, minimax_index, minimax_page
 
         assert isinstance(settings, SglangSettings)
         dsa = bool(facts.kinds()["dsa"])
+        raw = {"architectures": facts.architectures, **config}
+        facts.minimax_index = minimax_index(raw, len(facts.layers))
         if settings.page_size is None or dsa:  # the backend's default; DSA's override replaces a given one too
-            settings = settings.model_copy(update={"page_size": default_page_size(dsa, config)})
+            minimax = minimax_page(next(iter(facts.architectures), None), settings.attention_backend,
+                                   settings.release or PINS["sglang"])
+            settings = settings.model_copy(update={"page_size": default_page_size(dsa, config, minimax)})
         return budgets(facts, settings, inputs, all_modes)
 
     def fit(self, spec: ModelSpec, facts: ModelFacts, gpu: Any, layout: Mapping[str, Any], request: Any,

@@ -10,6 +10,7 @@ from typing import Any
 from kvdoctor.engines.base import Refusal
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
+from kvdoctor.engines.releases import key as release_key
 from kvdoctor.engines.sglang import archs, pools, releases, swa
 from kvdoctor.engines.sglang.settings import SglangSettings
 from kvdoctor.load import hf_config
@@ -371,3 +372,18 @@ def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     if first is None:
         first = model_class(spec, release) or no_swa_layer(spec, settings)
     return (first,) if first else ()
+
+
+def pool_build(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
+    """Refusals SGLang meets building the pools, after the sizing (which still stands): DeepSeek-V4 with hybrid-SWA
+    memory off gets no SWA pool size, and its pool adds a page to None (releases.DSV4_NO_SWA_SIZE_SINCE)."""
+    release = settings.release or PINS["sglang"]
+    if archs.serving_arch(spec.raw_config) not in archs.DEEPSEEK_V4_ARCHS or swa.decide(spec, settings).on \
+            or release_key(release) < release_key(releases.DSV4_NO_SWA_SIZE_SINCE):
+        return ()
+    return (Refusal("SGL306", "TypeError", "unsupported operand type(s) for +: 'NoneType' and 'int'", "startup",
+                    setting="sglang.disable_hybrid_swa_memory",
+                    source=releases.DSV4_NO_SWA_SIZE_SOURCES.get(release, releases.DSV4_NO_SWA_SIZE_SOURCES["0.5.23"]),
+                    evidence={"architecture": archs.serving_arch(spec.raw_config), "hybrid_swa": False},
+                    explanation="with hybrid-SWA memory off SGLang sizes one token pool and gives DeepSeek-V4's "
+                                "sliding-window ring no size; building the DeepSeek-V4 pool then stops start-up"),)

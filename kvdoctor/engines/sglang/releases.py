@@ -111,3 +111,29 @@ HEADS_READ_AS_ATTRIBUTE: tuple[Ranged[bool], ...] = (
     Ranged(True, until="0.5.20", source=TAG.format("0.5.19") + "configs/model_config.py#L1077"),
     Ranged(False, since="0.5.20", source=TAG.format("0.5.20") + "configs/model_config.py#L1261-L1263"),
 )
+
+# MiniMax-M3's sparse pool (`MiniMaxSparseKVPool`, archs.MINIMAX_SPARSE_ARCHS): its cell in the pool configurator
+# (model_executor/pool_configurator.py, the `is_minimax_sparse` branch) is the same at 0.5.21, 0.5.22 and 0.5.23 but
+# for the Blackwell-only NVFP4 stack; before 0.5.21 it is written otherwise (not read): budgets stay unpriced there.
+MINIMAX_SPARSE_SIZED_SINCE = "0.5.21"
+# Its index key's dtype (`get_minimax_sparse_index_dtype`, mem_cache/memory_pool.py): the model dtype, except in
+# fp8 attention-GEMM mode (SM100 only); from 0.5.23 also the KV dtype for fp8_e4m3 KV on Hopper (sm90).
+MINIMAX_INDEX_FP8_ON_HOPPER: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.5.23", source=TAG.format("0.5.22") + "mem_cache/memory_pool.py#L5703"),
+    Ranged(True, since="0.5.23", source=TAG.format("0.5.23") + "mem_cache/memory_pool.py#L5831"),
+)
+# MiniMax-M3 on Hopper: with neither --attention-backend nor --page-size given, the model override picks fa3 and a
+# page of 128 (arg_groups/overrides.py `_minimax_m3_overrides` from 0.5.16, model_overrides/minimax_m3.py from
+# 0.5.19); 0.5.15 has no such override.
+MINIMAX_PAGE_128_SINCE = "0.5.16"
+
+# DeepSeek-V4 with hybrid-SWA memory off: the default pool configurator gives no SWA pool size (None) and
+# DeepSeekV4TokenToKVPool's SWA ring adds a page to it (`_num_dsv4_physical_kv_pages`): TypeError while the pools are
+# built, after the sizing. Seen in 0.5.23's own start-up (goldens/sglang_check.json, DeepSeek-V4-Flash and -Pro);
+# the same function and call at 0.5.21 and 0.5.22; earlier releases not read.
+DSV4_NO_SWA_SIZE_SINCE = "0.5.21"
+DSV4_NO_SWA_SIZE_SOURCES = {
+    "0.5.21": TAG.format("0.5.21") + "mem_cache/deepseek_v4_memory_pool.py#L132",
+    "0.5.22": TAG.format("0.5.22") + "mem_cache/deepseek_v4_memory_pool.py#L136",
+    "0.5.23": TAG.format("0.5.23") + "mem_cache/deepseek_v4_memory_pool.py#L171",
+}

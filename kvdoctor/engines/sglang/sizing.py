@@ -19,7 +19,9 @@ from kvdoctor.model import CHUNKED, COMPRESSED, CONV, FULL, MAMBA, NO_ATTENTION,
 def mode(spec: ModelSpec, settings: SglangSettings, kv_budget: int) -> budget.Mode:
     return budget.Mode(
         context_length=settings.context_length or derived_context_length(spec), kv_budget_bytes=kv_budget,
-        page_size=pools.resolved_page_size(spec, settings.page_size), swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
+        page_size=pools.resolved_page_size(spec, settings.page_size, settings.attention_backend,
+                                            settings.release or budget.VERSION),
+        swa_full_tokens_ratio=settings.swa_full_tokens_ratio,
         swa_ratio_set="swa_full_tokens_ratio" in settings.model_fields_set,
         disable_hybrid_swa_memory=settings.disable_hybrid_swa_memory, kv_cache_dtype=settings.kv_cache_dtype,
         tp=settings.tp, max_mamba_cache_size=settings.max_mamba_cache_size, mamba_ssm_dtype=settings.mamba_ssm_dtype,
@@ -58,6 +60,7 @@ def priced(built: ModelSpec, spec: ModelSpec) -> ModelFacts:
                                                     else l for l in built.layers])
     facts = facts_from_spec(unread, extra_kinds={SPARSE_MLA: "dsa", CONV: "short_conv", COMPRESSED: "compressed"})
     facts.dsa_index_skips = budget.dsa_index_skips(spec)
+    facts.minimax_index = pools.minimax_index(spec.raw_config, len(spec.layers))
     if archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:  # sized from compress_ratios, not layer kinds
         facts.dsv4 = dict(spec.config)
     if mamba:

@@ -3,7 +3,8 @@
 The child of `kvdoctor check --engine sglang --dry-run` (`python startup.py REQUEST.json RESULT.json`),
 run by an interpreter that has a profiled SGLang release (0.5.17 to 0.5.23); it imports nothing from kvdoctor
 but the shims beside it, among them `shims/sglang_api.py`, the one adapter to each release's API that the
-golden oracles use too. In the order the launcher and the model runner run them, all SGLang's own code:
+golden oracles use too. goldens/sglang_check_oracle.py loads this file and calls the same stage functions for the
+goldens (one implementation). In the order the launcher and the model runner run them, all SGLang's own code:
 
 1. `ServerArgs(model_path=DIR, skip_tokenizer_init=True, load_format="dummy", **args)`, resolved as the release
    resolves it (`resolve_once()` and `handle_environment_variables`; up to 0.5.17 its constructor does both:
@@ -28,6 +29,7 @@ CUDA-only extension packages importable (no kernel runs). Stated here, not SGLan
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -52,8 +54,8 @@ PAST_WINDOW = 64  # the window-read request is this many tokens longer than the 
 WINDOW_READ_BYTES = 1 << 30  # skip the window reads when SDPA's score matrix would pass this
 RESOLVED = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "page_size",
             "kv_cache_dtype", "context_length", "mamba_radix_cache_strategy", "disable_overlap_schedule",
-            "chunked_prefill_size", "mamba_ssm_dtype", "disable_hybrid_swa_memory", "swa_full_tokens_ratio",
-            "tp_size", "disable_radix_cache", "max_running_requests", "device")
+            "linear_attn_backend", "chunked_prefill_size", "mamba_ssm_dtype", "disable_hybrid_swa_memory",
+            "swa_full_tokens_ratio", "tp_size", "disable_radix_cache", "max_running_requests", "device")
 
 
 class Refused(Exception):
@@ -64,21 +66,27 @@ class Refused(Exception):
         self.row = error_row(exc, step)
 
 
-def error_row(exc: BaseException, step: str) -> dict:
+def raised_at(exc: BaseException) -> tuple:
+    """(the innermost frame in SGLang's own code, the innermost frame), each None where there is none."""
     frames = traceback.extract_tb(exc.__traceback__)
     inner = [f for f in frames if "site-packages/sglang/" in f.filename]
+    return (inner[-1] if inner else None), (frames[-1] if frames else None)
 
+
+def error_row(exc: BaseException, step: str) -> dict:
     def where(f):
         return f"{f.filename.split('site-packages/')[-1]}:{f.lineno} in {f.name}" if f else None
 
+    sglang_frame, last = raised_at(exc)
     return {"step": step, "class": type(exc).__name__, "message": str(exc),
-            "raised_at_sglang": where(inner[-1] if inner else None), "raised_at": where(frames[-1] if frames else None)}
+            "raised_at_sglang": where(sglang_frame), "raised_at": where(last)}
 
 
 def _dtype(value) -> str:
     return str(value).replace("torch.", "")
 
 
+@functools.lru_cache(maxsize=None)
 def model_class(arch: str):
     """The registered model class named `arch`, from the one sglang.srt.models module that defines it."""
     import sglang
@@ -134,6 +142,8 @@ def _runs(tensors) -> list[dict]:
 
 
 def kv_pool_row(pool) -> dict:
+    """A token-to-KV pool: class, per-layer buffers (runs of shape and dtype, and whether each has its own
+    storage), its sizes and head geometry, the layer-id maps, and its sub-pools the same way."""
     import torch
 
     out: dict = {"class": type(pool).__name__}
@@ -141,9 +151,12 @@ def kv_pool_row(pool) -> dict:
         bufs = getattr(pool, attr, None)
         if isinstance(bufs, (list, tuple)) and bufs and isinstance(bufs[0], torch.Tensor):
             out[attr] = _runs(bufs)
-    for attr in ("start_layer", "layer_num", "size", "page_size"):
-        if isinstance(getattr(pool, attr, None), int):
-            out[attr] = getattr(pool, attr)
+            out[f"{attr}_ptrs_distinct"] = len({b.data_ptr() for b in bufs}) == len(bufs)
+    for attr in ("start_layer", "layer_num", "size", "page_size", "head_num", "head_dim", "kv_lora_rank",
+                 "qk_rope_head_dim", "swa_attention_layer_ids", "full_attention_layer_ids"):
+        value = getattr(pool, attr, None)
+        if isinstance(value, (int, list)):
+            out[attr] = value
     mapping = getattr(pool, "layers_mapping", None)
     if isinstance(mapping, dict):
         out["layers_mapping"] = {str(k): [int(v[0]), bool(v[1])] for k, v in sorted(mapping.items())}
@@ -157,12 +170,13 @@ def kv_pool_row(pool) -> dict:
 
 
 def mamba_pool_row(req_pool) -> dict | None:
+    """The request pool's Mamba state pool: class, conv / SSM buffers, the layer-id map and its sizes."""
     import torch
 
     pool = getattr(req_pool, "mamba_pool", None)
     if pool is None:
         return None
-    out: dict = {"class": type(pool).__name__}
+    out: dict = {"class": type(pool).__name__, "req_pool_class": type(req_pool).__name__}
     cache = getattr(pool, "mamba_cache", None)
     for name in ("conv", "temporal"):
         value = getattr(cache, name, None)
@@ -173,6 +187,9 @@ def mamba_pool_row(req_pool) -> dict | None:
     mapping = getattr(req_pool, "mamba_map", None) or getattr(pool, "mamba_map", None)
     if isinstance(mapping, dict):
         out["mamba_map"] = {str(k): int(v) for k, v in sorted(mapping.items())}
+    for attr in ("size", "num_mamba_layers"):
+        if isinstance(getattr(pool, attr, None), int):
+            out[attr] = getattr(pool, attr)
     return out
 
 
@@ -190,45 +207,93 @@ def placements(pools: dict) -> dict[str, list]:
 
 
 # ---- the stages --------------------------------------------------------------------------------
+# Each is SGLang's own code for one step; `start` runs them in the launcher's order for the dry run, and
+# goldens/sglang_check_oracle.py calls the same functions for the goldens.
+
+def server_args(model_dir: Path, args: dict):
+    """`ServerArgs` resolved as the release resolves it: (server args, the resolved values of RESOLVED)."""
+    from sglang.srt.server_args import ServerArgs
+
+    sa = ServerArgs(model_path=str(model_dir), skip_tokenizer_init=True, load_format="dummy", **args)
+    api.resolve(sa)
+    resolved = api.resolved(sa)
+    return sa, {k: resolved.get(k) for k in RESOLVED if k in resolved}
+
+
+def model_config(sa):
+    """`ModelConfig.from_server_args`, with the runtime context set and the attention TP size pinned."""
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.runtime_context import get_context, get_parallel
+
+    get_context().set_server_args(sa)
+    api.pin_parallel(get_parallel(), attn_tp_size=sa.tp_size or 1, attn_dcp_size=1, attn_cp_size=1)
+    return ModelConfig.from_server_args(sa)
+
+
+def model_arch(mc, native) -> None:
+    """load_model's `resolve_transformers_arch` for an architecture not among `native` (the ones SGLang's
+    registry serves): it raises where SGLang's Transformers backend cannot serve the model."""
+    if not set(mc.hf_config.architectures) & set(native):
+        from sglang.srt.model_loader.utils import resolve_transformers_arch
+        resolve_transformers_arch(mc, list(mc.hf_config.architectures))
+
+
+def model_window(mc, tp: int) -> tuple[dict, int | None]:
+    """`resolve_sliding_window_size` on a bare instance of the model class, and the model decisions at TP size
+    `tp`: (row, the runner's window)."""
+    from sglang.srt.configs.model_config import is_hybrid_swa_model
+    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
+
+    swa_ids, full_ids = api.layer_ids(mc)
+    model, class_name = bare_model(mc)
+    window = resolve_sliding_window_size(model, mc)
+    text = mc.hf_text_config
+    row = {"architectures": list(mc.hf_config.architectures), "architecture": mc.hf_config.architectures[0],
+           "model_class": class_name, "attention_arch": mc.attention_arch.name, "is_hybrid_swa": bool(mc.is_hybrid_swa),
+           "is_hybrid_swa_model": bool(is_hybrid_swa_model(mc.hf_config.architectures, text)),
+           "swa_attention_layer_ids": swa_ids, "full_attention_layer_ids": full_ids,
+           "sliding_window_size": mc.sliding_window_size, "runner_sliding_window_size": window,
+           "runner_window_from": window_source(model, mc), "attention_chunk_size": mc.attention_chunk_size,
+           "num_hidden_layers": mc.num_hidden_layers, "num_attention_layers": getattr(mc, "num_attention_layers", None),
+           "context_len": mc.context_len, "dtype": _dtype(mc.dtype), "head_dim": mc.head_dim,
+           "num_attention_heads": mc.num_attention_heads, "num_kv_heads_tp1": mc.get_num_kv_heads(1),
+           "num_kv_heads_tp": mc.get_num_kv_heads(tp), "kv_lora_rank": getattr(mc, "kv_lora_rank", None),
+           "qk_rope_head_dim": getattr(mc, "qk_rope_head_dim", None), "v_head_dim": getattr(mc, "v_head_dim", None),
+           "quantization": mc.quantization, "layer_types": getattr(text, "layer_types", None)}
+    return row, window
+
+
+def layer_indices(mc):
+    """`resolve_layer_indices`: the layer range this rank serves (no model, no pipeline stages)."""
+    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return api.build(resolve_layer_indices, model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False,
+                     spec_algorithm=SpeculativeAlgorithm.NONE)
+
+
+def layer_row(layers, mc) -> dict:
+    swa_ids, full_ids = api.layer_ids(mc)
+    return {"start_layer": layers.start_layer, "end_layer": layers.end_layer,
+            "num_effective_layers": layers.num_effective_layers,
+            "swa_attention_layer_ids": getattr(layers, "swa_attention_layer_ids", swa_ids),
+            "full_attention_layer_ids": getattr(layers, "full_attention_layer_ids", full_ids)}
+
 
 def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str] | None = None):
     """Stages 1-3: returns (model config, configurator); raises Refused with SGLang's exception. `native`:
     the architectures SGLang's registry serves (from the parent); for any other, load_model's
     `resolve_transformers_arch` runs first, as it does before any pool is built."""
-    from sglang.srt.configs.model_config import ModelConfig, is_hybrid_swa_model
-    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
-    from sglang.srt.runtime_context import get_context, get_parallel
-    from sglang.srt.server_args import ServerArgs
-
-    tp = args.get("tp_size") or 1
     step = "server_args"
     try:
-        sa = ServerArgs(model_path=str(model_dir), skip_tokenizer_init=True, load_format="dummy", **args)
-        api.resolve(sa)
-        resolved = api.resolved(sa)
-        out["server_args"] = {k: resolved.get(k) for k in RESOLVED if k in resolved}
+        sa, out["server_args"] = server_args(model_dir, args)
         step = "model_config"
-        get_context().set_server_args(sa)
-        api.pin_parallel(get_parallel(), attn_tp_size=tp, attn_dcp_size=1, attn_cp_size=1)
-        mc = ModelConfig.from_server_args(sa)
-        swa_ids, full_ids = api.layer_ids(mc)
-        if native is not None and not set(mc.hf_config.architectures) & set(native):
+        mc = model_config(sa)
+        if native is not None:
             step = "model_arch"
-            from sglang.srt.model_loader.utils import resolve_transformers_arch
-            resolve_transformers_arch(mc, list(mc.hf_config.architectures))
+            model_arch(mc, native)
         step = "model_window"
-        model, class_name = bare_model(mc)
-        window = resolve_sliding_window_size(model, mc)
-        out["model"] = {
-            "architecture": mc.hf_config.architectures[0], "model_class": class_name,
-            "attention_arch": mc.attention_arch.name, "is_hybrid_swa": bool(mc.is_hybrid_swa),
-            "is_hybrid_swa_model": bool(is_hybrid_swa_model(mc.hf_config.architectures, mc.hf_text_config)),
-            "swa_attention_layer_ids": swa_ids, "full_attention_layer_ids": full_ids,
-            "runner_sliding_window_size": window,
-            "runner_window_from": window_source(model, mc),
-            "num_hidden_layers": mc.num_hidden_layers, "context_len": mc.context_len, "dtype": _dtype(mc.dtype),
-            "head_dim": mc.head_dim, "num_attention_heads": mc.num_attention_heads,
-            "num_kv_heads_tp": mc.get_num_kv_heads(tp)}
+        out["model"], window = model_window(mc, sa.tp_size or 1)
         step = "configurator"
         kvc, kv_dtype = configurator(sa, mc, window)
         out["kv_cache_dtype"] = _dtype(kv_dtype)
@@ -240,18 +305,16 @@ def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str]
     return mc, kvc
 
 
-def configurator(sa, mc, window: int | None):
+def configurator(sa, mc, window: int | None, layers=None):
     """SGLang's KVCacheConfigurator as the model runner builds it (no model, CPU device), for the server
     args and model config already resolved, and the KV dtype it resolved: (configurator, dtype). Each call
-    passes what the release's own function declares (sglang_api.build)."""
+    passes what the release's own function declares (sglang_api.build). `layers`: `layer_indices(mc)`."""
     from sglang.srt.configs.model_config import AttentionArch
     from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    layers = api.build(resolve_layer_indices, model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False,
-                       spec_algorithm=SpeculativeAlgorithm.NONE)
+    layers = layers if layers is not None else layer_indices(mc)
     kv_str, kv_dtype = api.build(
         kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=api.group("model", sa).kv_cache_dtype, model=None,
         model_dtype=mc.dtype, is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
@@ -267,34 +330,49 @@ def configurator(sa, mc, window: int | None):
     return kvc, kv_dtype
 
 
-def state_row(kvc) -> dict | None:
-    if kvc.mambaish_config is None:
-        return None
-    params = kvc.mambaish_config.mamba2_cache_params
-    row: dict = {"config_class": type(kvc.mambaish_config).__name__, "layers": list(params.layers),
+def cache_params_row(params) -> dict:
+    """The Mamba / GDN / KDA state params: the state layers, one request's bytes, dtypes and shapes."""
+    shape = params.shape
+    row: dict = {"layers": list(params.layers), "mamba_cache_per_req": params.mamba_cache_per_req,
                  "dtype": {k: _dtype(getattr(params.dtype, k)) for k in ("conv", "temporal")
                            if hasattr(params.dtype, k)}}
     for name in ("conv", "temporal"):
-        value = getattr(params.shape, name, None)
+        value = getattr(shape, name, None)
         if value is not None:
             row[f"{name}_shape"] = ([list(v) for v in value] if value and isinstance(value[0], (tuple, list))
                                     else list(value))
     return row
 
 
+def state_row(kvc) -> dict | None:
+    if kvc.mambaish_config is None:
+        return None
+    return {"config_class": type(kvc.mambaish_config).__name__,
+            **cache_params_row(kvc.mambaish_config.mamba2_cache_params)}
+
+
 def sizing(kvc, budget: int) -> dict:
-    """The pool sizes and request cap SGLang derives from a KV budget of `budget` bytes."""
+    """The pool sizes and request cap SGLang derives from a KV budget of `budget` bytes, the pool configurator
+    that sized them and its bytes per token."""
+    from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
+
     row: dict = {"budget_bytes": budget}
     rest_gib = budget / (1 << 30)
     if kvc.mambaish_config is not None:
         rest_gib = kvc._handle_max_mamba_cache(rest_gib)
         row["max_mamba_cache_size"] = api.group("schedule", kvc.server_args).max_mamba_cache_size
         row["mamba_ratio"] = kvc._calculate_mamba_ratio()
-    config = kvc.config_from_budget(int(rest_gib * (1 << 30)))
-    row.update(max_total_num_tokens=config.max_total_num_tokens,
+    available = int(rest_gib * (1 << 30))
+    config = kvc.config_from_budget(available)
+    sized_by = create_memory_pool_configurator(kvc)
+    row.update(configurator=type(sized_by).__name__, available_bytes=available,
+               max_total_num_tokens=config.max_total_num_tokens,
                full_max_total_num_tokens=config.full_max_total_num_tokens,
-               swa_max_total_num_tokens=config.swa_max_total_num_tokens,
-               max_running_requests=kvc.resolve_max_num_reqs(config.max_total_num_tokens))
+               swa_max_total_num_tokens=config.swa_max_total_num_tokens)
+    for attr in ("_cell_size", "cell_size"):
+        if isinstance(getattr(sized_by, attr, None), (int, float)):
+            row["cell_size"] = getattr(sized_by, attr)
+    row["max_running_requests"] = kvc.resolve_max_num_reqs(config.max_total_num_tokens)
     return row
 
 
@@ -503,7 +581,8 @@ def prepare(tp: int) -> None:
 PRELOAD = ("sglang.srt.arg_groups.serving_hook", "sglang.srt.configs.model_config",
            "sglang.srt.model_executor.model_runner_components.load_model_utils", "sglang.srt.runtime_context",
            "sglang.srt.server_args", "sglang.srt.mem_cache.kv_cache_dtype",
-           "sglang.srt.mem_cache.kv_cache_configurator", "sglang.srt.model_executor.model_runner_components.layer_setup",
+           "sglang.srt.mem_cache.kv_cache_configurator", "sglang.srt.model_executor.pool_configurator",
+           "sglang.srt.model_executor.model_runner_components.layer_setup",
            "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state",
            "sglang.srt.speculative.spec_info", "sglang.srt.layers.attention.torch_native_backend",
            "sglang.srt.layers.radix_attention")
