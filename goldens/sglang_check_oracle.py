@@ -14,7 +14,8 @@ Every decision comes from SGLang's code: `ServerArgs(...).resolve_once()` (backe
 cache strategy, validation), `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list,
 SWA / full layer ids, Mamba / GDN / KDA state params), `resolve_sliding_window_size` on a bare instance
 of the registered model class, `resolve_layer_indices`, `configure_kv_cache_dtype`, a real
-`KVCacheConfigurator` (`_handle_max_mamba_cache`, `config_from_budget`, `resolve_max_num_reqs`) at a
+`KVCacheConfigurator` (`_handle_max_mamba_cache`, `config_from_budget`, `resolve_max_num_reqs`; at 0.5.15, which
+has none, the same steps on `ModelRunner` through the adapter's `RunnerSizing`) at a
 40 GiB budget, and `_init_pools` at tiny sizes on the CPU device for the pool classes, buffer shapes and
 layer-id -> buffer maps. The platform is CUDA: `kvdoctor/engines/sglang/shims/cudafake.py` makes
 torch report H200s and `fakemods.py` beside it makes CUDA-only extension packages importable; no kernel
@@ -316,12 +317,6 @@ def run_point(model_dir: Path, settings: dict) -> dict:
 
     cudafake.install(devices=max(1, settings.get("tp_size", 1)))
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig, is_hybrid_swa_model
-    from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
-    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
-    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
-    from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
     from sglang.srt.runtime_context import get_context, get_parallel
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -341,7 +336,7 @@ def run_point(model_dir: Path, settings: dict) -> dict:
         mc = ModelConfig.from_server_args(sa)
         swa_ids, full_ids = api.layer_ids(mc)
         model, model_class = _bare_model(mc)
-        window = resolve_sliding_window_size(model, mc)
+        window = api.sliding_window(model, mc)
         text = mc.hf_text_config
         m = {"architectures": list(mc.hf_config.architectures), "model_class": model_class,
              "attention_arch": mc.attention_arch.name, "is_hybrid_swa": bool(mc.is_hybrid_swa),
@@ -361,24 +356,19 @@ def run_point(model_dir: Path, settings: dict) -> dict:
             from sglang.srt.model_loader.utils import resolve_transformers_arch
             resolve_transformers_arch(mc, list(mc.hf_config.architectures))
         stage = "layer_info"
-        import types as _t
-        layers = api.build(resolve_layer_indices, model=_t.SimpleNamespace(), model_config=mc,
-                           is_draft_worker=False, spec_algorithm=SpeculativeAlgorithm.NONE)
+        layers = api.layer_indices(mc)
         out["layer_info"] = {"start_layer": layers.start_layer, "end_layer": layers.end_layer,
                              "num_effective_layers": layers.num_effective_layers,
                              "swa_attention_layer_ids": getattr(layers, "swa_attention_layer_ids", swa_ids),
                              "full_attention_layer_ids": getattr(layers, "full_attention_layer_ids", full_ids)}
         stage = "configurator"
-        kv_str, kv_dtype = api.build(
-            kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=api.group("model", sa).kv_cache_dtype, model=None,
-            model_dtype=mc.dtype,
-            is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
+        kv_str, kv_dtype = api.kv_cache_dtype(sa, mc)
         kvc = api.configurator(
             tp, device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
             server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or api.group("model", sa).kv_cache_dtype,
             model_dtype=mc.dtype, page_size=api.group("schedule", sa).page_size, sliding_window_size=window,
             spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
-            spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
+            is_hybrid_swa=mc.is_hybrid_swa,
             is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
             use_mla_backend=mc.attention_arch == AttentionArch.MLA, layer_info=layers, forward_stream=None,
             req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
@@ -403,7 +393,7 @@ def run_point(model_dir: Path, settings: dict) -> dict:
             sizing["max_mamba_cache_size"] = api.group("schedule", sa).max_mamba_cache_size
             sizing["mamba_ratio"] = kvc._calculate_mamba_ratio()
         config = kvc.config_from_budget(int(rest * (1 << 30)))
-        configurator = create_memory_pool_configurator(kvc)
+        configurator = api.pool_configurator(kvc)
         sizing.update(configurator=type(configurator).__name__, available_bytes=int(rest * (1 << 30)),
                       max_total_num_tokens=config.max_total_num_tokens,
                       full_max_total_num_tokens=config.full_max_total_num_tokens,
@@ -421,11 +411,11 @@ def run_point(model_dir: Path, settings: dict) -> dict:
         tokens = max(TINY_TOKENS, 4 * page)
         if kvc.mambaish_config is not None:
             api.override(sa, "oracle.tiny", max_mamba_cache_size=TINY_REQS)
-        sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
-                           full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                           swa_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                           c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
-                           c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
+        sizes = api.pool_sizes(max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
+                               full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
+                               swa_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
+                               c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
+                               c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
         pools = api.build(kvc._init_pools, sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
         out["pools_tiny"] = {"tokens": tokens, "req_to_token_pool": type(pools.req_to_token_pool).__name__,
                              "allocator": type(pools.token_to_kv_pool_allocator).__name__,

@@ -196,7 +196,6 @@ def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str]
     the architectures SGLang's registry serves (from the parent); for any other, load_model's
     `resolve_transformers_arch` runs first, as it does before any pool is built."""
     from sglang.srt.configs.model_config import ModelConfig, is_hybrid_swa_model
-    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
     from sglang.srt.runtime_context import get_context, get_parallel
     from sglang.srt.server_args import ServerArgs
 
@@ -218,7 +217,7 @@ def start(model_dir: Path, args: dict, budget: int, out: dict, native: list[str]
             resolve_transformers_arch(mc, list(mc.hf_config.architectures))
         step = "model_window"
         model, class_name = bare_model(mc)
-        window = resolve_sliding_window_size(model, mc)
+        window = api.sliding_window(model, mc)
         out["model"] = {
             "architecture": mc.hf_config.architectures[0], "model_class": class_name,
             "attention_arch": mc.attention_arch.name, "is_hybrid_swa": bool(mc.is_hybrid_swa),
@@ -245,22 +244,16 @@ def configurator(sa, mc, window: int | None):
     args and model config already resolved, and the KV dtype it resolved: (configurator, dtype). Each call
     passes what the release's own function declares (sglang_api.build)."""
     from sglang.srt.configs.model_config import AttentionArch
-    from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    layers = api.build(resolve_layer_indices, model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False,
-                       spec_algorithm=SpeculativeAlgorithm.NONE)
-    kv_str, kv_dtype = api.build(
-        kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=api.group("model", sa).kv_cache_dtype, model=None,
-        model_dtype=mc.dtype, is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
+    layers = api.layer_indices(mc)
+    kv_str, kv_dtype = api.kv_cache_dtype(sa, mc)
     kvc = api.configurator(
         sa.tp_size or 1, device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
         server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or api.group("model", sa).kv_cache_dtype,
         model_dtype=mc.dtype, page_size=api.group("schedule", sa).page_size, sliding_window_size=window,
         spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
-        spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
+        is_hybrid_swa=mc.is_hybrid_swa,
         is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
         use_mla_backend=mc.attention_arch == AttentionArch.MLA, layer_info=layers, forward_stream=None,
         req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
@@ -301,17 +294,16 @@ def sizing(kvc, budget: int) -> dict:
 def build_pools(mc, kvc, tokens: int, swa_tokens: int | None = None):
     """Stage 4: SGLang's own pool classes, `tokens` rows (`swa_tokens` in the SWA pool) and TINY_REQS
     requests, on the CPU device."""
-    from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
     page = api.group("schedule", kvc.server_args).page_size
     tokens = max(tokens, 4 * page)
     swa_tokens = max(swa_tokens or tokens, 4 * page)
     if kvc.mambaish_config is not None:
         api.override(kvc.server_args, "kvdoctor.dryrun", max_mamba_cache_size=TINY_REQS)
-    sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
-                      full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                      swa_max_total_num_tokens=swa_tokens if mc.is_hybrid_swa else None,
-                      c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
-                      c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
+    sizes = api.pool_sizes(max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
+                           full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
+                           swa_max_total_num_tokens=swa_tokens if mc.is_hybrid_swa else None,
+                           c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
+                           c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
     pools = api.build(kvc._init_pools, sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
     row = {"tokens": tokens, "req_to_token_pool": type(pools.req_to_token_pool).__name__,
            "allocator": type(pools.token_to_kv_pool_allocator).__name__,
