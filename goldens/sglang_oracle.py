@@ -11,7 +11,8 @@ size, the CUDA quantization registry. What comes from SGLang's code: the server-
 allow-list (`ModelConfig.from_server_args`), the window the model class reports
 (`get_attention_sliding_window_size`), and the sizing itself on a real `KVCacheConfigurator`:
 `_handle_max_mamba_cache` (state slots), `config_from_budget` (pool configurators, token cap,
-page alignment) and `resolve_max_num_reqs` (at 0.5.15 `ModelRunner`'s own, through the adapter's `RunnerSizing`). What the script supplies: the memory left after
+page alignment) and `resolve_max_num_reqs` (at 0.5.15 `ModelRunner`'s own, through the adapter's
+`RunnerSizing`). What the script supplies: the memory left after
 weights (the engine profiles it on the GPU) and the page size the attention backend would pick.
 """
 from __future__ import annotations
