@@ -1,6 +1,7 @@
 """The SGLang profile at each release against that release's own start-up code (goldens/sglang_check-<release>.json,
 from `goldens/releases.py --check sglang==X`: every real config of fixtures/configs/real, unmutated, at the default
-settings, TP 8 and fp8 KV, run through the release's ServerArgs, ModelConfig, KVCacheConfigurator and its pools).
+settings, TP 8 and fp8 KV, run through the release's ServerArgs, ModelConfig, KVCacheConfigurator and its pools; at
+0.5.15 and 0.5.15.post1, which have no KVCacheConfigurator, ModelRunner's own sizing and pools).
 
 Each point is judged as tools/sglang_agreement.py judges it (one reading of the goldens for both): the outcome
 (start, or the refusal's class and exact text), every layer's pool and buffer index, the pool classes and buffer
