@@ -291,7 +291,7 @@ class RunnerSizing:
     def _init_pools(self, *, sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None):
         """The runner's `_init_pools` at `sizes` (set as `_apply_memory_pool_config` sets them): the pools built."""
         runner = self.runner
-        runner.__dict__.update({k: v for k, v in vars(sizes).items()}, req_to_token_pool=req_to_token_pool,
+        runner.__dict__.update(vars(sizes), req_to_token_pool=req_to_token_pool,
                                token_to_kv_pool_allocator=token_to_kv_pool_allocator)
         runner._init_pools()
         return types.SimpleNamespace(req_to_token_pool=runner.req_to_token_pool,
