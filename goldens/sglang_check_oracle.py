@@ -15,7 +15,8 @@ the order the goldens record), and every decision comes from SGLang's code: `Ser
 cache strategy, validation), `ModelConfig.from_server_args` (attention arch, hybrid-SWA allow-list,
 SWA / full layer ids, Mamba / GDN / KDA state params), `resolve_sliding_window_size` on a bare instance
 of the registered model class, `resolve_layer_indices`, `configure_kv_cache_dtype`, a real
-`KVCacheConfigurator` (`_handle_max_mamba_cache`, `config_from_budget`, `resolve_max_num_reqs`) at a
+`KVCacheConfigurator` (`_handle_max_mamba_cache`, `config_from_budget`, `resolve_max_num_reqs`; at 0.5.15, which
+has none, the same steps on `ModelRunner` through the adapter's `RunnerSizing`) at a
 40 GiB budget, and `_init_pools` at tiny sizes on the CPU device for the pool classes, buffer shapes and
 layer-id -> buffer maps. The platform is CUDA: `kvdoctor/engines/sglang/shims/cudafake.py` makes
 torch report H200s and `fakemods.py` beside it makes CUDA-only extension packages importable; no kernel

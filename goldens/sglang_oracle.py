@@ -11,7 +11,8 @@ size, the CUDA quantization registry. What comes from SGLang's code: the server-
 allow-list (`ModelConfig.from_server_args`), the window the model class reports
 (`get_attention_sliding_window_size`), and the sizing itself on a real `KVCacheConfigurator`:
 `_handle_max_mamba_cache` (state slots), `config_from_budget` (pool configurators, token cap,
-page alignment) and `resolve_max_num_reqs`. What the script supplies: the memory left after
+page alignment) and `resolve_max_num_reqs` (at 0.5.15 `ModelRunner`'s own, through the adapter's
+`RunnerSizing`). What the script supplies: the memory left after
 weights (the engine profiles it on the GPU) and the page size the attention backend would pick.
 """
 from __future__ import annotations
@@ -101,8 +102,6 @@ def plan(model_dir: Path, point: dict) -> dict:
     import cudafake
     import torch
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig
-    from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
     from sglang.srt.runtime_context import get_context, get_parallel
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -119,14 +118,14 @@ def plan(model_dir: Path, point: dict) -> dict:
         resolved = api.resolved(sa)
         n = mc.num_hidden_layers
         swa_ids, full_ids = api.layer_ids(mc)
-        layers = api.build(ModelLayerInfo, start_layer=0, end_layer=n, num_effective_layers=n,
-                           swa_attention_layer_ids=swa_ids, full_attention_layer_ids=full_ids)
+        layers = api.layers(start_layer=0, end_layer=n, num_effective_layers=n, swa_attention_layer_ids=swa_ids,
+                            full_attention_layer_ids=full_ids)
         kvc = api.configurator(
             point["tp"], device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
             server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=point["kv_cache_dtype"],
             model_dtype=mc.dtype, page_size=point["page_size"], sliding_window_size=window_the_model_reports(mc),
             spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
-            spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
+            is_hybrid_swa=mc.is_hybrid_swa,
             is_hybrid_swa_compress=False, use_mla_backend=mc.attention_arch == AttentionArch.MLA,
             layer_info=layers, forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None,
             memory_pool_config=None)

@@ -25,8 +25,8 @@ from kvdoctor.load.loader import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDENS, REAL = ROOT / "goldens", ROOT / "fixtures" / "configs" / "real"
-RELEASES = {**{r: f"sglang_check-{r}.json" for r in ("0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21",
-                                                      "0.5.22")},
+RELEASES = {**{r: f"sglang_check-{r}.json" for r in ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
+                                                      "0.5.20", "0.5.21", "0.5.22")},
             "0.5.23": "sglang_check.json"}
 MODELS = ("openai__gpt-oss-20b", "LGAI-EXAONE__EXAONE-4.0-32B")
 MODEL_FIELDS = ("attention_arch", "is_hybrid_swa", "swa_attention_layer_ids", "full_attention_layer_ids",
@@ -46,7 +46,8 @@ def golden(release: str, model: str) -> dict:
 def test_the_goldens_hold_a_start_and_a_refusal_at_the_older_releases():
     """The test below shows both outcomes: EXAONE-4.0-32B is refused by the releases before 0.5.22."""
     outcomes = {r: golden(r, "LGAI-EXAONE__EXAONE-4.0-32B")["result"]["outcome"] for r in RELEASES}
-    assert outcomes == {**dict.fromkeys(("0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"), "refused"),
+    assert outcomes == {**dict.fromkeys(("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20",
+                                         "0.5.21"), "refused"),
                         "0.5.22": "ok", "0.5.23": "ok"}
     assert {golden(r, "openai__gpt-oss-20b")["result"]["outcome"] for r in RELEASES} == {"ok"}
 

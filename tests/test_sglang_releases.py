@@ -1,6 +1,7 @@
 """The SGLang profile at each release against that release's own start-up code (goldens/sglang_check-<release>.json,
 from `goldens/releases.py --check sglang==X`: every real config of fixtures/configs/real, unmutated, at the default
-settings, TP 8 and fp8 KV, run through the release's ServerArgs, ModelConfig, KVCacheConfigurator and its pools).
+settings, TP 8 and fp8 KV, run through the release's ServerArgs, ModelConfig, KVCacheConfigurator and its pools; at
+0.5.15 and 0.5.15.post1, which have no KVCacheConfigurator, ModelRunner's own sizing and pools).
 
 Each point is judged as tools/sglang_agreement.py judges it (one reading of the goldens for both): the outcome
 (start, or the refusal's class and exact text), every layer's pool and buffer index, the pool classes and buffer
@@ -44,7 +45,9 @@ def test_each_file_is_a_profiled_release_over_the_real_configs(path):
         assert {p["model"] for p in points} == real
 
 
-# Differences a release's goldens found that are not release data yet (docs/versions.md says what each is)
+# Differences a release's goldens found that are not release data yet (docs/versions.md says what each is); 0.5.15
+# and 0.5.15.post1 share 0.5.16's (their own goldens equal 0.5.16's on these points)
+BEFORE_0_5_17 = ("0.5.15", "0.5.15.post1", "0.5.16")
 RELEASE_GAPS = {
     ("0.5.17", "zai-org__GLM-5.2"): "0.5.17's pool cell is 100,152 bytes per token, 0.5.19's 92,628: fewer tokens",
     **dict.fromkeys([("0.5.17", "stepfun-ai__Step-3.7-Flash"), ("0.5.22", "stepfun-ai__Step-3.7-Flash")],
@@ -54,17 +57,18 @@ RELEASE_GAPS = {
     ("0.5.17", "v11_deepseek-ai__deepseek-vl2-tiny"): "held-out (heldout-rel3): up to 0.5.18 ModelConfig keeps the "
                                                       "config's v_head_dim 0 (a zero-width V buffer); the pool "
                                                       "geometry does not take a release yet",
-    **dict.fromkeys([(r, f"deepseek-ai__DeepSeek-V4-{m}") for r in ("0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20")
-                     for m in ("Flash", "Pro")],
+    **dict.fromkeys([(r, f"deepseek-ai__DeepSeek-V4-{m}") for r in (*BEFORE_0_5_17, "0.5.17", "0.5.18", "0.5.19",
+                                                                     "0.5.20") for m in ("Flash", "Pro")],
                     "DeepSeek-V4's pool sizing is modelled from 0.5.21 (releases.DSV4_SIZED_SINCE): these releases "
                     "give 8% fewer full-pool tokens, and its budget says it is not priced there"),
-    **dict.fromkeys([("0.5.16", m) for m in ("deepseek-ai__DeepSeek-V3.2", "zai-org__GLM-5", "zai-org__GLM-5-FP8",
-                                            "zai-org__GLM-5.1", "nvidia__GLM-5.1-NVFP4", "zai-org__GLM-5.2")],
-                    "0.5.16 sizes the sparse-attention (DSA) models' full pool otherwise (fp8 KV: about 10% fewer "
-                    "tokens; GLM-5.2 at bf16 8% more); not read yet"),
-    ("0.5.16", "Qwen__Qwen3.8-2.4T-A95B"): "0.5.16 starts Qwen3_5MoeForCausalLM where the profile, from its registry, "
-                                          "predicts SGLang's no-implementation refusal; how 0.5.16 resolves it is not "
-                                          "read yet",
+    **dict.fromkeys([(r, m) for r in BEFORE_0_5_17
+                     for m in ("deepseek-ai__DeepSeek-V3.2", "zai-org__GLM-5", "zai-org__GLM-5-FP8",
+                               "zai-org__GLM-5.1", "nvidia__GLM-5.1-NVFP4", "zai-org__GLM-5.2")],
+                    "0.5.15 and 0.5.16 size the sparse-attention (DSA) models' full pool otherwise (fp8 KV: about 10% "
+                    "fewer tokens; GLM-5.2 at bf16 8% more); not read yet"),
+    **dict.fromkeys([(r, "Qwen__Qwen3.8-2.4T-A95B") for r in BEFORE_0_5_17],
+                    "0.5.15 and 0.5.16 start Qwen3_5MoeForCausalLM where the profile, from its registry, predicts "
+                    "SGLang's no-implementation refusal; how they resolve it is not read yet"),
 }
 
 

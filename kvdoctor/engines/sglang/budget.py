@@ -26,7 +26,8 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at, key
 from kvdoctor.engines.sglang import dsv4
 from kvdoctor.engines.sglang.releases import (DSV4_SIZED_SINCE, MAMBA_PADDING_SLOT, MINIMAX_INDEX_FP8_ON_HOPPER,
-                                              MINIMAX_SPARSE_SIZED_SINCE, extra_buffer_archs, hybrid_swa_archs)
+                                              MINIMAX_SPARSE_SIZED_SINCE, SWA_ADMISSION_FLOOR, extra_buffer_archs,
+                                              hybrid_swa_archs)
 from kvdoctor.errors import InputError
 from kvdoctor.model import SPARSE_MLA
 
@@ -336,7 +337,8 @@ def sglang_window(facts: ModelFacts) -> int | None:
 
 
 def swa_floor(swa_tokens: int, window: int | None, page: int) -> None:
-    """SGLang's `validate_swa_pool_size` (pool_configurator.py:198-216): no floor without a window."""
+    """SGLang's `validate_swa_pool_size` (pool_configurator.py:198-216 at 0.5.23; from 0.5.16 only,
+    releases.SWA_ADMISSION_FLOOR): no floor without a window."""
     if window is None:
         return
     if window + page >= swa_tokens:
@@ -391,7 +393,8 @@ def pools(facts: ModelFacts, mode: Mode, available: int) -> tuple[str, int, int 
         if mode.max_total_tokens is not None and mode.max_total_tokens < full:
             full = mode.max_total_tokens // page * page
         swa = int(full * ratio) // page * page
-        swa_floor(swa, window, page)
+        if at(SWA_ADMISSION_FLOOR, mode.release):
+            swa_floor(swa, window, page)
         if full <= 0:
             raise not_enough_memory()
         return "HybridSWAPoolConfigurator", full, swa
@@ -490,6 +493,9 @@ def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
             budget.layer_kinds.append(LayerKindRecord(
                 kind=facts.state_kind, layers=kinds[facts.state_kind], bytes_per_token_per_layer=0, pool="state",
                 bytes_per_request_per_layer=per_req // kinds[facts.state_kind]))
+            if budget.state.mamba_radix_cache_strategy == "no_buffer" and mode.page_size > 1:
+                # server_args.py:4252 at 0.5.15, arg_groups/mamba_hook.py:157 at 0.5.23
+                raise EngineRefusal("AssertionError", "no_buffer only supports page_size=1.")
             slots, rest = mamba_slots(rest, per_req, mode)
             budget.state.slots, budget.state.bytes = slots, (slots + 1) * per_req
         available = int(rest * (1 << 30))

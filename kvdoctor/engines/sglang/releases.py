@@ -50,8 +50,11 @@ def hybrid_swa_archs(release: str) -> frozenset[str]:
 DSV4_SIZED_SINCE = "0.5.21"
 
 # architecture -> the first release whose `_MAMBA_EXTRA_BUFFER_ARCHS` (arg_groups/overrides.py) lists it, where
-# that is after 0.5.16 (absent: listed from 0.5.16 on); read from each release's wheel. The list only grew.
+# that is after 0.5.15 (absent: listed in every profiled release); read from each release's wheel. The list only
+# grew. KimiLinear joined in 0.5.16 (0.5.15's list, overrides.py:982-995, lacks it; 0.5.16's L1135 has it): at
+# 0.5.15 its `auto` strategy is no_buffer, 3 state slots per request and no overlap scheduler (sglang-0.5.15.json).
 EXTRA_BUFFER_SINCE: dict[str, str] = {
+    "KimiLinearForCausalLM": "0.5.16",
     "KimiK3ForConditionalGeneration": "0.5.17",
     "BailingMoeV3ForCausalLM": "0.5.19", "Qwen3_5ForCausalLM": "0.5.19", "Qwen3_5MoeForCausalLM": "0.5.19",
     "Glm5NextForConditionalGeneration": "0.5.20", "NemotronH_Omni_Reasoning_V3": "0.5.20",
@@ -62,6 +65,7 @@ EXTRA_BUFFER_SINCE: dict[str, str] = {
 }
 # _MAMBA_EXTRA_BUFFER_ARCHS at each tag where the list changed
 EXTRA_BUFFER_SOURCES = {
+    "0.5.15": TAG.format("0.5.15") + "arg_groups/overrides.py#L982",
     "0.5.16": TAG.format("0.5.16") + "arg_groups/overrides.py#L1133",
     "0.5.17": TAG.format("0.5.17") + "arg_groups/overrides.py#L1432",
     "0.5.19": TAG.format("0.5.19") + "arg_groups/overrides.py#L519",
@@ -83,6 +87,15 @@ def extra_buffer_archs(release: str) -> frozenset[str]:
 MAMBA_PADDING_SLOT: tuple[Ranged[bool], ...] = (
     Ranged(False, until="0.5.17", source=TAG.format("0.5.16") + "mem_cache/kv_cache_configurator.py#L1789"),
     Ranged(True, since="0.5.17", source=TAG.format("0.5.17") + "mem_cache/kv_cache_configurator.py#L1954"),
+)
+
+# The SWA pool's admission floor: from 0.5.16 the hybrid-SWA pool configurator refuses an SWA pool that cannot hold
+# sliding_window_size + page_size tokens ("SWA pool (N tokens) cannot hold even one request: ..."); 0.5.15's
+# `_solve_pool_sizes` has no such check and sizes the pools. Seen in 0.5.15's own sizing (goldens/sglang-0.5.15.json:
+# gpt-oss-20b at a 1 MiB budget, at 32 MiB and at --max-total-tokens 1000 with --swa-full-tokens-ratio 0.1).
+SWA_ADMISSION_FLOOR: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.5.16", source=TAG.format("0.5.15") + "model_executor/pool_configurator.py#L374-L387"),
+    Ranged(True, since="0.5.16", source=TAG.format("0.5.16") + "model_executor/pool_configurator.py#L428-L436"),
 )
 
 # The memory SGLang holds back from its pools (fit's SGLang model, engines/sglang/reserve.py): from 0.5.0 a

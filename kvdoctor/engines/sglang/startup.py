@@ -242,11 +242,10 @@ def model_window(mc, tp: int) -> tuple[dict, int | None]:
     """`resolve_sliding_window_size` on a bare instance of the model class, and the model decisions at TP size
     `tp`: (row, the runner's window)."""
     from sglang.srt.configs.model_config import is_hybrid_swa_model
-    from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
 
     swa_ids, full_ids = api.layer_ids(mc)
     model, class_name = bare_model(mc)
-    window = resolve_sliding_window_size(model, mc)
+    window = api.sliding_window(model, mc)
     text = mc.hf_text_config
     row = {"architectures": list(mc.hf_config.architectures), "architecture": mc.hf_config.architectures[0],
            "model_class": class_name, "attention_arch": mc.attention_arch.name, "is_hybrid_swa": bool(mc.is_hybrid_swa),
@@ -264,12 +263,9 @@ def model_window(mc, tp: int) -> tuple[dict, int | None]:
 
 
 def layer_indices(mc):
-    """`resolve_layer_indices`: the layer range this rank serves (no model, no pipeline stages)."""
-    from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    return api.build(resolve_layer_indices, model=types.SimpleNamespace(), model_config=mc, is_draft_worker=False,
-                     spec_algorithm=SpeculativeAlgorithm.NONE)
+    """`resolve_layer_indices`: the layer range this rank serves (no model, no pipeline stages; the release's own
+    answer through the adapter)."""
+    return api.layer_indices(mc)
 
 
 def layer_row(layers, mc) -> dict:
@@ -310,20 +306,16 @@ def configurator(sa, mc, window: int | None, layers=None):
     args and model config already resolved, and the KV dtype it resolved: (configurator, dtype). Each call
     passes what the release's own function declares (sglang_api.build). `layers`: `layer_indices(mc)`."""
     from sglang.srt.configs.model_config import AttentionArch
-    from sglang.srt.mem_cache import kv_cache_dtype as kvd
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import SpecAuxHiddenStateConfig
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     layers = layers if layers is not None else layer_indices(mc)
-    kv_str, kv_dtype = api.build(
-        kvd.configure_kv_cache_dtype, server_args_kv_cache_dtype=api.group("model", sa).kv_cache_dtype, model=None,
-        model_dtype=mc.dtype, is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
+    kv_str, kv_dtype = api.kv_cache_dtype(sa, mc)
     kvc = api.configurator(
         sa.tp_size or 1, device="cpu", gpu_id=0, pp_size=1, pp_group=None, model=None, model_config=mc,
         server_args=sa, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=kv_str or api.group("model", sa).kv_cache_dtype,
         model_dtype=mc.dtype, page_size=api.group("schedule", sa).page_size, sliding_window_size=window,
         spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, post_capture_kv_active=False,
-        spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=mc.is_hybrid_swa,
+        is_hybrid_swa=mc.is_hybrid_swa,
         is_hybrid_swa_compress=getattr(mc, "is_hybrid_swa_compress", False),
         use_mla_backend=mc.attention_arch == AttentionArch.MLA, layer_info=layers, forward_stream=None,
         req_to_token_pool=None, token_to_kv_pool_allocator=None, memory_pool_config=None)
@@ -354,8 +346,6 @@ def state_row(kvc) -> dict | None:
 def sizing(kvc, budget: int) -> dict:
     """The pool sizes and request cap SGLang derives from a KV budget of `budget` bytes, the pool configurator
     that sized them and its bytes per token."""
-    from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
-
     row: dict = {"budget_bytes": budget}
     rest_gib = budget / (1 << 30)
     if kvc.mambaish_config is not None:
@@ -364,7 +354,7 @@ def sizing(kvc, budget: int) -> dict:
         row["mamba_ratio"] = kvc._calculate_mamba_ratio()
     available = int(rest_gib * (1 << 30))
     config = kvc.config_from_budget(available)
-    sized_by = create_memory_pool_configurator(kvc)
+    sized_by = api.pool_configurator(kvc)
     row.update(configurator=type(sized_by).__name__, available_bytes=available,
                max_total_num_tokens=config.max_total_num_tokens,
                full_max_total_num_tokens=config.full_max_total_num_tokens,
@@ -379,17 +369,16 @@ def sizing(kvc, budget: int) -> dict:
 def build_pools(mc, kvc, tokens: int, swa_tokens: int | None = None):
     """Stage 4: SGLang's own pool classes, `tokens` rows (`swa_tokens` in the SWA pool) and TINY_REQS
     requests, on the CPU device."""
-    from sglang.srt.mem_cache.kv_cache_configurator import _PoolSizes
     page = api.group("schedule", kvc.server_args).page_size
     tokens = max(tokens, 4 * page)
     swa_tokens = max(swa_tokens or tokens, 4 * page)
     if kvc.mambaish_config is not None:
         api.override(kvc.server_args, "kvdoctor.dryrun", max_mamba_cache_size=TINY_REQS)
-    sizes = api.build(_PoolSizes, max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
-                      full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
-                      swa_max_total_num_tokens=swa_tokens if mc.is_hybrid_swa else None,
-                      c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
-                      c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
+    sizes = api.pool_sizes(max_total_num_tokens=tokens, max_running_requests=TINY_REQS,
+                           full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,
+                           swa_max_total_num_tokens=swa_tokens if mc.is_hybrid_swa else None,
+                           c4_max_total_num_tokens=0, c128_max_total_num_tokens=0, c4_state_pool_size=0,
+                           c128_state_pool_size=0, c4_state_dtype=None, c128_state_dtype=None)
     pools = api.build(kvc._init_pools, sizes=sizes, req_to_token_pool=None, token_to_kv_pool_allocator=None)
     row = {"tokens": tokens, "req_to_token_pool": type(pools.req_to_token_pool).__name__,
            "allocator": type(pools.token_to_kv_pool_allocator).__name__,

@@ -2,7 +2,8 @@
 
 Not SGLang code. Each name becomes an importable package whose every attribute (and sub-module) is
 a do-nothing placeholder; calling a kernel through one would be a bug in the oracle, so placeholders
-raise when called. Versions read as 0.0.0+fake.
+raise when called, except as a decorator (one callable argument), which hands the function back unchanged so that
+a module defining kernels still imports. Versions read as 0.0.0+fake.
 """
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import importlib.machinery
 import sys
 import types
 
+# `cuda`: cuda-python (`Requires-Dist: cuda-python>=13.0`, sglang-0.5.15's METADATA), which 0.5.15's DeepSeek
+# model module reaches at import time through sglang/jit_kernel/cutedsl_fp8_paged_mqa_logits.py:59.
 FAKED = ("sgl_kernel", "flashinfer", "deep_gemm", "cutlass", "quack", "torchaudio", "flash_attn",
-         "flash_mla", "sgl_kernel_npu")
+         "flash_mla", "sgl_kernel_npu", "cuda")
 
 
 class _Placeholder(type):
@@ -24,6 +27,8 @@ class _Placeholder(type):
         return _placeholder(f"{cls.__qualname__}.{name}")
 
     def __call__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):  # a decorator at import time: the function as is
+            return args[0]  # (0.5.15's cutedsl kernels, imported eagerly by jit_kernel/dsa/__init__.py:12)
         raise RuntimeError(f"oracle called a faked CUDA symbol: {cls.__qualname__}")
 
 
