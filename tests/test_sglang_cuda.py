@@ -189,6 +189,9 @@ def fixture_plan(tmp_path: Path, model: str, edit=None, **settings):
     ("SGL009", "poolside__Laguna-XS.2-FP8", lambda c: c.__setitem__("layer_types", c["layer_types"][:-1]), {}),
     ("SGL010", "google__gemma-4-26B-A4B", lambda c: c["text_config"].__setitem__(
         "layer_types", c["text_config"]["layer_types"] + ["full_attention"]), {}),
+    # the class types the last entry full_attention first (configuration_gemma4.py:197), so a sliding one is a key too
+    ("SGL010", "google__gemma-4-26B-A4B", lambda c: c["text_config"].__setitem__(
+        "layer_types", c["text_config"]["layer_types"] + ["sliding_attention"]), {}),
     ("SGL012", "poolside__Laguna-XS.2-FP8", lambda c: c.pop("layer_types"), {}),
     ("SGL250", "meta-llama__Llama-3.2-1B-Instruct", lambda c: c.__setitem__("architectures", ["LlamaForCausalLMX"]), {}),
 ])

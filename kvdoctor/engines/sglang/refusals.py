@@ -186,12 +186,16 @@ def own_length_validator(spec: ModelSpec) -> Refusal | None:
 
 def per_layer_config_keys(spec: ModelSpec) -> Refusal | None:
     """Gemma-4's config class keys its per-layer table by the full_attention entries of layer_types; an entry
-    past num_hidden_layers (an MTP layer appended) is refused before layer_types' own length check."""
+    past num_hidden_layers (an MTP layer appended) is refused before layer_types' own length check. The class
+    first types the last entry full_attention whatever it says ("Forcing last layer to `full_attention`",
+    configuration_gemma4.py:197-201 in SGLang 0.5.23's transformers 5.19.0), so an appended last entry is a key
+    even when typed sliding."""
     types, n = spec.config.get("layer_types"), spec.config.get("num_hidden_layers")
     if (archs.serving_arch(spec.raw_config) not in PER_LAYER_CONFIG_ARCHS or "per_layer_config" in spec.config
-            or not isinstance(types, list) or not isinstance(n, int)):
+            or not isinstance(types, list) or not types or not isinstance(n, int)):
         return None
-    beyond = [i for i, kind in enumerate(types) if kind == "full_attention" and i >= n]
+    last = len(types) - 1
+    beyond = [i for i, kind in enumerate(types) if (kind == "full_attention" or i == last) and i >= n]
     if not beyond:
         return None
     message = f"`per_layer_config` keys must be integer layer indices in the range [0, {n}); got {beyond}."
