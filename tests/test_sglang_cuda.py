@@ -46,10 +46,6 @@ KNOWN_GAPS: dict[tuple[str, ...], str] = {
                                                          "sliding MHA layers, SGLang keeps MLA with its indexer and "
                                                          "reads no window (set 12)",
     ("budget", "v12_nvidia__GLM-5.2-NVFP4", "all_sliding"): "as the plan point",
-    ("plan", "v14_zai-org__GLM-5__index_head_dim_64"): "SGLang's DSA token-to-KV pool asserts `index_head_dim == 128` "
-                                                       "(mem_cache/memory_pool.py:5346 @ v0.5.23), so its pools are "
-                                                       "never built; the oracle's outcome stays 'ok' (pools are a "
-                                                       "later stage) and kvdoctor predicts no refusal (set 14)",
 }
 UNREADABLE: set[str] = set()  # models whose every point, refusals included, needs a config kvdoctor cannot read
 
@@ -109,6 +105,11 @@ def test_static_plan_matches_sglang(point, tmp_path):
         assert (refusals[0].error_class, refusals[0].message) == (want["error"]["class"], refusal_text(want, tmp_path))
         assert refusals[0].stage == "startup"
         return
+    pool_error = want.get("stages", {}).get("pools_tiny")
+    if isinstance(pool_error, dict) and pool_error.get("raised_at_sglang"):  # SGLang's own pool build raised
+        assert refusals, f"SGLang's pools raise {pool_error['class']}"
+        assert (refusals[0].error_class, refusals[0].message) == (pool_error["class"], pool_error["message"])
+        return
     assert not refusals, refusals[0].message
     model = want["model"]
     assert facts.attention_arch == model["attention_arch"]
@@ -149,7 +150,9 @@ def test_static_plan_matches_sglang(point, tmp_path):
             assert state[name]["dtype"] == mamba[name][0]["dtype"], name
 
 
-SIZED = [p for p in POINTS if "sizing_40GiB" in p["result"]]
+# SGLang's configurator sized these; a point whose own pool build then raised did not start (the plan test holds it)
+SIZED = [p for p in POINTS if "sizing_40GiB" in p["result"] and not (
+    isinstance(pool := p["result"].get("stages", {}).get("pools_tiny"), dict) and pool.get("raised_at_sglang"))]
 
 
 @pytest.mark.parametrize("point", params(SIZED, "budget"))
@@ -197,6 +200,7 @@ def fixture_plan(tmp_path: Path, model: str, edit=None, **settings):
     ("SGL010", "google__gemma-4-26B-A4B", lambda c: c["text_config"].__setitem__(
         "layer_types", c["text_config"]["layer_types"] + ["sliding_attention"]), {}),
     ("SGL012", "poolside__Laguna-XS.2-FP8", lambda c: c.pop("layer_types"), {}),
+    ("SGL311", "zai-org__GLM-5", lambda c: c.__setitem__("index_head_dim", 64), {}),
     ("SGL250", "meta-llama__Llama-3.2-1B-Instruct", lambda c: c.__setitem__("architectures", ["LlamaForCausalLMX"]), {}),
 ])
 def test_refusal_fires_with_its_catalog_entry_and_stays_quiet_when_healthy(tmp_path, code, model, edit, settings):
@@ -206,7 +210,10 @@ def test_refusal_fires_with_its_catalog_entry_and_stays_quiet_when_healthy(tmp_p
     _, refusals, _ = fixture_plan(tmp_path / "bad", model, edit, **settings)
     assert [r.code for r in refusals] == [code]
     assert refusals[0].error_class == entry.error.class_
-    assert re.search(entry.error.pattern, refusals[0].message)
+    if refusals[0].message:
+        assert re.search(entry.error.pattern, refusals[0].message)
+    else:  # a bare assert raises no text; its entry quotes the statement (docs/catalog.md)
+        assert entry.error.message.startswith("assert ")
     assert refusals[0].source.startswith("https://github.com/")
     assert "/blob/v0.5.23/" in refusals[0].source or "/blob/v5.20.2/" in refusals[0].source
     _, healthy, _ = fixture_plan(tmp_path / "good", model)

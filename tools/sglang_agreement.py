@@ -7,7 +7,8 @@ start-up per config x mutation x setting; the profile is planned at the release 
 the ones issue 43 reports:
 
 - outcome: start, or the same refusal (class and exact text); a sizing error counts as a start-up that
-  SGLang's configurator refuses, as tests/test_sglang_cuda.py holds it;
+  SGLang's configurator refuses, and an error SGLang's own code raises building the pools as one its pools
+  refuse, as tests/test_sglang_cuda.py holds them;
 - pool and index: every layer's (pool, buffer index), the pool classes and the per-token buffer shapes and
   dtypes (and the Mamba / GDN state shapes), on points where SGLang built its pools;
 - window: attention arch, hybrid-SWA decision, SWA / full layer ids and the runner's window;
@@ -158,6 +159,11 @@ def judge(point: dict, work: Path, release: str | None = None) -> dict[str, str 
         if want["outcome"] == "sizing_error":
             rows.pop("sizing 40GiB", None)
         return rows
+    pool_error = want.get("stages", {}).get("pools_tiny")
+    if isinstance(pool_error, dict) and pool_error.get("raised_at_sglang"):  # SGLang's own pool build raised: no start
+        got = (refusals[0].error_class, refusals[0].message) if refusals else None
+        expect = (pool_error["class"], pool_error["message"])
+        return {"outcome": None if got == expect else f"SGLang's pools {expect[0]}: {expect[1][:100]!r}; kvdoctor {got}"}
     if refusals:
         rows["outcome"] = f"SGLang starts; kvdoctor predicts {refusals[0].error_class}: {refusals[0].message[:100]!r}"
         return {row: rows["outcome"] for row in rows}

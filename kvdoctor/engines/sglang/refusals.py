@@ -363,6 +363,17 @@ def heads_attribute_missing(spec: ModelSpec, release: str) -> Refusal | None:
                    evidence={"model_type": model_type, "release": release})
 
 
+def dsa_index_head_dim(spec: ModelSpec) -> Refusal | None:
+    """SGLang's DSA token-to-KV pool keeps one 128-wide indexer key per token and asserts the width
+    (mem_cache/memory_pool.py:5346 at 0.5.23, a bare assert), when the pools are built."""
+    widths = {layer.index_head_dim for layer in spec.layers if layer.kind == SPARSE_MLA} - {None, 128}
+    if not widths:
+        return None
+    return Refusal("SGL311", "AssertionError", "", "startup", key=spec.config_prefix + "index_head_dim",
+                   source="https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/mem_cache/"
+                          "memory_pool.py#L5346", evidence={"index_head_dim": sorted(widths)})
+
+
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
     release = settings.release or PINS["sglang"]
@@ -373,5 +384,5 @@ def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
              dsa_kv_dtype(spec, settings), context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
-        first = model_class(spec, release) or no_swa_layer(spec, settings)
+        first = model_class(spec, release) or no_swa_layer(spec, settings) or dsa_index_head_dim(spec)
     return (first,) if first else ()
