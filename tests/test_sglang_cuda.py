@@ -396,3 +396,9 @@ def test_config_code_without_a_model_type_is_remote_code(tmp_path):
     assert (code.code, code.error_class) == ("SGL150", "ValueError")
     with pytest.raises(InputError, match="missing 'model_type'"):
         fixture_plan(tmp_path / "bare", "meta-llama__Llama-3.2-1B-Instruct", lambda c: c.pop("model_type"))
+
+
+def test_a_dsa_index_width_refusal_says_what_the_bare_assert_does_not(tmp_path):
+    """SGLang's DSA pool assert raises no text (memory_pool.py:5346 @ v0.5.23): the finding names the width."""
+    _, [refusal], _ = fixture_plan(tmp_path / "n", "zai-org__GLM-5", lambda c: c.__setitem__("index_head_dim", 64))
+    assert refusal.message == "" and "index_head_dim is 64" in refusal.explanation and "128" in refusal.explanation

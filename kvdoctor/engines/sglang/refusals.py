@@ -366,12 +366,17 @@ def heads_attribute_missing(spec: ModelSpec, release: str) -> Refusal | None:
 def dsa_index_head_dim(spec: ModelSpec) -> Refusal | None:
     """SGLang's DSA token-to-KV pool keeps one 128-wide indexer key per token and asserts the width
     (mem_cache/memory_pool.py:5346 at 0.5.23, a bare assert), when the pools are built."""
-    widths = {layer.index_head_dim for layer in spec.layers if layer.kind == SPARSE_MLA} - {None, 128}
+    widths = {layer.index_head_dim for layer in spec.layers
+              if layer.kind == SPARSE_MLA and layer.index_head_dim is not None} - {128}
     if not widths:
         return None
+    width = sorted(widths)[0]
     return Refusal("SGL311", "AssertionError", "", "startup", key=spec.config_prefix + "index_head_dim",
                    source="https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/mem_cache/"
-                          "memory_pool.py#L5346", evidence={"index_head_dim": sorted(widths)})
+                          "memory_pool.py#L5346", evidence={"index_head_dim": sorted(widths)},
+                   explanation=f"index_head_dim is {width}, but SGLang's DSA KV pool stores a 128-wide indexer key and "
+                               "asserts `index_head_dim == 128` while building the pools (mem_cache/memory_pool.py), "
+                               "a bare assert with no message")
 
 
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
