@@ -160,7 +160,8 @@ def judge(point: dict, work: Path, release: str | None = None) -> dict[str, str 
             rows.pop("sizing 40GiB", None)
         return rows
     failed = want.get("stages", {}).get("pools_tiny")
-    if isinstance(failed, dict):  # sized, then SGLang's own pool build raised: a start-up refusal after the sizing
+    if isinstance(failed, dict) and failed.get("raised_at_sglang"):  # sized, then SGLang's own pool build raised
+        # (a start-up refusal after the sizing; an error of the oracle's host or of kvdoctor's code is not SGLang's)
         got = (refusals[0].error_class, refusals[0].message) if refusals else None
         if got != (failed["class"], failed["message"]):
             rows["outcome"] = f"SGLang's pool build {failed['class']}: {failed['message'][:100]!r}; kvdoctor {got}"

@@ -83,7 +83,7 @@ Size = Annotated[Union[Annotated[str, Strict()], Int], AfterValidator(_size)]
 
 # --- ranges ------------------------------------------------------------------------------------------
 
-MAX_CONTEXT = 1 << 24  # kvdoctor's bound: 16.7M tokens (Llama-4-Scout's 10.5M context fits)
+MAX_CONTEXT = 1 << 26  # kvdoctor's bound: 67.1M tokens, so twice Llama-4-Scout's 10.5M context is the engines' to refuse
 MAX_COUNT = 1 << 24  # slots, sequences, cached states: kvdoctor's bound
 MAX_TP = 1024  # kvdoctor's bound; the engines take any positive size
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from badinput_base import deploy_case
 
-MAX_CONTEXT = 1 << 24
+MAX_CONTEXT = 1 << 26
 
 
 def _yaml(dotted: str, value: str) -> str:

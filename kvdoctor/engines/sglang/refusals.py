@@ -187,12 +187,16 @@ def own_length_validator(spec: ModelSpec) -> Refusal | None:
 
 def per_layer_config_keys(spec: ModelSpec) -> Refusal | None:
     """Gemma-4's config class keys its per-layer table by the full_attention entries of layer_types; an entry
-    past num_hidden_layers (an MTP layer appended) is refused before layer_types' own length check."""
+    past num_hidden_layers (an MTP layer appended) is refused before layer_types' own length check. The class
+    first types the last entry full_attention whatever it says ("Forcing last layer to `full_attention`",
+    configuration_gemma4.py:197-201 in SGLang 0.5.23's transformers 5.19.0), so an appended last entry is a key
+    even when typed sliding."""
     types, n = spec.config.get("layer_types"), spec.config.get("num_hidden_layers")
     if (archs.serving_arch(spec.raw_config) not in PER_LAYER_CONFIG_ARCHS or "per_layer_config" in spec.config
-            or not isinstance(types, list) or not isinstance(n, int)):
+            or not isinstance(types, list) or not types or not isinstance(n, int)):
         return None
-    beyond = [i for i, kind in enumerate(types) if kind == "full_attention" and i >= n]
+    last = len(types) - 1
+    beyond = [i for i, kind in enumerate(types) if (kind == "full_attention" or i == last) and i >= n]
     if not beyond:
         return None
     message = f"`per_layer_config` keys must be integer layer indices in the range [0, {n}); got {beyond}."
@@ -360,6 +364,22 @@ def heads_attribute_missing(spec: ModelSpec, release: str) -> Refusal | None:
                    evidence={"model_type": model_type, "release": release})
 
 
+def dsa_index_head_dim(spec: ModelSpec) -> Refusal | None:
+    """SGLang's DSA token-to-KV pool keeps one 128-wide indexer key per token and asserts the width
+    (mem_cache/memory_pool.py:5346 at 0.5.23, a bare assert), when the pools are built."""
+    widths = {layer.index_head_dim for layer in spec.layers
+              if layer.kind == SPARSE_MLA and layer.index_head_dim is not None} - {128}
+    if not widths:
+        return None
+    width = sorted(widths)[0]
+    return Refusal("SGL311", "AssertionError", "", "startup", key=spec.config_prefix + "index_head_dim",
+                   source="https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/mem_cache/"
+                          "memory_pool.py#L5346", evidence={"index_head_dim": sorted(widths)},
+                   explanation=f"index_head_dim is {width}, but SGLang's DSA KV pool stores a 128-wide indexer key and "
+                               "asserts `index_head_dim == 128` while building the pools (mem_cache/memory_pool.py), "
+                               "a bare assert with no message")
+
+
 def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     """In the order SGLang meets them: config loading, ModelConfig, model load, the pool configurator."""
     release = settings.release or PINS["sglang"]
@@ -370,7 +390,7 @@ def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
              dsa_kv_dtype(spec, settings), context_too_long(spec, settings), null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
-        first = model_class(spec, release) or no_swa_layer(spec, settings)
+        first = model_class(spec, release) or no_swa_layer(spec, settings) or dsa_index_head_dim(spec)
     return (first,) if first else ()
 
 
