@@ -25,6 +25,7 @@ from kvdoctor.engines.budget.run import default_context, kv_memory
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at, key
 from kvdoctor.engines.sglang import dsv4
+from kvdoctor.engines.sglang.archs import PURE_SSM_ARCHS
 from kvdoctor.engines.sglang.releases import (DSV4_SIZED_SINCE, MAMBA_PADDING_SLOT, MINIMAX_INDEX_FP8_ON_HOPPER,
                                               MINIMAX_SPARSE_SIZED_SINCE, SWA_ADMISSION_FLOOR, extra_buffer_archs,
                                               hybrid_swa_archs)
@@ -221,6 +222,13 @@ def mamba_strategy(facts: ModelFacts, mode: Mode) -> str | None:
         return None
     wants = mode.overlap_schedule or mode.page_size > 1
     return "extra_buffer" if wants and set(facts.architectures[:1]) & extra_buffer_archs(mode.release) else "no_buffer"
+
+
+def radix_state(facts: ModelFacts) -> bool:
+    """The radix cache keeps this model's state layers, so SGLang validates its Mamba strategy: hybrids of GDN, KDA
+    or Mamba layers (arg_groups/model_hook.py:224 and :1059 at 0.5.23); pure SSMs and LFM2's short convolutions
+    are not validated (the 0.5.23 goldens size them at pages of 16 and 64)."""
+    return facts.state_kind in ("gdn", "kda", "mamba") and not set(facts.architectures[:1]) & PURE_SSM_ARCHS
 
 
 def overlap_schedule(facts: ModelFacts, mode: Mode) -> bool:
@@ -493,7 +501,7 @@ def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
             budget.layer_kinds.append(LayerKindRecord(
                 kind=facts.state_kind, layers=kinds[facts.state_kind], bytes_per_token_per_layer=0, pool="state",
                 bytes_per_request_per_layer=per_req // kinds[facts.state_kind]))
-            if budget.state.mamba_radix_cache_strategy == "no_buffer" and mode.page_size > 1:
+            if budget.state.mamba_radix_cache_strategy == "no_buffer" and mode.page_size > 1 and radix_state(facts):
                 # server_args.py:4252 at 0.5.15, arg_groups/mamba_hook.py:157 at 0.5.23
                 raise EngineRefusal("AssertionError", "no_buffer only supports page_size=1.")
             slots, rest = mamba_slots(rest, per_req, mode)
