@@ -78,8 +78,10 @@ def prefill_graph_sizes(max_tokens: int) -> int:
 
 def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bool = False, mla: bool = False,
              release: str = PINS["sglang"], chunked: int | None = None, max_bs: int | None = None,
-             max_running: int | None = None, cuda_graph: bool = True) -> Defaults:
-    """The defaults `release` resolves on a GPU of `gpu_mib` MiB; a value the deployer set is kept."""
+             max_running: int | None = None, cuda_graph: bool = True, cuda: bool = True) -> Defaults:
+    """The defaults `release` resolves on a GPU of `gpu_mib` MiB; a value the deployer set is kept. `cuda`: the
+    platform is CUDA, the only one whose prefill graphs are on by default (0.5.23's default_prefill_backend,
+    srt/model_executor/cuda_graph_config.py:119-123); on Apple silicon (MPS) only the decode graphs count."""
     if key(release) < key(RESERVE_SINCE):
         fraction = 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
         return Defaults(chunked_prefill_size=chunked or (2048 if gpu_mib < 25000 else 8192),
@@ -96,7 +98,7 @@ def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bo
         reserved += bs * 2
         if dp_attention:
             reserved += bs * dp * 3 + (bs * dp * 1.5 if bs > 300 else 0)
-        if key(release) >= key(PREFILL_GRAPHS_SINCE):
+        if cuda and key(release) >= key(PREFILL_GRAPHS_SINCE):
             reserved += 1536 if mla else prefill_graph_sizes(min(8192, chunked) if mla else chunked) * 8
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
