@@ -113,3 +113,13 @@ def test_a_sliding_window_model_gets_a_token_budget_and_no_pool(tmp_path: Path) 
     kv = next(t for t in row["terms"] if t["name"] == "kv")
     assert "no shared pool is allocated" in kv["source"]
     assert any("outside the token budget" in note for note in row["notes"])
+
+
+def test_a_model_the_runner_refuses_gets_its_text_and_no_pool(tmp_path: Path) -> None:
+    model = make_model(tmp_path, "gemma-3-1b-it")  # mlx-lm's gemma3_text marks sliding layers with no window map
+    rc, doc = _json(str(model), "--gpu", "M-series-64GB")
+    row = doc["rows"][0]
+    assert rc == 1 and row["refusal"]["class"] == "NotImplementedError"
+    assert row["refusal"]["message"].startswith("Attention layer 0 declares sliding-window attention")
+    assert row["kv_tokens"] is None and "kv" not in {t["name"] for t in row["terms"]}
+    assert doc["recommendation"] is None

@@ -65,22 +65,19 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, plan: Any, request: Reques
     if plan.refusals:
         first = plan.refusals[0]
         row.refusal = EngineRefusal(first.error_class, first.message, stage=first.stage)
+        if first.stage in ("load", "startup"):  # the runner stops before (or while) it sizes the pool
+            row.terms = _terms(gpu, usable, mfs, how, wired_source, weights.bytes_per_rank, [])
+            return row
     slot, pool_layers, note = slot_bytes(plan, facts)
     if note:
         row.notes.append(note)
     pool = int(s["pool_size"]) if s.get("pool_size") else auto_pool(slot, budget)
     allocated = (pool + 1) * slot if _stock_pool(plan, s) else 0
-    row.terms = [
-        Term(name="reserved", bytes=gpu.memory_bytes - usable,
-             source=f"outside the working set x mem_fraction_static {mfs} ({how}); working set: {wired_source}"),
-        Term(name="weights", bytes=weights.bytes_per_rank, source="exact: the safetensors headers, as stored "
-             "(mlx-lm loads them and the runner evaluates them before sizing: model_runner.py:563-565)"),
-        Term(name="kv", bytes=allocated or budget, source=(
-            f"the shared pool, {pool} slots + 1 of {slot} B ({pool_layers} layers): model_runner.py:722-760"
-            if allocated else "the token budget the pool size stands for; no shared pool is allocated "
-            "(a sliding-window layer, or the radix cache off): each request holds mlx-lm's own caches")),
-        Term(name="free", bytes=max(gpu.memory_bytes - (gpu.memory_bytes - usable) - weights.bytes_per_rank
-                                    - (allocated or budget), 0), source="what the rest leaves")]
+    kv = Term(name="kv", bytes=allocated or budget, source=(
+        f"the shared pool, {pool} slots + 1 of {slot} B ({pool_layers} layers): model_runner.py:722-760"
+        if allocated else "the token budget the pool size stands for; no shared pool is allocated "
+        "(a sliding-window layer, or the radix cache off): each request holds mlx-lm's own caches"))
+    row.terms = _terms(gpu, usable, mfs, how, wired_source, weights.bytes_per_rank, [kv])
     row.kv_tokens = pool
     row.notes.append(f"the KV budget is also at most {mfs} x the memory macOS reports available at start-up "
                      f"(model_runner.py:687-691): it binds only if other processes hold more than "
@@ -112,6 +109,15 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, plan: Any, request: Reques
     row.deploy = {"context_length": context, "mem_fraction_static": mfs,
                   **{k: s[k] for k in ("pool_size", "max_running_requests", "working_set") if s.get(k)}}
     return row
+
+
+def _terms(gpu: Gpu, usable: int, mfs: float, how: str, wired_source: str, weights: int, kv: list[Term]) -> list[Term]:
+    held = weights + sum(t.bytes for t in kv)
+    return [Term(name="reserved", bytes=gpu.memory_bytes - usable,
+                 source=f"outside the working set x mem_fraction_static {mfs} ({how}); working set: {wired_source}"),
+            Term(name="weights", bytes=weights, source="exact: the safetensors headers, as stored (mlx-lm loads them "
+                 "and the runner evaluates them before sizing: model_runner.py:563-565)"),
+            *kv, Term(name="free", bytes=max(usable - held, 0), source="what the rest leaves")]
 
 
 def kv_budget(working_set: int, in_use: int, fraction: float, available: int | None = None) -> int:

@@ -780,12 +780,14 @@ class SglangMlxProfile(EngineProfile):
         return SglangMlxDryRun()
 
     def budget_facts(self, spec: ModelSpec) -> Any:
-        """The config's layers, chunked ones as full: the runner reads its layout off mlx-lm's object (the plan),
-        and the fit reads these facts only for the context length, the dtypes and the recurrent state."""
+        """The config's layers, each kind the budgets do not price named for what it is: the runner reads its
+        layout off mlx-lm's object (the plan, which also carries what the engine refuses), and the fit reads these
+        facts only for the context length, the dtypes and the gated-DeltaNet / KDA state."""
         from kvdoctor.engines.budget.facts import facts_from_spec
-        from kvdoctor.model import CHUNKED
+        from kvdoctor.model import ATTN_MAMBA, CHUNKED, COMPRESSED, CONV, LINEAR, MAMBA, SPARSE_MLA
 
-        return facts_from_spec(spec, extra_kinds={CHUNKED: "full"})
+        return facts_from_spec(spec, extra_kinds={CHUNKED: "full", COMPRESSED: "full", SPARSE_MLA: "mla",
+                                                  MAMBA: "state", CONV: "state", LINEAR: "state", ATTN_MAMBA: "state"})
 
     def fit(self, spec: ModelSpec, facts: Any, gpu: Any, layout: Mapping[str, Any], request: Any,
             settings: Mapping[str, Any]) -> Any:
