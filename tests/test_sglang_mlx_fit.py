@@ -123,3 +123,14 @@ def test_a_model_the_runner_refuses_gets_its_text_and_no_pool(tmp_path: Path) ->
     assert row["refusal"]["message"].startswith("Attention layer 0 declares sliding-window attention")
     assert row["kv_tokens"] is None and "kv" not in {t["name"] for t in row["terms"]}
     assert doc["recommendation"] is None
+
+
+def test_check_gates_a_mac_deploy_on_the_same_answer(llama: Path, tmp_path: Path) -> None:
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("engine: sglang-mlx\nbudget:\n  gpu: M-series-32GB\n  context: 32768\n  concurrency: 1\n")
+    greedy = run("check", str(llama), "--engine", "sglang-mlx", "--static", "--deploy", str(deploy), "--format", "json")
+    found = [f for f in json.loads(greedy.stdout)["results"][0]["findings"] if f["code"] == "MEM016"]
+    assert greedy.returncode == 1 and found and "exceeds the" in found[0]["message"]
+    deploy.write_text(deploy.read_text().replace("M-series-32GB", "M-series-128GB"))
+    fine = run("check", str(llama), "--engine", "sglang-mlx", "--static", "--deploy", str(deploy), "--format", "json")
+    assert not [f for f in json.loads(fine.stdout)["results"][0]["findings"] if f["code"] == "MEM016"]
