@@ -104,6 +104,7 @@ def child(platform: str, configs: list[Path]) -> None:
         fakemods.install()
     import sglang.srt.server_args  # noqa: F401 - imported once, before the forks
 
+    point(configs[0], scenarios(platform)[0])  # what a resolution imports, imported before the forks too
     for config in configs:
         for case in scenarios(platform):
             read, write = os.pipe()
@@ -137,12 +138,14 @@ def main() -> None:
     import sglang
 
     points = []
-    for platform in ("cuda", "mps"):
-        proc = subprocess.run([sys.executable, __file__, "--platform", platform, "--configs", opts.configs],
-                              capture_output=True, text=True, timeout=6 * 3600)
-        points += [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    children = [subprocess.Popen([sys.executable, __file__, "--platform", platform, "--configs", opts.configs],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for platform in ("cuda", "mps")]
+    for proc in children:
+        out, err = proc.communicate()
+        points += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         if proc.returncode:
-            print(proc.stderr[-3000:], file=sys.stderr)
+            print(err[-3000:], file=sys.stderr)
     doc = {"schema": "kvdoctor.goldens/1", "engine": "sglang", "versions": {"sglang": sglang.__version__},
            "made_by": "goldens/sglang_fraction_oracle.py", "points": points}
     Path(opts.out).write_text(json.dumps(doc, indent=1) + "\n")

@@ -69,6 +69,63 @@ class Defaults(msgspec.Struct, frozen=True):
     source: str
 
 
+# srt/configs/model_config.py:2391-2473 @ 0.5.23 (`multimodal_model_archs`): the architectures SGLang serves as
+# multimodal (MIMO_V2_MULTIMODAL_ARCHS among them)
+MULTIMODAL_ARCHS = frozenset({
+    "BailingMM2NativeForConditionalGeneration", "BailingMMNativeForConditionalGeneration",
+    "BailingMoeV3VLForConditionalGeneration", "CLIPModel", "Cohere2VisionForConditionalGeneration",
+    "Cosmos3EdgeForConditionalGeneration", "DeepseekOCRForCausalLM", "DeepseekVL2ForCausalLM",
+    "DiffusionGemmaForBlockDiffusion", "Dots3NoteForCausalLM", "DotsOCRForCausalLM", "DotsVLMForCausalLM",
+    "EmbeddingGemma2Model", "Ernie4_5_VLMoeForConditionalGeneration", "Gemma3ForConditionalGeneration",
+    "Gemma3nForConditionalGeneration", "Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+    "Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration", "Glm5NextForConditionalGeneration",
+    "GlmAsrForConditionalGeneration", "GlmImageForConditionalGeneration", "GlmOcrForConditionalGeneration",
+    "Grok1AForCausalLM", "Grok1VForCausalLM", "InternS1ForConditionalGeneration", "InternS1ProForConditionalGeneration",
+    "InternS2MobiusForConditionalGeneration", "InternS2PreviewForConditionalGeneration", "InternVLChatModel",
+    "JetVLMForConditionalGeneration", "KimiK25ForConditionalGeneration", "KimiVLForConditionalGeneration",
+    "Lfm2VlForConditionalGeneration", "LightOnOCRForConditionalGeneration", "Llama4ForConditionalGeneration",
+    "LlavaForConditionalGeneration", "LlavaLlamaForCausalLM", "LlavaMistralForCausalLM", "LlavaQwenForCausalLM",
+    "LlavaVidForCausalLM", "LocateAnythingForConditionalGeneration", "MiDashengLMModel", "MiMoV2ASRForCausalLM",
+    "MiMoV2ForCausalLM", "MiniCPMO", "MiniCPMV", "MiniMaxM3SparseForConditionalGeneration",
+    "Mistral3ForConditionalGeneration", "MllamaForConditionalGeneration", "MossVLForConditionalGeneration",
+    "MultiModalityCausalLM", "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
+    "NVILAForConditionalGeneration", "NVILALiteForConditionalGeneration", "NemotronH_Nano_Omni_Reasoning_V3",
+    "NemotronH_Nano_VL_V2", "NemotronH_Omni_Reasoning_V3", "POINTSV15ChatModel", "PaddleOCRVLForConditionalGeneration",
+    "Phi4MMForCausalLM", "PixtralForConditionalGeneration", "Qwen2AudioForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3ASRForConditionalGeneration",
+    "Qwen3OmniMoeForConditionalGeneration", "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+    "Sarashina2VisionForCausalLM", "Step3VLForConditionalGeneration", "Step3p7ForConditionalGeneration",
+    "StepVLForConditionalGeneration", "UnlimitedOCRForCausalLM", "VoxtralForConditionalGeneration",
+    "WhisperForConditionalGeneration",
+})
+# srt/configs/model_config.py:690-717 @ 0.5.23: served text-only unless --enable-multimodal
+MULTIMODAL_OFF = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                            "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})
+VISION_SOURCE = "srt/arg_groups/memory_hook.py adjust_mem_fraction_for_vlm @ 0.5.23 (server_args.py at 0.5.15-0.5.20)"
+
+
+def vision(raw_config: dict) -> tuple[int, int] | None:
+    """The vision tower SGLang shrinks its default fraction for, (layers, hidden size), or None: a model it serves
+    as multimodal whose config has a `vision_config` (its layers and width as the config class reads them, 24 and
+    1024 where they are not set). MiMo-V2 is multimodal only with both a vision and an audio config."""
+    archs = raw_config.get("architectures") or []
+    tower = raw_config.get("vision_config")
+    if not archs or archs[0] in MULTIMODAL_OFF or not any(a in MULTIMODAL_ARCHS for a in archs):
+        return None
+    if not isinstance(tower, dict) or (archs[0] == "MiMoV2ForCausalLM" and "audio_config" not in raw_config):
+        return None
+    return int(tower.get("num_hidden_layers") or 24), int(tower.get("hidden_size") or 1024)
+
+
+def vision_factor(tower: tuple[int, int]) -> float:
+    """What SGLang multiplies its default fraction by for a vision tower: 0.95, less a tenth for every doubling of
+    the tower's layers x width^2 over a ViT-L/14's (24 x 1024^2), within [0.8, 1.05] (`VISION_SOURCE`)."""
+    layers, width = tower
+    ratio = layers * width ** 2 / (24 * 1024 ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
 def prefill_graph_sizes(max_tokens: int) -> int:
     """How many token counts SGLang captures prefill graphs for, up to `max_tokens` (0.5.23's
     generate_prefill_cuda_graph_batch_sizes: steps of 4, 16, 32, 64, 256 and 512)."""
@@ -78,10 +135,12 @@ def prefill_graph_sizes(max_tokens: int) -> int:
 
 def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bool = False, mla: bool = False,
              release: str = PINS["sglang"], chunked: int | None = None, max_bs: int | None = None,
-             max_running: int | None = None, cuda_graph: bool = True, cuda: bool = True) -> Defaults:
+             max_running: int | None = None, cuda_graph: bool = True, cuda: bool = True,
+             config: dict | None = None) -> Defaults:
     """The defaults `release` resolves on a GPU of `gpu_mib` MiB; a value the deployer set is kept. `cuda`: the
     platform is CUDA, the only one whose prefill graphs are on by default (0.5.23's default_prefill_backend,
-    srt/model_executor/cuda_graph_config.py:119-123); on Apple silicon (MPS) only the decode graphs count."""
+    srt/model_executor/cuda_graph_config.py:119-123); on Apple silicon (MPS) only the decode graphs count.
+    `config`: the model's config.json, whose vision tower shrinks the fraction (`vision`)."""
     if key(release) < key(RESERVE_SINCE):
         fraction = 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
         return Defaults(chunked_prefill_size=chunked or (2048 if gpu_mib < 25000 else 8192),
@@ -102,9 +161,14 @@ def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bo
             reserved += 1536 if mla else prefill_graph_sizes(min(8192, chunked) if mla else chunked) * 8
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    return Defaults(chunked_prefill_size=chunked, cuda_graph_max_bs=bs,
-                    mem_fraction_static=round((gpu_mib - reserved) / gpu_mib, 3), reserved_mib=reserved,
-                    source=SOURCE.format(release=release))
+    fraction = round((gpu_mib - reserved) / gpu_mib, 3)
+    source = SOURCE.format(release=release)
+    tower = vision(config or {})
+    if tower is not None:
+        fraction *= vision_factor(tower)
+        source += f"; x {vision_factor(tower):.4f} for the vision tower: {VISION_SOURCE}"
+    return Defaults(chunked_prefill_size=chunked, cuda_graph_max_bs=bs, mem_fraction_static=fraction,
+                    reserved_mib=reserved, source=source)
 
 
 class Pool(msgspec.Struct, frozen=True):
@@ -121,11 +185,12 @@ class Pool(msgspec.Struct, frozen=True):
 
 def pool(gpu_bytes: int, weights_bytes: int, tp: int = 1, pp: int = 1, dp: int = 1, dp_attention: bool = False,
          mla: bool = False, release: str = PINS["sglang"], chunked: int | None = None, max_running: int | None = None,
-         cuda_graph: bool = True, mem_fraction_static: float | None = None, pcie_only: bool = False) -> Pool:
+         cuda_graph: bool = True, mem_fraction_static: float | None = None, pcie_only: bool = False,
+         config: dict | None = None) -> Pool:
     """The pools' memory on one rank of a GPU of `gpu_bytes` holding `weights_bytes` of weights (`pcie_only`:
     cards with no NVLink mesh, see PRELOAD)."""
     d = defaults(gpu_bytes / MiB, tp, pp, dp, dp_attention, mla, release, chunked=chunked, max_running=max_running,
-                 cuda_graph=cuda_graph)
+                 cuda_graph=cuda_graph, config=config)
     if mem_fraction_static:
         mfs = float(mem_fraction_static)
         how = f"(total - non-torch) x (1 - mem_fraction_static {mfs}): srt/model_executor/model_runner.py"

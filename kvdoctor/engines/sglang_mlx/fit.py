@@ -50,7 +50,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, plan: Any, request: Reques
         mfs, how = float(s["mem_fraction_static"]), "--mem-fraction-static"
     else:
         d = reserve.defaults(wired // MiB, tp=1, release=VERSION, chunked=s.get("chunked_prefill_size"),
-                             max_running=s.get("max_running_requests"), cuda=False)
+                             max_running=s.get("max_running_requests"), cuda=False, config=spec.raw_config)
         mfs, how = d.mem_fraction_static, (f"sglang's default for {wired // MiB} MiB of working set: "
                                            f"{d.reserved_mib:.0f} MiB held back, {d.source}")
     usable = int(wired * mfs)

@@ -1,0 +1,53 @@
+"""SGLang's memory defaults (`mem_fraction_static`, chunked prefill, the decode graphs' largest batch) as kvdoctor
+models them (kvdoctor.engines.sglang.reserve), held to the release's own server-argument resolution for every real
+config on CUDA GPUs and on Macs (goldens/sglang_fraction.json, made by goldens/sglang_fraction_oracle.py)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+from kvdoctor.engines.sglang import reserve
+from kvdoctor.engines.sglang.profile import SglangProfile
+from kvdoctor.errors import InputError
+from kvdoctor.load.loader import load_model
+
+GOLDEN = json.loads((ROOT / "goldens" / "sglang_fraction.json").read_text())
+RESOLVED = [p for p in GOLDEN["points"] if "mem_fraction_static" in p["result"]]
+REAL = ROOT / "fixtures" / "configs" / "real"
+
+
+def test_the_goldens_cover_both_platforms() -> None:
+    platforms = {p["platform"] for p in RESOLVED}
+    assert platforms == {"cuda", "mps"} and len({p["model"] for p in RESOLVED}) >= 90
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = {}
+    root = tmp_path_factory.mktemp("fraction")
+    for name in sorted({p["model"] for p in RESOLVED}):
+        (root / name).mkdir()
+        shutil.copy(REAL / f"{name}.json", root / name / "config.json")
+        try:
+            spec = load_model(str(root / name))
+            out[name] = (spec, SglangProfile().budget_facts(spec))
+        except InputError:
+            out[name] = None
+    return out
+
+
+@pytest.mark.parametrize("point", RESOLVED, ids=lambda p: f"{p['model']}-{p['platform']}-{p['gib']}-tp{p['tp']}")
+def test_the_defaults_are_the_releases(point: dict, specs: dict) -> None:
+    if specs[point["model"]] is None:
+        pytest.skip("kvdoctor's budget does not price this model's layers")
+    spec, facts = specs[point["model"]]
+    want = point["result"]
+    got = reserve.defaults(point["gib"] * 1024, tp=point["tp"], mla=bool(facts.mla_latent),
+                           release=GOLDEN["versions"]["sglang"], cuda=point["platform"] == "cuda",
+                           config=spec.raw_config)
+    assert (got.chunked_prefill_size, got.cuda_graph_max_bs) == (want["chunked_prefill_size"], want["decode_max_bs"])
+    assert got.mem_fraction_static == pytest.approx(want["mem_fraction_static"], abs=1e-9)
