@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -51,3 +50,21 @@ def test_the_defaults_are_the_releases(point: dict, specs: dict) -> None:
                            config=spec.raw_config)
     assert (got.chunked_prefill_size, got.cuda_graph_max_bs) == (want["chunked_prefill_size"], want["decode_max_bs"])
     assert got.mem_fraction_static == pytest.approx(want["mem_fraction_static"], abs=1e-9)
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("moonshotai__Kimi-Linear-48B-A3B-Instruct", "KDA hybrid linear attention"),
+    ("moonshotai__Kimi-K3", "KDA hybrid linear attention"),  # a validated multimodal arch, but KDA
+    ("deepseek-ai__DeepSeek-V4-Flash", "DeepSeek-V4"),
+    ("Qwen__Qwen3-VL-8B-Instruct", "multimodal model"),
+    ("stepfun-ai__Step-3.7-Flash", "multimodal model"),  # its config class builds a vision tower and a text config
+    ("Qwen__Qwen3.5-27B", None),  # multimodal, validated for breakable graphs
+    ("google__gemma-3-27b-it", None),  # served text-only by default
+    ("meta-llama__Llama-3.1-8B", None),
+])
+def test_the_prefill_graphs_go_off_for_the_releases_reasons(name: str, reason: str | None) -> None:
+    config = json.loads((REAL / f"{name}.json").read_text())
+    assert reserve.prefill_graphs_off(config) == reason
+    d = reserve.defaults(81080, tp=1, config=config)
+    assert (f"no prefill CUDA graphs ({reason})" in d.source) == (reason is not None)
+    assert "no prefill CUDA graphs" not in reserve.defaults(81080, tp=1, config=config, cuda=False).source

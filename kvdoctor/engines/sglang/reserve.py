@@ -8,8 +8,10 @@ reserve_for_graph_mb): every figure in MiB of the GPU's memory as nvidia-smi rep
     reserved = 512 + 1.5 x max(chunked_prefill_size, 2048) + 1024 x tp x pp / 8
                + 2 x decode max_bs                              (decode CUDA graphs)
                + attention DP: 3 x max_bs x dp (+ 1.5 x max_bs x dp above a max_bs of 300)
-               + prefill CUDA graphs: 8 per captured size, or 1536 with an MLA backend
-    at least 10240 on GPUs above 60 GiB;  mem_fraction_static = round((gpu - reserved) / gpu, 3)
+               + prefill CUDA graphs: 8 per captured size, or 1536 with an MLA backend (on CUDA, and not
+                 for the models `prefill_graphs_off` names)
+    at least 10240 on GPUs above 60 GiB;  mem_fraction_static = round((gpu - reserved) / gpu, 3),
+    times `vision_factor` for a multimodal model's vision tower (`vision`)
 
 Releases 0.5.0 to 0.5.22 reserve the same terms but the prefill graphs (piecewise CUDA graphs were off by
 default there: `if self.enable_piecewise_cuda_graph` in their server_args.py). Before 0.5.0 the fraction
@@ -103,19 +105,51 @@ MULTIMODAL_ARCHS = frozenset({
 MULTIMODAL_OFF = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
                             "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})
 VISION_SOURCE = "srt/arg_groups/memory_hook.py adjust_mem_fraction_for_vlm @ 0.5.23 (server_args.py at 0.5.15-0.5.20)"
+# The sub-configs SGLang takes the language model's config from (srt/utils/hf_transformers/common.py:582-601
+# get_hf_text_config @ 0.5.23); a model with one is multimodal (model_config.py:809, "hf_config is not hf_text_config")
+TEXT_SUBCONFIGS = ("thinker_config", "llm_config", "language_config", "text_config")
+# SGLang's own config classes that build a vision tower and a text config when the checkpoint names none
+# (srt/configs/step3p7.py:69-83 @ 0.5.23: Step3p7VisionEncoderConfig, whose width and depth are `width`/`layers`,
+# so the fraction's rule reads its 24 x 1024 defaults)
+BUILT_TOWER = frozenset({"step3p7"})
+# Vision config classes that read the tower's size from other keys or default it otherwise, by the model's
+# model_type: (layers key, default, width key, default) @ 0.5.23. KimiK25VisionConfig takes `num_hidden_layers`
+# and `hidden_size` (27 and 1152 by default) and keeps the checkpoint's vt_* keys aside (srt/configs/kimi_k25.py:45-68);
+# KimiK3VisionConfig aliases them to vt_num_hidden_layers and vt_hidden_size (srt/configs/kimi_k3.py:17-18, 74-75).
+TOWER_KEYS = {"kimi_k25": ("num_hidden_layers", 27, "hidden_size", 1152),
+              "kimi_k3": ("vt_num_hidden_layers", 27, "vt_hidden_size", 1024)}
+
+
+def multimodal(raw_config: dict) -> bool:
+    """Whether SGLang serves the model as multimodal (ModelConfig.is_multimodal, srt/configs/model_config.py:690-717
+    and 809-828 @ 0.5.23): multimodal is on for it (MULTIMODAL_OFF; MiMo-V2 only with both a vision and an audio
+    config), and its architecture is one of `MULTIMODAL_ARCHS`, or its config has a language sub-config
+    (`TEXT_SUBCONFIGS`, or a config class that builds one), or it is a DeepSeek-V4.1 with a vision tower.
+    The default `--model-impl auto` is assumed: the vision/audio-config rule of an explicit Transformers backend
+    does not apply."""
+    archs = raw_config.get("architectures") or []
+    if not archs or archs[0] in MULTIMODAL_OFF:
+        return False
+    if archs[0] == "MiMoV2ForCausalLM" and not ("vision_config" in raw_config and "audio_config" in raw_config):
+        return False
+    return (any(a in MULTIMODAL_ARCHS for a in archs) or any(k in raw_config for k in TEXT_SUBCONFIGS)
+            or raw_config.get("model_type") in BUILT_TOWER
+            or (raw_config.get("model_type") == "deepseek_v41" and (raw_config.get("vision_n_layers") or 0) > 0))
 
 
 def vision(raw_config: dict) -> tuple[int, int] | None:
     """The vision tower SGLang shrinks its default fraction for, (layers, hidden size), or None: a model it serves
-    as multimodal whose config has a `vision_config` (its layers and width as the config class reads them, 24 and
-    1024 where they are not set). MiMo-V2 is multimodal only with both a vision and an audio config."""
-    archs = raw_config.get("architectures") or []
+    as multimodal whose config has a vision config, its layers and width as the config class reads them
+    (`TOWER_KEYS`; else `num_hidden_layers` and `hidden_size`, 24 and 1024 where they are not set: a
+    Qwen2.5-VL tower's `depth` is not read)."""
     tower = raw_config.get("vision_config")
-    if not archs or archs[0] in MULTIMODAL_OFF or not any(a in MULTIMODAL_ARCHS for a in archs):
+    built = raw_config.get("model_type") in BUILT_TOWER
+    if not multimodal(raw_config) or not (isinstance(tower, dict) or built):
         return None
-    if not isinstance(tower, dict) or (archs[0] == "MiMoV2ForCausalLM" and "audio_config" not in raw_config):
-        return None
-    return int(tower.get("num_hidden_layers") or 24), int(tower.get("hidden_size") or 1024)
+    tower = tower if isinstance(tower, dict) else {}
+    layers_key, layers, width_key, width = TOWER_KEYS.get(raw_config.get("model_type") or "",
+                                                          ("num_hidden_layers", 24, "hidden_size", 1024))
+    return int(tower.get(layers_key) or layers), int(tower.get(width_key) or width)
 
 
 def vision_factor(tower: tuple[int, int]) -> float:
@@ -124,6 +158,53 @@ def vision_factor(tower: tuple[int, int]) -> float:
     layers, width = tower
     ratio = layers * width ** 2 / (24 * 1024 ** 2)
     return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
+# srt/configs/model_config.py:2501-2516 @ 0.5.23: multimodal architectures whose prefill graphs stay on
+BREAKABLE_MULTIMODAL = frozenset({
+    "MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+    "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+    "PaddleOCRVLForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen4ExpForConditionalGeneration", "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
+    "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration", "MiniMaxM3SparseForCausalLM",
+})
+# srt/configs/model_config.py:395-400 @ 0.5.23 (is_deepseek_v4)
+DEEPSEEK_V4 = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})
+# srt/arg_groups/cuda_graph_hook.py:375-390 @ 0.5.23: Muse Glimmer's prefill graphs stop at 512 tokens
+PREFILL_MAX_BS = {"MuseGlimmerForCausalLM": 512, "MuseGlimmerForConditionalGeneration": 512}
+PREFILL_OFF_SOURCE = "srt/arg_groups/cuda_graph_hook.py:170-255 disable_breakable_cudagraph_if_incompatible @ 0.5.23"
+
+
+def kda(raw_config: dict) -> bool:
+    """Kimi Delta Attention layers (srt/configs/model_config.py:230-252 uses_kda_attention @ 0.5.23): the config or
+    its language sub-config lists `linear_attn_config.kda_layers`, or has linear_attention layer types with
+    `linear_num_heads` and `linear_head_dim`."""
+    subs = [raw_config] + [raw_config[k] for k in TEXT_SUBCONFIGS if isinstance(raw_config.get(k), dict)]
+    for c in subs:
+        linear = c.get("linear_attn_config")
+        if isinstance(linear, dict) and linear.get("kda_layers"):
+            return True
+        if ("linear_attention" in (c.get("layer_types") or []) and c.get("linear_num_heads") is not None
+                and c.get("linear_head_dim") is not None):
+            return True
+    return False
+
+
+def prefill_graphs_off(raw_config: dict) -> str | None:
+    """Why SGLang turns its breakable prefill CUDA graphs off by default for this model, or None: KDA hybrids other
+    than GLM-5-Next, DeepSeek-V4 (without prefill context parallelism), multimodal models not validated for them
+    (`PREFILL_OFF_SOURCE`). The rules on deployer settings (context parallelism, two-batch overlap, an a2a backend)
+    are not modelled: their defaults leave the graphs on."""
+    archs = raw_config.get("architectures") or []
+    if not archs:
+        return None
+    if kda(raw_config) and "Glm5NextForConditionalGeneration" not in archs:
+        return "KDA hybrid linear attention"
+    if archs[0] in DEEPSEEK_V4:
+        return "DeepSeek-V4"
+    if multimodal(raw_config) and not any(a in BREAKABLE_MULTIMODAL for a in archs):
+        return "multimodal model"
+    return None
 
 
 def prefill_graph_sizes(max_tokens: int) -> int:
@@ -140,7 +221,8 @@ def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bo
     """The defaults `release` resolves on a GPU of `gpu_mib` MiB; a value the deployer set is kept. `cuda`: the
     platform is CUDA, the only one whose prefill graphs are on by default (0.5.23's default_prefill_backend,
     srt/model_executor/cuda_graph_config.py:119-123); on Apple silicon (MPS) only the decode graphs count.
-    `config`: the model's config.json, whose vision tower shrinks the fraction (`vision`)."""
+    `config`: the model's config.json, whose vision tower shrinks the fraction (`vision`) and which may turn the
+    prefill graphs off (`prefill_graphs_off`)."""
     if key(release) < key(RESERVE_SINCE):
         fraction = 0.79 if tp >= 16 else 0.81 if tp >= 8 else 0.85 if tp >= 4 else 0.87 if tp >= 2 else 0.88
         return Defaults(chunked_prefill_size=chunked or (2048 if gpu_mib < 25000 else 8192),
@@ -153,17 +235,23 @@ def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bo
     if max_bs is None and max_running is not None:
         bs = min(bs, max_running)
     reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024
+    config = config or {}
+    off = prefill_graphs_off(config) if cuda and key(release) >= key(PREFILL_GRAPHS_SINCE) else None
+    prefill_graphs = cuda and key(release) >= key(PREFILL_GRAPHS_SINCE) and off is None
     if cuda_graph:
         reserved += bs * 2
         if dp_attention:
             reserved += bs * dp * 3 + (bs * dp * 1.5 if bs > 300 else 0)
-        if cuda and key(release) >= key(PREFILL_GRAPHS_SINCE):
-            reserved += 1536 if mla else prefill_graph_sizes(min(8192, chunked) if mla else chunked) * 8
+        if prefill_graphs:
+            cap = PREFILL_MAX_BS.get((config.get("architectures") or [""])[0], chunked)
+            reserved += 1536 if mla else prefill_graph_sizes(min(chunked, cap)) * 8
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     fraction = round((gpu_mib - reserved) / gpu_mib, 3)
     source = SOURCE.format(release=release)
-    tower = vision(config or {})
+    if cuda_graph and off is not None:
+        source += f"; no prefill CUDA graphs ({off}): {PREFILL_OFF_SOURCE}"
+    tower = vision(config)
     if tower is not None:
         fraction *= vision_factor(tower)
         source += f"; x {vision_factor(tower):.4f} for the vision tower: {VISION_SOURCE}"

@@ -58,6 +58,7 @@ def priced(built: ModelSpec, spec: ModelSpec) -> ModelFacts:
                                                     else l for l in built.layers])
     facts = facts_from_spec(unread, extra_kinds={SPARSE_MLA: "dsa", CONV: "short_conv", COMPRESSED: "compressed"})
     facts.dsa_index_skips = budget.dsa_index_skips(spec)
+    facts.raw_config = spec.raw_config
     if archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:  # sized from compress_ratios, not layer kinds
         facts.dsv4 = dict(spec.config)
     if mamba:
