@@ -7,7 +7,8 @@ Run with an SGLang venv (goldens/releases.py builds them):
     ... sglang_fraction_oracle.py --out FILE --configs DIR                       # another set of configs
 
 Each (config, platform) runs in its own process: `ServerArgs(model_path=DIR, device=..., tp_size=...)` then
-`resolve_once()`, the launcher's resolution, whose memory step reads the device's memory. On CUDA the
+`resolve_once()`, the launcher's resolution (shims/sglang_api.py resolve: the constructor's up to 0.5.18), whose
+memory step reads the device's memory. On CUDA the
 device is `shims/cudafake.py`'s (torch reports GPUs of the scenario's memory); on MPS the resolution asks
 `get_device_memory_capacity`, which on a Mac is torch.mps.recommended_max_memory() (Metal's recommended working
 set), and the script answers it with the scenario's working set and sets SGLANG_USE_MLX's gate (`use_mlx`) true:
@@ -53,23 +54,32 @@ def install_mps(gib: float) -> None:
             module.use_mlx = lambda: True
 
 
+def field(obj, name: str):
+    """A field of the resolved settings, a dict (`resolved_dict`) or the release's object (up to 0.5.18)."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
 def one(model_dir: Path, case: dict) -> dict:
+    import sglang_api
     from sglang.srt.server_args import ServerArgs
 
     if case["platform"] == "mps":
         install_mps(case["gib"])
-    args = ServerArgs(model_path=str(model_dir), device="cuda" if case["platform"] == "cuda" else "mps",
-                      tp_size=case["tp"])
-    try:
-        args.resolve_once()
+    try:  # up to 0.5.18 the constructor resolves (sglang_api.resolve)
+        args = ServerArgs(model_path=str(model_dir), device="cuda" if case["platform"] == "cuda" else "mps",
+                          tp_size=case["tp"])
+        sglang_api.resolve(args)
     except Exception as exc:  # noqa: BLE001 - the release's refusal is its answer
         return {"error": {"class": type(exc).__name__, "message": str(exc).splitlines()[0] if str(exc) else ""}}
-    d = args.resolved_dict()
+    d = sglang_api.resolved(args)
     graphs = d.get("cuda_graph_config") or {}
-    return {**{k: d.get(k) for k in KEYS},
-            "decode_graphs": (graphs.get("decode") or {}).get("backend"),
-            "decode_max_bs": (graphs.get("decode") or {}).get("max_bs"),
-            "prefill_graphs": (graphs.get("prefill") or {}).get("backend")}
+    decode, prefill = field(graphs, "decode") or {}, field(graphs, "prefill") or {}
+
+    def backend(phase):  # an enum up to 0.5.18
+        return getattr(field(phase, "backend"), "value", field(phase, "backend"))
+
+    return {**{k: d.get(k) for k in KEYS}, "decode_graphs": backend(decode), "decode_max_bs": field(decode, "max_bs"),
+            "prefill_graphs": backend(prefill)}
 
 
 def point(config: Path, case: dict) -> dict:
@@ -135,7 +145,7 @@ def main() -> None:
     if opts.platform:
         child(opts.platform, configs)
         return
-    import sglang
+    from importlib.metadata import version
 
     points = []
     children = [subprocess.Popen([sys.executable, __file__, "--platform", platform, "--configs", opts.configs],
@@ -146,7 +156,7 @@ def main() -> None:
         points += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         if proc.returncode:
             print(err[-3000:], file=sys.stderr)
-    doc = {"schema": "kvdoctor.goldens/1", "engine": "sglang", "versions": {"sglang": sglang.__version__},
+    doc = {"schema": "kvdoctor.goldens/1", "engine": "sglang", "versions": {"sglang": version("sglang")},
            "made_by": "goldens/sglang_fraction_oracle.py", "points": points}
     Path(opts.out).write_text(json.dumps(doc, indent=1) + "\n")
 

@@ -1,6 +1,10 @@
 """SGLang's memory defaults (`mem_fraction_static`, chunked prefill, the decode graphs' largest batch) as kvdoctor
 models them (kvdoctor.engines.sglang.reserve), held to the release's own server-argument resolution for every real
-config on CUDA GPUs and on Macs (goldens/sglang_fraction.json, made by goldens/sglang_fraction_oracle.py)."""
+config on CUDA GPUs and on Macs (goldens/sglang_fraction.json, made by goldens/sglang_fraction_oracle.py), and an
+older release's on CUDA (goldens/sglang_fraction-0.5.X.json: the oracle run with that release's venv). An older
+release's Mac points are not held: MPS is not on the oracle's box, so before 0.5.22 (whose non-CUDA prefill default
+is off) its torch.compile piecewise prefill graphs stay on there, where a Mac's "non-CUDA hardware" rule turns them
+off (arg_groups/cuda_graph_hook.py disable_tc_piecewise_cudagraph_if_incompatible @ 0.5.21)."""
 from __future__ import annotations
 
 import json
@@ -15,13 +19,18 @@ from kvdoctor.errors import InputError
 from kvdoctor.load.loader import load_model
 
 GOLDEN = json.loads((ROOT / "goldens" / "sglang_fraction.json").read_text())
-RESOLVED = [p for p in GOLDEN["points"] if "mem_fraction_static" in p["result"]]
+RESOLVED = [{**p, "release": GOLDEN["versions"]["sglang"]} for p in GOLDEN["points"]
+            if "mem_fraction_static" in p["result"]]
+OLDER = [json.loads(path.read_text()) for path in sorted((ROOT / "goldens").glob("sglang_fraction-*.json"))]
+RESOLVED += [{**p, "release": doc["versions"]["sglang"]} for doc in OLDER for p in doc["points"]
+             if "mem_fraction_static" in p["result"] and p["platform"] == "cuda"]
 REAL = ROOT / "fixtures" / "configs" / "real"
 
 
 def test_the_goldens_cover_both_platforms() -> None:
     platforms = {p["platform"] for p in RESOLVED}
     assert platforms == {"cuda", "mps"} and len({p["model"] for p in RESOLVED}) >= 90
+    assert OLDER and all(doc["versions"]["sglang"] != GOLDEN["versions"]["sglang"] for doc in OLDER)
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +48,14 @@ def specs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return out
 
 
-@pytest.mark.parametrize("point", RESOLVED, ids=lambda p: f"{p['model']}-{p['platform']}-{p['gib']}-tp{p['tp']}")
+@pytest.mark.parametrize("point", RESOLVED, ids=lambda p: f"{p['release']}-{p['model']}-{p['platform']}-{p['gib']}-tp{p['tp']}")
 def test_the_defaults_are_the_releases(point: dict, specs: dict) -> None:
     if specs[point["model"]] is None:
         pytest.skip("kvdoctor's budget does not price this model's layers")
     spec, facts = specs[point["model"]]
     want = point["result"]
     got = reserve.defaults(point["gib"] * 1024, tp=point["tp"], mla=bool(facts.mla_latent),
-                           release=GOLDEN["versions"]["sglang"], cuda=point["platform"] == "cuda",
+                           release=point["release"], cuda=point["platform"] == "cuda",
                            config=spec.raw_config)
     assert (got.chunked_prefill_size, got.cuda_graph_max_bs) == (want["chunked_prefill_size"], want["decode_max_bs"])
     assert got.mem_fraction_static == pytest.approx(want["mem_fraction_static"], abs=1e-9)

@@ -13,8 +13,11 @@ reserve_for_graph_mb): every figure in MiB of the GPU's memory as nvidia-smi rep
     at least 10240 on GPUs above 60 GiB;  mem_fraction_static = round((gpu - reserved) / gpu, 3),
     times `vision_factor` for a multimodal model's vision tower (`vision`)
 
-Releases 0.5.0 to 0.5.22 reserve the same terms but the prefill graphs (piecewise CUDA graphs were off by
-default there: `if self.enable_piecewise_cuda_graph` in their server_args.py). Before 0.5.0 the fraction
+From 0.5.15 (the earliest release read) the prefill graphs are breakable by default on CUDA and reserved the
+same way (model_executor/cuda_graph_config.py default_prefill_backend, server_args.py:3660-3670 @ 0.5.15);
+goldens/sglang_fraction-0.5.21.json holds 0.5.21 to it. Releases 0.5.0 to 0.5.14 were not read one by one and
+are priced without them (piecewise CUDA graphs off by default in the stored copies: `if
+self.enable_piecewise_cuda_graph` in server_args.py). Before 0.5.0 the fraction
 was a table by TP size alone (0.88, 0.87 from TP 2, 0.85 from 4, 0.81 from 8, 0.79 from 16) and the
 chunked prefill 2048 tokens below 25,000 MiB, else 8192. The 0.5.0 boundary is where the stored copies of
 server_args.py switch from one form to the other; the tags between 0.4.10 and 0.5.0 were not read one by one.
@@ -33,7 +36,8 @@ import msgspec
 from kvdoctor.engines.budget.common import CUDA_CONTEXT, MiB
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import key
-from kvdoctor.engines.sglang.releases import PREFILL_GRAPHS_SINCE, RESERVE_SINCE
+from kvdoctor.engines.sglang.releases import (KDA_GRAPHS_OFF_SINCE, MID_GPU_ROW_SINCE, PREFILL_GRAPHS_SINCE,
+                                              RESERVE_SINCE)
 
 # Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
 # in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
@@ -61,6 +65,7 @@ OLD_SOURCE = "sglang {release} srt/server_args.py __post_init__ (mem_fraction_st
 _BY_MEMORY = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024, 4096, 32, 160),
               (90 * 1024, 8192, 256, 512), (160 * 1024, 8192, 256, 512))
 _LARGEST = (16384, 512, 512)
+_MID_ROW_BEFORE = (35 * 1024, 2048, 24, 80)  # before MID_GPU_ROW_SINCE
 
 
 class Defaults(msgspec.Struct, frozen=True):
@@ -190,15 +195,16 @@ def kda(raw_config: dict) -> bool:
     return False
 
 
-def prefill_graphs_off(raw_config: dict) -> str | None:
+def prefill_graphs_off(raw_config: dict, release: str = PINS["sglang"]) -> str | None:
     """Why SGLang turns its breakable prefill CUDA graphs off by default for this model, or None: KDA hybrids other
-    than GLM-5-Next, DeepSeek-V4 (without prefill context parallelism), multimodal models not validated for them
-    (`PREFILL_OFF_SOURCE`). The rules on deployer settings (context parallelism, two-batch overlap, an a2a backend)
-    are not modelled: their defaults leave the graphs on."""
+    than GLM-5-Next (from KDA_GRAPHS_OFF_SINCE), DeepSeek-V4 (without prefill context parallelism), multimodal
+    models not validated for them (`PREFILL_OFF_SOURCE`). The rules on deployer settings (context parallelism,
+    two-batch overlap, an a2a backend) are not modelled: their defaults leave the graphs on."""
     archs = raw_config.get("architectures") or []
     if not archs:
         return None
-    if kda(raw_config) and "Glm5NextForConditionalGeneration" not in archs:
+    kda_off = key(release) >= key(KDA_GRAPHS_OFF_SINCE) and "Glm5NextForConditionalGeneration" not in archs
+    if kda_off and kda(raw_config):
         return "KDA hybrid linear attention"
     if archs[0] in DEEPSEEK_V4:
         return "DeepSeek-V4"
@@ -228,7 +234,8 @@ def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bo
         return Defaults(chunked_prefill_size=chunked or (2048 if gpu_mib < 25000 else 8192),
                         cuda_graph_max_bs=max_bs or (8 if gpu_mib < 25000 else 160), mem_fraction_static=fraction,
                         reserved_mib=0.0, source=OLD_SOURCE.format(release=release))
-    row = next((r for r in _BY_MEMORY if gpu_mib < r[0]), None)
+    rows = _BY_MEMORY if key(release) >= key(MID_GPU_ROW_SINCE) else (_BY_MEMORY[0], _MID_ROW_BEFORE, *_BY_MEMORY[2:])
+    row = next((r for r in rows if gpu_mib < r[0]), None)
     default_chunked, small, large = row[1:] if row is not None else _LARGEST
     chunked = chunked or default_chunked
     bs = max_bs or (small if tp < 4 else large)
@@ -236,7 +243,7 @@ def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bo
         bs = min(bs, max_running)
     reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024
     config = config or {}
-    off = prefill_graphs_off(config) if cuda and key(release) >= key(PREFILL_GRAPHS_SINCE) else None
+    off = prefill_graphs_off(config, release) if cuda and key(release) >= key(PREFILL_GRAPHS_SINCE) else None
     prefill_graphs = cuda and key(release) >= key(PREFILL_GRAPHS_SINCE) and off is None
     if cuda_graph:
         reserved += bs * 2
