@@ -165,14 +165,34 @@ def vision_factor(tower: tuple[int, int]) -> float:
     return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
-# srt/configs/model_config.py:2501-2516 @ 0.5.23: multimodal architectures whose prefill graphs stay on
-BREAKABLE_MULTIMODAL = frozenset({
-    "MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
-    "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
-    "PaddleOCRVLForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-    "Qwen4ExpForConditionalGeneration", "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
-    "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration", "MiniMaxM3SparseForCausalLM",
-})
+# Multimodal architectures whose prefill graphs stay on, by the first release that lists them
+# (configs/model_config.py multimodal_breakable_cuda_graph_supported_model_archs: :2501-2516 @ 0.5.23; read in each
+# release's wheel from 0.5.15, which lists none)
+BREAKABLE_MULTIMODAL = {
+    "Qwen3_5ForConditionalGeneration": "0.5.16", "Qwen3_5MoeForConditionalGeneration": "0.5.16",
+    "InternS2MobiusForConditionalGeneration": "0.5.18", "KimiK25ForConditionalGeneration": "0.5.18",
+    "KimiK3ForConditionalGeneration": "0.5.18", "MuseGlimmerForConditionalGeneration": "0.5.18",
+    "Cohere2VisionForConditionalGeneration": "0.5.19", "PaddleOCRVLForConditionalGeneration": "0.5.19",
+    "Glm5NextForConditionalGeneration": "0.5.20", "MiniMaxM3SparseForCausalLM": "0.5.22",
+    "MiniMaxM3SparseForConditionalGeneration": "0.5.22", "Qwen4ExpForConditionalGeneration": "0.5.22",
+    "MuseSparkForConditionalGeneration": "0.5.23",
+}
+# Up to 0.5.16 an MLA backend turns the prefill graphs off ("MLA attention", server_args.py:3774 @ 0.5.16); 0.5.17
+# spares DSA models, a DeepSeek-V3-family architecture with an `index_topk` ("MLA attention (non-DSA)",
+# server_args.py:4469-4471, configs/model_config.py:106-121 is_deepseek_dsa @ 0.5.17), and turns them off for
+# NemotronH (server_args.py:4477-4479, model_config.py:136-141); 0.5.18 has neither rule.
+DSA_GRAPHS_SINCE, MLA_GRAPHS_SINCE = "0.5.17", "0.5.18"
+DSA_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN",
+                       "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
+                       "GlmMoeDsaForCausalLMNextN", "LongcatFlashForCausalLM", "LongcatFlashForCausalLMNextN"})
+NEMOTRON_H_ARCHS = frozenset({"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "NemotronHForCausalLMMTP"})
+# From 0.5.16 to 0.5.21 the multimodal architectures validated for torch.compile piecewise prefill graphs take them
+# instead of the breakable ones, whose rules then do not apply ("Using tc_piecewise CUDA graph for validated
+# multimodal decoder prefill.", server_args.py:3663-3671 @ 0.5.16, arg_groups/cuda_graph_hook.py:150 @ 0.5.21; gone
+# in 0.5.22), with multimodal_piecewise_cuda_graph_supported_model_archs (configs/model_config.py @ 0.5.16-0.5.21)
+PIECEWISE_MULTIMODAL = frozenset({"Cohere2VisionForConditionalGeneration", "KimiK25ForConditionalGeneration",
+                                  "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"})
+PIECEWISE_MULTIMODAL_RELEASES = ("0.5.16", "0.5.22")  # [since, until)
 # srt/configs/model_config.py:395-400 @ 0.5.23 (is_deepseek_v4)
 DEEPSEEK_V4 = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})
 # srt/arg_groups/cuda_graph_hook.py:375-390 @ 0.5.23: Muse Glimmer's prefill graphs stop at 512 tokens
@@ -195,20 +215,34 @@ def kda(raw_config: dict) -> bool:
     return False
 
 
-def prefill_graphs_off(raw_config: dict, release: str = PINS["sglang"]) -> str | None:
-    """Why SGLang turns its breakable prefill CUDA graphs off by default for this model, or None: KDA hybrids other
-    than GLM-5-Next (from KDA_GRAPHS_OFF_SINCE), DeepSeek-V4 (without prefill context parallelism), multimodal
-    models not validated for them (`PREFILL_OFF_SOURCE`). The rules on deployer settings (context parallelism,
-    two-batch overlap, an a2a backend) are not modelled: their defaults leave the graphs on."""
+def prefill_graphs_off(raw_config: dict, release: str = PINS["sglang"], mla: bool = False) -> str | None:
+    """Why SGLang `release` turns its breakable prefill CUDA graphs off by default for this model, or None: KDA
+    hybrids other than GLM-5-Next (from KDA_GRAPHS_OFF_SINCE), DeepSeek-V4 (without prefill context parallelism),
+    multimodal models not validated for them (`BREAKABLE_MULTIMODAL`), and before MLA_GRAPHS_SINCE an MLA backend
+    (`mla`) and NemotronH (`PREFILL_OFF_SOURCE`). The rules on deployer settings (context parallelism, two-batch
+    overlap, an a2a backend, attention DP and LoRA before 0.5.17) are not modelled: their defaults leave the graphs
+    on."""
     archs = raw_config.get("architectures") or []
     if not archs:
         return None
+    since, until = PIECEWISE_MULTIMODAL_RELEASES
+    if key(since) <= key(release) < key(until) and archs[0] in PIECEWISE_MULTIMODAL and multimodal(raw_config):
+        return None  # torch.compile piecewise graphs, whose own rules are not modelled
+    before = key(release) < key(MLA_GRAPHS_SINCE)
+    if before and mla and key(release) < key(DSA_GRAPHS_SINCE):
+        return "MLA attention"
+    text = next((raw_config[k] for k in TEXT_SUBCONFIGS if isinstance(raw_config.get(k), dict)), raw_config)
+    if before and mla and not (archs[0] in DSA_ARCHS and text.get("index_topk") is not None):
+        return "MLA attention (non-DSA)"
+    if before and key(release) >= key(DSA_GRAPHS_SINCE) and archs[0] in NEMOTRON_H_ARCHS:
+        return "NemotronH (hybrid Mamba2 prefill)"
     kda_off = key(release) >= key(KDA_GRAPHS_OFF_SINCE) and "Glm5NextForConditionalGeneration" not in archs
     if kda_off and kda(raw_config):
         return "KDA hybrid linear attention"
     if archs[0] in DEEPSEEK_V4:
         return "DeepSeek-V4"
-    if multimodal(raw_config) and not any(a in BREAKABLE_MULTIMODAL for a in archs):
+    validated = any(a in BREAKABLE_MULTIMODAL and key(release) >= key(BREAKABLE_MULTIMODAL[a]) for a in archs)
+    if multimodal(raw_config) and not validated:
         return "multimodal model"
     return None
 
@@ -243,7 +277,7 @@ def defaults(gpu_mib: float, tp: int, pp: int = 1, dp: int = 1, dp_attention: bo
         bs = min(bs, max_running)
     reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024
     config = config or {}
-    off = prefill_graphs_off(config, release) if cuda and key(release) >= key(PREFILL_GRAPHS_SINCE) else None
+    off = prefill_graphs_off(config, release, mla) if cuda and key(release) >= key(PREFILL_GRAPHS_SINCE) else None
     prefill_graphs = cuda and key(release) >= key(PREFILL_GRAPHS_SINCE) and off is None
     if cuda_graph:
         reserved += bs * 2
