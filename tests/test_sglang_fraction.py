@@ -1,10 +1,11 @@
 """SGLang's memory defaults (`mem_fraction_static`, chunked prefill, the decode graphs' largest batch) as kvdoctor
 models them (kvdoctor.engines.sglang.reserve), held to the release's own server-argument resolution for every real
-config on CUDA GPUs and on Macs (goldens/sglang_fraction.json, made by goldens/sglang_fraction_oracle.py), and an
-older release's on CUDA (goldens/sglang_fraction-0.5.X.json: the oracle run with that release's venv). An older
-release's Mac points are not held: MPS is not on the oracle's box, so before 0.5.22 (whose non-CUDA prefill default
-is off) its torch.compile piecewise prefill graphs stay on there, where a Mac's "non-CUDA hardware" rule turns them
-off (arg_groups/cuda_graph_hook.py disable_tc_piecewise_cudagraph_if_incompatible @ 0.5.21)."""
+config on CUDA GPUs and on Macs (goldens/sglang_fraction.json, made by goldens/sglang_fraction_oracle.py), and older
+releases' (goldens/sglang_fraction-0.5.X.json: the oracle run with that release's venv). Their Mac points are held
+from 0.5.22 only: MPS is not on the oracle's box, so before 0.5.22 (whose non-CUDA prefill default is off:
+model_executor/cuda_graph_config.py default_prefill_backend) the torch.compile piecewise prefill graphs stay on there,
+where a Mac's "non-CUDA hardware" rule turns them off (arg_groups/cuda_graph_hook.py
+disable_tc_piecewise_cudagraph_if_incompatible @ 0.5.21)."""
 from __future__ import annotations
 
 import json
@@ -13,17 +14,20 @@ import shutil
 import pytest
 from helpers import ROOT
 
+from kvdoctor.engines.releases import key
 from kvdoctor.engines.sglang import reserve
 from kvdoctor.engines.sglang.profile import SglangProfile
 from kvdoctor.errors import InputError
 from kvdoctor.load.loader import load_model
 
+PIECEWISE_OFF_SINCE = "0.5.22"  # the non-CUDA prefill default is off from here (see the module's docstring)
 GOLDEN = json.loads((ROOT / "goldens" / "sglang_fraction.json").read_text())
 RESOLVED = [{**p, "release": GOLDEN["versions"]["sglang"]} for p in GOLDEN["points"]
             if "mem_fraction_static" in p["result"]]
 OLDER = [json.loads(path.read_text()) for path in sorted((ROOT / "goldens").glob("sglang_fraction-*.json"))]
 RESOLVED += [{**p, "release": doc["versions"]["sglang"]} for doc in OLDER for p in doc["points"]
-             if "mem_fraction_static" in p["result"] and p["platform"] == "cuda"]
+             if "mem_fraction_static" in p["result"] and (p["platform"] == "cuda" or key(doc["versions"]["sglang"]) >=
+                                                          key(PIECEWISE_OFF_SINCE))]
 REAL = ROOT / "fixtures" / "configs" / "real"
 
 
