@@ -333,12 +333,16 @@ def test_reference_side_by_side_numbers():
     assert (off.capacity.tokens, round(off.capacity.max_concurrency, 2)) == (873808, 6.67)
 
 
-@pytest.mark.parametrize("deploy", [None, {"sglang": {"tp_size": 2, "mem_fraction_static": 0.9}}])
-def test_sglang_budget_and_fit_read_one_reserve(tmp_path, deploy):
+@pytest.mark.parametrize("name, deploy", [("llama-3.1-8b", None),
+                                          ("llama-3.1-8b", {"sglang": {"tp_size": 2, "mem_fraction_static": 0.9}}),
+                                          ("Qwen__Qwen3-VL-8B-Instruct", None)])
+def test_sglang_budget_and_fit_read_one_reserve(tmp_path, name, deploy):
     """`budget --engine sglang --gpu-memory` and `fit --engine sglang` price SGLang's pools with one formula
     (sglang.reserve.pool): the same memory free before loading and the same share held back, at SGLang's own
-    default mem_fraction_static or the deploy file's; only their weights differ (budget's total / TP)."""
-    d = make_model(tmp_path, "llama-3.1-8b")
+    default mem_fraction_static or the deploy file's; only their weights differ (budget's total / TP). Both read
+    config.json as written: a VLM's default is shrunk for its vision tower, and its prefill graphs are off."""
+    d = make_model(tmp_path, name if name in SHORT else json.loads((ROOT / "fixtures/configs/real" / f"{name}.json")
+                                                                   .read_text()))
     extra: list[str] = []
     if deploy:
         path = tmp_path / "deploy.yaml"
@@ -357,3 +361,5 @@ def test_sglang_budget_and_fit_read_one_reserve(tmp_path, deploy):
         assert "mem_fraction_static 0.9)" in b["how"]
     else:  # no longer the old 10 GiB floor of a fixed reserve: SGLang's own default for an 80 GiB GPU at TP 1
         assert terms["reserved"]["bytes"] > 10 * GiB and "SGLang's default" in b["how"]
+    vlm = "Qwen3-VL" in name
+    assert ("for the vision tower" in b["how"], "no prefill CUDA graphs (multimodal model)" in b["how"]) == (vlm, vlm)

@@ -2,9 +2,9 @@
 configuration: vLLM's create_engine_config (tests/vllm_launch_child.py in the vLLM venv), or SGLang's
 prepare_server_args (tests/sglang_launch_child.py in an SGLang venv); how many parse and configure.
 
-Usage: python tools/launch_check.py [--engine vllm|sglang] [--python PATH] [--gpus 1,2,8] [--limit N] [CONFIG.json ...]
+Usage: python tools/launch_check.py [--engine vllm|sglang|sglang-mlx] [--python PATH] [--gpus 1,2,8] [--limit N] [CONFIG.json ...]
 Without configs, every fixtures/configs/real/*.json. Each model gets a sparse checkpoint of its real tensor
-shapes (kvdoctor.load.synth) in a scratch folder; fit runs on H100-80GB at min(32k, the model's longest
+shapes (kvdoctor.load.synth) in a scratch folder; fit runs on H100-80GB (sglang-mlx: M-series-128GB) at min(32k, the model's longest
 context) for each GPU count, and every row's command plus the recommendation's is checked once.
 """
 from __future__ import annotations
@@ -22,16 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-CHILD = {"vllm": "vllm_launch_child.py", "sglang": "sglang_launch_child.py"}
+CHILD = {"vllm": "vllm_launch_child.py", "sglang": "sglang_launch_child.py", "sglang-mlx": "sglang_launch_child.py"}
 PYTHON = {"vllm": os.environ.get("KVDOCTOR_VLLM_PYTHON", "/tmp/ux/venvs/vllm/bin/python"),
-          "sglang": os.environ.get("KVDOCTOR_SGLANG_PYTHON", "")}
+          "sglang": os.environ.get("KVDOCTOR_SGLANG_PYTHON", ""),
+          "sglang-mlx": os.environ.get("KVDOCTOR_SGLANG_PYTHON", "")}
+GPU = {"sglang-mlx": "M-series-128GB"}  # the engine's machine; H100-80GB for the others
 
 
 def baseline_command(engine: str, model: Path) -> list[str]:
     """The engine started on the model with no flag of fit's: does it configure the model at all?"""
     if engine == "vllm":
         return ["vllm", "serve", str(model)]
-    return ["python", "-m", "sglang.launch_server", "--model-path", str(model)]
+    mlx = ["env", "SGLANG_USE_MLX=1"] if engine == "sglang-mlx" else []
+    return mlx + ["python", "-m", "sglang.launch_server", "--model-path", str(model)]
 
 
 def commands_for(config_path: Path, scratch: Path, gpus: list[int],
@@ -54,7 +57,9 @@ def commands_for(config_path: Path, scratch: Path, gpus: list[int],
         text = config.get("text_config") or config
         context = min(32768, int(text.get("max_position_embeddings") or 32768))
         for n in gpus:
-            doc = api.fit(d, engine=engine, gpu="H100-80GB", gpus=n, context=context)
+            if engine == "sglang-mlx" and n != 1:
+                continue  # one machine
+            doc = api.fit(d, engine=engine, gpu=GPU.get(engine, "H100-80GB"), gpus=n, context=context)
             for launch in [r["launch"] for r in doc["rows"]] + [(doc.get("recommendation") or {}).get("launch")]:
                 if launch and launch not in out:
                     out.append(launch)

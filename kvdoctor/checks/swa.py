@@ -44,11 +44,14 @@ def _reach(ctx: Context) -> str:
     from kvdoctor.engines.sglang_mlx.profile import SGLANG_VERSION
 
     chunk = _settings(ctx).chunked_prefill_size
+    # unset, sglang picks it by the machine's memory: 2048 tokens at the least (srt/arg_groups/memory_hook.py)
+    named = f"chunked_prefill_size {chunk}" if chunk else "the smallest default chunked_prefill_size, 2048"
     context = ctx.deploy.context_length
-    if context is not None and context <= chunk:
-        return (f". With context_length {context} <= chunked_prefill_size {chunk} no prompt is chunked, so sglang "
+    if context is not None and context <= (chunk or 2048):
+        return (f". With context_length {context} <= {named} no prompt is chunked, so sglang "
                 f"{SGLANG_VERSION} meets this only on paths that extend a cache (native decode, speculative verify)")
-    return f"; any prompt longer than chunked_prefill_size ({chunk} tokens) reaches it"
+    size = f"{chunk} tokens" if chunk else "sglang's default by the machine's memory, 2048 to 16384 tokens"
+    return f"; any prompt longer than chunked_prefill_size ({size}) reaches it"
 
 
 def _layers(layers: list[int], limit: int = 10) -> str:

@@ -109,6 +109,9 @@ class ModelFacts(msgspec.Struct):
     # (kvdoctor.engines.vllm.dsv4, kvdoctor.engines.sglang.dsv4); its layers are "compressed" or "sliding"
     dsv4: dict[str, Any] | None = None
     mlx_lm_module: str | None = None  # set by the mlx-lm profile: the mlx_lm.models module its loader picks
+    # set by the SGLang profile: config.json as written, whose architecture and vision tower its memory defaults read
+    # (kvdoctor.engines.sglang.reserve)
+    raw_config: dict[str, Any] | None = None
     weights_bytes: int | None = None
     dtype: str | None = None  # the engine's --dtype where the deployer sets it (fit's settings)
     sources: dict[str, Any] = msgspec.field(default_factory=dict)

@@ -30,6 +30,36 @@ class Gpu(msgspec.Struct, frozen=True):
     sm: int = 0  # CUDA compute capability x 10 (90: Hopper); 0: not NVIDIA or not known
     pcie_only: bool = False  # no NVLink mesh between the cards (the engines' custom all-reduce stays off beyond 2)
     source: str = ""
+    working_set_bytes: int = 0  # Apple silicon: Metal's recommended working set (0: not unified memory)
+    working_set_source: str = ""
+
+
+# Metal's recommendedMaxWorkingSetSize, where no machine's own figure was seen: about three quarters of the
+# unified memory (macOS's own fraction, which differs by release and machine size; `sysctl iogpu.wired_limit_mb`
+# moves it, and the engines read it back through mx.device_info()).
+WORKING_SET_FRACTION = 0.75
+
+
+def working_set(memory_bytes: int, measured_gib: float | None = None, source: str = "") -> tuple[int, str]:
+    """Metal's recommended working set of a Mac with `memory_bytes` of unified memory, and where it came from."""
+    if measured_gib is not None:
+        return int(measured_gib * GiB), source
+    return int(memory_bytes * WORKING_SET_FRACTION), (
+        f"about {WORKING_SET_FRACTION:.0%} of the unified memory (Metal's recommendedMaxWorkingSetSize varies by macOS "
+        "release and machine; give the machine's own figure as the deploy section's working_set)")
+
+
+def metal_working_set(device: Gpu, settings: dict[str, Any]) -> tuple[int, str]:
+    """The working set an MLX engine sizes from on `device`: the deploy section's `working_set` (the machine's own
+    mx.device_info()["max_recommended_working_set_size"]) when given, else the preset's figure."""
+    if settings.get("working_set") is not None:
+        from kvdoctor.load.strict import parse_size
+
+        return (parse_size(settings["working_set"], "working_set"),
+                "the deploy section's working_set (Metal's recommended working set)")
+    if device.working_set_bytes:
+        return device.working_set_bytes, device.working_set_source
+    return working_set(device.memory_bytes)
 
 
 @lru_cache(maxsize=1)
@@ -60,10 +90,15 @@ def gpu(name: str | None, memory: str | None = None) -> Gpu:
         raise InputError(f"--gpu {name!r}: expected one of {', '.join(gpu_names())} (or --gpu-memory SIZE)")
     raw = _presets()[key]
     size = int(raw["memory_gib"] * GiB) if override is None else override
+    wired, wired_source = 0, ""
+    if raw.get("unified"):  # a machine's own figure holds for its own memory size only
+        measured = raw.get("working_set_gib") if override is None else None
+        wired, wired_source = working_set(size, measured, raw.get("working_set_source", ""))
     return Gpu(name=key, memory_bytes=size, vendor=raw["vendor"], large_tier=bool(raw.get("large_tier")),
                unified=bool(raw.get("unified")), sm=int(raw.get("sm", 0)),
                pcie_only=bool(raw.get("pcie_only")),
-               source="--gpu-memory" if override is not None else raw["source"])
+               source="--gpu-memory" if override is not None else raw["source"],
+               working_set_bytes=wired, working_set_source=wired_source)
 
 
 class Request(msgspec.Struct, frozen=True):

@@ -318,8 +318,12 @@ def plan(facts: ModelFacts, mode: Mode, config: dict[str, Any]) -> MlxBudget:
 # --- the budget half of the mlx-lm profile: the `mlx_lm:` section's modes, the memory, one Budget per mode
 
 def usable_memory(gpu: int, weights: int) -> tuple[int, str]:
-    """Unified memory: what the weights leave (mlx-lm reserves nothing of its own)."""
-    return gpu - weights, f"unified memory {gpu} B - weights {weights} B"
+    """What the weights leave of Metal's working set on a Mac of `gpu` bytes (mlx-lm reserves nothing of its own;
+    the same working set `kvdoctor fit` takes, `budget.fit.working_set`)."""
+    from kvdoctor.engines.budget.fit import working_set
+
+    wired, how = working_set(gpu)
+    return wired - weights, f"working set {wired} B ({how}) - weights {weights} B"
 
 
 def modes(facts: ModelFacts, s: MlxLmSettings, context: int, memory: int, all_modes: bool) -> list[Mode]:

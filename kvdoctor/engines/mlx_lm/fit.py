@@ -3,8 +3,8 @@ limit leaves for the caches, through `mlx_lm.budget` (each request holds its own
 
 mlx-lm loads the whole model on one device (no tensor parallelism in `mlx_lm.server`) and, while it
 generates, raises the wired limit to Metal's recommended working set (mlx_lm/generate.py, `wired_limit`).
-That working set is macOS's, not mlx-lm's: about three quarters of the unified memory on the larger
-machines (the `iogpu.wired_limit_mb` sysctl moves it), which kvdoctor takes as the usable memory.
+That working set is macOS's, not mlx-lm's (`budget.fit.metal_working_set`: the machine's own figure where
+one was seen, else about three quarters of the unified memory), which kvdoctor takes as the usable memory.
 """
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ from typing import Any
 
 from kvdoctor.engines.budget.common import EngineRefusal
 from kvdoctor.engines.budget.facts import ModelFacts
-from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term
+from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, metal_working_set
 from kvdoctor.engines.budget.weights import COMMON_RULES, Parallel, ShardRules, weights_per_rank
 from kvdoctor.engines.mlx_lm import budget as mb
 from kvdoctor.engines.pins import PINS
 from kvdoctor.model import ModelSpec
 
 VERSION = PINS["mlx-lm"]
-WIRED_FRACTION = 0.75  # Metal's recommendedMaxWorkingSetSize on Apple silicon, approximately (macOS's figure)
 RULES = ShardRules(rules=COMMON_RULES, vocab_padding=1, source=f"mlx-lm {VERSION}: one device, tensors as stored")
 OUT_OF_MEMORY = "[METAL] Command buffer execution failed: Insufficient Memory"
 
@@ -29,10 +28,10 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     s = settings or {}
     assert spec.checkpoint is not None
     weights = weights_per_rank(spec.checkpoint, spec.config, RULES, Parallel(), spec.num_hidden_layers)
-    wired = int(gpu.memory_bytes * WIRED_FRACTION)
+    wired, wired_source = metal_working_set(gpu, s)
     kv = wired - weights.bytes_per_rank if s.get("kv_budget") is None else int(s["kv_budget"])
     terms = [Term(name="reserved", bytes=gpu.memory_bytes - wired, source="outside Metal's recommended working set "
-                  f"(about {WIRED_FRACTION:.0%} of unified memory; mlx_lm/generate.py wired_limit)"),
+                  f"(mlx_lm/generate.py wired_limit): {wired_source}"),
              Term(name="weights", bytes=weights.bytes_per_rank, source="exact: the safetensors headers, as stored"),
              Term(name="kv", bytes=max(kv, 0), source="what the weights leave of the working set")]
     context = request.context or facts.max_position or 0

@@ -7,7 +7,7 @@ from typing import Optional
 from pydantic import Field
 
 from kvdoctor.engines.deploy import Section
-from kvdoctor.load.strict import Bool, MlxGroupSize, MlxKvBits, Name, NonNegative, Tokens
+from kvdoctor.load.strict import Bool, MlxGroupSize, MlxKvBits, Name, NonNegative, Size, Tokens
 
 
 class MlxLmSettings(Section):
@@ -23,3 +23,6 @@ class MlxLmSettings(Section):
         "False: mlx_lm.server, which serves a model one request at a time when its caches cannot merge"))
     prompt_cache_size: NonNegative = Field(10, description="mlx_lm.server --prompt-cache-size (0: no reuse)")
     draft_model: Optional[Name] = Field(None, description="--draft-model: speculative decoding")
+    working_set: Optional[Size] = Field(None, description=(
+        "Metal's recommended working set on the machine, mx.device_info()['max_recommended_working_set_size'] "
+        "(follows sysctl iogpu.wired_limit_mb); None: the GPU preset's figure (kvdoctor fit)"))

@@ -563,15 +563,17 @@ def _full_pool(facts: ModelFacts, mode: Mode) -> tuple[str, ...]:
 
 # --- the budget half of the SGLang profile: the `sglang:` section's modes, the memory, one Budget per mode
 
-def usable_memory(gpu: int, weights: int, s: SglangSettings, mla: bool = False) -> tuple[int, str]:
+def usable_memory(gpu: int, weights: int, s: SglangSettings, mla: bool = False,
+                  config: dict[str, Any] | None = None) -> tuple[int, str]:
     """What SGLang leaves for KV caches and state on one rank of a GPU of `gpu` bytes: the formula `kvdoctor
-    fit` prices (`sglang.reserve.pool`), with the deployer's settings and the release's own defaults."""
+    fit` prices (`sglang.reserve.pool`), with the deployer's settings and the release's own defaults (`config`:
+    config.json as written, which the defaults read)."""
     from kvdoctor.engines.sglang import reserve
 
     p = reserve.pool(gpu, weights, s.tp_size or 1, s.pp_size, s.dp_size, s.enable_dp_attention, mla,
                      release=s.release or VERSION, max_running=s.max_running_requests,
                      chunked=s.chunked_prefill_size if "chunked_prefill_size" in s.model_fields_set else None,
-                     mem_fraction_static=s.mem_fraction_static)
+                     mem_fraction_static=s.mem_fraction_static, config=config)
     return p.kv, (f"GPU {gpu} B - in use before loading {p.preload} B - reserved {p.reserved} B "
                   f"(mem_fraction_static {p.mem_fraction_static}) - weights {weights} B per rank; {p.how}")
 
@@ -603,7 +605,7 @@ def modes(facts: ModelFacts, s: SglangSettings, context: int, memory: int, all_m
 
 def budgets(facts: ModelFacts, s: SglangSettings, inputs: BudgetSettings,
             all_modes: bool) -> tuple[list[SglangBudget], dict[str, Any]]:
-    usable = partial(usable_memory, s=s, mla=bool(facts.mla_latent))
+    usable = partial(usable_memory, s=s, mla=bool(facts.mla_latent), config=facts.raw_config)
     memory, how = kv_memory("sglang", facts, inputs, usable, tp=s.tp_size or 1)
     context = default_context(facts, inputs)
     out = [plan(facts, m) for m in modes(facts, s, context, memory, all_modes)]

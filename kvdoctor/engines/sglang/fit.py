@@ -53,7 +53,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, layout: dict[str, Any], re
     p = reserve.pool(gpu.memory_bytes, weights.bytes_per_rank, tp, pp, dp, dpa, bool(facts.mla_latent), release,
                      chunked=s.get("chunked_prefill_size"), max_running=s.get("max_running_requests"),
                      cuda_graph=not s.get("disable_cuda_graph"), mem_fraction_static=s.get("mem_fraction_static"),
-                     pcie_only=gpu.pcie_only)
+                     pcie_only=gpu.pcie_only, config=spec.raw_config)
     d, non_torch, reserved, kv, how, mfs = p.defaults, p.preload, p.reserved, p.kv, p.how, p.mem_fraction_static
     chunked = d.chunked_prefill_size
     if s.get("kv_budget") is not None:

@@ -100,9 +100,16 @@ SWA_ADMISSION_FLOOR: tuple[Ranged[bool], ...] = (
 
 # The memory SGLang holds back from its pools (fit's SGLang model, engines/sglang/reserve.py): from 0.5.0 a
 # formula of the GPU's memory, the chunked-prefill size and the decode graphs (srt/arg_groups/memory_hook.py
-# at 0.5.23; server_args.py before), a fraction by TP size before it; prefill CUDA graphs reserved from 0.5.23.
+# at 0.5.23; server_args.py before), a fraction by TP size before it; breakable prefill CUDA graphs on CUDA
+# reserved from 0.5.15 (the earliest release read: model_executor/cuda_graph_config.py default_prefill_backend).
 RESERVE_SINCE = "0.5.0"
-PREFILL_GRAPHS_SINCE = "0.5.23"
+PREFILL_GRAPHS_SINCE = "0.5.15"
+# The 20-35 GiB row (A10, RTX 4090/5090): 4096-token chunks and 48 / 160 decode graphs from 0.5.20, 2048 and 24 / 80
+# before (arg_groups/memory_hook.py:100-120 @ 0.5.20; :74-90 @ 0.5.19; server_args.py:4837-4846 @ 0.5.18)
+MID_GPU_ROW_SINCE = "0.5.20"
+# KDA hybrids' prefill graphs off (arg_groups/cuda_graph_hook.py disable_breakable_cudagraph_if_incompatible: the
+# rule is in 0.5.20's, not in 0.5.19's)
+KDA_GRAPHS_OFF_SINCE = "0.5.20"
 
 # Exaone-4 with sliding layers (a `sliding_window_pattern`, transformers' class default 4): SGLang's model hook
 # asserts the attention backend is one of fa3 / triton / trtllm_mha (arg_groups/model_hook.py). Up to 0.5.21 it

@@ -61,6 +61,7 @@ def priced(built: ModelSpec, spec: ModelSpec) -> ModelFacts:
     facts = facts_from_spec(unread, extra_kinds={SPARSE_MLA: "dsa", CONV: "short_conv", COMPRESSED: "compressed"})
     facts.dsa_index_skips = budget.dsa_index_skips(spec)
     facts.minimax_index = pools.minimax_index(spec.raw_config, len(spec.layers))
+    facts.raw_config = spec.raw_config
     if archs.serving_arch(spec.raw_config) in archs.DEEPSEEK_V4_ARCHS:  # sized from compress_ratios, not layer kinds
         facts.dsv4 = dict(spec.config)
     if mamba:

@@ -17,7 +17,7 @@ import msgspec
 from msgspec.structs import replace
 from pydantic import BaseModel, Field
 
-from kvdoctor.load.strict import Bool, NonNegative, Positive, Tokens
+from kvdoctor.load.strict import Bool, NonNegative, Positive, Ratio, Size, Tokens
 from kvdoctor.engines.deploy import Section
 from kvdoctor.engines.base import Cost, DryRun, DryRunner, EngineProfile, LayerPlan, Plan, Probe, Refusal
 from kvdoctor.engines.pins import PINS
@@ -49,17 +49,26 @@ NO_LAYER_MAP_WARNING = ("Model {model} declares a sliding window but no per-laye
 MLX_FLOAT_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
                     "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 PROBE_POOL_SLOTS = 64  # slots the pool probe builds when the deploy file asks for more (or none)
+PROBE_CHUNK = 8192  # the probes' prefill chunk when the deploy file sets none
 
 
 class SglangMlxSettings(Section):
     """sglang's MLX backend (server defaults)."""
 
-    chunked_prefill_size: Tokens = 8192
+    chunked_prefill_size: Optional[Tokens] = Field(None, description=(
+        "None: sglang's default for the machine's working set (2048 below 20 GiB, 4096 below 60 GiB, else 8192); "
+        "the probes then prefill in chunks of PROBE_CHUNK"))
     radix_cache: Bool = True
     use_custom_rope: Bool = Field(False, description="SGLANG_MLX_USE_CUSTOM_ROPE=1")
     pool_size: Optional[Positive] = Field(None, description="pool slots; None: sized by the runner")
     full_kv_pool_index_by_layer: Optional[dict[NonNegative, NonNegative]] = Field(
         None, description="a map to check instead of the one the layout derives")
+    context_length: Optional[Tokens] = Field(None, description="--context-length (None: the model's)")
+    mem_fraction_static: Optional[Ratio] = Field(None, description="--mem-fraction-static (None: sglang's default)")
+    max_running_requests: Optional[Positive] = Field(None, description="--max-running-requests")
+    working_set: Optional[Size] = Field(None, description=(
+        "Metal's recommended working set on the machine, mx.device_info()['max_recommended_working_set_size'] "
+        "(follows sysctl iogpu.wired_limit_mb); None: the GPU preset's figure (kvdoctor fit)"))
 
 
 class Layout(msgspec.Struct, frozen=True):
@@ -631,7 +640,7 @@ class MaskRoutingProbe(Probe):
             return ()
         layers = self._layers(plan)
         return (Cost(f"sglang-mlx probe caches for {len(layers)} attention layers",
-                     probe_bytes(layers, section(settings).chunked_prefill_size), routing_source(spec)),)
+                     probe_bytes(layers, section(settings).chunked_prefill_size or PROBE_CHUNK), routing_source(spec)),)
 
     def run(self, spec: ModelSpec, plan: Plan[object], settings: BaseModel, fits: int) -> MaskRouting:
         from kvdoctor.engines.sglang_mlx.probes import run_probes
@@ -647,7 +656,7 @@ class MaskRoutingProbe(Probe):
         assert layout is not None
         layers = self._layers(plan)
         report = run_probes(facts.skeleton.model, layers, layout.num_layers, layout.auxiliary,
-                            chunk=section(settings).chunked_prefill_size)
+                            chunk=section(settings).chunked_prefill_size or PROBE_CHUNK)
         return MaskRouting(layers=tuple(layers), report=report)
 
 
@@ -769,6 +778,27 @@ class SglangMlxProfile(EngineProfile):
 
     def dry_run(self) -> DryRunner | None:
         return SglangMlxDryRun()
+
+    def budget_facts(self, spec: ModelSpec) -> Any:
+        """The config's layers, each kind the budgets do not price named for what it is: the runner reads its
+        layout off mlx-lm's object (the plan, which also carries what the engine refuses), and the fit reads these
+        facts only for the context length, the dtypes and the gated-DeltaNet / KDA state."""
+        from kvdoctor.engines.budget.facts import facts_from_spec
+        from kvdoctor.model import ATTN_MAMBA, CHUNKED, COMPRESSED, CONV, LINEAR, MAMBA, SPARSE_MLA
+
+        return facts_from_spec(spec, extra_kinds={CHUNKED: "full", COMPRESSED: "full", SPARSE_MLA: "mla",
+                                                  MAMBA: "state", CONV: "state", LINEAR: "state", ATTN_MAMBA: "state"})
+
+    def fit(self, spec: ModelSpec, facts: Any, gpu: Any, layout: Mapping[str, Any], request: Any,
+            settings: Mapping[str, Any]) -> Any:
+        from kvdoctor.engines.sglang_mlx import fit as fit_mlx
+
+        known = {k: v for k, v in settings.items() if k in SglangMlxSettings.model_fields}
+        return fit_mlx.fit(spec, facts, gpu, self.plan(spec, SglangMlxSettings(**known)), request, dict(settings))
+
+    def fit_layouts(self, facts: Any, config: Mapping[str, Any], gpus: int) -> list[dict[str, Any]]:
+        """The MLX backend serves a model on one machine's GPU: one layout of one, none of more."""
+        return [{"tp": 1}] if gpus == 1 else []
 
     def report(self, plan: Plan[object], observations: Mapping[str, object]) -> dict[str, Any]:
         """What the JSON `info` and the rich summary show about this engine's view of the model."""
