@@ -41,19 +41,30 @@ def gemma(tmp_path_factory):
 def test_a_vllm_start_is_clean_with_every_stage_done(gemma):
     spec, plan = gemma
     rows = [{"index": l.index, "spec": l.extra["engine_spec"], "window": l.engine_window} for l in plan.layers]
-    record = vllm_dryrun.record(plan, {"versions": {"vllm": "0.33.0"}, "outcome": {"start": True}, "layers": rows,
+    record = vllm_dryrun.record(plan, {"versions": {"vllm": "0.34.0"}, "outcome": {"start": True}, "layers": rows,
                                        "seconds": 31.5})
     assert (record.outcome, record.error, list(record.differences)) == ("clean", None, [])
     assert record.stages == {"config": "ok", "specs": "ok", "groups": "ok", "admission": "ok"}
-    assert record.summary() == ("dry run (vllm 0.33.0): clean in 31.5 s; stages done: config, specs, groups, admission; "
+    assert record.summary() == ("dry run (vllm 0.34.0): clean in 31.5 s; stages done: config, specs, groups, admission; "
                                 "agrees with the plan on start-up outcome, per-layer specs and windows, KV cache groups")
     assert dryrun_vllm.findings(spec, plan, record, builtin_catalog()) == []
+
+
+def test_a_dry_run_of_another_release_says_so_and_the_same_release_stays_quiet(gemma):
+    spec, plan = gemma
+    assert plan.versions["vllm"] == "0.34.0"  # the default release, none named
+    rows = [{"index": l.index, "spec": l.extra["engine_spec"], "window": l.engine_window} for l in plan.layers]
+    older = vllm_dryrun.record(plan, {"versions": {"vllm": "0.31.0"}, "outcome": {"start": True}, "layers": rows})
+    (finding,) = dryrun_vllm.findings(spec, plan, older, builtin_catalog())
+    assert finding.code == "ENG110" and finding.evidence["ran"] == "0.31.0" and finding.evidence["described"] == "0.34.0"
+    local = vllm_dryrun.record(plan, {"versions": {"vllm": "0.34.0+cpu"}, "outcome": {"start": True}, "layers": rows})
+    assert dryrun_vllm.findings(spec, plan, local, builtin_catalog()) == []  # a local build's suffix is the release
 
 
 def test_a_layer_the_engine_built_otherwise_is_a_difference(gemma):
     spec, plan = gemma
     rows = [{"index": l.index, "spec": "FullAttentionSpec", "window": None} for l in plan.layers]
-    record = vllm_dryrun.record(plan, {"versions": {"vllm": "0.33.0"}, "outcome": {"start": True}, "layers": rows})
+    record = vllm_dryrun.record(plan, {"versions": {"vllm": "0.34.0"}, "outcome": {"start": True}, "layers": rows})
     sliding = sum(1 for l in plan.layers if l.engine_window)
     assert len(record.differences) == sliding > 0
     (finding,) = dryrun_vllm.findings(spec, plan, record, builtin_catalog())
@@ -66,7 +77,7 @@ def test_an_error_the_plan_did_not_foresee_gets_its_catalog_code_once(gemma):
     message = LONG.format(n=1048576) + " (100). Try increasing `gpu_memory_utilization` or decreasing `max_model_len`"
     error = {"start": False, "stage": "admission", "class": "ValueError", "message": message,
              "raised_at_vllm": "vllm/v1/core/kv_cache_utils.py:700 in check_enough_kv_cache_memory"}
-    record = vllm_dryrun.record(plan, {"versions": {"vllm": "0.33.0"}, "outcome": error, "layers": []})
+    record = vllm_dryrun.record(plan, {"versions": {"vllm": "0.34.0"}, "outcome": error, "layers": []})
     assert record.outcome == "error" and record.error.frame.startswith("vllm/v1/core/kv_cache_utils.py:700")
     assert record.stages == {"config": "ok", "specs": "ok", "groups": "ok", "admission": "error"}
     refusal, differs = dryrun_vllm.findings(spec, plan, record, builtin_catalog())
@@ -75,7 +86,7 @@ def test_an_error_the_plan_did_not_foresee_gets_its_catalog_code_once(gemma):
     assert refusal.engine_error["message"] == message and refusal.evidence["stage"] == "admission"
     # the same error, foreseen by the plan, is its refusal rule's to report
     foreseen = msgspec.structs.replace(plan, refusals=(Refusal(refusal.code, "ValueError", message, "startup"),))
-    again = vllm_dryrun.record(foreseen, {"versions": {"vllm": "0.33.0"}, "outcome": error, "layers": []})
+    again = vllm_dryrun.record(foreseen, {"versions": {"vllm": "0.34.0"}, "outcome": error, "layers": []})
     assert dryrun_vllm.findings(spec, foreseen, again, builtin_catalog()) == []
 
 

@@ -20,10 +20,11 @@ MAX_LISTED = 6
 
 
 def findings(record: DryRun, spec: ModelSpec, catalog: Catalog, *, label: str, difference_code: str,
-             predicted: Refusal | None = None, judge_error: bool = True) -> list[Finding]:
+             predicted: Refusal | None = None, judge_error: bool = True, described: str | None = None) -> list[Finding]:
     """`label`: the engine as the text names it ("vLLM"); `predicted`: the refusal the plan foresaw (its
     rule reports it, so the dry run raising it adds nothing); `judge_error`: False where the engine's error
-    says nothing about the deploy (SGLang sizing at kvdoctor's own default budget)."""
+    says nothing about the deploy (SGLang sizing at kvdoctor's own default budget); `described`: the release the
+    plan describes (ENG110 when the engine's Python runs another)."""
     where = spec.key_source("model_type")
     if not record.ran:
         return [Finding.at("ENG050", f"dry run skipped: {record.reason}; the static {label} checks still ran", where)]
@@ -37,6 +38,11 @@ def findings(record: DryRun, spec: ModelSpec, catalog: Catalog, *, label: str, d
                            f"{label} finished start-up: {record.stderr_tail[-300:]}", where,
                            evidence={"seconds": record.seconds})]
     out: list[Finding] = []
+    if described is not None and version.partition("+")[0] not in (described, "?"):
+        out.append(Finding.at("ENG110", f"the dry run ran {label} {version} but the check describes {label} "
+                              f"{described}: where the two differ (refusals, layout, the plan-vs-engine findings "
+                              f"below), the dry run is {version}'s answer, not {described}'s", where,
+                              evidence={"described": described, "ran": version, "python": record.python}))
     error = record.error
     if error is not None and judge_error:
         code = code_for(catalog, record.engine, error.cls, error.message) or "ENG051"

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kvdoctor.engines.base import Plan
 
 
-RULE = Rule(codes=("ENG050", "ENG051", "ENG065", "SGL050", "SGL051"), engines=("sglang",), needs=(DRY_RUN,))
+RULE = Rule(codes=("ENG050", "ENG051", "ENG065", "ENG110", "SGL050", "SGL051"), engines=("sglang",), needs=(DRY_RUN,))
 
 
 def run(ctx: Context) -> Iterable[Finding]:
@@ -35,7 +35,8 @@ def findings(spec: ModelSpec, plan: Plan[Any], record: DryRun, catalog: Catalog,
     outcome = result.get("outcome") or {}
     predicted = next(iter(dryrun.startup_refusals(plan)), None)
     out = dryrun_engine.findings(record, spec, catalog, label="SGLang", difference_code="SGL050", predicted=predicted,
-                                 judge_error=not dryrun.sizing_at_default(outcome, result))
+                                 judge_error=not dryrun.sizing_at_default(outcome, result),
+                                 described=plan.versions.get("sglang"))
     if record.ran and record.outcome not in ("timeout", "crashed"):
         out += torch_native_reads(spec, result, deploy.source("sglang.attention_backend") if deploy else None)
     return out

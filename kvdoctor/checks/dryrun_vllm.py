@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from kvdoctor.engines.base import Plan
 
 
-RULE = Rule(codes=("ENG050", "ENG051", "ENG065", "VLM030"), engines=("vllm",), needs=(DRY_RUN,))
+RULE = Rule(codes=("ENG050", "ENG051", "ENG065", "ENG110", "VLM030"), engines=("vllm",), needs=(DRY_RUN,))
 
 
 def run(ctx: Context) -> Iterable[Finding]:
@@ -27,4 +27,5 @@ def run(ctx: Context) -> Iterable[Finding]:
 
 def findings(spec: ModelSpec, plan: Plan[Any], record: DryRun, catalog: Catalog) -> list[Finding]:
     return dryrun_engine.findings(record, spec, catalog, label="vLLM", difference_code="VLM030",
-                                  predicted=plan.refusals[0] if plan.refusals else None)
+                                  predicted=plan.refusals[0] if plan.refusals else None,
+                                  described=plan.versions.get("vllm"))

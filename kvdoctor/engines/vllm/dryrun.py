@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from kvdoctor.engines.base import DryRun, DryRunError, DryRunner, Plan, stages_reached
 from kvdoctor.engines.child import STUBS, find_python, run_child
-from kvdoctor.engines.pins import PINS, PROFILED
+from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.vllm import registry
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.model import ModelSpec
@@ -114,8 +114,3 @@ def disagreements(plan: Plan[Any], result: dict[str, Any]) -> list[str]:
         if want != have:
             out.append(f"KV cache groups: plan {len(have)}, vLLM {len(want)} (layer sets differ)")
     return out
-
-
-def version_ok(result: dict[str, Any]) -> bool:
-    """The child ran a vLLM release kvdoctor profiles (a local build's `+suffix` aside)."""
-    return (result.get("versions") or {}).get("vllm", "").partition("+")[0] in PROFILED["vllm"]
