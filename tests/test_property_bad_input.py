@@ -319,7 +319,7 @@ def test_generated_catalog_entries(changes, noise, at, tmp_path):
 
 # (dotted key, type, lowest, highest, optional): a value is accepted exactly when it has this type
 # (a bool is no int, an int is no bool) and lies in the range, and it is then read back unchanged.
-STRICT_FIELDS = [("context_length", int, 1, 1 << 26, True), ("sglang_mlx.chunked_prefill_size", int, 1, 1 << 26, False),
+STRICT_FIELDS = [("context_length", int, 1, 1 << 26, True), ("sglang_mlx.chunked_prefill_size", int, 1, 1 << 26, True),
                  ("sglang_mlx.pool_size", int, 1, 1 << 24, True), ("sglang.tp_size", int, 1, 1024, True),
                  ("sglang.linear_replayssm_cache_len", int, -(1 << 40), 1 << 16, False),  # KDA062 reports < 1
                  ("sglang_mlx.radix_cache", bool, None, None, False),

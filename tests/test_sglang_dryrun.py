@@ -70,7 +70,7 @@ def test_without_sglang_one_finding_and_the_static_plan_stands(tmp_path, monkeyp
                   observations={"dry_run": seen})
     (finding,) = rule.run(ctx)
     assert finding.code == "ENG050" and "static SGLang checks still ran" in finding.message
-    assert rule.RULE.codes_for("sglang") == ("ENG050", "ENG051", "ENG065", "SGL050", "SGL051")
+    assert rule.RULE.codes_for("sglang") == ("ENG050", "ENG051", "ENG065", "ENG110", "SGL050", "SGL051")
 
 
 def test_the_cost_is_estimated_from_the_plan_before_running():

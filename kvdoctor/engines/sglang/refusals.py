@@ -403,7 +403,7 @@ def pool_build(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]
         return ()
     return (Refusal("SGL306", "TypeError", "unsupported operand type(s) for +: 'NoneType' and 'int'", "startup",
                     setting="sglang.disable_hybrid_swa_memory",
-                    source=releases.DSV4_NO_SWA_SIZE_SOURCES.get(release, releases.DSV4_NO_SWA_SIZE_SOURCES["0.5.23"]),
+                    source=releases.DSV4_NO_SWA_SIZE_SOURCES.get(release, releases.DSV4_NO_SWA_SIZE_SOURCES[PINS["sglang"]]),
                     evidence={"architecture": archs.serving_arch(spec.raw_config), "hybrid_swa": False},
                     explanation="with hybrid-SWA memory off SGLang sizes one token pool and gives DeepSeek-V4's "
                                 "sliding-window ring no size; building the DeepSeek-V4 pool then stops start-up"),)

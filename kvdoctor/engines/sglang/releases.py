@@ -157,3 +157,17 @@ DSV4_NO_SWA_SIZE_SOURCES = {
     "0.5.22": TAG.format("0.5.22") + "mem_cache/deepseek_v4_memory_pool.py#L136",
     "0.5.23": TAG.format("0.5.23") + "mem_cache/deepseek_v4_memory_pool.py#L171",
 }
+
+
+# Multimodal architectures whose prefill graphs stay on, by the first release that lists them
+# (configs/model_config.py multimodal_breakable_cuda_graph_supported_model_archs: :2501-2516 @ 0.5.23; read in each
+# release's wheel from 0.5.15, which lists none)
+BREAKABLE_MULTIMODAL = {
+    "Qwen3_5ForConditionalGeneration": "0.5.16", "Qwen3_5MoeForConditionalGeneration": "0.5.16",
+    "InternS2MobiusForConditionalGeneration": "0.5.18", "KimiK25ForConditionalGeneration": "0.5.18",
+    "KimiK3ForConditionalGeneration": "0.5.18", "MuseGlimmerForConditionalGeneration": "0.5.18",
+    "Cohere2VisionForConditionalGeneration": "0.5.19", "PaddleOCRVLForConditionalGeneration": "0.5.19",
+    "Glm5NextForConditionalGeneration": "0.5.20", "MiniMaxM3SparseForCausalLM": "0.5.22",
+    "MiniMaxM3SparseForConditionalGeneration": "0.5.22", "Qwen4ExpForConditionalGeneration": "0.5.22",
+    "MuseSparkForConditionalGeneration": "0.5.23",
+}

@@ -36,8 +36,8 @@ import msgspec
 from kvdoctor.engines.budget.common import CUDA_CONTEXT, MiB
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import key
-from kvdoctor.engines.sglang.releases import (KDA_GRAPHS_OFF_SINCE, MID_GPU_ROW_SINCE, PREFILL_GRAPHS_SINCE,
-                                              RESERVE_SINCE)
+from kvdoctor.engines.sglang.releases import (BREAKABLE_MULTIMODAL, KDA_GRAPHS_OFF_SINCE, MID_GPU_ROW_SINCE,
+                                              PREFILL_GRAPHS_SINCE, RESERVE_SINCE)
 
 # Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
 # in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
@@ -165,18 +165,6 @@ def vision_factor(tower: tuple[int, int]) -> float:
     return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
-# Multimodal architectures whose prefill graphs stay on, by the first release that lists them
-# (configs/model_config.py multimodal_breakable_cuda_graph_supported_model_archs: :2501-2516 @ 0.5.23; read in each
-# release's wheel from 0.5.15, which lists none)
-BREAKABLE_MULTIMODAL = {
-    "Qwen3_5ForConditionalGeneration": "0.5.16", "Qwen3_5MoeForConditionalGeneration": "0.5.16",
-    "InternS2MobiusForConditionalGeneration": "0.5.18", "KimiK25ForConditionalGeneration": "0.5.18",
-    "KimiK3ForConditionalGeneration": "0.5.18", "MuseGlimmerForConditionalGeneration": "0.5.18",
-    "Cohere2VisionForConditionalGeneration": "0.5.19", "PaddleOCRVLForConditionalGeneration": "0.5.19",
-    "Glm5NextForConditionalGeneration": "0.5.20", "MiniMaxM3SparseForCausalLM": "0.5.22",
-    "MiniMaxM3SparseForConditionalGeneration": "0.5.22", "Qwen4ExpForConditionalGeneration": "0.5.22",
-    "MuseSparkForConditionalGeneration": "0.5.23",
-}
 # Up to 0.5.16 an MLA backend turns the prefill graphs off ("MLA attention", server_args.py:3774 @ 0.5.16); 0.5.17
 # spares DSA models, a DeepSeek-V3-family architecture with an `index_topk` ("MLA attention (non-DSA)",
 # server_args.py:4469-4471, configs/model_config.py:106-121 is_deepseek_dsa @ 0.5.17), and turns them off for
