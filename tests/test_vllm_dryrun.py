@@ -14,6 +14,7 @@ import pytest
 
 from helpers import masked
 from kvdoctor.engines import child
+from kvdoctor.engines.pins import PROFILED
 from kvdoctor.checks import dryrun_vllm
 from kvdoctor.catalog.matcher import code_for
 from kvdoctor.catalog import builtin_catalog
@@ -116,7 +117,7 @@ def test_a_bare_assert_the_plan_predicted_is_not_reported_twice(tmp_path):
 
 
 RELEASE_VENVS = {release: ROOT / "goldens" / ".venv" / f"vllm-{release}" / "bin" / "python"
-                 for release in ("0.26.0", "0.27.0", "0.30.0", "0.32.0", "0.34.0")}
+                 for release in PROFILED["vllm"]}
 
 
 @pytest.mark.parametrize("release", RELEASE_VENVS)
