@@ -1,4 +1,4 @@
-"""What the three oracle scripts share: the model list, the setting grids and the JSON writer.
+"""What the oracle scripts share: the model list, the setting grids, the JSON writer and a run in a fork.
 
 Each oracle runs in its own venv (see README.md) and imports only its engine; this module imports
 nothing but the standard library so all three can use it.
@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = HERE.parent / "fixtures" / "models"  # the ten fixture models' config.json files
@@ -87,3 +88,23 @@ def only_models() -> set[str] | None:
     """KVDOCTOR_GOLDEN_MODELS=a,b limits a run to some models (for debugging an oracle)."""
     value = os.environ.get("KVDOCTOR_GOLDEN_MODELS")
     return set(value.split(",")) if value else None
+
+
+def forked(work: Callable[[], Any], crashed: Callable[[str], Any]) -> Any:
+    """`work()` in a fork of this process, its imports and process-wide state left there; its JSON-able result, or
+    `crashed(why)` when it raised or the fork died."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            result = work()
+        except BaseException as exc:  # noqa: BLE001 - the parent records it
+            result = crashed(f"{type(exc).__name__}: {exc}"[:300])
+        os.write(write, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        text = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(text) if text else crashed("the fork died")

@@ -23,9 +23,13 @@ import os
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import forked  # noqa: E402 - goldens/common.py, standard library only
+
 SHIMS = HERE.parent / "kvdoctor" / "engines" / "sglang" / "shims"
 REAL = HERE.parent / "fixtures" / "configs" / "real"
 OUT = HERE / "sglang_fraction.json"
@@ -117,21 +121,7 @@ def child(platform: str, configs: list[Path]) -> None:
     point(configs[0], scenarios(platform)[0])  # what a resolution imports, imported before the forks too
     for config in configs:
         for case in scenarios(platform):
-            read, write = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(read)
-                try:
-                    result = point(config, case)
-                except BaseException as exc:  # noqa: BLE001
-                    result = {"crash": f"{type(exc).__name__}: {exc}"[:300]}
-                os.write(write, json.dumps(result).encode())
-                os._exit(0)
-            os.close(write)
-            with os.fdopen(read) as pipe:
-                text = pipe.read()
-            os.waitpid(pid, 0)
-            result = json.loads(text) if text else {"crash": "the fork died"}
+            result = forked(partial(point, config, case), lambda why: {"crash": why})
             print(json.dumps({"model": config.stem, **case, "result": result}), flush=True)
 
 

@@ -17,13 +17,15 @@ macOS reports available (psutil.virtual_memory), per state in STATES, and the me
 from __future__ import annotations
 
 import json
-import os
 import sys
 import types
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+from common import forked  # noqa: E402 - goldens/common.py, standard library only
+
 REAL = HERE.parent / "fixtures" / "configs" / "real"
 OUT = HERE / "sglang_mlx_pool.json"
 GiB = 1 << 30
@@ -94,22 +96,9 @@ def main() -> None:
 
     backend = load_mlx_backend()
     points = []
-    for path in sorted(REAL.glob("*.json")):
-        read, write = os.pipe()
-        pid = os.fork()  # one model per fork: a model's lazy graph and mlx-lm's imports stay in it
-        if pid == 0:
-            os.close(read)
-            try:
-                result = points_of(backend, path.stem, json.loads(path.read_text()))
-            except BaseException as exc:  # noqa: BLE001
-                result = [{"model": path.stem, "crash": f"{type(exc).__name__}: {exc}"[:300]}]
-            os.write(write, json.dumps(result).encode())
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as pipe:
-            text = pipe.read()
-        os.waitpid(pid, 0)
-        points += json.loads(text) if text else [{"model": path.stem, "crash": "the fork died"}]
+    for path in sorted(REAL.glob("*.json")):  # one model per fork: its lazy graph and mlx-lm's imports stay there
+        points += forked(partial(points_of, backend, path.stem, json.loads(path.read_text())),
+                         lambda why, model=path.stem: [{"model": model, "crash": why}])
         print(path.stem, file=sys.stderr)
     doc = {"schema": "kvdoctor.goldens/1", "engine": "sglang-mlx", "versions": installed_versions(),
            "made_by": "goldens/sglang_mlx_pool_oracle.py", "points": points}
