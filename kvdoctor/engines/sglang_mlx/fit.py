@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvdoctor.engines.budget.common import EngineRefusal
-from kvdoctor.engines.budget.facts import ModelFacts
+from kvdoctor.engines.budget.common import EngineRefusal, MiB
+from kvdoctor.engines.budget.facts import ModelFacts, dtype_bytes
 from kvdoctor.engines.budget.fit import FitRow, Gpu, Request, Term, metal_working_set
 from kvdoctor.engines.budget.weights import Parallel, weights_per_rank
-from kvdoctor.engines.budget.common import MiB
 from kvdoctor.engines.mlx_lm.fit import RULES
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.sglang import reserve
@@ -36,7 +35,6 @@ from kvdoctor.model import ModelSpec
 VERSION = PINS["sglang"]
 MIN_POOL = 256  # the auto-sized pool's floor (model_runner.py:693)
 MAX_REQUESTS = 4096  # the running-request cap without --max-running-requests (model_runner_stub.py:215)
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 SOURCE = f"sglang {VERSION} srt/hardware_backend/mlx/"
 
 
@@ -72,7 +70,7 @@ def fit(spec: ModelSpec, facts: ModelFacts, gpu: Gpu, plan: Any, request: Reques
     if note:
         row.notes.append(note)
     pool = int(s["pool_size"]) if s.get("pool_size") else auto_pool(slot, budget)
-    allocated = (pool + 1) * slot if _stock_pool(plan, s) else 0
+    allocated = (pool + 1) * slot if plan.facts.stock_pool else 0  # the plan's: radix cache on, no sliding layer
     kv = Term(name="kv", bytes=allocated or budget, source=(
         f"the shared pool, {pool} slots + 1 of {slot} B ({pool_layers} layers): model_runner.py:722-760"
         if allocated else "the token budget the pool size stands for; no shared pool is allocated "
@@ -135,23 +133,18 @@ def auto_pool(slot: int, budget: int) -> int:
 def slot_bytes(plan: Any, facts: ModelFacts) -> tuple[int, int, str]:
     """Bytes one pool slot takes, the layers it spans, and a note when the layout is the config's, not mlx-lm's."""
     mlx = plan.facts
-    layout = getattr(mlx, "layout", None)
+    layout = mlx.layout
     if layout is None or not layout.attention:
         layers = [layer for layer in facts.layers if layer.kind in ("full", "sliding")]
         full = [layer for layer in layers if layer.kind == "full"] or layers
-        slot = 2 * len(full) * facts.kv_heads * facts.head_dim * DTYPE_BYTES.get(facts.serving_dtype, 2)
+        slot = 2 * len(full) * facts.kv_heads * facts.head_dim * dtype_bytes(facts.serving_dtype)
         return slot, len(full), ("mlx-lm's model class was not read (kvdoctor's mlx extra): the pool is sized from "
                                  "the config's layers, not the object sglang reads")
     pool_layers = layout.full or layout.attention
     kv = mlx.kv.get(pool_layers[0])
     if kv is None or kv.n_kv_heads is None or kv.head_dim is None:
         return 0, len(pool_layers), ""
-    return 2 * len(pool_layers) * kv.n_kv_heads * kv.head_dim * DTYPE_BYTES.get(kv.dtype, 4), len(pool_layers), ""
-
-
-def _stock_pool(plan: Any, s: dict[str, Any]) -> bool:
-    layout = getattr(plan.facts, "layout", None)
-    return layout is not None and s.get("radix_cache", True) and not layout.sliding and bool(layout.full)
+    return 2 * len(pool_layers) * kv.n_kv_heads * kv.head_dim * dtype_bytes(kv.dtype), len(pool_layers), ""
 
 
 def _unpooled_per_request(plan: Any, facts: ModelFacts) -> int:
@@ -159,7 +152,7 @@ def _unpooled_per_request(plan: Any, facts: ModelFacts) -> int:
     recurrent state (mlx-lm's caches; the radix cache keeps up to four state slots a request)."""
     from kvdoctor.engines.mlx_lm.budget import kv_token_bytes, state_bytes
 
-    layout = getattr(plan.facts, "layout", None)
+    layout = plan.facts.layout
     if layout is None:
         return 0
     per_token = kv_token_bytes(facts, "full", None, 64)
