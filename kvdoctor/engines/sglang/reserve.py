@@ -36,8 +36,9 @@ import msgspec
 from kvdoctor.engines.budget.common import CUDA_CONTEXT, MiB
 from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import key
+from kvdoctor.engines.sglang.archs import DEEPSEEK_V4_ARCHS
 from kvdoctor.engines.sglang.releases import (BREAKABLE_MULTIMODAL, KDA_GRAPHS_OFF_SINCE, MID_GPU_ROW_SINCE,
-                                              PREFILL_GRAPHS_SINCE, RESERVE_SINCE)
+                                              PREFILL_GRAPHS_SINCE, RESERVE_SINCE, listed_at)
 
 # Memory in use before the weights load: the CUDA context alone (vLLM's calibrated 0.13 GiB: the same runtime), and
 # in a TP group SGLang's communicators and custom all-reduce buffers: 2.51 GiB on H200 at TP 8 ("Load weight begin.
@@ -181,8 +182,6 @@ NEMOTRON_H_ARCHS = frozenset({"NemotronHForCausalLM", "NemotronHPuzzleForCausalL
 PIECEWISE_MULTIMODAL = frozenset({"Cohere2VisionForConditionalGeneration", "KimiK25ForConditionalGeneration",
                                   "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"})
 PIECEWISE_MULTIMODAL_RELEASES = ("0.5.16", "0.5.22")  # [since, until)
-# srt/configs/model_config.py:395-400 @ 0.5.23 (is_deepseek_v4)
-DEEPSEEK_V4 = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})
 # srt/arg_groups/cuda_graph_hook.py:375-390 @ 0.5.23: Muse Glimmer's prefill graphs stop at 512 tokens
 PREFILL_MAX_BS = {"MuseGlimmerForCausalLM": 512, "MuseGlimmerForConditionalGeneration": 512}
 PREFILL_OFF_SOURCE = "srt/arg_groups/cuda_graph_hook.py:170-255 disable_breakable_cudagraph_if_incompatible @ 0.5.23"
@@ -227,9 +226,9 @@ def prefill_graphs_off(raw_config: dict, release: str = PINS["sglang"], mla: boo
     kda_off = key(release) >= key(KDA_GRAPHS_OFF_SINCE) and "Glm5NextForConditionalGeneration" not in archs
     if kda_off and kda(raw_config):
         return "KDA hybrid linear attention"
-    if archs[0] in DEEPSEEK_V4:
+    if archs[0] in DEEPSEEK_V4_ARCHS:  # srt/configs/model_config.py:395-400 @ 0.5.23 (is_deepseek_v4)
         return "DeepSeek-V4"
-    validated = any(a in BREAKABLE_MULTIMODAL and key(release) >= key(BREAKABLE_MULTIMODAL[a]) for a in archs)
+    validated = set(archs) & listed_at(frozenset(BREAKABLE_MULTIMODAL), BREAKABLE_MULTIMODAL, release)
     if multimodal(raw_config) and not validated:
         return "multimodal model"
     return None
