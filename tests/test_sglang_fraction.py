@@ -9,10 +9,9 @@ disable_tc_piecewise_cudagraph_if_incompatible @ 0.5.21)."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, make_model
 
 from kvdoctor.engines.releases import key
 from kvdoctor.engines.sglang import reserve
@@ -42,10 +41,9 @@ def specs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = {}
     root = tmp_path_factory.mktemp("fraction")
     for name in sorted({p["model"] for p in RESOLVED}):
-        (root / name).mkdir()
-        shutil.copy(REAL / f"{name}.json", root / name / "config.json")
+        folder = make_model(root, json.loads((REAL / f"{name}.json").read_text()), checkpoint=False, dirname=name)
         try:
-            spec = load_model(str(root / name))
+            spec = load_model(str(folder))
             out[name] = (spec, SglangProfile().budget_facts(spec))
         except InputError:
             out[name] = None

@@ -4,7 +4,6 @@ goldens/sglang_mlx_pool_oracle.py), and the command a user runs."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -31,9 +30,8 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = {}
     root = tmp_path_factory.mktemp("mlxpool")
     for name in sorted({p["model"] for p in SIZED}):
-        (root / name).mkdir()
-        shutil.copy(REAL / f"{name}.json", root / name / "config.json")
-        spec = load_model(str(root / name))
+        spec = load_model(str(make_model(root, json.loads((REAL / f"{name}.json").read_text()), checkpoint=False,
+                                         dirname=name)))
         profile = SglangMlxProfile()
         out[name] = (spec, profile.budget_facts(spec), profile.plan(spec, SglangMlxSettings()))
     return out
@@ -57,9 +55,8 @@ def test_the_pool_is_the_engines(point: dict, plans: dict) -> None:
 def test_a_model_the_engine_refuses_is_refused(tmp_path: Path) -> None:
     refused = [p for p in GOLDEN["points"] if p.get("error", {}).get("class") == "NotImplementedError"]
     name = refused[0]["model"]
-    (tmp_path / name).mkdir()
-    shutil.copy(REAL / f"{name}.json", tmp_path / name / "config.json")
-    spec = load_model(str(tmp_path / name))
+    spec = load_model(str(make_model(tmp_path, json.loads((REAL / f"{name}.json").read_text()), checkpoint=False,
+                                     dirname=name)))
     plan = SglangMlxProfile().plan(spec, SglangMlxSettings())
     assert plan.refusals and plan.refusals[0].message == refused[0]["error"]["message"]
 
