@@ -57,10 +57,6 @@ RELEASE_GAPS = {
     ("0.5.17", "v11_deepseek-ai__deepseek-vl2-tiny"): "held-out (heldout-rel3): up to 0.5.18 ModelConfig keeps the "
                                                       "config's v_head_dim 0 (a zero-width V buffer); the pool "
                                                       "geometry does not take a release yet",
-    **dict.fromkeys([(r, f"deepseek-ai__DeepSeek-V4-{m}") for r in (*BEFORE_0_5_17, "0.5.17", "0.5.18", "0.5.19",
-                                                                     "0.5.20") for m in ("Flash", "Pro")],
-                    "DeepSeek-V4's pool sizing is modelled from 0.5.21 (releases.DSV4_SIZED_SINCE): these releases "
-                    "give 8% fewer full-pool tokens, and its budget says it is not priced there"),
     **dict.fromkeys([(r, m) for r in BEFORE_0_5_17
                      for m in ("deepseek-ai__DeepSeek-V3.2", "zai-org__GLM-5", "zai-org__GLM-5-FP8",
                                "zai-org__GLM-5.1", "nvidia__GLM-5.1-NVFP4", "zai-org__GLM-5.2")],

@@ -26,7 +26,7 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at, key
 from kvdoctor.engines.sglang import dsv4
 from kvdoctor.engines.sglang.archs import PURE_SSM_ARCHS
-from kvdoctor.engines.sglang.releases import (DSV4_SIZED_SINCE, MAMBA_PADDING_SLOT, MINIMAX_INDEX_FP8_ON_HOPPER,
+from kvdoctor.engines.sglang.releases import (DSV4_NO_SWA_SIZE_SINCE, DSV4_PAGED_ROWS, MAMBA_PADDING_SLOT, MINIMAX_INDEX_FP8_ON_HOPPER,
                                               MINIMAX_SPARSE_SIZED_SINCE, SWA_ADMISSION_FLOOR, extra_buffer_archs,
                                               hybrid_swa_archs)
 from kvdoctor.errors import InputError
@@ -466,9 +466,9 @@ def describe_mode(facts: ModelFacts, mode: Mode) -> ModeRecord:
 
 
 def plan(facts: ModelFacts, mode: Mode) -> SglangBudget:
-    if facts.dsv4 is not None and key(mode.release) < key(DSV4_SIZED_SINCE):
-        raise InputError(f"DeepSeek-V4's SGLang pool sizing is modelled from {DSV4_SIZED_SINCE} on, not at "
-                         f"{mode.release}")
+    if facts.dsv4 is not None and not hybrid_swa(facts, mode) and key(mode.release) < key(DSV4_NO_SWA_SIZE_SINCE):
+        raise InputError(f"DeepSeek-V4's SGLang pools with hybrid-SWA memory off are modelled from "
+                         f"{DSV4_NO_SWA_SIZE_SINCE} on, not at {mode.release}")
     if facts.minimax_index is not None and key(mode.release) < key(MINIMAX_SPARSE_SIZED_SINCE):
         raise InputError(f"MiniMax-M3's SGLang sparse pool sizing is modelled from {MINIMAX_SPARSE_SIZED_SINCE} on, "
                          f"not at {mode.release}")
@@ -542,11 +542,13 @@ def dsv4_pools(facts: ModelFacts, mode: Mode, available: int) -> list[PoolRecord
     and `auto` KV is fp8 (arg_groups/model_overrides/deepseek_v4.py)."""
     cfg = facts.dsv4 or {}
     if hybrid_swa(facts, mode):
-        sized = dsv4.pools(cfg, available, dsv4_swa_ratio(mode), mode.max_running_requests or dsv4.DEFAULT_MAX_RUNNING)
+        paged = at(DSV4_PAGED_ROWS, mode.release)
+        sized = dsv4.pools(cfg, available, dsv4_swa_ratio(mode), mode.max_running_requests or dsv4.DEFAULT_MAX_RUNNING,
+                           paged)
         if sized.full <= 0:
             raise not_enough_memory()
         return [PoolRecord(pool="full", tokens=sized.full, bytes_per_token=round(sized.bytes_per_full_token)),
-                PoolRecord(pool="swa", tokens=sized.swa, bytes_per_token=round(dsv4.swa_token_bytes(dsv4.dims(cfg))))]
+                PoolRecord(pool="swa", tokens=sized.swa, bytes_per_token=round(dsv4.swa_token_bytes(dsv4.dims(cfg, paged))))]
     cell = dsv4.default_cell(cfg, 1 if mode.kv_cache_dtype == "auto" else kv_bytes(facts, mode))
     tokens = available // cell // dsv4.PAGE * dsv4.PAGE
     if tokens <= 0:

@@ -1,5 +1,8 @@
 """DeepSeek-V4's pools as SGLang 0.5.23 sizes them on CUDA: `DSV4PoolConfigurator`
-(model_executor/pool_configurator.py:1067-1655), with the defaults its start-up hook sets.
+(model_executor/pool_configurator.py:1067-1655), with the defaults its start-up hook sets; and as 0.5.15-0.5.20
+priced them (`paged=False`, releases.DSV4_PAGED_ROWS): every row at its raw 584 bytes, the ratio-4 compressor
+state ring spread over the model's window (`window_size`, 128) of SWA slots rather than a 256-token page, and only
+ratios 4 and 128 owning compressed storage.
 
 Every layer keeps its window's keys in an SWA pool; a layer of compress ratio 4 or 128 also keeps compressed keys,
 one entry per `ratio` tokens (ratio 4 with an fp8 indexer key), and ratios 1 / 2 do so on the layers
@@ -39,31 +42,38 @@ class Dims(msgspec.Struct, frozen=True):
     rope: int
     index_head: int
     owners: dict[int, int]  # compress ratio -> layers owning compressed storage of it
+    paged: bool = True  # rows priced as padded FlashMLA pages (from 0.5.21), else raw
+    window: int = 128  # the SWA slots one ratio-4 state ring is spread over before 0.5.21
 
     @property
     def head(self) -> int:
         return self.nope + self.rope
 
 
-def dims(cfg: Mapping[str, Any]) -> Dims:
+def dims(cfg: Mapping[str, Any], paged: bool = True) -> Dims:
     """The sizes the configurator reads (DeepseekV4Config's, configs/deepseek_v4.py; ratios past the layer count
-    belong to the MTP layer and are not this model's pool)."""
+    belong to the MTP layer and are not this model's pool). Before 0.5.21 (`paged` False) the configurator counts
+    the layers of ratio 4 and 128 only (pool_configurator.py:985-987 @ v0.5.20, `num_layers_ca4` / `_ca128`)."""
     n = cfg.get("num_hidden_layers") or 0
     ratios = list(cfg.get("compress_ratios") or [])[:n]
     rope = cfg.get("qk_rope_head_dim") or 64
     owners = {r: ratios.count(r) for r in (4, 128) if r in ratios}
-    for r in (1, 2):
+    for r in (1, 2) if paged else ():
         sources = [i for i in cfg.get("kv_source_layer_ids") or [] if 0 <= i < len(ratios) and ratios[i] == r]
         if sources:
             owners[r] = len(sources)
-    return Dims(n, (cfg.get("head_dim") or 512) - rope, rope, cfg.get("index_head_dim") or 128, owners)
+    return Dims(n, (cfg.get("head_dim") or 512) - rope, rope, cfg.get("index_head_dim") or 128, owners, paged,
+                cfg.get("window_size") or 128)
 
 
 def page_bytes_per_token(d: Dims, ratio: int = 1) -> float:
-    """A V4-layout page of `PAGE // ratio` entries, padded, per entry."""
+    """A V4-layout page of `PAGE // ratio` entries, padded, per entry (before 0.5.21 the raw row,
+    pool_configurator.py:1113 @ v0.5.20)."""
+    row = d.nope + 2 * d.rope + SCALE_BYTES
+    if not d.paged:
+        return row
     entries = PAGE // ratio
-    raw = entries * (d.nope + 2 * d.rope + SCALE_BYTES)
-    return cdiv(raw, PAGE_ALIGN) * PAGE_ALIGN / entries
+    return cdiv(entries * row, PAGE_ALIGN) * PAGE_ALIGN / entries
 
 
 def index_bytes(head: int, fp4: bool = False) -> int:
@@ -73,9 +83,10 @@ def index_bytes(head: int, fp4: bool = False) -> int:
 
 def swa_token_bytes(d: Dims) -> float:
     """One SWA slot over all layers, with the ratio-4 compressor state (kv and score, overlapped: 4 x head) a
-    slot carries (`_get_bytes_per_swa_token`)."""
+    slot carries (`_get_bytes_per_swa_token`; before 0.5.21 the ring over `window` slots, `c4_ring_size /
+    swa_page_size`, pool_configurator.py:1129 @ v0.5.20, :1253 @ v0.5.21)."""
     state = 2 * 2 * (d.head + d.index_head) * STATE_BYTES
-    return page_bytes_per_token(d) * d.layers + RING[4] / PAGE * state * d.owners.get(4, 0)
+    return page_bytes_per_token(d) * d.layers + RING[4] / (PAGE if d.paged else d.window) * state * d.owners.get(4, 0)
 
 
 def full_token_bytes(d: Dims, swa_ratio: float) -> float:
@@ -117,10 +128,10 @@ class Pools(msgspec.Struct, frozen=True):
     fixed_bytes: int
 
 
-def pools(cfg: Mapping[str, Any], available: int, swa_ratio: float, max_running: int) -> Pools:
+def pools(cfg: Mapping[str, Any], available: int, swa_ratio: float, max_running: int, paged: bool = True) -> Pools:
     """`calculate_pool_sizes` with the SWA pool sized by ratio (the hook always sets one, so the request-cap mode
     of an unset ratio is not reached): full tokens from what the fixed state leaves, whole pages."""
-    d = dims(cfg)
+    d = dims(cfg, paged)
     per_full = full_token_bytes(d, swa_ratio)
     fixed = fixed_bytes(d, max_running)
     left = max(available - fixed, 0)

@@ -45,9 +45,14 @@ def hybrid_swa_archs(release: str) -> frozenset[str]:
     return listed_at(archs.HYBRID_SWA_ARCHS, HYBRID_SWA_SINCE, release)
 
 
-# DeepSeek-V4's pool sizing (engines/sglang/dsv4.py) as read at 0.5.23 and matched by the 0.5.21 and 0.5.22 goldens;
-# 0.5.17 and 0.5.19 size its full pool otherwise (8% fewer tokens, not read): their budgets stay unpriced.
-DSV4_SIZED_SINCE = "0.5.21"
+# DeepSeek-V4's pool cell (DSV4PoolConfigurator, engines/sglang/dsv4.py): from 0.5.21 each row is priced as a padded
+# FlashMLA page (`_get_paged_kv_bytes_per_token`) and the ratio-4 state ring per 256-token page; 0.5.15-0.5.20 price
+# the raw 584-byte row and the ring per `window_size` (128) SWA slots, so 8% fewer full-pool tokens (the same
+# 40 GiB pools in every goldens file 0.5.15-0.5.20: DeepSeek-V4-Flash 5,221,376, 0.5.21's 5,677,312).
+DSV4_PAGED_ROWS: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.5.21", source=TAG.format("0.5.20") + "model_executor/pool_configurator.py#L1106-L1129"),
+    Ranged(True, since="0.5.21", source=TAG.format("0.5.21") + "model_executor/pool_configurator.py#L1223-L1253"),
+)
 
 # architecture -> the first release whose `_MAMBA_EXTRA_BUFFER_ARCHS` (arg_groups/overrides.py) lists it, where
 # that is after 0.5.15 (absent: listed in every profiled release); read from each release's wheel. The list only
