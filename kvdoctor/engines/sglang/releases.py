@@ -54,6 +54,23 @@ DSV4_PAGED_ROWS: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.5.21", source=TAG.format("0.5.21") + "model_executor/pool_configurator.py#L1223-L1253"),
 )
 
+# The sparse-attention (DSA) models' full-pool cell in the default configurator (`_compute_cell_size`): up to 0.5.16 an
+# MLA row is priced as kv_lora_rank + rope values of the KV dtype (576 bytes in fp8), from 0.5.17 as
+# `calculate_mla_kv_cache_dim` gives it (fp8: the scaled row with a bf16 rope part, 656 bytes), as the pool is built
+# at every release. Seen in 0.5.15's and 0.5.16's own sizing (goldens/sglang_check-0.5.16.json: DeepSeek-V3.2 with fp8
+# KV 994,432 tokens at 40 GiB, 893,504 from 0.5.17).
+DSA_SCALED_ROW_PRICED: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.5.17", source=TAG.format("0.5.16") + "model_executor/pool_configurator.py#L187-L192"),
+    Ranged(True, since="0.5.17", source=TAG.format("0.5.17") + "model_executor/pool_configurator.py#L199-L212"),
+)
+# ... and its indexer keys: up to 0.5.17 one per layer; from 0.5.18 none on a layer that reuses another's top-k
+# (`dsa_layer_skips_topk`). Seen in 0.5.17's own sizing (GLM-5.2, 21 of 78 layers indexing: 428,800 tokens at 40 GiB
+# in bf16 up to 0.5.17, 463,616 from 0.5.18).
+DSA_INDEX_SKIPS_PRICED: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.5.18", source=TAG.format("0.5.17") + "model_executor/pool_configurator.py#L242"),
+    Ranged(True, since="0.5.18", source=TAG.format("0.5.18") + "model_executor/pool_configurator.py#L376-L412"),
+)
+
 # architecture -> the first release whose `_MAMBA_EXTRA_BUFFER_ARCHS` (arg_groups/overrides.py) lists it, where
 # that is after 0.5.15 (absent: listed in every profiled release); read from each release's wheel. The list only
 # grew. KimiLinear joined in 0.5.16 (0.5.15's list, overrides.py:982-995, lacks it; 0.5.16's L1135 has it): at
