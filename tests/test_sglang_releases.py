@@ -49,10 +49,6 @@ def test_each_file_is_a_profiled_release_over_the_real_configs(path):
 # and 0.5.15.post1 share 0.5.16's (their own goldens equal 0.5.16's on these points)
 BEFORE_0_5_17 = ("0.5.15", "0.5.15.post1", "0.5.16")
 RELEASE_GAPS = {
-    **dict.fromkeys([("0.5.17", "stepfun-ai__Step-3.7-Flash"), ("0.5.22", "stepfun-ai__Step-3.7-Flash")],
-                    "these goldens were made before the oracle ran load_model's architecture resolution (its "
-                    "model_arch stage), so they record a start; 0.5.19's, 0.5.21's and 0.5.23's, re-run with it, "
-                    "stop there (no class and no auto_map AutoModel: SGL250); this release's venv was not rebuilt"),
     ("0.5.17", "v11_deepseek-ai__deepseek-vl2-tiny"): "held-out (heldout-rel3): up to 0.5.18 ModelConfig keeps the "
                                                       "config's v_head_dim 0 (a zero-width V buffer); the pool "
                                                       "geometry does not take a release yet",
