@@ -31,6 +31,7 @@ whose API `kvdoctor/engines/sglang/shims/sglang_api.py` adapts to (the dry run's
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -196,11 +197,17 @@ def _error(exc: BaseException) -> dict:
             "raised_at": where(last)}
 
 
-def _native_archs() -> set[str]:
-    """The architectures SGLang's model registry serves natively (its modules' EntryClass names, as
-    tools/sglang_registry.py reads them from this venv into kvdoctor/data/sglang_registry.json)."""
-    registry = HERE.parent / "kvdoctor" / "data" / "sglang_registry.json"
-    return set(json.loads(registry.read_text())["architectures"])
+@functools.cache
+def _native_archs() -> frozenset[str]:
+    """The architectures this venv's SGLang model registry serves natively: its modules' EntryClass names, read as
+    tools/sglang_registry.py reads them (not kvdoctor/data/sglang_registry.json's, which are the default release's:
+    an older release lacks some, e.g. 0.5.16 has no Qwen3_5MoeForCausalLM)."""
+    import sglang
+
+    sys.path.insert(0, str(HERE.parent / "tools"))
+    from sglang_registry import entry_classes
+
+    return frozenset(entry_classes(Path(sglang.__file__).parent / "srt" / "models"))
 
 
 # What the goldens record of startup.py's rows (the dry run's rows carry more)

@@ -45,16 +45,11 @@ def test_each_file_is_a_profiled_release_over_the_real_configs(path):
         assert {p["model"] for p in points} == real
 
 
-# Differences a release's goldens found that are not release data yet (docs/versions.md says what each is); 0.5.15
-# and 0.5.15.post1 share 0.5.16's (their own goldens equal 0.5.16's on these points)
-BEFORE_0_5_17 = ("0.5.15", "0.5.15.post1", "0.5.16")
+# Differences a release's goldens found that are not release data yet (docs/versions.md says what each is)
 RELEASE_GAPS = {
     ("0.5.17", "v11_deepseek-ai__deepseek-vl2-tiny"): "held-out (heldout-rel3): up to 0.5.18 ModelConfig keeps the "
                                                       "config's v_head_dim 0 (a zero-width V buffer); the pool "
                                                       "geometry does not take a release yet",
-    **dict.fromkeys([(r, "Qwen__Qwen3.8-2.4T-A95B") for r in BEFORE_0_5_17],
-                    "0.5.15 and 0.5.16 start Qwen3_5MoeForCausalLM where the profile, from its registry, predicts "
-                    "SGLang's no-implementation refusal; how they resolve it is not read yet"),
 }
 
 
