@@ -11,13 +11,14 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "vllm_golden_rerun.py"
 CHECK = json.loads((ROOT / "goldens" / "vllm_check-0.27.1.json").read_text())
 BUDGET = json.loads((ROOT / "goldens" / "vllm-0.27.1.json").read_text())
+BUDGET_0_33 = json.loads((ROOT / "goldens" / "vllm.json").read_text())  # written by an older oracle
 
 
-def compare(tmp_path: Path, stored: dict, rerun: dict) -> subprocess.CompletedProcess:
+def compare(tmp_path: Path, stored: dict, rerun: dict, *options: str) -> subprocess.CompletedProcess:
     (tmp_path / "stored.json").write_text(json.dumps(stored))
     (tmp_path / "rerun.json").write_text(json.dumps(rerun))
-    return subprocess.run([sys.executable, str(TOOL), str(tmp_path / "stored.json"), str(tmp_path / "rerun.json")],
-                          capture_output=True, text=True)
+    return subprocess.run([sys.executable, str(TOOL), str(tmp_path / "stored.json"), str(tmp_path / "rerun.json"),
+                           *options], capture_output=True, text=True)
 
 
 def sample(doc: dict, n: int) -> dict:
@@ -51,3 +52,13 @@ def test_a_point_the_stored_file_lacks_is_reported(tmp_path):
     rerun["points"][0]["setting"] = "tp8"
     done = compare(tmp_path, CHECK, rerun)
     assert done.returncode == 1 and "not in the stored file" in done.stdout and done.stdout.endswith("1/1 points agree\n")
+
+
+def test_an_ignored_field_is_left_out_wherever_it_occurs(tmp_path):
+    """What an older oracle recorded and today's does not (vllm.json's groups beside an admission refusal)."""
+    rerun = sample(BUDGET_0_33, 20)
+    refused = next(p for p in rerun["points"] if "error" in p["result"] and "groups" in p["result"])
+    del refused["result"]["groups"]
+    assert compare(tmp_path, BUDGET_0_33, rerun).returncode == 1
+    done = compare(tmp_path, BUDGET_0_33, rerun, "--ignore", "groups")
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "20/20 points agree (leaving out groups)", done.stdout

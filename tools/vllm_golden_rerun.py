@@ -7,32 +7,38 @@
         goldens/.venv/vllm-0.31.0/bin/python goldens/vllm_oracle.py     # from goldens/
     python3 tools/vllm_golden_rerun.py goldens/vllm-0.31.0.json /tmp/budget.json
 
-Each rerun point is matched to the stored point of the same model, mutation and setting (start-up goldens) or
+Each rerun point is matched to the stored point of the same model, mutation, setting and config (start-up goldens) or
 the same model and settings (budget goldens) and compared whole, except what differs between two runs of the
-same code on one machine (NOISE: the log's order and the temporary model folder in messages). Prints the points
-that agree out of those compared, each difference, and any rerun point the stored file lacks. Exit 1 on any
-difference. Standard library only: runs with any Python.
+same code on one machine: the order of the logged warnings (compared as a set) and the temporary model folders in
+messages. `--ignore FIELD` leaves a field out wherever it occurs, to tell a difference in what the engine decided
+from one in what an older oracle or harness recorded. Prints the points that agree out of those compared, each
+difference, and any rerun point the stored file lacks. Exit 1 on any difference. Standard library only.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-NOISE = ("log",)  # warnings vLLM logged: their order follows the import order, compared as a set below
 TEMP = re.compile(r"/tmp/[^\s'\"]+")  # the oracle's temporary model folders, named differently on each run
 
 
 def key(point: dict) -> str:
     if "settings" in point:
         return json.dumps([point["model"], point["settings"]], sort_keys=True)
-    return json.dumps([point["model"], point["mutation"], point["setting"]])
+    # the config too: vllm_check.json holds a model of fixtures/models and its namesake of fixtures/configs/real
+    return json.dumps([point["model"], point["mutation"], point["setting"], point["config"]], sort_keys=True)
 
 
-def clean(point: dict) -> object:
-    kept = {k: v for k, v in point.items() if k not in NOISE}
-    return json.loads(TEMP.sub("<tmp>", json.dumps(kept, sort_keys=True)))
+def clean(value: object, ignored: set[str]) -> object:
+    """The value with its temporary folders masked and, at any depth, the ignored fields left out; the log is
+    compared apart (`warnings`: as a set, since their order follows the import order)."""
+    if isinstance(value, dict):
+        return {k: clean(v, ignored) for k, v in value.items() if k not in ignored and k != "log"}
+    if isinstance(value, list):
+        return [clean(v, ignored) for v in value]
+    return TEMP.sub("<tmp>", value) if isinstance(value, str) else value
 
 
 def warnings(point: dict) -> list[str]:
@@ -50,7 +56,14 @@ def differences(stored: object, rerun: object, path: str = "") -> list[str]:
 
 
 def main() -> int:
-    stored_doc, rerun_doc = (json.loads(Path(p).read_text()) for p in sys.argv[1:3])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stored", type=Path)
+    parser.add_argument("rerun", type=Path)
+    parser.add_argument("--ignore", action="append", default=[], metavar="FIELD",
+                        help="leave this field out wherever it occurs (`log`: the warnings); repeatable")
+    args = parser.parse_args()
+    ignored = set(args.ignore)
+    stored_doc, rerun_doc = (json.loads(p.read_text()) for p in (args.stored, args.rerun))
     print(f"stored: vLLM {stored_doc['versions'].get('vllm')}, transformers {stored_doc['versions'].get('transformers')}; "
           f"rerun: vLLM {rerun_doc['versions'].get('vllm')}, transformers {rerun_doc['versions'].get('transformers')}")
     stored = {key(p): p for p in stored_doc["points"]}
@@ -58,24 +71,25 @@ def main() -> int:
     for point in rerun_doc["points"]:
         k = key(point)
         if k not in stored:
-            print(f"not in the stored file: {k}")
+            print(f"not in the stored file: {k[:200]}")
             bad = True
             continue
         compared += 1
-        diffs = differences(clean(stored[k]), clean(point))
-        if warnings(stored[k]) != warnings(point):
+        diffs = differences(clean(stored[k], ignored), clean(point, ignored))
+        if "log" not in ignored and warnings(stored[k]) != warnings(point):
             diffs.append("log: the warnings differ")
         agree += not diffs
         for d in diffs:
-            print(f"{k}: {d}")
+            print(f"{k[:120]}: {d}")
         bad |= bool(diffs)
-    skipped = sorted(set(rerun_doc.get("skipped") or {}))
-    if skipped != sorted(set(stored_doc.get("skipped") or {}) & set(skipped)):
-        print(f"skipped differ: rerun {skipped}, stored {sorted(stored_doc.get('skipped') or {})}")
+    skipped = rerun_doc.get("skipped") or {}  # models the release could not plan on the CPU, with why
+    if any((stored_doc.get("skipped") or {}).get(model) != why for model, why in skipped.items()):
+        print(f"skipped differ: rerun {skipped}, stored {stored_doc.get('skipped')}")
         bad = True
-    print(f"{agree}/{compared} points agree" + (f"; skipped in both: {', '.join(skipped)}" if skipped else ""))
+    print(f"{agree}/{compared} points agree" + (f" (leaving out {', '.join(sorted(ignored))})" if ignored else "")
+          + (f"; skipped in the rerun: {', '.join(skipped)}" if skipped else ""))
     return int(bad)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
