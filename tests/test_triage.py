@@ -441,6 +441,14 @@ def test_a_traceback_cut_at_a_raise_names_the_entry_of_that_function_and_line():
     assert codes_in(named_later) == ["SGL200"]
 
 
+def test_an_old_vllm_log_prefix_is_removed_so_its_traceback_frames_are_read():
+    """vLLM 0.4-0.6 printed `ERROR 06-01 09:25:52 async_llm_engine.py:45] ` before each traceback line."""
+    prefix = "ERROR 06-01 09:25:52 async_llm_engine.py:45] "
+    lines = ['  File "/home/vllm/vllm/model_executor/layers/sampler.py", line 760, in _get_logprobs',
+             "    assert len(next_token_ids) == len(query_indices)", "AssertionError"]
+    assert codes_in("".join(prefix + line + "\n" for line in lines)) == ["VLM307"]
+
+
 def test_a_cut_traceback_followed_by_another_names_the_first_one_raise():
     first = CUT_AT_RAISE.format(code="raise RuntimeError(error_msg)")
     second = 'Traceback (most recent call last):\n  File "/x/app.py", line 3, in main\n    run()\nKeyError: 1\n'

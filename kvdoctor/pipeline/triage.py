@@ -76,6 +76,7 @@ class Report(msgspec.Struct):
 PREFIXES = [
     re.compile(r"^\s*\((?:[A-Za-z][\w.-]*)(?:\s+[\w.-]+)*\s+pid=\d+\)\s?"),  # (Worker_TP0 pid=1), (APIServer pid=45)
     re.compile(r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.]+\s+\[[^\]]*\]\s?"),  # vLLM
+    re.compile(r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.]+\s+[\w./-]+\.py:\d+\]\s?"),  # vLLM 0.4-0.6
     re.compile(r"^\[\d{4}-\d\d-\d\d[ T][^\]]*\]\s?"),  # [2026-05-02 10:11:14 TP0], [2025-03-10T15:07:20Z]
     re.compile(r"^\[rank\d+\]:\s?"),
     re.compile(r"^[\w.-]+-\d+\s+\|\s"),  # docker compose: vllm-1  |
