@@ -414,6 +414,47 @@ def test_a_raise_statement_in_a_cut_traceback_names_its_entry():
     assert codes_in(text) == ["VLM006"]
 
 
+CUT_AT_RAISE = """\
+[2026-05-02 10:11:14 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/schedule_batch.py", line 1849, in prepare_for_extend
+    out_cache_loc, req_pool_indices_tensor, _ = alloc_for_extend(self)
+  File "/sgl-workspace/sglang/python/sglang/srt/mem_cache/common.py", line 412, in alloc_paged_token_slots_extend
+    {code}
+"""
+
+
+def test_a_traceback_cut_at_a_raise_names_the_entry_of_that_function_and_line():
+    """SGL200's `raise RuntimeError(error_msg)` in alloc_paged_token_slots_extend (`error.statements`): the
+    frame and its printed line name it without the message, also when the paste cuts the line; a line of
+    another function, a shorter cut, a deeper frame after it, or another exception class do not."""
+    statement = "raise RuntimeError(error_msg)"
+    assert [(h.entry.code, h.how) for h in report_of(CUT_AT_RAISE.format(code=statement)).hits] == [("SGL200", "frame")]
+    assert codes_in(CUT_AT_RAISE.format(code="raise RuntimeError(error_m")) == ["SGL200"]
+    assert codes_in(CUT_AT_RAISE.format(code="raise RuntimeErr")) == []
+    decode = CUT_AT_RAISE.replace("alloc_paged_token_slots_extend", "alloc_paged_token_slots_decode")
+    assert codes_in(decode.format(code=statement)) == ["SGL139"]
+    assert codes_in(CUT_AT_RAISE.replace("alloc_paged_token_slots_extend", "alloc_token_slots").format(code=statement)) == []
+    deeper = CUT_AT_RAISE.format(code=statement) + '  File "/x/torch/cuda/memory.py", line 9, in f\n    x = y\n'
+    assert codes_in(deeper) == []
+    assert codes_in(CUT_AT_RAISE.format(code=statement) + "KeyError: 'x'\n") == []
+    named_later = CUT_AT_RAISE.format(code=statement) + "RuntimeError: something the catalog does not quote\n"
+    assert codes_in(named_later) == ["SGL200"]
+
+
+def test_an_old_vllm_log_prefix_is_removed_so_its_traceback_frames_are_read():
+    """vLLM 0.4-0.6 printed `ERROR 06-01 09:25:52 async_llm_engine.py:45] ` before each traceback line."""
+    prefix = "ERROR 06-01 09:25:52 async_llm_engine.py:45] "
+    lines = ['  File "/home/vllm/vllm/model_executor/layers/sampler.py", line 760, in _get_logprobs',
+             "    assert len(next_token_ids) == len(query_indices)", "AssertionError"]
+    assert codes_in("".join(prefix + line + "\n" for line in lines)) == ["VLM307"]
+
+
+def test_a_cut_traceback_followed_by_another_names_the_first_one_raise():
+    first = CUT_AT_RAISE.format(code="raise RuntimeError(error_msg)")
+    second = 'Traceback (most recent call last):\n  File "/x/app.py", line 3, in main\n    run()\nKeyError: 1\n'
+    assert codes_in(first + second) == ["SGL200"]
+
+
 OOB = ('/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:111: operator(): block: [93,0,0], thread: [55,0,0] '
        'Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.\n')
 

@@ -1,6 +1,6 @@
 """List the runtime messages of an engine's source tree that no catalog entry names yet.
 
-    python tools/harvest_messages.py ROOT GLOB [GLOB ...] [--all | --bare]
+    python tools/harvest_messages.py ROOT GLOB [GLOB ...] [--all | --bare | --statements VERSION]
 
 ROOT is an unpacked release (a wheel or sdist: the folder holding `vllm/`, `sglang/`, `mlx_lm/` or
 `transformers/`); each GLOB picks files under it (`'vllm/v1/core/**/*.py'`). Every `raise X("...")`,
@@ -18,6 +18,14 @@ traceback ending in a bare AssertionError can name by its frame alone, less thos
 lists in its `functions`:
 
     path:line  in function  assert statement
+
+`--statements VERSION` (ROOT being that release) lists, for the first source line of each raise and
+assert in a function (the line a traceback prints at its frame), the catalog codes of the statements
+beginning with it: by message (a message held in a variable is read through its assignment), by a
+quoted bare assert, or by an entry's site at VERSION inside the statement; `?` for one no entry
+names. A line with one code names that entry from a traceback cut at its frame (`error.statements`):
+
+    CODE|?[,...]  path in function: source line
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ import ast
 import re
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from kvdoctor.catalog import builtin_catalog
 from kvdoctor.catalog.matcher import Matcher
@@ -92,9 +101,69 @@ def lone_bare_asserts(path: Path) -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+MIN_STATEMENT_LINE = 12  # a shorter source line (`)`, `assert (`) says too little to name a raise by
+
+
+def _functions(tree: ast.AST) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, list[ast.stmt]]]:
+    """Each function with the raise and assert statements of its own body (not of nested functions)."""
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner = {id(n) for f in ast.walk(function) if f is not function
+                     and isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for n in ast.walk(f)}
+            yield function, [n for n in ast.walk(function)
+                             if isinstance(n, (ast.Raise, ast.Assert)) and id(n) not in inner]
+
+
+def _message_of(node: ast.stmt, assigned: dict[str, list[str]]) -> list[str]:
+    """The texts a raise or assert may print: its literal message, or those assigned to the name it raises."""
+    arg = node.msg if isinstance(node, ast.Assert) else (
+        node.exc.args[0] if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args else None)
+    if arg is None:
+        return []
+    if isinstance(arg, ast.Name):
+        return assigned.get(arg.id, [])
+    text = text_of(arg)
+    return [text] if text is not None else []
+
+
+def statement_codes(path: Path, relative: str, version: str, catalog, matcher: Matcher) -> dict[tuple[str, str], set[str]]:
+    """(function, source line) -> the codes of every raise and assert of that function showing that line."""
+    try:
+        source = path.read_text(errors="replace")
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    lines = source.splitlines()
+    sites = {(e.code, int(m.group(2))) for e in catalog.entries.values() if e.error is not None
+             for s in [e.error.source, *e.error.sites] if s.endswith(f" @ {version}")
+             for m in [re.match(r"(?:python/)?([\w./-]+\.py):(\d+)", s)] if m and relative.endswith(m.group(1))}
+    name = relative.rsplit("/", 1)[-1]
+    quoted = {e.error.message.strip(): e.code for e in catalog.entries.values() if e.error is not None
+              and e.error.message.startswith("assert ")  # a bare `raise X()` is too common to be one entry's
+              and any(s.split(":")[0].rsplit("/", 1)[-1] == name for s in [e.error.source, *e.error.sites])}
+    found: dict[tuple[str, str], set[str]] = {}
+    for function, nodes in _functions(tree):
+        assigned: dict[str, list[str]] = {}
+        for n in ast.walk(function):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                if (text := text_of(n.value)) is not None:
+                    assigned.setdefault(n.targets[0].id, []).append(text)
+        for node in nodes:
+            end = node.end_lineno or node.lineno
+            codes = {code for code, line in sites if node.lineno <= line <= end}
+            codes |= {quoted[s] for s in [ast.unparse(node)] if s in quoted}
+            for text in _message_of(node, assigned):
+                codes |= {entry.code for entry, _, _ in matcher.spans(FIELD.sub("7", text))}
+            shown = lines[node.lineno - 1].strip()  # the line a traceback prints for this frame
+            if len(shown) >= MIN_STATEMENT_LINE:
+                found.setdefault((function.name, shown), set()).update(codes or {"?"})
+    return found
+
+
 def main(argv: list[str]) -> int:
     show_all, show_bare = "--all" in argv, "--bare" in argv
-    args = [a for a in argv if a not in ("--all", "--bare")]
+    version = argv[argv.index("--statements") + 1] if "--statements" in argv[:-1] else None
+    args = [a for a in argv if a not in ("--all", "--bare", "--statements", version)]
     if len(args) < 2:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
@@ -110,6 +179,12 @@ def main(argv: list[str]) -> int:
                     print(f"{path.relative_to(root)}:{line}  in {function}  {statement}")
         return 0
     matcher = Matcher(catalog)
+    if version is not None:
+        for path in files:
+            relative = str(path.relative_to(root))
+            for (function, shown), codes in sorted(statement_codes(path, relative, version, catalog, matcher).items()):
+                print(f"{','.join(sorted(codes))}  {relative} in {function}: {shown}")
+        return 0
     for path in files:
         for line, cls, text in messages(path):
             codes = sorted({entry.code for entry, _, _ in matcher.spans(FIELD.sub("7", text))})

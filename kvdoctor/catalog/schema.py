@@ -16,9 +16,11 @@ from kvdoctor.model import Severity
 
 SITE_RE = re.compile(r"^[\w./-]+\.py:\d+ @ [\w.+-]+$")
 FUNCTION_RE = re.compile(r"^[\w./-]+\.py in \w+$")
+STATEMENT_RE = re.compile(r"^[\w./-]+\.py in \w+: (?:raise|assert)\b.+$")
 # The forms of the source lists an engine error may carry: field -> (its form, what one item is, how it must read)
 SOURCE_FORMS = {"sites": (SITE_RE, "site", "'path/file.py:LINE @ VERSION'"),
-                "functions": (FUNCTION_RE, "function", "'path/file.py in function_name'")}
+                "functions": (FUNCTION_RE, "function", "'path/file.py in function_name'"),
+                "statements": (STATEMENT_RE, "statement", "'path/file.py in function_name: raise ...' (or assert)")}
 
 
 def _compile(value: str, what: str) -> str:
@@ -73,6 +75,10 @@ class EngineErrorFact(_Strict):
     functions: list[str] = Field(default_factory=list, description="for a bare assert: 'path/file.py in name', a "
                                  "function whose every bare assert is this statement at each release read; a "
                                  "traceback frame in it names the entry at any line")
+    statements: list[str] = Field(default_factory=list, description="'path/file.py in name: first line', the "
+                                  "first source line of a raise or assert of this entry in that function, where "
+                                  "at each release read every raise and assert of the function beginning with "
+                                  "that line is this entry's: a traceback cut at that frame names the entry")
     context: list[str] = Field(default_factory=list, description="for generic errors (CUDA asserts): the "
                                "entry is named only when each of these matches a nearby line")
 
@@ -86,7 +92,7 @@ class EngineErrorFact(_Strict):
     def _all_compile(cls, values: list[str]) -> list[str]:
         return [_compile(v, "pattern") for v in values]
 
-    @field_validator("sites", "functions")
+    @field_validator("sites", "functions", "statements")
     @classmethod
     def _source_form(cls, values: list[str], info: ValidationInfo) -> list[str]:
         form, item, reads = SOURCE_FORMS[str(info.field_name)]

@@ -76,6 +76,7 @@ class Report(msgspec.Struct):
 PREFIXES = [
     re.compile(r"^\s*\((?:[A-Za-z][\w.-]*)(?:\s+[\w.-]+)*\s+pid=\d+\)\s?"),  # (Worker_TP0 pid=1), (APIServer pid=45)
     re.compile(r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.]+\s+\[[^\]]*\]\s?"),  # vLLM
+    re.compile(r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.]+\s+[\w./-]+\.py:\d+\]\s?"),  # vLLM 0.4-0.6
     re.compile(r"^\[\d{4}-\d\d-\d\d[ T][^\]]*\]\s?"),  # [2026-05-02 10:11:14 TP0], [2025-03-10T15:07:20Z]
     re.compile(r"^\[rank\d+\]:\s?"),
     re.compile(r"^[\w.-]+-\d+\s+\|\s"),  # docker compose: vllm-1  |
@@ -91,6 +92,7 @@ GENERIC_GPU = re.compile(r"device-side assert triggered|an illegal memory access
 HINT = re.compile(r'File "[^"]*(?:vllm|sglang|mlx_lm)/[^"]+", line \d+, in \S+|\b\w*(?:Kernel|_kernel|_fwd|_bwd)\w*\b')
 RAISE_LITERAL = re.compile(r"""^raise\s+[\w.]+\(\s*f?["']([^"'{]+)""")
 MIN_RAISE_LITERAL = 25
+MIN_SHOWN_STATEMENT = 24  # a printed raise line cut shorter than this is not read as a statement's start
 ERRORISH = re.compile(r"\b\w*(?:Error|Exception)\b|\bERROR\b|\berror\b|Assertion|Traceback")
 
 
@@ -136,6 +138,8 @@ class FrameIndex:
         self.by_name: dict[str, list[tuple[Entry, str, int]]] = {}
         # (file name, function) -> the bare-assert entries that are the only bare asserts of that function
         self.by_function: dict[tuple[str, str], list[tuple[Entry, str]]] = {}
+        # (file name, function) -> the entries with a raise or assert there: (entry, path, its first source line)
+        self.by_statement: dict[tuple[str, str], list[tuple[Entry, str, str]]] = {}
         self.entries = [e for e in catalog.entries.values() if e.error is not None]
         for entry in self.entries:
             for site in [entry.error.source, *entry.error.sites]:
@@ -145,6 +149,10 @@ class FrameIndex:
             for function in entry.error.functions if quotes_statement(entry) else []:
                 path, name = function.split(" in ")
                 self.by_function.setdefault((path.rsplit("/", 1)[-1], name), []).append((entry, path))
+            for statement in entry.error.statements:
+                where, shown = statement.split(": ", 1)
+                path, name = where.split(" in ")
+                self.by_statement.setdefault((path.rsplit("/", 1)[-1], name), []).append((entry, path, shown))
 
     def raising(self, code: str) -> Entry | None:
         """The entry whose message begins with the string literal of a `raise X("...` frame line: a
@@ -158,6 +166,18 @@ class FrameIndex:
             if message.startswith(literal) or any(re.match(p, literal) for p in entry.error.all_patterns):
                 return entry
         return None
+
+    def stated(self, frame: tuple[str, int, str], code: str) -> Entry | None:
+        """The entry whose raise or assert begins with the source line this frame prints (or with its
+        first MIN_SHOWN_STATEMENT characters or more, a paste cut mid-line): a traceback cut at the
+        raising frame, before its message. None unless exactly one entry's statement fits."""
+        path, _, function = frame
+        shown = path.rsplit("...", 1)[-1]
+        code = code.strip()
+        fits = {entry.code: entry for entry, site_path, line in self.by_statement.get((path.rsplit("/", 1)[-1], function), [])
+                if (path.endswith(site_path) or (shown != path and site_path.endswith(shown.lstrip("/"))))
+                and (code == line or (len(code) >= MIN_SHOWN_STATEMENT and line.startswith(code)))}
+        return next(iter(fits.values())) if len(fits) == 1 else None
 
     def match(self, cls: str, frame: tuple[str, int, str], code: str) -> Entry | None:
         """The entry raised at this frame: a listed site (file and line), the statement the frame
@@ -207,6 +227,7 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
     window: list[Line] = []  # the lines a wrapped message may span, the current one last
     last_frame: tuple[str, int, str] | None = None
     frame_code: str | None = None
+    stated: tuple[Entry, int, str] | None = None  # a raise site shown at the last frame, not yet resolved
     for number, raw in lines:
         count = number
         text = strip_prefixes(raw)
@@ -226,16 +247,25 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
         for start in range(len(window) - 1):
             for entry, joined in _wrapped(matcher, window[start:]):
                 add(entry, window[start].number, joined)
+        if stated is not None and text.lstrip().startswith("Traceback"):  # a new traceback: the last one was cut
+            add(*stated, "frame")
+            stated = None
         frame = FRAME.match(text)
         if frame:
-            last_frame, frame_code = (frame.group(1), int(frame.group(2)), frame.group(3)), None
+            last_frame, frame_code, stated = (frame.group(1), int(frame.group(2)), frame.group(3)), None, None
         elif last_frame is not None and frame_code is None and text.strip() and not EXCEPTION.match(text):
             frame_code = text.strip()
         if frame_code is not None and frame_code == text.strip() and not spans:
             entry = frames.raising(frame_code)
             if entry is not None:
                 add(entry, number, f"{frame_code} (raising frame {last_frame[0]}:{last_frame[1]})", "frame")
+            elif (entry := frames.stated(last_frame, frame_code)) is not None:
+                stated = (entry, number, f"{frame_code} (raising frame {last_frame[0]}:{last_frame[1]})")
         exception = EXCEPTION.match(text)
+        if exception and stated is not None:
+            if not spans and exception.group(1).rsplit(".", 1)[-1] == stated[0].error.class_.rsplit(".", 1)[-1]:
+                add(*stated, "frame")
+            stated = None
         if exception and last_frame is not None and not spans and not (exception.group(2) or "").strip():
             entry = frames.match(exception.group(1), last_frame, frame_code or "")
             if entry is not None:
@@ -243,6 +273,8 @@ def triage_report(lines: Iterable[tuple[int, str]], catalog: Catalog) -> Report:
         if exception:
             last_frame = None
 
+    if stated is not None:  # the log ends before the exception's line: the frame shows the raise
+        add(*stated, "frame")
     for entry, number, text in pending:
         if _context_near(entry, number, bodies):
             add(entry, number, text, "context")
