@@ -32,7 +32,7 @@ PRINTED = [
      "remote_block_size=32", "VLM335"),
     ("AssertionError: Local block size 16 is not divisible by remote block size 24 or vice versa.", "VLM335"),
     ("[2026-05-02 10:11:14 TP0] RuntimeError: Page size mismatch: prefill server has page_size=64, but decode server "
-     "has page_size=1. Both servers must use the same --page-size value.", "SGL351"),
+     "has page_size=1. Both servers must use the same --page-size value.", "SGL326"),
     ("[2026-05-02 10:11:14 DP0 TP0] AssertionError: KV cache is full! Bug in memory estimation. available=0, "
      "evictable=0, protected=4096, required_alloc=8192, delta=0, fill=1.0", "SGL233"),
     ("ValueError: kvcached only supports FullAttentionSpec layers", "ENG145"),
