@@ -206,24 +206,13 @@ DERIVATION_CAN_FAIL = {"exaone4", "exaone4_5_text"}
 LAYER_TYPES_READ_ONLY = {"bamba", "falcon_h1", "falcon_mamba", "jamba", "mamba", "mamba2"}
 
 
-def _deepseek_v4_lists(spec: ModelSpec) -> None:
-    """DeepseekV4Config (transformers 5.22.2, models/deepseek_v4/configuration_deepseek_v4.py) cuts `layer_types`
-    (given, or one per legacy `compress_ratios` entry) and `mlp_layer_types` to num_hidden_layers in __post_init__
-    (:267-281) before its validate_layer_type (:214-231) runs: a longer list is accepted, a shorter one refused."""
-    n = spec.num_hidden_layers
-    types = spec.config.get("layer_types")
-    if types is None:
-        types = spec.config.get("compress_ratios")
-    for key, raw in (("layer_types", types), ("mlp_layer_types", spec.config.get("mlp_layer_types"))):
-        if isinstance(raw, list) and len(raw) < n:
-            raise deepseek_v4_list_length(n, key, len(raw))
-
-
 def check_layer_types(spec: ModelSpec) -> None:
     """transformers' checks while vLLM reads config.json: one `layer_types` entry per layer, and the
     derivation of the list where a configuration class that can fail at it derives it."""
-    if spec.model_type == "deepseek_v4":
-        _deepseek_v4_lists(spec)
+    if spec.model_type == "deepseek_v4":  # its own class: lists cut to the layers, then its own length check
+        short = hf_config.deepseek_v4_short_list(spec.config, spec.num_hidden_layers)
+        if short:
+            raise deepseek_v4_list_length(spec.num_hidden_layers, *short)
         return
     if spec.model_type in DERIVATION_CAN_FAIL and "layer_types" not in spec.config:
         _config_class_check(spec)
