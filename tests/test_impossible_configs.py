@@ -76,9 +76,6 @@ CASES = [
                                   "attn_layer_offset": 9, "vocab_size": 1000}, "CFG016"),
     # NemotronHConfig maps each character through its table: KeyError 'X'.
     ("nemotron-pattern-unknown-char", edit(NEMOTRON_H, hybrid_override_pattern="M*X-"), "CFG017"),
-    # transformers takes the layer count from the pattern (3), contradicting num_hidden_layers 4;
-    # engines index the pattern per layer.
-    ("nemotron-pattern-too-short", edit(NEMOTRON_H, hybrid_override_pattern="M*M"), "CFG017"),
     # Exaone4Config: (i + 1) % "LLXG" -> TypeError "unsupported operand type(s) for %: 'int' and 'str'".
     ("exaone-pattern-unknown-char", {"model_type": "exaone4", "num_hidden_layers": 8, "hidden_size": 256,
                                      "num_attention_heads": 4, "num_key_value_heads": 2, "sliding_window": 512,

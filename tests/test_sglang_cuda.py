@@ -361,6 +361,27 @@ def test_dsa_keeps_only_a_bf16_or_fp8_e4m3_kv_cache(tmp_path):
     assert dense == ()
 
 
+def test_deepseek_v4_keeps_only_an_fp8_e4m3_or_bfloat16_kv_cache(tmp_path):
+    """DeepSeek-V4's own ServerArgs pass asserts on other KV dtypes (held-out set 15: V4-Flash at fp8_e5m2); it is
+    no DSA model to SGLang, so SGL288 stays quiet."""
+    _, [refusal], _ = fixture_plan(tmp_path / "e5m2", "deepseek-ai__DeepSeek-V4-Flash", kv_cache_dtype="fp8_e5m2")
+    assert (refusal.code, refusal.error_class, refusal.message) == (
+        "SGL318", "AssertionError", "fp8_e5m2 is not supported for DeepseekV4ForCausalLM")
+    _, quiet, _ = fixture_plan(tmp_path / "e4m3", "deepseek-ai__DeepSeek-V4-Flash", kv_cache_dtype="fp8_e4m3")
+    assert all(r.code != "SGL318" for r in quiet)
+
+
+@pytest.mark.parametrize("extra, refused", [(1, False), (-1, True)])
+def test_deepseek_v4_cuts_layer_types_before_its_own_length_check(tmp_path, extra, refused):
+    """DeepseekV4Config cuts layer_types to num_hidden_layers before validating it (held-out set 15)."""
+    def edit(cfg: dict) -> None:
+        cfg["layer_types"] = ["sliding_attention"] * (cfg["num_hidden_layers"] + extra)
+    _, refusals, _ = fixture_plan(tmp_path / "v4", "deepseek-ai__DeepSeek-V4-Flash", edit)
+    expected = [("SGL002", "Class validation error for validator 'validate_layer_type':\n    ValueError: "
+                 "`num_hidden_layers` (43) must equal `len(layer_types)` (42).")] if refused else []
+    assert [(r.code, r.message) for r in refusals] == expected
+
+
 def test_dsa_page_size_replaces_a_given_one(tmp_path):
     """The DeepSeek-DSA override sets 64 tokens per pooled index group whatever --page-size says (set 12's GLM-5.2
     at page 16 sized as at 64); any other model keeps the page it is given."""

@@ -282,6 +282,19 @@ def test_a_config_class_value_error_reaches_the_user_as_pydantic_wraps_it(tmp_pa
     assert got.refusals[0].message.startswith("`per_layer_config` keys must be integer layer indices")
 
 
+@pytest.mark.parametrize("extra, refused", [(1, False), (-1, True)])
+def test_deepseek_v4_cuts_layer_types_before_its_own_length_check(extra, refused, tmp_path):
+    """DeepseekV4Config cuts layer_types to num_hidden_layers before its own validate_layer_type (held-out set 15,
+    all layers sliding): an appended MTP entry starts, a list one short is refused in V4's own words."""
+    cfg = copy.deepcopy(config("deepseek-ai__DeepSeek-V4-Flash"))
+    n = cfg["num_hidden_layers"]
+    cfg["layer_types"] = ["sliding_attention"] * (n + extra)
+    got = plan(spec_of(tmp_path, cfg), VllmSettings())
+    expected = [("VLM001", "Class validation error for validator 'validate_layer_type':\n    ValueError: "
+                 f"`num_hidden_layers` ({n}) must equal `len(layer_types)` ({n - 1}).")] if refused else []
+    assert [(r.code, r.message) for r in got.refusals] == expected
+
+
 def test_nvfp4_moe_is_a_cpu_only_obstacle_with_the_weight_quantization_workaround():
     """vLLM 0.33.0's CPU has no NVFP4 MoE kernel (fused_moe/oracle/nvfp4.py); the oracle drops the weight
     quantization, as for MXFP4, and the goldens' NVFP4 MoE points show the workaround taken."""

@@ -1,17 +1,25 @@
-"""Write held-out set 14 (issue 43): one plausible change each to real configs of the hard families.
+"""Write held-out sets 14 and 15 (issue 43): one change each to real configs of the hard families.
 
-    python3 tools/mutate_heldout.py [--check]
+    python3 tools/mutate_heldout.py [--set 15] [--check]
 
 Each mutation is one edit a fine-tune, a pruned or quantized release or a user's local copy makes to a published
 config: a window or a layer-type pattern, an attention or linear-attention head count, fewer layers with the layer
 lists kept consistent, an MLA latent size, a quantization scheme, a VLM's text_config field. The list is fixed (no
 draw), so the output is the same on every run; `--check` only verifies the committed files match it. Writes
 fixtures/configs/fresh/v14_<base>__<mutation>.json and prints the SOURCES lines for SOURCES-vllm.md.
+
+Set 15 (`--set 15`) applies the issue's own mutation kinds instead: the per-layer list (`layer_types`,
+`layers_block_type` or `hybrid_override_pattern`) shifted by one, truncated to half, one entry dropped; every layer
+typed sliding; one more MTP layer; `sliding_window: null`; a window without `layer_types`. Each base of SET15_BASES
+gets ONE kind, drawn with a fixed seed among the kinds its config's structure allows (the least used so far first,
+so that every kind is drawn), into fixtures/configs/fresh/v15_<base>__<mutation>.json.
 """
 from __future__ import annotations
 
 import copy
 import json
+import random
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -157,6 +165,112 @@ MUTATIONS: list[tuple[str, str, str, Callable[[dict], None]]] = [
 ]
 
 
+# Set 15: real configs of the hard families that set 14 did not use as bases.
+SET15_BASES = [
+    "Qwen__Qwen3.5-122B-A10B", "Qwen__Qwen3.5-35B-A3B", "Qwen__Qwen3.5-397B-A17B", "nvidia__Qwen3.6-27B-NVFP4",
+    "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-FP8",
+    "nvidia__NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "MiniMaxAI__MiniMax-M2.5", "MiniMaxAI__MiniMax-M3",
+    "LGAI-EXAONE__EXAONE-4.0-32B", "LGAI-EXAONE__EXAONE-4.5-33B", "meta-llama__Llama-4-Maverick-17B-128E-Instruct",
+    "zai-org__GLM-4.5", "zai-org__GLM-4.5V", "zai-org__GLM-4.7-Flash", "moonshotai__Kimi-K2.5", "moonshotai__Kimi-K3",
+    "deepseek-ai__DeepSeek-V3.2", "deepseek-ai__DeepSeek-V4-Flash", "openai__gpt-oss-120b", "google__medgemma-27b-it",
+    "nvidia__Gemma-4-26B-A4B-NVFP4", "poolside__Laguna-XS.2-FP8", "mistralai__Ministral-3-3B-Instruct-2512",
+]
+SET15_SEED = 15
+LAYER_LISTS = ("layer_types", "layers_block_type", "hybrid_override_pattern")
+MTP_KEYS = ("num_nextn_predict_layers", "num_mtp_modules", "mtp_num_layers")
+SLIDING, FULL = "sliding_attention", "full_attention"
+
+
+def _layers(cfg: dict) -> dict:
+    """The mapping that holds the layers: a wrapper's text_config when it has them."""
+    inner = cfg.get("text_config")
+    return inner if isinstance(inner, dict) and "num_hidden_layers" in inner else cfg
+
+
+def _layer_list(text: dict) -> str | None:
+    return next((key for key in LAYER_LISTS if isinstance(text.get(key), (list, str)) and text[key]), None)
+
+
+def _kinds(text: dict) -> list[str]:
+    """The issue's mutation kinds this config's structure allows (a kind that would change nothing is left out)."""
+    key = _layer_list(text)
+    window = text.get("sliding_window") is not None
+    kinds = []
+    if key:
+        kinds += ["truncated", "dropped_entry"] + (["shifted"] if len(set(text[key])) > 1 else [])
+    if window:
+        kinds += ["all_sliding", "null_window"]
+    if any(k in text for k in MTP_KEYS) or isinstance(text.get("layer_types"), list):
+        kinds.append("extra_mtp")
+    if "layer_types" in text or not window:
+        kinds.append("window_without_layer_types")
+    return kinds
+
+
+def _mutate15(text: dict, kind: str, rng: random.Random) -> tuple[str, str]:
+    """Apply one kind to the layer mapping; return (file-name suffix, what changed)."""
+    key = _layer_list(text)
+    if kind == "shifted":
+        assert key
+        text[key] = text[key][1:] + text[key][:1]
+        return f"{key}_shifted", f"`{key}` rotated left by one (entry i is the published entry i+1)"
+    if kind == "truncated":
+        assert key
+        n = len(text[key]) // 2
+        text[key] = text[key][:n]
+        return f"{key}_truncated_{n}", f"`{key}` cut to its first {n} entries, `num_hidden_layers` kept"
+    if kind == "dropped_entry":
+        assert key
+        i = rng.randrange(len(text[key]))
+        text[key] = text[key][:i] + text[key][i + 1:]
+        return f"{key}_dropped_{i}", f"`{key}` entry {i} removed (the later entries move up one)"
+    if kind == "all_sliding":
+        text["layer_types"] = [SLIDING] * text["num_hidden_layers"]
+        return "all_sliding", f"`layer_types`: every one of the {text['num_hidden_layers']} layers sliding_attention"
+    if kind == "null_window":
+        old = text["sliding_window"]
+        text["sliding_window"] = None
+        return "sliding_window_null", f"`sliding_window` {old} -> null"
+    if kind == "extra_mtp":
+        mtp = next((k for k in MTP_KEYS if k in text), None)
+        if mtp:
+            text[mtp] += 1
+            return f"{mtp}_plus_1", f"`{mtp}` {text[mtp] - 1} -> {text[mtp]} (one more MTP layer)"
+        text["layer_types"] = text["layer_types"] + [FULL]
+        return "layer_types_mtp_appended", "`layer_types`: one full_attention entry appended (an MTP layer's)"
+    assert kind == "window_without_layer_types"
+    had = text.pop("layer_types", None) is not None
+    if text.get("sliding_window") is None:
+        text["sliding_window"] = 4096
+        return "window_4096_no_layer_types", ("`layer_types` removed, " if had else "") + "`sliding_window` 4096 added"
+    return "no_layer_types", f"`layer_types` removed, `sliding_window` {text['sliding_window']} kept"
+
+
+def build15() -> tuple[dict[Path, str], list[str]]:
+    """Set 15's files and SOURCES lines: bases in a seeded order, each the least-drawn kind it allows."""
+    rng = random.Random(SET15_SEED)
+    order = SET15_BASES[:]
+    rng.shuffle(order)
+    used: dict[str, int] = {}
+    files, lines = {}, []
+    for stem in order:
+        cfg = json.loads(_base(stem).read_text())
+        mutated = copy.deepcopy(cfg)
+        text = _layers(mutated)
+        kinds = _kinds(text)
+        fewest = min(used.get(k, 0) for k in kinds)
+        kind = rng.choice([k for k in kinds if used.get(k, 0) == fewest])
+        used[kind] = used.get(kind, 0) + 1
+        name, what = _mutate15(text, kind, rng)
+        if text is not mutated:
+            what = re.sub(r"`(\w+)`", r"`text_config.\1`", what)
+        assert mutated != cfg, (stem, name)
+        path = FRESH / f"v15_{stem}__{name}.json"
+        files[path] = json.dumps(mutated, indent=2) + "\n"
+        lines.append(f"- `{path.name}` — base `{_base(stem).relative_to(ROOT)}` — kind `{kind}`: {what}")
+    return files, sorted(lines)
+
+
 def _base(stem: str) -> Path:
     for folder in (REAL, FRESH):
         if (folder / f"{stem}.json").exists():
@@ -177,15 +291,21 @@ def build() -> dict[Path, str]:
 
 def main(argv: list[str]) -> int:
     files = build()
+    lines = [f"- `v14_{stem}__{name}.json` — base `{_base(stem).relative_to(ROOT)}` — mutation: {what}"
+             for stem, name, what, _edit in MUTATIONS]
+    chosen = argv[argv.index("--set") + 1] if "--set" in argv[:-1] else "14"
+    if chosen not in ("14", "15"):
+        print(f"no set {chosen} (14 or 15)", file=sys.stderr)
+        return 2
+    if chosen == "15":
+        files, lines = build15()
     if "--check" in argv:
         stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
         print("\n".join(stale) or f"{len(files)} files match")
         return 1 if stale else 0
     for path, text in files.items():
         path.write_text(text)
-    for stem, name, what, _edit in MUTATIONS:
-        base = _base(stem).relative_to(ROOT)
-        print(f"- `v14_{stem}__{name}.json` — base `{base}` — mutation: {what}")
+    print("\n".join(lines))
     return 0
 
 

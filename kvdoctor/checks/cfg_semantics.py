@@ -135,7 +135,7 @@ def _periods(spec: ModelSpec) -> Iterable[Finding]:
 
 
 def _pattern_strings(spec: ModelSpec) -> Iterable[Finding]:
-    cfg, n = spec.config, spec.num_hidden_layers
+    cfg = spec.config
     checks = []
     if spec.model_type == "exaone4" and isinstance(cfg.get("sliding_window_pattern"), str):
         checks.append(("sliding_window_pattern", EXAONE_CHARS))
@@ -161,10 +161,11 @@ def _pattern_strings(spec: ModelSpec) -> Iterable[Finding]:
                              engine_error={"class": "KeyError", "message": repr(bad[0]), "stage": "load"}
                              if bad and key == "hybrid_override_pattern" else None,
                              evidence={key: pattern, "unknown": bad})
-        elif key == "hybrid_override_pattern" and len(pattern) != n:
-            yield Finding.at("CFG017", f"{key} has {len(pattern)} entries but num_hidden_layers is {n}: one per layer "
-                             "is expected, and engines index the pattern by layer", src,
-                             evidence={key: len(pattern), "num_hidden_layers": n})
+        elif key == "hybrid_override_pattern" and _int(stated := cfg.get("num_hidden_layers")) and len(pattern) != stated:
+            yield Finding.at("CFG027", f"{key} has {len(pattern)} entries but num_hidden_layers is {stated}: "
+                             f"NemotronHConfig counts the layers from the pattern, so engines build {len(pattern)} "
+                             "layers and ignore num_hidden_layers", src,
+                             evidence={key: len(pattern), "num_hidden_layers": stated})
         elif key == "sliding_window_pattern" and "layer_types" not in cfg:
             yield Finding.at("CFG017", f"{key} = {pattern!r} is a string and layer_types is absent: transformers "
                              "5.24's Exaone4Config derives layer_types with `(i + 1) % sliding_window_pattern` and "

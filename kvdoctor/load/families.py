@@ -375,10 +375,12 @@ def _kimi_kinds(look: Lookup, n: int) -> list[tuple[str, Source]]:
 def _latent(kind: str, family: Family, no_latent: bool = False) -> str:
     """In an MLA family the attention layers are latent: full -> MLA, unless the config says it has none
     (`use_mla: false` and no kv_lora_rank, DeepSeek-VL2-Tiny's language_config: vLLM's DeepseekVLV2Config serves it
-    as DeepseekForCausalLM, SGLang with MHA); an indexer needs MLA under it."""
+    as DeepseekForCausalLM, SGLang with MHA); an indexer needs MLA under it. A layer typed sliding is MLA too: latent
+    attention masks no window (held-out set 15, GLM-4.7-Flash typed all sliding: vLLM 0.34.0 builds MLAAttentionSpec
+    with no window, SGLang 0.5.23 attention_arch MLA and no hybrid SWA)."""
     if no_latent:
         return FULL if kind == MLA else kind
-    if family.mla and kind == FULL:
+    if family.mla and kind in (FULL, SLIDING):
         return MLA
     if not family.mla and kind == SPARSE_MLA:
         return UNKNOWN

@@ -98,6 +98,20 @@ def refuses_null_window(architecture: str, config: dict[str, Any]) -> bool:
     return architecture in STRICT_WINDOW_ARCHS and "sliding_window" in config and config["sliding_window"] is None
 
 
+def deepseek_v4_short_list(config: dict[str, Any], n: int) -> tuple[str, int] | None:
+    """DeepseekV4Config cuts `layer_types` (given, else one per legacy `compress_ratios` entry) and `mlp_layer_types`
+    to num_hidden_layers in __post_init__ before its own validate_layer_type checks their lengths, so only a list
+    shorter than the layers is refused: (the list's name, its length), else None. configuration_deepseek_v4.py
+    :211-229, :262, :268 in SGLang 0.5.23's transformers 5.19.0; :214-231, :275, :281 in vLLM 0.34.0's 5.22.2."""
+    types = config.get("layer_types")
+    if types is None:
+        types = config.get("compress_ratios")
+    for key, raw in (("layer_types", types), ("mlp_layer_types", config.get("mlp_layer_types"))):
+        if isinstance(raw, list) and len(raw) < n:
+            return key, len(raw)
+    return None
+
+
 def installed() -> bool:
     return importlib.util.find_spec("transformers") is not None
 

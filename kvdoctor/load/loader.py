@@ -250,6 +250,8 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
     n_layers = look.get("num_hidden_layers")
     if n_layers is None or "num_hidden_layers" not in cfg:
         n_layers = _layer_count(cfg) or n_layers
+    elif family.name == "nemotron_h":
+        n_layers = _layer_count(cfg, NEMOTRON_H_LISTS) or n_layers
     unread = None
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or not 0 < n_layers <= MAX_LAYERS:
         unread = (f"{config_path}: missing or invalid 'num_hidden_layers' ({show(n_layers)}); "
@@ -283,10 +285,17 @@ def load_model(target: str, with_checkpoint: bool = True, library_check: bool = 
 LAYER_LISTS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "block_configs")
 
 
-def _layer_count(cfg: dict[str, Any]) -> int | None:
+# NemotronHConfig counts the layers from its block list (`layer_types`, which transformers' class also takes as
+# `layers_block_type`), else from the pattern string, and only warns about a `num_hidden_layers` that differs:
+# transformers' (configuration_nemotron_h.py:169-186, 240-251 @ 5.22.2) and SGLang's own
+# (srt/configs/nemotron_h.py:194-209, 314-321, 441-454 @ 0.5.23).
+NEMOTRON_H_LISTS = ("layer_types", "layers_block_type", "hybrid_override_pattern")
+
+
+def _layer_count(cfg: dict[str, Any], keys: tuple[str, ...] = LAYER_LISTS) -> int | None:
     """The layer count of a config without `num_hidden_layers`: the length of its per-layer list
     (Nemotron-H's `layers_block_type` or pattern, DeciLM's `block_configs`), as the family's class does."""
-    for key in LAYER_LISTS:
+    for key in keys:
         value = cfg.get(key)
         if isinstance(value, (list, str)) and value:
             return len(value)

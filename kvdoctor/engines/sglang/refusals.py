@@ -19,6 +19,9 @@ from kvdoctor.model import SPARSE_MLA, ModelSpec
 CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.20.2/src/transformers/"
 TRANSFORMERS_LAYER_TYPES = TRANSFORMERS + "configuration_utils.py#L694"
+# SGLang 0.5.23's venv runs transformers 5.19.0, whose DeepseekV4Config words its own length check
+DSV4_CONFIG_CLASS = ("https://github.com/huggingface/transformers/blob/v5.19.0/src/transformers/models/deepseek_v4/"
+                     "configuration_deepseek_v4.py#L211")
 # Config classes that check the per-layer lists themselves in their `validate_architecture` (before
 # transformers' generic layer_types validator): list key -> the line raising for it.
 OWN_LENGTH_VALIDATORS = {
@@ -93,6 +96,22 @@ def dsa_kv_dtype(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
                    "startup", setting="sglang.kv_cache_dtype",
                    source="https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/arg_groups/"
                           "overrides.py#L541")
+
+
+# DeepSeek-V4's own KV dtype pass (_deepseek_v4_kv_cache_dtype, arg_groups/overrides.py:892-913 at 0.5.23, CUDA):
+# `auto` becomes fp8_e4m3, and the result must be fp8_e4m3 or bfloat16. bf16 is not refused here: whether ServerArgs
+# has spelled it bfloat16 by then is not measured.
+DSV4_KV_DTYPES = ("auto", "fp8_e4m3", "bfloat16", "bf16")
+
+
+def dsv4_kv_dtype(spec: ModelSpec, settings: SglangSettings) -> Refusal | None:
+    arch = archs.serving_arch(spec.raw_config)
+    if arch != "DeepseekV4ForCausalLM" or settings.kv_cache_dtype in DSV4_KV_DTYPES:
+        return None
+    return Refusal("SGL318", "AssertionError", f"{settings.kv_cache_dtype} is not supported for {arch}",
+                   "startup", setting="sglang.kv_cache_dtype",
+                   source="https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/arg_groups/"
+                          "overrides.py#L892")
 
 
 def _text_config_view(spec: ModelSpec) -> dict[str, Any]:
@@ -210,6 +229,16 @@ def layer_types_length(spec: ModelSpec) -> Refusal | None:
     skips it (the registry's `layer_types_unchecked`, measured in the pinned venv: LFM2's)."""
     types = spec.config.get("layer_types")
     n = spec.config.get("num_hidden_layers")
+    if (spec.config.get("model_type") or spec.model_type) == "deepseek_v4" and isinstance(n, int):
+        short = hf_config.deepseek_v4_short_list(spec.config, n)
+        if short is None:
+            return None
+        key, length = short
+        message = ("Class validation error for validator 'validate_layer_type':\n    ValueError: `num_hidden_layers` "
+                   f"({n}) must equal `len({key})` ({length}).")
+        return Refusal("SGL002", "StrictDataclassClassValidationError", message, "startup",
+                       key=spec.config_prefix + key, source=DSV4_CONFIG_CLASS,
+                       evidence={"num_hidden_layers": n, key: length})
     if not isinstance(types, list) or not isinstance(n, int) or len(types) == n:
         return None
     if (spec.config.get("model_type") or spec.model_type) in registry().get("layer_types_unchecked", ()):
@@ -387,7 +416,8 @@ def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
     found = [config_loader(spec, release), per_layer_config_keys(spec), strict_null_window(spec),
              pattern_fallback(spec), own_length_validator(spec), layer_types_length(spec), config_class_rejects(spec),
              layer_types_iterated(spec), heads_attribute_missing(spec, release), exaone_backend(spec, settings, release),
-             dsa_kv_dtype(spec, settings), context_too_long(spec, settings), null_window(spec)]
+             dsa_kv_dtype(spec, settings), dsv4_kv_dtype(spec, settings), context_too_long(spec, settings),
+             null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
         first = model_class(spec, release) or no_swa_layer(spec, settings) or dsa_index_head_dim(spec)

@@ -80,6 +80,15 @@ def layer_types_length(layers: int, types: int) -> Startup:
                    key="layer_types", num_hidden_layers=layers, layer_types=types)
 
 
+def deepseek_v4_list_length(layers: int, key: str, entries: int) -> Startup:
+    """DeepseekV4Config's own validate_layer_type (configuration_deepseek_v4.py:214-231 in vLLM 0.34.0's
+    transformers 5.22.2), which replaces the generic one: its own wording, for `layer_types` and `mlp_layer_types`."""
+    inner = f"`num_hidden_layers` ({layers}) must equal `len({key})` ({entries})."
+    return refusal("VLM001", "StrictDataclassClassValidationError",
+                   f"Class validation error for validator 'validate_layer_type':\n    ValueError: {inner}",
+                   key=key, num_hidden_layers=layers, **{key: entries})
+
+
 def unrecognized_model_type(model_type: str) -> Startup:
     """AutoConfig.from_pretrained for a model_type neither transformers (as vLLM 0.33.0 admits it) nor
     vLLM's own config registry knows; ModelConfig's pydantic wrapper makes it a ValidationError."""

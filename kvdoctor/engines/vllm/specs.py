@@ -23,8 +23,8 @@ import msgspec
 
 from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import releases
-from kvdoctor.engines.vllm.refusals import (config_class_rejects, layer_types_length, qwen2_window_layers,
-                                            unknown_layer_type)
+from kvdoctor.engines.vllm.refusals import (config_class_rejects, deepseek_v4_list_length, layer_types_length,
+                                            qwen2_window_layers, unknown_layer_type)
 from kvdoctor.load import hf_config
 from kvdoctor.model import FULL as FULL_KIND
 from kvdoctor.model import MAMBA as MAMBA_KIND
@@ -209,6 +209,11 @@ LAYER_TYPES_READ_ONLY = {"bamba", "falcon_h1", "falcon_mamba", "jamba", "mamba",
 def check_layer_types(spec: ModelSpec) -> None:
     """transformers' checks while vLLM reads config.json: one `layer_types` entry per layer, and the
     derivation of the list where a configuration class that can fail at it derives it."""
+    if spec.model_type == "deepseek_v4":  # its own class: lists cut to the layers, then its own length check
+        short = hf_config.deepseek_v4_short_list(spec.config, spec.num_hidden_layers)
+        if short:
+            raise deepseek_v4_list_length(spec.num_hidden_layers, *short)
+        return
     if spec.model_type in DERIVATION_CAN_FAIL and "layer_types" not in spec.config:
         _config_class_check(spec)
     if spec.model_type in hf_config.MAMBA_CLASS_CHECKED or (spec.model_type in LAYER_TYPES_READ_ONLY and "layer_types" in spec.config):
