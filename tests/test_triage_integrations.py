@@ -51,6 +51,8 @@ PRINTED = [
      "Context: {'failure_type': 'transfer_failed', 'request_id': 'cmpl-1'}", "VLM354"),
     ("ValueError: vllm model for vllm-instance not found.", "ENG171"),
     ("AssertionError: segment at 576 shares a page with the one ending at 576", "SGL366"),
+    ("13:53:19.410  WARNING:vmlx_engine.scheduler: Deferred abort remove failed for chatcmpl-1: RotatingKVCache.filter() "
+     "only supports the single-sequence fast path. Multi-sequence batching must use BatchKVCache.", "MLX181"),
 ]
 
 
@@ -73,6 +75,7 @@ LOOK_ALIKES = [
     "INFO 05-01 15:00:23 [nixl_connector.py:900] NIXL transfer completed for request cmpl-1",
     "INFO LMCache: registering vllm model for vllm-instance",
     "segment at 576 freed (page 9)",
+    "INFO:vmlx_engine.scheduler: single-sequence fast path for chatcmpl-1",
 ]
 
 
