@@ -43,6 +43,16 @@ PRINTED = [
     ("ERROR:vllm_mlx.scheduler:Cache corruption not recoverable after 2 attempts", "MLX173"),
     ("WARNING 10-06 12:00:01 [offloading_connector.py:281] Cannot store 12 blocks", "VLM345"),
     ("ValueError: LMCache chunk size must be a multiple of SGLang page size, got 100 and 64", "ENG144"),
+    ("WARNING 05-12 09:14:02 [arg_utils.py:1653] --preemption-mode is not supported by the V1 Engine. Falling back to "
+     "V0. We recommend to remove --preemption-mode from your config in favor of the V1 Engine.", "VLM351"),
+    ("AssertionError: disaggregated KV cache transfer parallel group is not initialized", "VLM352"),
+    ("ValueError: Unsupported connector type: LMCacheConnectorV1", "VLM353"),
+    ("(Worker_TP0 pid=865) ERROR 05-01 15:00:23 [base_worker.py:1455] NIXL transfer failure: transfer_failed | "
+     "Context: {'failure_type': 'transfer_failed', 'request_id': 'cmpl-1'}", "VLM354"),
+    ("ValueError: vllm model for vllm-instance not found.", "ENG171"),
+    ("AssertionError: segment at 576 shares a page with the one ending at 576", "SGL366"),
+    ("13:53:19.410  WARNING:vmlx_engine.scheduler: Deferred abort remove failed for chatcmpl-1: RotatingKVCache.filter() "
+     "only supports the single-sequence fast path. Multi-sequence batching must use BatchKVCache.", "MLX181"),
 ]
 
 
@@ -61,9 +71,31 @@ LOOK_ALIKES = [
     "[Memory pressure] check skipped: psutil not installed",
     "Cannot store the session: disk quota exceeded",
     "llama_kv_cache: cache corruption detected in slot 0, clearing",
+    "INFO 05-12 09:14:02 [arg_utils.py:1700] Using the V1 Engine with --preemption-mode recompute",
+    "INFO 05-01 15:00:23 [nixl_connector.py:900] NIXL transfer completed for request cmpl-1",
+    "INFO LMCache: registering vllm model for vllm-instance",
+    "segment at 576 freed (page 9)",
+    "INFO:vmlx_engine.scheduler: single-sequence fast path for chatcmpl-1",
 ]
 
 
 @pytest.mark.parametrize("line", LOOK_ALIKES)
 def test_a_look_alike_line_names_nothing(line):
     assert codes_in(line + "\n") == []
+
+
+OFFLOAD_FRAME = (
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.12/site-packages/vllm/v1/kv_offload/worker/cpu_gpu.py", line {line}, in transfer_async\n'
+    "    {code}\n"
+    "AssertionError\n"
+)
+
+
+def test_the_offload_block_count_assert_is_named_from_its_frame():
+    code = "assert dst_sub_block_count == src_sub_block_count - src_sub_blocks_to_skip"
+    assert codes_in(OFFLOAD_FRAME.format(line=121, code=code)) == ["VLM355"]
+
+
+def test_another_assert_of_the_offload_transfer_names_nothing():
+    assert codes_in(OFFLOAD_FRAME.format(line=110, code="assert isinstance(src_spec, BlockIDsLoadStoreSpec)")) == []
