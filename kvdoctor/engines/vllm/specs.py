@@ -227,12 +227,12 @@ def as_release_reads(spec: ModelSpec, release: str) -> ModelSpec | None:
     kinds = [GDN if (i + 1) % 4 else FULL_KIND for i in range(spec.num_hidden_layers)]
     if kinds == [l.kind for l in spec.layers]:
         return spec
-    model = {kind: next((l for l in spec.layers if l.kind == kind), None) for kind in (GDN, FULL_KIND)}
-    if None in model.values():
+    model = {l.kind: l for l in reversed(spec.layers)}  # the first layer of each kind
+    if GDN not in model or FULL_KIND not in model:
         return None
     source = Source("derived", f"vLLM {release}'s own Qwen3NextConfig: full attention on every fourth layer")
     return msgspec.structs.replace(spec, layers=[
-        msgspec.structs.replace(model[kind], index=i, sources={**model[kind].sources, "kind": source})  # type: ignore[union-attr]
+        msgspec.structs.replace(model[kind], index=i, sources={**model[kind].sources, "kind": source})
         for i, kind in enumerate(kinds)])
 
 
