@@ -37,7 +37,7 @@ def compared(points: list[dict]) -> list[dict]:
 
 POINTS = compared(GOLDEN["points"])
 # the per-release grid (goldens/releases.py --check) over fixtures/configs/real, unmutated, default and HMA off;
-# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel, heldout-rel2, heldout-rel3 and heldout-rel4, which measure
+# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel to heldout-rel5, which measure
 # the profile and are not part of the suite (nothing was changed for them; docs/versions.md has the figures)
 RELEASE_FILES = {path: json.loads(path.read_text()) for path in sorted(
     [*GOLDENS.glob("vllm_check-*.json"), *(GOLDENS.glob("heldout-rel*/vllm_check-*.json")
