@@ -61,13 +61,9 @@ RELEASE_GAPS = {
                                                                      "0.5.20") for m in ("Flash", "Pro")],
                     "DeepSeek-V4's pool sizing is modelled from 0.5.21 (releases.DSV4_SIZED_SINCE): these releases "
                     "give 8% fewer full-pool tokens, and its budget says it is not priced there"),
-    **dict.fromkeys([(r, m) for r in BEFORE_0_5_17
-                     for m in ("deepseek-ai__DeepSeek-V3.2", "zai-org__GLM-5", "zai-org__GLM-5-FP8",
-                               "zai-org__GLM-5.1", "nvidia__GLM-5.1-NVFP4", "zai-org__GLM-5.2")],
-                    "0.5.15 and 0.5.16 size the sparse-attention (DSA) models' full pool otherwise (fp8 KV: about 10% "
-                    "fewer tokens; GLM-5.2 at bf16 8% more); not read yet"),
-    ("0.5.15", "v14_zai-org__GLM-5__index_head_dim_64"): "held-out (heldout-rel5): the DSA fp8 gap above (its fp8_kv "
-                                                         "point: a 49,920-byte cell where 0.5.17 has 56,160)",
+    **dict.fromkeys([(r, "zai-org__GLM-5.2") for r in BEFORE_0_5_17],
+                    "0.5.15 and 0.5.16 size GLM-5.2's sparse-attention (DSA) full pool otherwise (at bf16 8% more "
+                    "tokens); not read yet (their fp8 MLA row is releases.DSA_FP8_SCALED_CELL)"),
     **dict.fromkeys([(r, "Qwen__Qwen3.8-2.4T-A95B") for r in BEFORE_0_5_17],
                     "0.5.15 and 0.5.16 start Qwen3_5MoeForCausalLM where the profile, from its registry, predicts "
                     "SGLang's no-implementation refusal; how they resolve it is not read yet"),

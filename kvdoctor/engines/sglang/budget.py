@@ -26,7 +26,7 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at, key
 from kvdoctor.engines.sglang import dsv4
 from kvdoctor.engines.sglang.archs import PURE_SSM_ARCHS
-from kvdoctor.engines.sglang.releases import (DSV4_SIZED_SINCE, MAMBA_PADDING_SLOT, MINIMAX_INDEX_FP8_ON_HOPPER,
+from kvdoctor.engines.sglang.releases import (DSA_FP8_SCALED_CELL, DSV4_SIZED_SINCE, MAMBA_PADDING_SLOT, MINIMAX_INDEX_FP8_ON_HOPPER,
                                               MINIMAX_SPARSE_SIZED_SINCE, SWA_ADMISSION_FLOOR, extra_buffer_archs,
                                               hybrid_swa_archs)
 from kvdoctor.errors import InputError
@@ -272,7 +272,8 @@ def attention_cell(facts: ModelFacts, mode: Mode, layer: Layer | None = None) ->
     each layer's buffers are sized with its own heads and key / value widths)."""
     size = kv_bytes(facts, mode)
     if facts.mla_latent and facts.dsa_index_head_dim:
-        return dsa_cell(facts, size, indexed=layer is None or layer.index not in facts.dsa_index_skips)
+        return dsa_cell(facts, size, indexed=layer is None or layer.index not in facts.dsa_index_skips,
+                        scaled=at(DSA_FP8_SCALED_CELL, mode.release))
     if facts.mla_latent:
         return sum(facts.mla_latent) * size
     heads = (layer.kv_heads if layer else None) or facts.kv_heads
@@ -284,12 +285,13 @@ def attention_cell(facts: ModelFacts, mode: Mode, layer: Layer | None = None) ->
 DSA_QUANT_BLOCK = 128  # DSATokenToKVPool.quant_block_size: one float32 scale per 128 fp8 values
 
 
-def dsa_cell(facts: ModelFacts, size: int, indexed: bool = True) -> int:
+def dsa_cell(facts: ModelFacts, size: int, indexed: bool = True, scaled: bool = True) -> int:
     """A DSA layer's bytes per token: its MLA row and, unless it reuses another layer's top-k, its indexer key
-    (fp8 with block scales). In fp8 the row is stored scaled with a bf16 rope part (kv_cache_configurator.py:3412
-    calculate_mla_kv_cache_dim, the CUDA default DSA backends); the indexer row is pool_configurator.py:567."""
+    (fp8 with block scales). In fp8 the row is priced scaled with a bf16 rope part (kv_cache_configurator.py:3412
+    calculate_mla_kv_cache_dim, the CUDA default DSA backends; `scaled`, from 0.5.17: releases.DSA_FP8_SCALED_CELL);
+    the indexer row is pool_configurator.py:567."""
     rank, rope = facts.mla_latent or (0, 0)
-    row = rank + rank // DSA_QUANT_BLOCK * 4 + rope * 2 if size == 1 else (rank + rope) * size
+    row = rank + rank // DSA_QUANT_BLOCK * 4 + rope * 2 if size == 1 and scaled else (rank + rope) * size
     index = facts.dsa_index_head_dim or 0
     return row + (index + index // DSA_QUANT_BLOCK * 4 if indexed else 0)
 

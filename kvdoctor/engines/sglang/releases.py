@@ -80,6 +80,17 @@ def extra_buffer_archs(release: str) -> frozenset[str]:
     return listed_at(archs.EXTRA_BUFFER_ARCHS, EXTRA_BUFFER_SINCE, release)
 
 
+# A DSA model's MLA row in fp8 as the sizing prices it: from 0.5.17 the pool configurator's cell takes
+# calculate_mla_kv_cache_dim (the scaled layout: kv_lora_rank fp8 values, one float32 scale per 128, the rope part in
+# bf16: 656 bytes for rank 512 and rope 64); up to 0.5.16 `_compute_cell_size` prices `kv_lora_rank +
+# qk_rope_head_dim` elements of the KV dtype (576 bytes), though the pool itself is built in the scaled layout.
+# Seen in set 14 at 0.5.15 (goldens/heldout-rel5/sglang_check-0.5.15.json: GLM-5's fp8 cell 49,920 bytes, 56,160 at 0.5.17).
+DSA_FP8_SCALED_CELL: tuple[Ranged[bool], ...] = (
+    Ranged(False, until="0.5.17", source=TAG.format("0.5.16") + "model_executor/pool_configurator.py#L187-L192"),  # 0.5.15: :184-188,
+    Ranged(True, since="0.5.17", source=TAG.format("0.5.17") + "model_executor/pool_configurator.py#L199-L212"),
+)
+
+
 # The Mamba state pool's padding slot: from 0.5.17 the configurator charges it, solving K state slots as
 # (budget - per_req) // per_req and taking (K + 1) slots from the memory left for tokens; up to 0.5.16 it solves
 # budget // per_req and takes K (`_handle_max_mamba_cache`; 0.5.15's lives in ModelRunner's mixin). Seen in
