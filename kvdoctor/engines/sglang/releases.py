@@ -83,10 +83,11 @@ def extra_buffer_archs(release: str) -> frozenset[str]:
 # A DSA model's MLA row in fp8 as the sizing prices it: from 0.5.17 the pool configurator's cell takes
 # calculate_mla_kv_cache_dim (the scaled layout: kv_lora_rank fp8 values, one float32 scale per 128, the rope part in
 # bf16: 656 bytes for rank 512 and rope 64); up to 0.5.16 `_compute_cell_size` prices `kv_lora_rank +
-# qk_rope_head_dim` elements of the KV dtype (576 bytes), though the pool itself is built in the scaled layout.
-# Seen in set 14 at 0.5.15 (goldens/heldout-rel5/sglang_check-0.5.15.json: GLM-5's fp8 cell 49,920 bytes, 56,160 at 0.5.17).
+# qk_rope_head_dim` elements of the KV dtype (576 bytes; :184-188 at 0.5.15), though the pool itself is built in the
+# scaled layout. Seen in set 14 at 0.5.15 (goldens/heldout-rel5/sglang_check-0.5.15.json: GLM-5's fp8 cell 49,920
+# bytes, 56,160 at 0.5.17).
 DSA_FP8_SCALED_CELL: tuple[Ranged[bool], ...] = (
-    Ranged(False, until="0.5.17", source=TAG.format("0.5.16") + "model_executor/pool_configurator.py#L187-L192"),  # 0.5.15: :184-188,
+    Ranged(False, until="0.5.17", source=TAG.format("0.5.16") + "model_executor/pool_configurator.py#L187-L192"),
     Ranged(True, since="0.5.17", source=TAG.format("0.5.17") + "model_executor/pool_configurator.py#L199-L212"),
 )
 
