@@ -208,6 +208,25 @@ def test_refusal_fires_with_its_catalog_entry_and_stays_quiet_when_healthy(tmp_p
     assert healthy == ()
 
 
+def test_dsa_index_width_is_refused_after_the_sizing(tmp_path):
+    """SGLang's configurator sizes GLM-5 with a 64-wide indexer key before its DSA pool asserts the width (SGL311),
+    so the refusal comes with that sizing: 452,800 tokens at 40 GiB in 0.5.17's own run
+    (goldens/heldout-rel5/sglang_check-0.5.17.json); the healthy config is sized the same way, without the refusal."""
+    def planned(name: str, width: int | None):
+        cfg = json.loads((REAL / "zai-org__GLM-5.json").read_text())
+        cfg["index_head_dim"] = width or cfg["index_head_dim"]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+        return plan_layers(load_model(str(tmp_path / name), with_checkpoint=False),
+                           Settings(kv_budget="40GiB").at_release("0.5.17"))
+
+    _, refusals, facts = planned("narrow", 64)
+    assert [r.code for r in refusals] == ["SGL311"]
+    assert facts.budget is not None and facts.budget["pools"] == {"full": 452800}
+    _, healthy, facts = planned("healthy", None)
+    assert healthy == () and facts.budget is not None
+
+
 def test_a_null_window_refusal_says_whose_error_it_is(tmp_path):
     """SGLang's TypeError text alone read like kvdoctor's own crash: the finding names the model class and
     the file that subtracts one from the window (models/gpt_oss.py:132 @ v0.5.23)."""

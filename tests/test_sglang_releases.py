@@ -6,7 +6,7 @@ settings, TP 8 and fp8 KV, run through the release's ServerArgs, ModelConfig, KV
 Each point is judged as tools/sglang_agreement.py judges it (one reading of the goldens for both): the outcome
 (start, or the refusal's class and exact text), every layer's pool and buffer index, the pool classes and buffer
 shapes, the window decisions, and the 40 GiB sizing. KVDOCTOR_HELDOUT_REL=1 adds the sglang_check-*.json of
-goldens/heldout-rel, heldout-rel3 and heldout-rel4, which measure the profile on configs it was not changed for and
+goldens/heldout-rel, heldout-rel3, heldout-rel4 and heldout-rel5, which measure the profile on configs it was not changed for and
 are not part of the suite.
 """
 from __future__ import annotations

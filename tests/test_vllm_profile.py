@@ -37,7 +37,7 @@ def compared(points: list[dict]) -> list[dict]:
 
 POINTS = compared(GOLDEN["points"])
 # the per-release grid (goldens/releases.py --check) over fixtures/configs/real, unmutated, default and HMA off;
-# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel, heldout-rel2, heldout-rel3 and heldout-rel4, which measure
+# KVDOCTOR_HELDOUT_REL=1 adds the held-out configs of goldens/heldout-rel to heldout-rel5, which measure
 # the profile and are not part of the suite (nothing was changed for them; docs/versions.md has the figures)
 RELEASE_FILES = {path: json.loads(path.read_text()) for path in sorted(
     [*GOLDENS.glob("vllm_check-*.json"), *(GOLDENS.glob("heldout-rel*/vllm_check-*.json")
@@ -230,6 +230,43 @@ def test_afmoe_starts_with_layer_types_or_from_0_32(tmp_path):
         "FullAttentionSpec" if t == "full_attention" else "SlidingWindowSpec" for t in every_fourth]
     stated = _trinity_plan(tmp_path, "0.30.0", every_fourth)
     assert not stated.refusals and len(stated.facts.groups) == len(derived.facts.groups)
+
+
+QWEN3_NEXT = GOLDENS.parent / "fixtures" / "configs" / "real" / "Qwen__Qwen3-Next-80B-A3B-Instruct.json"
+
+
+def _qwen3_next_plan(tmp_path: Path, release: str, edit: dict):
+    config = {**json.loads(QWEN3_NEXT.read_text()), **edit}
+    assert "layer_types" not in json.loads(QWEN3_NEXT.read_text())
+    model = tmp_path / f"{release}-{len(list(tmp_path.iterdir()))}"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    return plan(load_model(str(model), library_check=False), VllmSettings(kv_budget=40 << 30).at_release(release))
+
+
+def _full_every(n: int, layers: int = 48) -> list[str]:
+    return ["FullAttentionSpec" if (i + 1) % n == 0 else "MambaSpec" for i in range(layers)]
+
+
+@pytest.mark.parametrize("release", ["0.26.0", "0.29.0", "0.31.0"])
+def test_qwen3_next_interval_ignored_up_to_0_31(release, tmp_path):
+    """vLLM's own Qwen3NextConfig (to 0.31.0) puts full attention on every fourth layer whatever
+    `full_attention_interval` says (releases.QWEN3_NEXT_OWN_CONFIG; held-out set 14 at 0.26.0 and 0.29.0)."""
+    got = _qwen3_next_plan(tmp_path, release, {"full_attention_interval": 2})
+    assert [l.extra["engine_spec"] for l in got.layers] == _full_every(4)
+    assert len(got.facts.groups) == 4  # three GDN groups beside the full one, as the goldens record
+
+
+def test_qwen3_next_interval_read_from_0_32_or_when_layer_types_given(tmp_path):
+    """transformers' Qwen3NextConfig (0.32.0 on) derives the list from the interval; a stated list is kept at any
+    release, and a layout whose kinds the config has no layer of is left to --dry-run, not guessed."""
+    assert [l.extra["engine_spec"] for l in _qwen3_next_plan(
+        tmp_path, "0.32.0", {"full_attention_interval": 2}).layers] == _full_every(2)
+    stated = ["full_attention" if (i + 1) % 2 == 0 else "linear_attention" for i in range(48)]
+    assert [l.extra["engine_spec"] for l in _qwen3_next_plan(
+        tmp_path, "0.30.0", {"full_attention_interval": 2, "layer_types": stated}).layers] == _full_every(2)
+    every_layer = _qwen3_next_plan(tmp_path, "0.30.0", {"full_attention_interval": 1})
+    assert "every fourth layer" in (every_layer.facts.unmodeled or "")
 
 
 def test_config_code_without_a_model_type_is_remote_code(tmp_path):

@@ -395,7 +395,8 @@ def heads_attribute_missing(spec: ModelSpec, release: str) -> Refusal | None:
 
 def dsa_index_head_dim(spec: ModelSpec) -> Refusal | None:
     """SGLang's DSA token-to-KV pool keeps one 128-wide indexer key per token and asserts the width
-    (mem_cache/memory_pool.py:5346 at 0.5.23, a bare assert), when the pools are built."""
+    (mem_cache/memory_pool.py:5346 at 0.5.23, :4443 at 0.5.19, :4368 at 0.5.17, a bare assert) when it builds the
+    pools, after the configurator sized them (pool_build)."""
     widths = {layer.index_head_dim for layer in spec.layers
               if layer.kind == SPARSE_MLA and layer.index_head_dim is not None} - {128}
     if not widths:
@@ -420,13 +421,17 @@ def predict(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
              null_window(spec)]
     first = next((r for r in found if r is not None), None)  # start-up stops at the first
     if first is None:
-        first = model_class(spec, release) or no_swa_layer(spec, settings) or dsa_index_head_dim(spec)
+        first = model_class(spec, release) or no_swa_layer(spec, settings)
     return (first,) if first else ()
 
 
 def pool_build(spec: ModelSpec, settings: SglangSettings) -> tuple[Refusal, ...]:
-    """Refusals SGLang meets building the pools, after the sizing (which still stands): DeepSeek-V4 with hybrid-SWA
-    memory off gets no SWA pool size, and its pool adds a page to None (releases.DSV4_NO_SWA_SIZE_SINCE)."""
+    """Refusals SGLang meets building the pools, after the sizing (which still stands): a DSA indexer key not 128
+    wide (SGL311), and DeepSeek-V4 with hybrid-SWA memory off, which gets no SWA pool size, and its pool adds a page
+    to None (releases.DSV4_NO_SWA_SIZE_SINCE)."""
+    index = dsa_index_head_dim(spec)
+    if index is not None:
+        return (index,)
     release = settings.release or PINS["sglang"]
     if archs.serving_arch(spec.raw_config) not in archs.DEEPSEEK_V4_ARCHS or swa.decide(spec, settings).on \
             or release_key(release) < release_key(releases.DSV4_NO_SWA_SIZE_SINCE):

@@ -58,7 +58,8 @@ DSV4_PAGED_ROWS: tuple[Ranged[bool], ...] = (
 # MLA row is priced as kv_lora_rank + rope values of the KV dtype (576 bytes in fp8), from 0.5.17 as
 # `calculate_mla_kv_cache_dim` gives it (fp8: the scaled row with a bf16 rope part, 656 bytes), as the pool is built
 # at every release. Seen in 0.5.15's and 0.5.16's own sizing (goldens/sglang_check-0.5.16.json: DeepSeek-V3.2 with fp8
-# KV 994,432 tokens at 40 GiB, 893,504 from 0.5.17).
+# KV 994,432 tokens at 40 GiB, 893,504 from 0.5.17) and in set 14's (goldens/heldout-rel5/sglang_check-0.5.15.json:
+# GLM-5's fp8 cell 49,920 bytes, 56,160 at 0.5.17); 0.5.15's lines are pool_configurator.py:184-188.
 DSA_SCALED_ROW_PRICED: tuple[Ranged[bool], ...] = (
     Ranged(False, until="0.5.17", source=TAG.format("0.5.16") + "model_executor/pool_configurator.py#L187-L192"),
     Ranged(True, since="0.5.17", source=TAG.format("0.5.17") + "model_executor/pool_configurator.py#L199-L212"),

@@ -218,6 +218,11 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             raise vision_config_missing(text_class)
         if spec.model_type == "afmoe" and "layer_types" not in spec.config and at(releases.AFMOE_OWN_CONFIG, release):
             raise afmoe_layer_types_unset()  # while the model class is built
+        relaid = S.as_release_reads(spec, release)
+        own_layout = None if relaid is not None else (
+            f"vLLM {release}'s own Qwen3NextConfig puts full attention on every fourth layer, and this config has no "
+            "layer of one of the two kinds to take its geometry from")
+        spec = relaid or spec
         interp = S.interpret(spec)
         backend = registry.resolution(spec.raw_config, release) == "transformers_backend"
         if backend and arch.endswith(S.GENERATING) and at(releases.TRANSFORMERS_BACKEND_PLANNED, release):
@@ -238,7 +243,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if interp.rule == "no_cache_config":  # Attention(cache_config=None): kv_cache_dtype "auto"
             mode = msgspec.structs.replace(mode, kv_cache_dtype="auto")
         mode = msgspec.structs.replace(mode, prefix_caching=prefix_caching)
-        why_not = _unmodeled(spec, interp, release) if interp.layers else (
+        why_not = (own_layout or _unmodeled(spec, interp, release)) if interp.layers else (
             f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
         if why_not is None and arch == S.DSV4:
             try:

@@ -109,6 +109,15 @@ AFMOE_OWN_CONFIG: tuple[Ranged[bool], ...] = (
     Ranged(False, since="0.32.0", source=src("0.32.0", "transformers_utils/config.py")),
 )
 
+# Qwen3-Next configs without `layer_types`: up to 0.31.0 vLLM reads `model_type: qwen3_next` with its own
+# Qwen3NextConfig (its _CONFIG_REGISTRY), which lays the hybrid out with full attention on every fourth layer and never
+# reads `full_attention_interval` (the same lines in the 0.26.0, 0.29.0 and 0.31.0 wheels). From 0.32.0 that entry is
+# gone and transformers' Qwen3NextConfig derives the list from `full_attention_interval` (default 4).
+QWEN3_NEXT_OWN_CONFIG: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.32.0", source=src("0.31.0", "transformers_utils/configs/qwen3_next.py#L249-L254")),
+    Ranged(False, since="0.32.0", source=src("0.32.0", "transformers_utils/config.py")),
+)
+
 # Hybrid block alignment (Platform._align_hybrid_block_size): from 0.27.0 an MLA + Mamba hybrid keeps its block a
 # multiple of 128 (TRTLLM / FlashInfer MLA decode kernels); 0.26.0 aligns it to the backend's kernel block alone.
 MLA_HYBRID_UNIT: tuple[Ranged[int], ...] = (

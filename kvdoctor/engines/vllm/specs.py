@@ -28,7 +28,7 @@ from kvdoctor.engines.vllm.refusals import (config_class_rejects, deepseek_v4_li
 from kvdoctor.load import hf_config
 from kvdoctor.model import FULL as FULL_KIND
 from kvdoctor.model import MAMBA as MAMBA_KIND
-from kvdoctor.model import ModelSpec
+from kvdoctor.model import GDN, ModelSpec, Source
 
 FULL = "FullAttentionSpec"
 SLIDING = "SlidingWindowSpec"
@@ -221,6 +221,24 @@ def check_layer_types(spec: ModelSpec) -> None:
     types = _transformers_layer_types(spec)
     if types is not None and len(types) != spec.num_hidden_layers:
         raise layer_types_length(spec.num_hidden_layers, len(types))
+
+
+def as_release_reads(spec: ModelSpec, release: str) -> ModelSpec | None:
+    """Qwen3-Next without `layer_types` as the release's own Qwen3NextConfig lays it out (up to 0.31.0: full
+    attention on every fourth layer whatever `full_attention_interval` says, releases.QWEN3_NEXT_OWN_CONFIG); any
+    other spec as it is. None where that layout needs a layer kind the config has none of to copy the geometry from."""
+    if spec.model_type != "qwen3_next" or "layer_types" in spec.config or not at(releases.QWEN3_NEXT_OWN_CONFIG, release):
+        return spec
+    kinds = [GDN if (i + 1) % 4 else FULL_KIND for i in range(spec.num_hidden_layers)]
+    if kinds == [l.kind for l in spec.layers]:
+        return spec
+    model = {l.kind: l for l in reversed(spec.layers)}  # the first layer of each kind
+    if GDN not in model or FULL_KIND not in model:
+        return None
+    source = Source("derived", f"vLLM {release}'s own Qwen3NextConfig: full attention on every fourth layer")
+    return msgspec.structs.replace(spec, layers=[
+        msgspec.structs.replace(model[kind], index=i, sources={**model[kind].sources, "kind": source})
+        for i, kind in enumerate(kinds)])
 
 
 def interpret(spec: ModelSpec) -> Interpretation:
