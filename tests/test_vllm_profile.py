@@ -283,3 +283,26 @@ def test_config_code_without_a_model_type_is_remote_code(tmp_path):
     (tmp_path / "code" / "config.json").write_text(json.dumps(cfg))
     [refusal] = plan(load_model(str(tmp_path / "code"), with_checkpoint=False), VllmSettings()).refusals
     assert refusal.code == "VLM143" and "contains custom code which must be executed" in refusal.message
+
+
+QWEN3_5 = GOLDENS.parent / "fixtures" / "configs" / "real" / "Qwen__Qwen3.5-35B-A3B.json"
+
+
+@pytest.mark.parametrize("release,error_class", [("0.26.0", "ValidationError"), ("0.31.0", "ValidationError"),
+                                                 ("0.32.0", "StrictDataclassClassValidationError")])
+def test_qwen3_5_layer_types_length_as_each_release_reads_it(release, error_class, tmp_path):
+    """Up to 0.31.0 vLLM's own Qwen3.5 classes run the length check as a plain ValueError, which ModelConfig wraps;
+    from 0.32.0 transformers' strict class raises it (releases.QWEN3_5_OWN_CONFIG; held-out set 15 at 0.26.0 and
+    0.29.0). The whole list is still planned at every release."""
+    config = json.loads(QWEN3_5.read_text())
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "whole" / "config.json").write_text(json.dumps(config))
+    assert not plan(load_model(str(tmp_path / "whole"), library_check=False),
+                    VllmSettings(kv_budget=40 << 30).at_release(release)).refusals
+    config["text_config"]["layer_types"] = config["text_config"]["layer_types"][:20]
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "config.json").write_text(json.dumps(config))
+    [refusal] = plan(load_model(str(tmp_path / "cut"), library_check=False),
+                     VllmSettings(kv_budget=40 << 30).at_release(release)).refusals
+    assert refusal.error_class == error_class
+    assert "`num_hidden_layers` (40) must be equal to the number of `layer_types` (20)" in refusal.message

@@ -25,7 +25,8 @@ from kvdoctor.engines.vllm import specs as S
 from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, afmoe_layer_types_unset,
                                             chunked_prefill_for_mamba_caching, vision_config_missing,
                                             config_class_rejects, from_budget, gemma4_global_head_dim, hma_forced_on,
-                                            kv_heads_split, mamba2_groups_split, mamba_block_without_prefix_caching,
+                                            kv_heads_split, layer_types_length_own_class, mamba2_groups_split,
+                                            mamba_block_without_prefix_caching,
                                             max_model_len_over, nvfp4_with_mla, remote_code_not_trusted,
                                             rope_type_unknown, sliding_mla_promotion, strict_null_window,
                                             text_config_not_a_config, tp_heads, unrecognized_model_type,
@@ -186,7 +187,14 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         if hf_config.refuses_null_window(arch, spec.config) or (
                 arch in S.STRICT_WINDOW_VLLM and "sliding_window" in spec.config and spec.config["sliding_window"] is None):
             raise strict_null_window()
-        S.check_layer_types(spec)
+        try:
+            S.check_layer_types(spec)
+        except Startup as exc:
+            evidence = exc.refusal.evidence  # the length check as the release's own Qwen3.5 class runs it
+            own = spec.model_type in S.QWEN3_5_TYPES and at(releases.QWEN3_5_OWN_CONFIG, release)
+            if own and "layer_types" in evidence:
+                raise layer_types_length_own_class(evidence["num_hidden_layers"], evidence["layer_types"]) from None
+            raise
         if _text_config_left_a_dict(spec.raw_config):
             raise text_config_not_a_config(str(spec.raw_config.get("model_type")))
         unsupported = registry.architecture_refusal(spec.raw_config, release)

@@ -80,6 +80,15 @@ def layer_types_length(layers: int, types: int) -> Startup:
                    key="layer_types", num_hidden_layers=layers, layer_types=types)
 
 
+def layer_types_length_own_class(layers: int, types: int) -> Startup:
+    """The same check where the release reads the config with its own class (releases.QWEN3_5_OWN_CONFIG): the
+    venv transformers' plain ValueError, wrapped by ModelConfig."""
+    return refusal("VLM001", "ValidationError",
+                   f"`num_hidden_layers` ({layers}) must be equal to the number of `layer_types` ({types})",
+                   key="layer_types", wrapped_in="1 validation error for ModelConfig", num_hidden_layers=layers,
+                   layer_types=types)
+
+
 def deepseek_v4_list_length(layers: int, key: str, entries: int) -> Startup:
     """DeepseekV4Config's own validate_layer_type (configuration_deepseek_v4.py:214-231 in vLLM 0.34.0's
     transformers 5.22.2), which replaces the generic one: its own wording, for `layer_types` and `mlp_layer_types`."""

@@ -118,6 +118,16 @@ QWEN3_NEXT_OWN_CONFIG: tuple[Ranged[bool], ...] = (
     Ranged(False, since="0.32.0", source=src("0.32.0", "transformers_utils/config.py")),
 )
 
+# Qwen3.5 configs (`qwen3_5`, `qwen3_5_moe` and their `_text` types): up to 0.31.0 vLLM reads them with its own
+# classes (its _CONFIG_REGISTRY), whose text config calls PretrainedConfig.validate_layer_type from __init__ - in the
+# venvs' transformers (5.17.0-5.18.0) a plain ValueError, which ModelConfig's pydantic wrapper reports as a
+# ValidationError - where from 0.32.0 transformers' strict dataclass runs the validator
+# (StrictDataclassClassValidationError). Held-out set 15 at 0.29.0: `layer_types` one short or cut to half.
+QWEN3_5_OWN_CONFIG: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.32.0", source=src("0.31.0", "transformers_utils/configs/qwen3_5_moe.py#L107")),
+    Ranged(False, since="0.32.0", source=src("0.32.0", "transformers_utils/config.py")),
+)
+
 # Hybrid block alignment (Platform._align_hybrid_block_size): from 0.27.0 an MLA + Mamba hybrid keeps its block a
 # multiple of 128 (TRTLLM / FlashInfer MLA decode kernels); 0.26.0 aligns it to the backend's kernel block alone.
 MLA_HYBRID_UNIT: tuple[Ranged[int], ...] = (

@@ -108,6 +108,8 @@ STRICT_WINDOW_VLLM = {"DeepseekV4ForCausalLM"}
 # model_type -> transformers derives `layer_types` when config.json has none (configuration_*.py, 5.20).
 DERIVES_LAYER_TYPES = {"qwen2", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo3", "qwen3_next",
                        "kimi_linear", "llama4", "llama4_text", "cohere2", "exaone4", "exaone4_5_text"}
+# the Qwen3.5 types vLLM reads with its own classes up to 0.31.0 (releases.QWEN3_5_OWN_CONFIG)
+QWEN3_5_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
 QWEN3_NEXT_TYPES = ("linear_attention", "full_attention")
 # model_type -> its transformers 5.20.2 config class sets sliding_window to None (qwen2_moe: 0) unless
 # use_sliding_window is true; a test reads the list off the classes. qwen2_vl / qwen2_5_vl: a config.json
