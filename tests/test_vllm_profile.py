@@ -306,3 +306,20 @@ def test_qwen3_5_layer_types_length_as_each_release_reads_it(release, error_clas
                      VllmSettings(kv_budget=40 << 30).at_release(release)).refusals
     assert refusal.error_class == error_class
     assert "`num_hidden_layers` (40) must be equal to the number of `layer_types` (20)" in refusal.message
+
+
+DSV4_FLASH = GOLDENS.parent / "fixtures" / "configs" / "real" / "deepseek-ai__DeepSeek-V4-Flash.json"
+
+
+@pytest.mark.parametrize("release,compressed", [("0.30.0", True), ("0.32.0", True), ("0.33.0", False)])
+def test_dsv4_compression_from_ratios_up_to_0_32(release, compressed, tmp_path):
+    """Up to 0.32.0 DeepSeek-V4's attention compresses as `compress_ratios` says whatever `layer_types` types the
+    layer; from 0.33.0 it reads `layer_types` (releases.DSV4_READS_COMPRESS_RATIOS; held-out set 15 at 0.31.0)."""
+    config = json.loads(DSV4_FLASH.read_text())
+    config["layer_types"] = ["sliding_attention"] * config["num_hidden_layers"]
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    got = plan(load_model(str(tmp_path / "m"), library_check=False), VllmSettings().at_release(release))
+    specs = {l.extra["engine_spec"] for l in got.layers}
+    assert ("MLAAttentionSpec" in specs) == compressed
+    assert "SlidingWindowMLASpec" in specs

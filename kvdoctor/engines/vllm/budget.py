@@ -558,7 +558,7 @@ def _plan_dsv4(budget: VllmBudget, cfg: dict[str, Any], mode: Mode) -> VllmBudge
     its own and its caches fp8_ds_mla whatever kv_cache_dtype says; the pool and admission check are the others'."""
     if not at(R.DSV4_PLANNED, mode.release):
         raise InputError(f"DeepSeek-V4's caches are planned from vLLM 0.30.0 on, not at {mode.release}")
-    sizing = dsv4.size(cfg, mode.hma, mode.max_model_len, mode.in_flight_tokens)
+    sizing = dsv4.size(dsv4.as_release_reads(cfg, mode.release), mode.hma, mode.max_model_len, mode.in_flight_tokens)
     stride = sizing.bytes_per_block
     per_request = [max(c.blocks(mode.max_model_len, mode.in_flight_tokens) for c in g) for g in sizing.groups]
     budget.mode.block_size = dsv4.COMPRESSED_BLOCK

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 import msgspec
 
 from kvdoctor.engines.budget.common import longest_fitting
+from kvdoctor.engines.releases import at
+from kvdoctor.engines.vllm import releases
 from kvdoctor.errors import InputError
 
 SLIDING_MLA = "SlidingWindowMLASpec"
@@ -99,6 +101,15 @@ def layer_ratios(cfg: Mapping[str, Any]) -> list[int]:
     if odd:  # compressor.py asserts the ratio is 4 or 128
         raise InputError(f"config.json: DeepSeek-V4 compresses by 4 or 128, not {odd[0]}")
     return ratios
+
+
+def as_release_reads(cfg: Mapping[str, Any], release: str) -> Mapping[str, Any]:
+    """The config as the release's attention reads its compression: up to 0.32.0 from the `compress_ratios` list
+    alone, `layer_types` unread (releases.DSV4_READS_COMPRESS_RATIOS)."""
+    if "layer_types" in cfg and isinstance(cfg.get("compress_ratios"), list) and at(
+            releases.DSV4_READS_COMPRESS_RATIOS, release):
+        return {key: value for key, value in cfg.items() if key != "layer_types"}
+    return cfg
 
 
 def caches(cfg: Mapping[str, Any]) -> list[Cache]:

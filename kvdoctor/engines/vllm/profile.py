@@ -297,7 +297,8 @@ def _plan_dsv4(spec: ModelSpec, mode: budget_vllm.Mode, facts: VllmFacts, versio
     and its caches fp8_ds_mla whatever kv_cache_dtype says, as vLLM's model class builds them."""
     from kvdoctor.engines.vllm import budget as budget_vllm
 
-    sizing = dsv4.size(spec.config, mode.hma, mode.max_model_len, mode.in_flight_tokens)
+    sizing = dsv4.size(dsv4.as_release_reads(spec.config, mode.release), mode.hma, mode.max_model_len,
+                       mode.in_flight_tokens)
     labels = {dsv4.SLIDING_MLA: "windowed" if mode.hma else "mla", dsv4.MLA: "mla"}
     layers = tuple(LayerPlan(c.index, c.window, labels[c.spec], extra={
         "engine_spec": c.spec, "name": f"model.layers.{c.index}.{c.name}", "dtype": c.dtype, "num_kv_heads": 1,

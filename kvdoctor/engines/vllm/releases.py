@@ -80,6 +80,15 @@ DSV4_PLANNED: tuple[Ranged[bool], ...] = (
     Ranged(True, since="0.30.0", source=src("0.34.0", "models/deepseek_v4/attention.py#L817-L881")),
 )
 
+# DeepSeek-V4's compression per layer: up to 0.32.0 its attention reads `compress_ratios[layer_id]` off the config
+# (models/deepseek_v4/attention.py:228 at 0.30.0, :233 at 0.31.0 and 0.32.0), whatever `layer_types` says; from
+# 0.33.0 it reads `compress_rates[layer_types[layer_id]]` (:239-240 at 0.33.0, :240-241 at 0.34.0). Held-out set 15
+# at 0.31.0: every layer typed sliding, which 0.31.0 still compresses as the ratios say.
+DSV4_READS_COMPRESS_RATIOS: tuple[Ranged[bool], ...] = (
+    Ranged(True, until="0.33.0", source=src("0.32.0", "models/deepseek_v4/attention.py#L233")),
+    Ranged(False, since="0.33.0", source=src("0.33.0", "models/deepseek_v4/attention.py#L239-L240")),
+)
+
 # A Mamba model (an IsHybrid class, or MODELS_CONFIG_MAP's attention-free Mamba classes) with prefix caching on
 # asserts chunked prefill in MambaModelConfig.verify_and_update_config (VLM209), worded per release; None: not read
 # (0.26.0 asserts only once its mamba_cache_mode resolved to 'align', which the profile does not follow).
