@@ -336,3 +336,17 @@ def test_dsv4_compression_from_ratios_up_to_0_32(release, compressed, tmp_path):
     specs = {l.extra["engine_spec"] for l in got.layers}
     assert ("MLAAttentionSpec" in specs) == compressed
     assert "SlidingWindowMLASpec" in specs
+
+
+@pytest.mark.parametrize("index_head_dim, code", [(64, "VLM370"), (128, None)])
+def test_dsv4_compressor_takes_heads_of_512_or_128(index_head_dim, code, tmp_path):
+    """DeepseekCompressor has a fused quant+cache layout for heads of 512 and 128 only (held-out set 16: V4-Flash with
+    `index_head_dim` 64 stops at model build, before any memory check); the published 128 plans its caches."""
+    cfg = json.loads((Path(__file__).parent.parent / "fixtures/configs/real/deepseek-ai__DeepSeek-V4-Flash.json")
+                     .read_text())
+    cfg["index_head_dim"] = index_head_dim
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    got = plan(load_model(str(tmp_path), with_checkpoint=False), VllmSettings(kv_budget=40 << 30, max_model_len=4096))
+    assert [(r.code, r.error_class, r.message) for r in got.refusals if r.code == "VLM370"] == (
+        [("VLM370", "ValueError", "Unsupported head_dim for fused quant+cache: 64")] if code else [])
+    assert code or got.layers

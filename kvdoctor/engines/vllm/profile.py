@@ -22,7 +22,7 @@ from kvdoctor.engines.pins import PINS
 from kvdoctor.engines.releases import at
 from kvdoctor.engines.vllm import dsv4, registry, releases
 from kvdoctor.engines.vllm import specs as S
-from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, afmoe_layer_types_unset,
+from kvdoctor.engines.vllm.refusals import (CODES, VERSION, Startup, afmoe_layer_types_unset, dsv4_compressor_head,
                                             chunked_prefill_for_mamba_caching, vision_config_missing,
                                             config_class_rejects, from_budget, gemma4_global_head_dim, hma_forced_on,
                                             kv_heads_split, layer_types_length_own_class, mamba2_groups_split,
@@ -255,6 +255,9 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             f"{arch or 'this model class'} builds no KV cache spec for any layer of this config")
         if why_not is None and arch == S.DSV4:
             try:
+                head = dsv4.unsupported_compressor_head(spec.config)
+                if head is not None:
+                    raise dsv4_compressor_head(*head)
                 return _plan_dsv4(spec, mode, facts, versions, notes)
             except InputError as exc:  # a config its caches cannot be read from: left to --dry-run, as below
                 why_not = str(exc).partition(": ")[2] or str(exc)

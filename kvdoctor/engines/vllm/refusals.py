@@ -36,6 +36,7 @@ CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers 
     "VLM011": SRC + "config/vllm.py#L3574",
     "VLM012": SRC + "config/vllm.py#L3591",
     "VLM032": SRC + "transformers_utils/config.py#L478",
+    "VLM370": SRC + "models/deepseek_v4/compressor.py#L327",
     "VLM138": HF_SRC + "models/auto/configuration_auto.py#L430",
     "VLM143": HF_SRC + "dynamic_module_utils.py#L788",
     "VLM142": SRC + "model_executor/models/llama.py#L151",
@@ -96,6 +97,12 @@ def deepseek_v4_list_length(layers: int, key: str, entries: int) -> Startup:
     return refusal("VLM001", "StrictDataclassClassValidationError",
                    f"Class validation error for validator 'validate_layer_type':\n    ValueError: {inner}",
                    key=key, num_hidden_layers=layers, **{key: entries})
+
+
+def dsv4_compressor_head(key: str, head: int) -> Startup:
+    """DeepseekCompressor's fused quant+cache layout, chosen while the model class is built (compressor.py:310-329
+    @ 0.34.0): a head of neither 512 nor 128 has none."""
+    return refusal("VLM370", "ValueError", f"Unsupported head_dim for fused quant+cache: {head}", key=key, head_dim=head)
 
 
 def unrecognized_model_type(model_type: str) -> Startup:
