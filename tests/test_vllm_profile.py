@@ -137,13 +137,7 @@ def test_profile_matches_vllm(point, tmp_path):
 
 
 # (release, model) -> why the profile still differs from the release on a held-out point (KVDOCTOR_HELDOUT_REL=1)
-RELEASE_GAPS = {
-    (release, "v15_poolside__Laguna-XS.2-FP8__sliding_window_null"):
-        "held-out (heldout-rel6): up to 0.30.0 vLLM reads `model_type: laguna` with its own LagunaConfig "
-        "(transformers_utils/config.py:128 @ 0.26.0, :154 @ 0.30.0; `sliding_window: int | None`, "
-        "configs/laguna.py:49), so a null window starts with every layer full attention; kvdoctor's loader reads "
-        "Laguna with transformers' strict class, which refuses the null (VLM032, as vLLM does from 0.31.0)"
-    for release in ("0.26.0", "0.29.0")}
+RELEASE_GAPS: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("release,point", [
@@ -319,6 +313,23 @@ def test_qwen3_5_layer_types_length_as_each_release_reads_it(release, error_clas
                      VllmSettings(kv_budget=40 << 30).at_release(release)).refusals
     assert refusal.error_class == error_class
     assert "`num_hidden_layers` (40) must be equal to the number of `layer_types` (20)" in refusal.message
+
+
+LAGUNA_NULL_WINDOW = GOLDENS / "heldout-rel6" / "v15_poolside__Laguna-XS.2-FP8__sliding_window_null.json"
+
+
+@pytest.mark.parametrize("release,refused", [("0.26.0", False), ("0.30.0", False), ("0.31.0", True)])
+def test_a_release_with_its_own_config_class_is_not_held_to_transformers_refusal(release, refused, tmp_path):
+    """Up to 0.30.0 vLLM reads `laguna` with its own LagunaConfig (`sliding_window: int | None`, configs/laguna.py:49
+    @ 0.26.0), which takes a null window and starts with every layer full attention (heldout-rel6 at 0.26.0 and
+    0.29.0); from 0.31.0 transformers' strict class reads it and refuses the null (VLM032). Where the release's own
+    class reads the type, the plan says transformers' refusal is not that release's instead of predicting it."""
+    (tmp_path / "config.json").write_text(LAGUNA_NULL_WINDOW.read_text())
+    got = plan(load_model(str(tmp_path), library_check=False), VllmSettings().at_release(release))
+    assert [r.code for r in got.refusals] == (["VLM032"] if refused else [])
+    assert any("config class of its own" in note for note in got.notes) != refused
+    if not refused:
+        assert {l.extra["engine_spec"] for l in got.layers} == {"FullAttentionSpec"}
 
 
 DSV4_FLASH = GOLDENS.parent / "fixtures" / "configs" / "real" / "deepseek-ai__DeepSeek-V4-Flash.json"

@@ -182,9 +182,14 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             class_ref = str((spec.raw_config.get("auto_map") or {}).get("AutoConfig") or "")
             raise remote_code_not_trusted(str(spec.model_dir), class_ref.split("--")[0] if "--" in class_ref else None)
         spec.require_layers()  # past the config stage, vLLM reads the layers kvdoctor could not
-        if spec.rejected is not None:
+        own_class = registry.reads_with_own_class(spec.raw_config, release)
+        if own_class and (spec.rejected is not None or hf_config.refuses_null_window(arch, spec.config)):
+            notes.append(f"vLLM {release} reads model_type {spec.raw_config.get('model_type')!r} with a config class "
+                         "of its own, not transformers': transformers' class refuses this config, but that is not "
+                         "this release's check, and its own class's checks are not modelled (--dry-run runs them)")
+        elif spec.rejected is not None:
             raise config_class_rejects(spec.rejected)
-        if hf_config.refuses_null_window(arch, spec.config) or (
+        if (hf_config.refuses_null_window(arch, spec.config) and not own_class) or (
                 arch in S.STRICT_WINDOW_VLLM and "sliding_window" in spec.config and spec.config["sliding_window"] is None):
             raise strict_null_window()
         try:

@@ -67,6 +67,12 @@ def unrecognized_type(config: Mapping[str, Any], release: str = VERSION) -> str 
     return model_type
 
 
+def reads_with_own_class(config: Mapping[str, Any], release: str = VERSION) -> bool:
+    """Whether the release reads this model_type with a config class of its own (its _CONFIG_REGISTRY), not
+    transformers': a refusal transformers' class would raise is then not that release's."""
+    return config.get("model_type") in table(release)["vllm_model_types"]
+
+
 def needs_remote_code(config: Mapping[str, Any], release: str = VERSION) -> bool:
     """The config's class is the checkpoint's own code: auto_map names an AutoConfig and the config has no
     model_type, or neither transformers nor vLLM's registry has a class for it (a class of theirs takes precedence)."""
