@@ -397,17 +397,12 @@ def build16() -> tuple[dict[Path, str], list[str]]:
         cfg = json.loads(_base(stem).read_text())
         mutated = copy.deepcopy(cfg)
         text = _layers(mutated)
-        kinds = [k for k in _kinds(text) + _kinds16(mutated, text) if (stem, k) not in used_before]
-        fewest = min(used.get(k, 0) for k in kinds)
-        kind = rng.choice(sorted(k for k in kinds if used.get(k, 0) == fewest))
-        used[kind] = used.get(kind, 0) + 1
+        kind = _least_drawn(rng, sorted(k for k in _kinds(text) + _kinds16(mutated, text)
+                                        if (stem, k) not in used_before), used)
         name, what = _mutate15(text, kind, rng) if kind in _kinds(_layers(cfg)) else _mutate16(mutated, text, kind)
         if text is not mutated and not what.startswith("`quantization") and kind != "awq_g128":
             what = re.sub(r"`(\w+)`", r"`text_config.\1`", what)
-        assert mutated != cfg, (stem, name)
-        path = FRESH / f"v16_{stem}__{name}.json"
-        files[path] = json.dumps(mutated, indent=2) + "\n"
-        lines.append(f"- `{path.name}` — base `{_base(stem).relative_to(ROOT)}` — kind `{kind}`: {what}")
+        _record(files, lines, 16, stem, cfg, mutated, name, kind, what)
     return files, sorted(lines)
 
 
@@ -422,18 +417,29 @@ def build15() -> tuple[dict[Path, str], list[str]]:
         cfg = json.loads(_base(stem).read_text())
         mutated = copy.deepcopy(cfg)
         text = _layers(mutated)
-        kinds = _kinds(text)
-        fewest = min(used.get(k, 0) for k in kinds)
-        kind = rng.choice([k for k in kinds if used.get(k, 0) == fewest])
-        used[kind] = used.get(kind, 0) + 1
+        kind = _least_drawn(rng, _kinds(text), used)
         name, what = _mutate15(text, kind, rng)
         if text is not mutated:
             what = re.sub(r"`(\w+)`", r"`text_config.\1`", what)
-        assert mutated != cfg, (stem, name)
-        path = FRESH / f"v15_{stem}__{name}.json"
-        files[path] = json.dumps(mutated, indent=2) + "\n"
-        lines.append(f"- `{path.name}` — base `{_base(stem).relative_to(ROOT)}` — kind `{kind}`: {what}")
+        _record(files, lines, 15, stem, cfg, mutated, name, kind, what)
     return files, sorted(lines)
+
+
+def _least_drawn(rng: random.Random, kinds: list[str], used: dict[str, int]) -> str:
+    """One of the kinds drawn least so far (in the order given), chosen by rng and counted as drawn."""
+    fewest = min(used.get(k, 0) for k in kinds)
+    kind = rng.choice([k for k in kinds if used.get(k, 0) == fewest])
+    used[kind] = used.get(kind, 0) + 1
+    return kind
+
+
+def _record(files: dict[Path, str], lines: list[str], number: int, stem: str, cfg: dict, mutated: dict, name: str,
+            kind: str, what: str) -> None:
+    """Add set `number`'s mutated config and its SOURCES line."""
+    assert mutated != cfg, (stem, name)
+    path = FRESH / f"v{number}_{stem}__{name}.json"
+    files[path] = json.dumps(mutated, indent=2) + "\n"
+    lines.append(f"- `{path.name}` — base `{_base(stem).relative_to(ROOT)}` — kind `{kind}`: {what}")
 
 
 def _base(stem: str) -> Path:
@@ -455,17 +461,18 @@ def build() -> dict[Path, str]:
 
 
 def main(argv: list[str]) -> int:
-    files = build()
-    lines = [f"- `v14_{stem}__{name}.json` — base `{_base(stem).relative_to(ROOT)}` — mutation: {what}"
-             for stem, name, what, _edit in MUTATIONS]
     chosen = argv[argv.index("--set") + 1] if "--set" in argv[:-1] else "14"
     if chosen not in ("14", "15", "16"):
         print(f"no set {chosen} (14, 15 or 16)", file=sys.stderr)
         return 2
     if chosen == "15":
         files, lines = build15()
-    if chosen == "16":
+    elif chosen == "16":
         files, lines = build16()
+    else:
+        files = build()
+        lines = [f"- `v14_{stem}__{name}.json` — base `{_base(stem).relative_to(ROOT)}` — mutation: {what}"
+                 for stem, name, what, _edit in MUTATIONS]
     if "--check" in argv:
         stale = [p.name for p, text in files.items() if not p.exists() or p.read_text() != text]
         print("\n".join(stale) or f"{len(files)} files match")
