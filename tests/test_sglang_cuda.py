@@ -24,7 +24,8 @@ from kvdoctor.model import GDN, MAMBA
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 # tools/sglang_agreement.py measures the same agreement: one reading of the goldens for both
-from sglang_agreement import as_planned_for, golden_placements, sets_sorted  # noqa: E402
+from golden_text import sets_sorted  # noqa: E402
+from sglang_agreement import as_planned_for, golden_placements  # noqa: E402
 
 # Points where kvdoctor's side still differs from SGLang, each reason checked by running the point with --runxfail;
 # keyed (test, model), (test, model, mutation) or (test, model, mutation, setting). The held configs taken

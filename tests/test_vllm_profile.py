@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.engines.vllm.specs import not_planned
 from kvdoctor.load.loader import load_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from golden_text import sets_sorted  # noqa: E402  - tools/vllm_heldout.py compares messages the same way
 
 GOLDENS = Path(__file__).resolve().parent.parent / "goldens"
 GOLDEN = json.loads((GOLDENS / "vllm_check.json").read_text())
@@ -94,12 +98,6 @@ def golden_inner_message(outcome: dict) -> str:
 
 def masked(text: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", text)
-
-
-def sets_sorted(text: str) -> str:
-    """A Python set in a message ("Must be one of: {'moe', 'mlp'}") prints in hash order, which changes
-    from one process to the next: compare its members sorted."""
-    return re.sub(r"\{('[^{}]*')\}", lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", text)
 
 
 def test_goldens_cover_the_issue_grid():

@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from golden_text import sets_sorted  # noqa: E402
 from kvdoctor.engines.sglang.layout import plan_layers  # noqa: E402
 from kvdoctor.engines.sglang.settings import SglangSettings  # noqa: E402
 from kvdoctor.errors import InputError  # noqa: E402
@@ -44,11 +45,6 @@ ORACLE_DIR = re.compile(r"/tmp/kvdoctor-sgl-check-[^/\s]+/\d+")  # the folder th
 def as_planned_for(message: str, model_dir: Path) -> str:
     """SGLang's text with the oracle's model folder replaced by the one kvdoctor was given."""
     return ORACLE_DIR.sub(str(model_dir), message)
-
-
-def sets_sorted(text: str) -> str:
-    """A Python set prints in the process's hash order: its members sorted, as tools/vllm_heldout.py compares."""
-    return re.sub(r"\{('[^{}]*')\}", lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", text)
 
 
 def golden_placements(pools: dict) -> dict[int, tuple[str, int]]:

@@ -24,6 +24,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from golden_text import sets_sorted
 from kvdoctor.engines.vllm.profile import plan
 from kvdoctor.engines.vllm.settings import VllmSettings
 from kvdoctor.engines.vllm.refusals import VERSION
@@ -43,9 +44,7 @@ def _inner(outcome: dict) -> str:
 def _norm(text: str, root: str) -> str:
     text = text.replace(root, "DIR")
     text = re.sub(r"/tmp/kvdoctor-vllm-check-[\w/-]+", "DIR", text)  # the oracle's scratch folder
-    # a Python set prints in the process's hash order: its members sorted, as tests/test_vllm_profile.py compares
-    text = re.sub(r"\{('[^{}]*')\}", lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", text)
-    return re.sub(r"\d+(\.\d+)?", "N", text)
+    return re.sub(r"\d+(\.\d+)?", "N", sets_sorted(text))  # a set prints in hash order: members sorted
 
 
 def _layer(name: str) -> int:
