@@ -256,7 +256,7 @@ def _full_every(n: int, layers: int = 48) -> list[str]:
 @pytest.mark.parametrize("release", ["0.26.0", "0.29.0", "0.31.0"])
 def test_qwen3_next_interval_ignored_up_to_0_31(release, tmp_path):
     """vLLM's own Qwen3NextConfig (to 0.31.0) puts full attention on every fourth layer whatever
-    `full_attention_interval` says (releases.QWEN3_NEXT_OWN_CONFIG; held-out set 14 at 0.26.0 and 0.29.0)."""
+    `full_attention_interval` says (while `qwen3_next` is in vLLM's own config registry; held-out set 14 at 0.26.0 and 0.29.0)."""
     got = _qwen3_next_plan(tmp_path, release, {"full_attention_interval": 2})
     assert [l.extra["engine_spec"] for l in got.layers] == _full_every(4)
     assert len(got.facts.groups) == 4  # three GDN groups beside the full one, as the goldens record

@@ -182,7 +182,7 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
             class_ref = str((spec.raw_config.get("auto_map") or {}).get("AutoConfig") or "")
             raise remote_code_not_trusted(str(spec.model_dir), class_ref.split("--")[0] if "--" in class_ref else None)
         spec.require_layers()  # past the config stage, vLLM reads the layers kvdoctor could not
-        own_class = registry.reads_with_own_class(spec.raw_config, release)
+        own_class = registry.reads_with_own_class(spec.raw_config.get("model_type"), release)
         if own_class and (spec.rejected is not None or hf_config.refuses_null_window(arch, spec.config)):
             notes.append(f"vLLM {release} reads model_type {spec.raw_config.get('model_type')!r} with a config class "
                          "of its own, not transformers': transformers' class refuses this config, but that is not "
@@ -229,7 +229,8 @@ def plan(spec: ModelSpec, settings: VllmSettings) -> Plan[VllmFacts]:
         text_class = S.vision_tower_without_config(spec, registry.loaded_class(spec.raw_config, release))
         if text_class is not None:  # the model class stops while it is built
             raise vision_config_missing(text_class)
-        if spec.model_type == "afmoe" and "layer_types" not in spec.config and at(releases.AFMOE_OWN_CONFIG, release):
+        if spec.model_type == "afmoe" and "layer_types" not in spec.config and registry.reads_with_own_class(
+                spec.model_type, release):
             raise afmoe_layer_types_unset()  # while the model class is built
         relaid = S.as_release_reads(spec, release)
         own_layout = None if relaid is not None else (

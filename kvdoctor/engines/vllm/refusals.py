@@ -43,7 +43,7 @@ CODES = {  # catalog code -> where the pinned vLLM (0.34.0; or the transformers 
     "CFG023": SRC + "model_executor/layers/rotary_embedding/__init__.py#L350",
     "VLM151": SRC + "transformers_utils/config.py#L1309",
     "VLM152": SRC + "v1/kv_cache_interface.py#L164",  # replace_as; raises only at 0.32-0.33 (releases._LINES)
-    # raised only up to 0.31.0 (releases.AFMOE_OWN_CONFIG); the last release that raises it that kvdoctor has read
+    # raised only up to 0.31.0 (while `afmoe` is in vLLM's own config registry); the last release that raises it that kvdoctor has read
     "VLM291": "https://github.com/vllm-project/vllm/blob/v0.30.0/vllm/model_executor/models/afmoe.py#L192",
     # raised by transformers 5.18.0 when 0.26.0-0.27.1 read Gemma-4's global head_dim (releases.GEMMA4_GLOBAL_HEAD_DIM)
     "VLM250": "https://github.com/huggingface/transformers/blob/v5.18.0/src/transformers/integrations/heterogeneity/"
@@ -179,8 +179,10 @@ def vision_config_missing(config_class: str) -> Startup:
 
 
 def afmoe_layer_types_unset() -> Startup:
-    """vLLM up to 0.31.0 reads an AFMoE config without `layer_types` with its own AfmoeConfig, which leaves it None,
-    and the model class indexes it per layer while built (releases.AFMOE_OWN_CONFIG)."""
+    """vLLM up to 0.31.0 reads an AFMoE config without `layer_types` with its own AfmoeConfig (its _CONFIG_REGISTRY;
+    transformers_utils/configs/afmoe.py:77 @ 0.30.0), which leaves it None, and the model class indexes it per layer
+    while built. From 0.32.0 transformers' AfmoeConfig reads it and derives the list from
+    `global_attn_every_n_layers`."""
     return refusal("VLM291", "TypeError", "'NoneType' object is not subscriptable", key="layer_types")
 
 

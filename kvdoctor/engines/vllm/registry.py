@@ -67,10 +67,10 @@ def unrecognized_type(config: Mapping[str, Any], release: str = VERSION) -> str 
     return model_type
 
 
-def reads_with_own_class(config: Mapping[str, Any], release: str = VERSION) -> bool:
+def reads_with_own_class(model_type: object, release: str = VERSION) -> bool:
     """Whether the release reads this model_type with a config class of its own (its _CONFIG_REGISTRY), not
     transformers': a refusal transformers' class would raise is then not that release's."""
-    return config.get("model_type") in table(release)["vllm_model_types"]
+    return model_type in table(release)["vllm_model_types"]
 
 
 def needs_remote_code(config: Mapping[str, Any], release: str = VERSION) -> bool:

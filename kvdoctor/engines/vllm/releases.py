@@ -109,24 +109,6 @@ GEMMA4_GLOBAL_HEAD_DIM: tuple[Ranged[bool], ...] = (
     Ranged(False, since="0.28.0", source=src("0.28.0", "transformers_utils/model_arch_config_convertor.py#L694-L720")),
 )
 
-# AFMoE (Trinity) configs: up to 0.31.0 vLLM reads `model_type: afmoe` with its own AfmoeConfig (its _CONFIG_REGISTRY),
-# which stores `layer_types` as given, None when config.json has none, and the model class then indexes it per layer
-# (`config.layer_types[layer_idx]`): TypeError while the model is built (VLM291). From 0.32.0 transformers'
-# AfmoeConfig reads it, which derives the list from `global_attn_every_n_layers` when it is unset.
-AFMOE_OWN_CONFIG: tuple[Ranged[bool], ...] = (
-    Ranged(True, until="0.32.0", source=src("0.30.0", "transformers_utils/configs/afmoe.py#L77")),
-    Ranged(False, since="0.32.0", source=src("0.32.0", "transformers_utils/config.py")),
-)
-
-# Qwen3-Next configs without `layer_types`: up to 0.31.0 vLLM reads `model_type: qwen3_next` with its own
-# Qwen3NextConfig (its _CONFIG_REGISTRY), which lays the hybrid out with full attention on every fourth layer and never
-# reads `full_attention_interval` (the same lines in the 0.26.0, 0.29.0 and 0.31.0 wheels). From 0.32.0 that entry is
-# gone and transformers' Qwen3NextConfig derives the list from `full_attention_interval` (default 4).
-QWEN3_NEXT_OWN_CONFIG: tuple[Ranged[bool], ...] = (
-    Ranged(True, until="0.32.0", source=src("0.31.0", "transformers_utils/configs/qwen3_next.py#L249-L254")),
-    Ranged(False, since="0.32.0", source=src("0.32.0", "transformers_utils/config.py")),
-)
-
 # Qwen3.5 configs (`qwen3_5`, `qwen3_5_moe` and their `_text` types): up to 0.31.0 vLLM reads them with its own
 # classes (its _CONFIG_REGISTRY), whose text config calls PretrainedConfig.validate_layer_type from __init__ - in the
 # venvs' transformers (5.17.0-5.18.0) a plain ValueError, which ModelConfig's pydantic wrapper reports as a

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from kvdoctor.engines.releases import at
-from kvdoctor.engines.vllm import releases
+from kvdoctor.engines.vllm import registry, releases
 from kvdoctor.engines.vllm.refusals import (config_class_rejects, deepseek_v4_list_length, layer_types_length,
                                             qwen2_window_layers, unknown_layer_type)
 from kvdoctor.load import hf_config
@@ -227,9 +227,12 @@ def check_layer_types(spec: ModelSpec) -> None:
 
 def as_release_reads(spec: ModelSpec, release: str) -> ModelSpec | None:
     """Qwen3-Next without `layer_types` as the release's own Qwen3NextConfig lays it out (up to 0.31.0: full
-    attention on every fourth layer whatever `full_attention_interval` says, releases.QWEN3_NEXT_OWN_CONFIG); any
+    attention on every fourth layer whatever `full_attention_interval` says: transformers_utils/configs/qwen3_next.py
+    :249-254, the same lines in the 0.26.0, 0.29.0 and 0.31.0 wheels; from 0.32.0 transformers' class reads the
+    interval); any
     other spec as it is. None where that layout needs a layer kind the config has none of to copy the geometry from."""
-    if spec.model_type != "qwen3_next" or "layer_types" in spec.config or not at(releases.QWEN3_NEXT_OWN_CONFIG, release):
+    if spec.model_type != "qwen3_next" or "layer_types" in spec.config or not registry.reads_with_own_class(
+            spec.model_type, release):
         return spec
     kinds = [GDN if (i + 1) % 4 else FULL_KIND for i in range(spec.num_hidden_layers)]
     if kinds == [l.kind for l in spec.layers]:
